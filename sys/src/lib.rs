@@ -1,0 +1,2 @@
+//! Raw kernel ABI for lunkit. Filled in by the Foundation issue.
+#![no_std]
