@@ -1,1 +1,41 @@
-//! lunkit
+//! # lunkit
+//!
+//! Bring one SCSI LUN onto a Linux node and take it off again, talking to the kernel directly:
+//! sysfs, netlink uevents and device-mapper ioctls, never `iscsiadm`, `multipath` or
+//! `blockdev`. Built for CSI node plugins and for anyone who needs LUN attach and detach to be
+//! fast, precise and safe.
+//!
+//! This release reads the node's storage topology:
+//!
+//! ```no_run
+//! use lunkit::{Root, Topology};
+//!
+//! let topo = Topology::read(&Root::default())?;
+//! for map in topo.multipath_maps() {
+//!     println!("{} {} paths={:?}", map.name.unwrap_or("?"), map.wwid, map.paths);
+//! }
+//! # Ok::<(), lunkit::Error>(())
+//! ```
+//!
+//! Every file access goes through a [`Root`], so the same code runs against the live system
+//! (`/`), a container that mounts the host at `/host`, or a fixture tree in tests.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod hctl;
+pub mod root;
+pub mod sysfs;
+pub mod topology;
+pub mod wwn;
+
+pub use error::{Error, ErrorKind, Result};
+pub use hctl::Hctl;
+pub use root::Root;
+pub use sysfs::block::{BlockDevice, DevNum, DmInfo};
+pub use sysfs::fc::{FcHost, FcRemotePort};
+pub use sysfs::iscsi::{IscsiConnection, IscsiSession};
+pub use sysfs::nvme::NvmeController;
+pub use sysfs::scsi::{ScsiDevice, ScsiHost, Transport};
+pub use topology::{DmDevice, MultipathMap, Topology};
+pub use wwn::Wwn;

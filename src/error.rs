@@ -1,0 +1,138 @@
+//! The one error type of the library.
+//!
+//! Every variant names what it was working on (a path, a device, an input) so that a message
+//! printed by a CLI or logged by a CSI driver can be acted on without a debugger. The CLI maps
+//! [`Error::kind`] to its exit codes.
+
+use std::io;
+use std::path::PathBuf;
+
+/// A `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in lunkit.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file or directory under the root could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file the operation touched.
+        path: PathBuf,
+        /// The underlying error, with its errno.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The device, host, session, map or port asked for does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for, e.g. `SCSI device 2:0:0:7`.
+        what: String,
+    },
+
+    /// A user-supplied or kernel-supplied string could not be parsed.
+    #[error("invalid {kind} {input:?}: {reason}")]
+    Invalid {
+        /// What the string should have been, e.g. `H:C:T:L`.
+        kind: &'static str,
+        /// The offending input (truncated to a sane length).
+        input: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+}
+
+/// Coarse classification of an [`Error`], stable across versions; the CLI's exit codes follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The thing asked for does not exist.
+    NotFound,
+    /// The input was malformed.
+    Invalid,
+    /// The caller lacks the privilege (EACCES, EPERM).
+    PermissionDenied,
+    /// Anything else.
+    Other,
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Builds an [`Error::Invalid`], keeping at most 256 bytes of the input in the message.
+    pub fn invalid(kind: &'static str, input: &str, reason: &'static str) -> Self {
+        let mut end = input.len().min(256);
+        while !input.is_char_boundary(end) {
+            end -= 1;
+        }
+        Error::Invalid {
+            kind,
+            input: input[..end].to_owned(),
+            reason,
+        }
+    }
+
+    /// The errno behind this error, if the kernel gave one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// The coarse class of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::Invalid { .. } => ErrorKind::Invalid,
+            Error::Io { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => ErrorKind::NotFound,
+                io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+                _ => ErrorKind::Other,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_error_names_path_and_errno() {
+        let e = Error::io(
+            "/sys/block/sda/size",
+            io::Error::from_raw_os_error(libc::ENXIO),
+        );
+        assert_eq!(e.errno(), Some(libc::ENXIO));
+        let msg = e.to_string();
+        assert!(msg.starts_with("/sys/block/sda/size: "), "{msg}");
+        assert!(msg.contains("No such device or address"), "{msg}");
+        assert_eq!(e.kind(), ErrorKind::Other);
+    }
+
+    #[test]
+    fn kinds_follow_errno() {
+        let e = Error::io("/x", io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        let e = Error::io("/x", io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+    }
+
+    #[test]
+    fn invalid_truncates_long_input_on_char_boundary() {
+        let long = "é".repeat(300);
+        let Error::Invalid { input, .. } = Error::invalid("H:C:T:L", &long, "too long") else {
+            unreachable!()
+        };
+        assert!(input.len() <= 256);
+        assert!(long.starts_with(&input));
+    }
+}

@@ -1,0 +1,149 @@
+//! `/sys/block`: disks, their partitions, and the device-mapper devices among them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{attr, attr_parse, entries};
+use crate::error::{Error, Result};
+use crate::hctl::decimal;
+use crate::root::Root;
+
+/// A device number, `major:minor`, as in sysfs `dev` files and `/proc/self/mountinfo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevNum {
+    /// Major number (8 for sd, 253-ish for device-mapper, dynamic).
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+}
+
+impl fmt::Display for DevNum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for DevNum {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let (ma, mi) = s
+            .split_once(':')
+            .ok_or_else(|| Error::invalid("major:minor", s, "expected MAJOR:MINOR"))?;
+        match (decimal(ma), decimal(mi)) {
+            (Some(major), Some(minor)) => Ok(DevNum { major, minor }),
+            _ => Err(Error::invalid(
+                "major:minor",
+                s,
+                "expected two decimal numbers",
+            )),
+        }
+    }
+}
+
+/// A whole disk under `/sys/block` (SCSI disk, dm device, loop, NVMe namespace...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockDevice {
+    /// Kernel name: `sda`, `dm-0`, `nvme0n1`.
+    pub name: String,
+    /// Its device number.
+    pub dev: Option<DevNum>,
+    /// Size in bytes (`size` counts 512-byte sectors whatever the logical block size).
+    pub size_bytes: Option<u64>,
+    /// Whether the kernel marks it read-only (`ro`).
+    pub read_only: Option<bool>,
+    /// Devices stacked on top of it (`holders/`): dm maps, md arrays.
+    pub holders: Vec<String>,
+    /// Devices it is stacked on (`slaves/`): a dm map's paths.
+    pub slaves: Vec<String>,
+    /// Its partitions (`sda1`...).
+    pub partitions: Vec<String>,
+    /// Device-mapper details, when it is a dm device.
+    pub dm: Option<DmInfo>,
+}
+
+/// What `/sys/block/dm-N/dm/` says about a device-mapper device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DmInfo {
+    /// The map's name (`/dev/mapper/<name>`).
+    pub name: Option<String>,
+    /// The map's uuid: `mpath-<wwid>` for multipath maps, `partN-mpath-<wwid>` for their
+    /// partition maps; absent when none was set.
+    pub uuid: Option<String>,
+    /// Whether the map is suspended.
+    pub suspended: Option<bool>,
+}
+
+/// Reads every disk under `/sys/block`, in natural name order.
+pub fn devices(root: &Root) -> Result<Vec<BlockDevice>> {
+    let top = root.sys("block");
+    let mut out = Vec::new();
+    for name in entries(&top)? {
+        out.push(read(root, &name)?);
+    }
+    Ok(out)
+}
+
+/// Reads one disk by kernel name. The name must be a single path component.
+pub fn device(root: &Root, name: &str) -> Result<Option<BlockDevice>> {
+    super::check_component("block device name", name)?;
+    if !root.sys("block").join(name).exists() {
+        return Ok(None);
+    }
+    read(root, name).map(Some)
+}
+
+fn read(root: &Root, name: &str) -> Result<BlockDevice> {
+    let dir = root.sys("block").join(name);
+    let mut partitions = Vec::new();
+    for sub in entries(&dir)? {
+        if sub.starts_with(name) && dir.join(&sub).join("partition").exists() {
+            partitions.push(sub);
+        }
+    }
+    let dm = dir.join("dm").is_dir().then(|| {
+        let d = dir.join("dm");
+        DmInfo {
+            name: attr(&d, "name"),
+            uuid: attr(&d, "uuid"),
+            suspended: attr_parse::<u8>(&d, "suspended").map(|v| v != 0),
+        }
+    });
+    Ok(BlockDevice {
+        name: name.to_owned(),
+        dev: attr_parse(&dir, "dev"),
+        size_bytes: attr_parse::<u64>(&dir, "size").and_then(|s| s.checked_mul(512)),
+        read_only: attr_parse::<u8>(&dir, "ro").map(|v| v != 0),
+        holders: entries(&dir.join("holders"))?,
+        slaves: entries(&dir.join("slaves"))?,
+        partitions,
+        dm,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devnum_parses() {
+        assert_eq!(
+            "8:16".parse::<DevNum>().unwrap(),
+            DevNum {
+                major: 8,
+                minor: 16
+            }
+        );
+        assert_eq!(
+            DevNum {
+                major: 253,
+                minor: 0
+            }
+            .to_string(),
+            "253:0"
+        );
+        for bad in ["", "8", "8:", ":1", "8:1:2", "a:b", "-1:0", "8: 1"] {
+            assert!(bad.parse::<DevNum>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Typed, read-only views of the sysfs classes lunkit cares about.
+//!
+//! Each submodule owns one family of classes and turns its directories into plain structs.
+//! Attribute files that fail to read (a `wwid` without VPD page 0x83 gives ENXIO, a connection
+//! `address` gives ENOTCONN while the link is down, an entry vanishes during a hot-unplug) become
+//! `None`, so one odd device never spoils a whole listing. Directory listings, on the other hand,
+//! report their errors: an unreadable `/sys/class/scsi_device` must not look like an empty node.
+
+pub mod block;
+pub mod fc;
+pub mod iscsi;
+pub mod nvme;
+pub mod scsi;
+
+use std::cmp::Ordering;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+use crate::root::Root;
+
+/// sysfs attributes are at most a page; anything larger is not a sysfs attribute.
+const MAX_ATTR: u64 = 64 * 1024;
+
+/// Reads `dir/name` as trimmed text; `None` when it cannot be read or is empty.
+pub(crate) fn attr(dir: &Path, name: &str) -> Option<String> {
+    let mut s = String::new();
+    fs::File::open(dir.join(name))
+        .ok()?
+        .take(MAX_ATTR)
+        .read_to_string(&mut s)
+        .ok()?;
+    let t = s.trim();
+    (!t.is_empty()).then(|| t.to_owned())
+}
+
+/// Reads and parses `dir/name`; `None` when it cannot be read or does not parse.
+pub(crate) fn attr_parse<T: FromStr>(dir: &Path, name: &str) -> Option<T> {
+    attr(dir, name)?.parse().ok()
+}
+
+/// The names in `dir`, in natural order; an absent directory is empty (a class whose driver is
+/// not loaded has no directory at all).
+pub(crate) fn entries(dir: &Path) -> Result<Vec<String>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            names.push(name);
+        }
+    }
+    names.sort_by(|a, b| natural_cmp(a, b));
+    Ok(names)
+}
+
+/// Resolves `path` (following sysfs' relative symlinks) and returns it only if it stays below
+/// the root, so a fixture or container tree cannot lead the reader elsewhere.
+pub(crate) fn resolve(root: &Root, path: &Path) -> Option<PathBuf> {
+    let real = fs::canonicalize(path).ok()?;
+    let top = fs::canonicalize(root.path()).ok()?;
+    real.starts_with(&top).then_some(real)
+}
+
+/// Accepts `name` only if it is one plain path component: not empty, not `.` or `..`, no `/`,
+/// no NUL, at most 255 bytes (NAME_MAX). Anything a caller hands in as a device or host name
+/// goes through this before it is joined to a sysfs path.
+pub(crate) fn check_component(kind: &'static str, name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name == "." || name == ".." {
+        "not a device name"
+    } else if name.contains('/') {
+        "contains '/'"
+    } else if name.contains('\0') {
+        "contains NUL"
+    } else if name.len() > 255 {
+        "longer than 255 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid(kind, name, reason))
+}
+
+/// The final component of `path` as UTF-8.
+pub(crate) fn file_name(path: &Path) -> Option<&str> {
+    path.file_name()?.to_str()
+}
+
+/// Compares names so that digit runs order by value: `sdb < sdaa`, `dm-2 < dm-10`,
+/// `host2 < host10`.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    // Letter runs compare by length first because the kernel names disks sda..sdz, sdaa..:
+    // `sdb` was created before `sdaa` and should be listed first.
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) => {
+                let (ra, rest_a) = run(a, x.is_ascii_digit());
+                let (rb, rest_b) = run(b, y.is_ascii_digit());
+                let ord = if x.is_ascii_digit() && y.is_ascii_digit() {
+                    let ta = trim_zeros(ra);
+                    let tb = trim_zeros(rb);
+                    ta.len()
+                        .cmp(&tb.len())
+                        .then(ta.cmp(tb))
+                        .then(ra.len().cmp(&rb.len()))
+                } else if !x.is_ascii_digit() && !y.is_ascii_digit() {
+                    ra.len().cmp(&rb.len()).then(ra.cmp(rb))
+                } else {
+                    ra.cmp(rb)
+                };
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+                a = rest_a;
+                b = rest_b;
+            }
+        }
+    }
+}
+
+fn run(s: &[u8], digits: bool) -> (&[u8], &[u8]) {
+    let n = s
+        .iter()
+        .position(|c| c.is_ascii_digit() != digits)
+        .unwrap_or(s.len());
+    s.split_at(n)
+}
+
+fn trim_zeros(s: &[u8]) -> &[u8] {
+    let n = s.iter().position(|&c| c != b'0').unwrap_or(s.len());
+    &s[n..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order() {
+        let sorted = |mut v: Vec<&'static str>| {
+            v.sort_by(|a, b| natural_cmp(a, b));
+            v
+        };
+        assert_eq!(
+            sorted(vec!["sdaa", "sdb", "sda", "sda1", "sda10", "sda2"]),
+            ["sda", "sda1", "sda2", "sda10", "sdb", "sdaa"]
+        );
+        assert_eq!(
+            sorted(vec!["dm-10", "dm-2", "dm-1"]),
+            ["dm-1", "dm-2", "dm-10"]
+        );
+        assert_eq!(
+            sorted(vec!["host10", "host2", "host02"]),
+            ["host2", "host02", "host10"]
+        );
+    }
+
+    #[test]
+    fn components_reject_path_tricks() {
+        for bad in ["", ".", "..", "../sda", "sda/..", "a\0b", &"x".repeat(256)] {
+            assert!(check_component("name", bad).is_err(), "{bad:?}");
+        }
+        for good in ["sda", "dm-0", "nvme0n1", "host2", "..sda"] {
+            check_component("name", good).unwrap();
+        }
+    }
+
+    #[test]
+    fn attr_trims_and_absents() {
+        let dir = std::env::temp_dir().join(format!("lunkit-attr-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("vendor"), "LIO-ORG \n").unwrap();
+        fs::write(dir.join("empty"), "\n").unwrap();
+        fs::write(dir.join("num"), "42\n").unwrap();
+        assert_eq!(attr(&dir, "vendor").as_deref(), Some("LIO-ORG"));
+        assert_eq!(attr(&dir, "empty"), None);
+        assert_eq!(attr(&dir, "missing"), None);
+        assert_eq!(attr_parse::<u32>(&dir, "num"), Some(42));
+        assert_eq!(attr_parse::<u32>(&dir, "vendor"), None);
+        assert!(entries(&dir.join("nope")).unwrap().is_empty());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

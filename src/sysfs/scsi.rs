@@ -1,0 +1,140 @@
+//! `/sys/class/scsi_host` and `/sys/class/scsi_device`.
+
+use std::fmt;
+
+use super::{attr, attr_parse, entries};
+use crate::error::Result;
+use crate::hctl::{Hctl, decimal};
+use crate::root::Root;
+
+/// How a SCSI host reaches its storage, decided by which transport class claims it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// An iSCSI session host (`/sys/class/iscsi_host/hostN` exists).
+    Iscsi,
+    /// A Fibre Channel HBA port (`/sys/class/fc_host/hostN` exists).
+    Fc,
+    /// Anything else: SAS, virtio-scsi, scsi_debug, USB...
+    Other,
+}
+
+impl Transport {
+    /// `iscsi`, `fc` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Iscsi => "iscsi",
+            Transport::Fc => "fc",
+            Transport::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One SCSI host, `/sys/class/scsi_host/hostN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScsiHost {
+    /// `N` of `hostN`.
+    pub number: u32,
+    /// The driver's name (`proc_name`): `iscsi_tcp`, `scsi_debug`, `qla2xxx`...
+    pub proc_name: Option<String>,
+    /// Host state (`running`, `recovery`...).
+    pub state: Option<String>,
+    /// The transport class that claims the host.
+    pub transport: Transport,
+}
+
+/// Reads every SCSI host.
+pub fn hosts(root: &Root) -> Result<Vec<ScsiHost>> {
+    let class = root.sys("class/scsi_host");
+    let mut hosts = Vec::new();
+    for name in entries(&class)? {
+        let Some(number) = name.strip_prefix("host").and_then(decimal) else {
+            continue;
+        };
+        let dir = class.join(&name);
+        let transport = if root.sys("class/iscsi_host").join(&name).exists() {
+            Transport::Iscsi
+        } else if root.sys("class/fc_host").join(&name).exists() {
+            Transport::Fc
+        } else {
+            Transport::Other
+        };
+        hosts.push(ScsiHost {
+            number,
+            proc_name: attr(&dir, "proc_name"),
+            state: attr(&dir, "state"),
+            transport,
+        });
+    }
+    Ok(hosts)
+}
+
+/// One SCSI device (a LUN on a path), `/sys/class/scsi_device/H:C:T:L/device`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScsiDevice {
+    /// Its address.
+    pub hctl: Hctl,
+    /// Device state: `running`, `offline`, `blocked`, `transport-offline`, `cancel`...
+    pub state: Option<String>,
+    /// INQUIRY vendor, trimmed.
+    pub vendor: Option<String>,
+    /// INQUIRY product, trimmed.
+    pub model: Option<String>,
+    /// INQUIRY revision, trimmed.
+    pub rev: Option<String>,
+    /// Peripheral device type (0 disk, 5 CD/DVD, 0xc RAID, 0xd enclosure...).
+    pub device_type: Option<u8>,
+    /// The kernel's WWID from VPD page 0x83 (`naa.…`, `eui.…`, `t10.…`); absent without 0x83.
+    pub wwid: Option<String>,
+    /// The block device bound to it (`sda`), if `sd` has probed it.
+    pub block: Option<String>,
+    /// Its SCSI generic node (`sg2`).
+    pub sg: Option<String>,
+}
+
+/// Reads every SCSI device, in H:C:T:L order.
+pub fn devices(root: &Root) -> Result<Vec<ScsiDevice>> {
+    let class = root.sys("class/scsi_device");
+    let mut devs = Vec::new();
+    for name in entries(&class)? {
+        let Ok(hctl) = name.parse::<Hctl>() else {
+            continue;
+        };
+        devs.push(read_device(&class.join(&name).join("device"), hctl)?);
+    }
+    devs.sort_by_key(|d| d.hctl);
+    Ok(devs)
+}
+
+/// Reads the SCSI device at `hctl`, `None` if it does not exist.
+pub fn device(root: &Root, hctl: Hctl) -> Result<Option<ScsiDevice>> {
+    let dir = root
+        .sys("class/scsi_device")
+        .join(hctl.to_string())
+        .join("device");
+    if !dir.exists() {
+        return Ok(None);
+    }
+    read_device(&dir, hctl).map(Some)
+}
+
+fn read_device(dir: &std::path::Path, hctl: Hctl) -> Result<ScsiDevice> {
+    let first =
+        |sub: &str| -> Result<Option<String>> { Ok(entries(&dir.join(sub))?.into_iter().next()) };
+    Ok(ScsiDevice {
+        hctl,
+        state: attr(dir, "state"),
+        vendor: attr(dir, "vendor"),
+        model: attr(dir, "model"),
+        rev: attr(dir, "rev"),
+        device_type: attr_parse(dir, "type"),
+        wwid: attr(dir, "wwid"),
+        block: first("block")?,
+        sg: first("scsi_generic")?,
+    })
+}

@@ -1,0 +1,124 @@
+//! One read-only snapshot of a node's storage: what `lsscsi`, `lsblk`, `multipath -ll` and
+//! `iscsiadm -m session` show between them, read straight from sysfs.
+
+use crate::error::Result;
+use crate::root::Root;
+use crate::sysfs::block::{self, BlockDevice, DevNum};
+use crate::sysfs::fc::{self, FcHost, FcRemotePort};
+use crate::sysfs::iscsi::{self, IscsiSession};
+use crate::sysfs::nvme::{self, NvmeController};
+use crate::sysfs::scsi::{self, ScsiDevice, ScsiHost};
+
+/// The uuid prefix multipath-tools gives the maps it creates.
+pub const MPATH_UUID_PREFIX: &str = "mpath-";
+
+/// Everything lunkit can see of the node's SCSI, iSCSI, FC, NVMe, block and dm state.
+///
+/// Read it with [`Topology::read`]; nothing here writes. The snapshot is not atomic: devices
+/// can come and go while it is taken, and a device that vanishes mid-read shows up with its
+/// attributes absent rather than failing the whole snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// SCSI hosts.
+    pub scsi_hosts: Vec<ScsiHost>,
+    /// SCSI devices, in H:C:T:L order.
+    pub scsi_devices: Vec<ScsiDevice>,
+    /// Whole block devices (dm devices included), in natural name order.
+    pub block_devices: Vec<BlockDevice>,
+    /// iSCSI sessions.
+    pub iscsi_sessions: Vec<IscsiSession>,
+    /// FC host ports.
+    pub fc_hosts: Vec<FcHost>,
+    /// FC remote ports.
+    pub fc_rports: Vec<FcRemotePort>,
+    /// NVMe controllers.
+    pub nvme_controllers: Vec<NvmeController>,
+}
+
+/// A device-mapper device, as seen in `/sys/block/dm-N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DmDevice<'a> {
+    /// The map's name.
+    pub name: Option<&'a str>,
+    /// `dm-N`.
+    pub dm: &'a str,
+    /// Device number.
+    pub dev: Option<DevNum>,
+    /// The map's uuid.
+    pub uuid: Option<&'a str>,
+    /// The devices the map sits on.
+    pub slaves: &'a [String],
+}
+
+/// A dm-multipath map: a dm device whose uuid starts with `mpath-`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipathMap<'a> {
+    /// The map's name (`mpatha`, or the WWID without user_friendly_names).
+    pub name: Option<&'a str>,
+    /// `dm-N`.
+    pub dm: &'a str,
+    /// Device number.
+    pub dev: Option<DevNum>,
+    /// `mpath-<wwid>`.
+    pub uuid: &'a str,
+    /// The WWID multipath groups paths by (`3` + NAA hex for an `naa.` sysfs wwid).
+    pub wwid: &'a str,
+    /// Its path devices (`sda`, `sdb`).
+    pub paths: &'a [String],
+}
+
+impl Topology {
+    /// Reads the whole topology below `root`.
+    pub fn read(root: &Root) -> Result<Self> {
+        Ok(Topology {
+            scsi_hosts: scsi::hosts(root)?,
+            scsi_devices: scsi::devices(root)?,
+            block_devices: block::devices(root)?,
+            iscsi_sessions: iscsi::sessions(root)?,
+            fc_hosts: fc::hosts(root)?,
+            fc_rports: fc::remote_ports(root)?,
+            nvme_controllers: nvme::controllers(root)?,
+        })
+    }
+
+    /// The device-mapper devices among the block devices.
+    pub fn dm_devices(&self) -> impl Iterator<Item = DmDevice<'_>> {
+        self.block_devices.iter().filter_map(|b| {
+            let dm = b.dm.as_ref()?;
+            Some(DmDevice {
+                name: dm.name.as_deref(),
+                dm: &b.name,
+                dev: b.dev,
+                uuid: dm.uuid.as_deref(),
+                slaves: &b.slaves,
+            })
+        })
+    }
+
+    /// The multipath maps (not their partition maps).
+    pub fn multipath_maps(&self) -> impl Iterator<Item = MultipathMap<'_>> {
+        self.dm_devices().filter_map(|d| {
+            let uuid = d.uuid?;
+            Some(MultipathMap {
+                name: d.name,
+                dm: d.dm,
+                dev: d.dev,
+                uuid,
+                wwid: uuid.strip_prefix(MPATH_UUID_PREFIX)?,
+                paths: d.slaves,
+            })
+        })
+    }
+
+    /// The block device with this kernel name.
+    pub fn block(&self, name: &str) -> Option<&BlockDevice> {
+        self.block_devices.iter().find(|b| b.name == name)
+    }
+
+    /// The SCSI devices attached through `host`.
+    pub fn devices_on_host(&self, host: u32) -> impl Iterator<Item = &ScsiDevice> {
+        self.scsi_devices
+            .iter()
+            .filter(move |d| d.hctl.host == host)
+    }
+}
