@@ -1,1 +1,80 @@
-fn main() {}
+//! `lunkit`: bring one SCSI LUN in and take it out again, from the command line.
+
+mod human;
+mod json;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use lunkit::{ErrorKind, Root, Topology};
+
+/// Exit codes shared by every command (README.md, "Exit codes").
+mod exit {
+    pub const OTHER: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const NOT_FOUND: u8 = 3;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "lunkit",
+    version,
+    about = "Scan, flush and remove SCSI LUNs and multipath maps without shelling out"
+)]
+struct Cli {
+    /// Directory that stands for / (where sys/, dev/, proc/ and run/ are); /host in a container
+    /// that mounts the host there.
+    #[arg(long, global = true, value_name = "DIR", default_value = "/")]
+    root: PathBuf,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show SCSI hosts, LUNs, block devices, multipath maps, iSCSI sessions, FC ports and NVMe
+    /// controllers in one view.
+    List {
+        /// Print the stable JSON document (schema version 1) instead of the tree.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let root = Root::new(cli.root);
+    let result = match cli.command {
+        Command::List { json } => list(&root, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lunkit: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn exit_code(e: &lunkit::Error) -> u8 {
+    match e.kind() {
+        ErrorKind::NotFound => exit::NOT_FOUND,
+        ErrorKind::Invalid => exit::USAGE,
+        _ => exit::OTHER,
+    }
+}
+
+fn list(root: &Root, as_json: bool) -> lunkit::Result<()> {
+    let topo = Topology::read(root)?;
+    if as_json {
+        let doc = json::List::from(&topo);
+        // Serializing plain structs of strings and numbers cannot fail.
+        let text = serde_json::to_string_pretty(&doc).expect("list JSON serializes");
+        println!("{text}");
+    } else {
+        print!("{}", human::render(&topo));
+    }
+    Ok(())
+}
