@@ -62,6 +62,35 @@ fn human_size(bytes: Option<u64>) -> String {
     }
 }
 
+fn lun_row(
+    t: &Topology,
+    d: &ScsiDevice,
+    prefix: &str,
+    map_of: &dyn Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let size = d
+        .block
+        .as_deref()
+        .and_then(|b| t.block(b))
+        .and_then(|b| b.size_bytes);
+    let mut row = vec![
+        format!("{prefix}{}", d.hctl),
+        or_dash(d.block.as_deref()),
+        or_dash(d.state.as_deref()),
+        human_size(size),
+        format!(
+            "{} {}",
+            d.vendor.as_deref().unwrap_or("-"),
+            d.model.as_deref().unwrap_or("-")
+        ),
+        or_dash(d.wwid.as_deref()),
+    ];
+    if let Some(m) = d.block.as_deref().and_then(map_of) {
+        row.push(format!("in {m}"));
+    }
+    row
+}
+
 /// Renders the topology as text.
 pub fn render(t: &Topology) -> String {
     let mut out = String::new();
@@ -97,12 +126,23 @@ pub fn render(t: &Topology) -> String {
             Transport::Other => {}
         }
         hosts.row(head);
+        // FC LUNs hang below the remote port that leads to their target; everything else
+        // directly below the host.
         let rports: Vec<_> = t.fc_rports.iter().filter(|r| r.host == h.number).collect();
-        let devs: Vec<&ScsiDevice> = t.devices_on_host(h.number).collect();
-        let total = rports.len() + devs.len();
+        let under_rport = |d: &ScsiDevice| {
+            rports
+                .iter()
+                .any(|r| r.target == Some((d.hctl.host, d.hctl.channel, d.hctl.target)))
+        };
+        let direct: Vec<&ScsiDevice> = t
+            .devices_on_host(h.number)
+            .filter(|d| !under_rport(d))
+            .collect();
+        let total = rports.len() + direct.len();
         for (i, r) in rports.iter().enumerate() {
+            let last = i + 1 == total;
             hosts.row([
-                format!("{}{}", branch(i + 1 == total), r.name),
+                format!("{}{}", branch(last), r.name),
                 r.port_name.map_or("-".into(), |w| w.to_string()),
                 if r.roles.is_empty() {
                     "-".into()
@@ -114,29 +154,27 @@ pub fn render(t: &Topology) -> String {
                     format!("target {h}:{c}:{t}")
                 }),
             ]);
-        }
-        for (i, d) in devs.iter().enumerate() {
-            let size = d
-                .block
-                .as_deref()
-                .and_then(|b| t.block(b))
-                .and_then(|b| b.size_bytes);
-            let mut row = vec![
-                format!("{}{}", branch(rports.len() + i + 1 == total), d.hctl),
-                or_dash(d.block.as_deref()),
-                or_dash(d.state.as_deref()),
-                human_size(size),
-                format!(
-                    "{} {}",
-                    d.vendor.as_deref().unwrap_or("-"),
-                    d.model.as_deref().unwrap_or("-")
-                ),
-                or_dash(d.wwid.as_deref()),
-            ];
-            if let Some(m) = d.block.as_deref().and_then(map_of) {
-                row.push(format!("in {m}"));
+            let luns: Vec<&ScsiDevice> = t
+                .devices_on_host(h.number)
+                .filter(|d| r.target == Some((d.hctl.host, d.hctl.channel, d.hctl.target)))
+                .collect();
+            let indent = if last { "   " } else { "│  " };
+            for (j, d) in luns.iter().enumerate() {
+                hosts.row(lun_row(
+                    t,
+                    d,
+                    &format!("{indent}{}", branch(j + 1 == luns.len())),
+                    &map_of,
+                ));
             }
-            hosts.row(row);
+        }
+        for (i, d) in direct.iter().enumerate() {
+            hosts.row(lun_row(
+                t,
+                d,
+                branch(rports.len() + i + 1 == total),
+                &map_of,
+            ));
         }
     }
     if !hosts.rows.is_empty() {
