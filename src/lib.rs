@@ -39,3 +39,8 @@ pub use sysfs::nvme::NvmeController;
 pub use sysfs::scsi::{ScsiDevice, ScsiHost, Transport};
 pub use topology::{DmDevice, MultipathMap, Topology};
 pub use wwn::Wwn;
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
