@@ -27,6 +27,7 @@ pub mod hctl;
 pub mod root;
 pub mod sysfs;
 pub mod topology;
+pub mod uevent;
 pub mod wwn;
 
 pub use error::{Error, ErrorKind, Result};
