@@ -12,7 +12,8 @@
 //! `tests/c_abi.rs`):
 //! - `dm_ioctl` is 312 bytes (`0x138`); `data` at 305 is 7 bytes of padding, so the first
 //!   payload byte is at 312 and `data_start` comes back as 312.
-//! - `dm_name_list` has `sizeof` 16 but its name starts at 12, inside the tail padding.
+//! - `dm_name_list` has `sizeof` 16 (12 on i386, where `__u64` is 4-aligned) but its name
+//!   starts at 12 on every architecture, inside the tail padding.
 
 use core::mem::offset_of;
 
@@ -142,7 +143,8 @@ pub const DM_TARGET_DEPS_DEV_OFFSET: usize = size_of::<dm_target_deps>();
 /// `struct dm_name_list` header: one record of the `DM_LIST_DEVICES` reply.
 ///
 /// The NUL-terminated name starts at [`DM_NAME_LIST_NAME_OFFSET`] (12), inside this struct's
-/// tail padding (`sizeof` is 16). With interface minor 38 or later, `u32 event_nr; u32 flags;`
+/// tail padding (`sizeof` is 16 on 64-bit ABIs, 12 on i386: never use `size_of` to find the
+/// name). With interface minor 38 or later, `u32 event_nr; u32 flags;`
 /// follow at the next 8-byte boundary after the name's NUL; when the request set
 /// [`DM_UUID_FLAG`] and `flags` has [`DM_NAME_LIST_FLAG_HAS_UUID`], the uuid string follows at
 /// the next 8-byte boundary after those. `next` is relative to this record, 0 on the last one;
@@ -364,10 +366,13 @@ pub const DM_SUBSYSTEM_UDEV_FLAG6: u32 = 0x4000;
 /// `DM_SUBSYSTEM_UDEV_FLAG7`.
 pub const DM_SUBSYSTEM_UDEV_FLAG7: u32 = 0x8000;
 
-// Sizes and offsets, as in <linux/dm-ioctl.h> on every Linux architecture (all fields are
-// naturally aligned fixed-width types).
+// Sizes and offsets, as in <linux/dm-ioctl.h>. The offsets are the same on every Linux
+// architecture. Alignment follows the C ABI's alignment of __u64, which is 4 on i386 (and
+// Rust's u64 matches it there), so the one size that depends on tail padding,
+// sizeof(struct dm_name_list), is 16 on 64-bit ABIs but 12 on i386.
+const U64_ALIGN: usize = align_of::<u64>();
 const _: () = assert!(size_of::<dm_ioctl>() == 312);
-const _: () = assert!(align_of::<dm_ioctl>() == 8);
+const _: () = assert!(align_of::<dm_ioctl>() == U64_ALIGN);
 const _: () = assert!(offset_of!(dm_ioctl, version) == 0);
 const _: () = assert!(offset_of!(dm_ioctl, data_size) == 12);
 const _: () = assert!(offset_of!(dm_ioctl, data_start) == 16);
@@ -394,8 +399,8 @@ const _: () = assert!(offset_of!(dm_target_deps, count) == 0);
 const _: () = assert!(offset_of!(dm_target_deps, padding) == 4);
 const _: () = assert!(DM_TARGET_DEPS_DEV_OFFSET == 8);
 
-const _: () = assert!(size_of::<dm_name_list>() == 16);
-const _: () = assert!(align_of::<dm_name_list>() == 8);
+const _: () = assert!(size_of::<dm_name_list>() == if U64_ALIGN == 8 { 16 } else { 12 });
+const _: () = assert!(align_of::<dm_name_list>() == U64_ALIGN);
 const _: () = assert!(offset_of!(dm_name_list, dev) == 0);
 const _: () = assert!(offset_of!(dm_name_list, next) == 8);
 const _: () = assert!(DM_NAME_LIST_NAME_OFFSET == offset_of!(dm_name_list, next) + 4);

@@ -155,7 +155,8 @@ impl Default for loop_config {
 }
 
 const _: () = assert!(size_of::<loop_info64>() == 232);
-const _: () = assert!(align_of::<loop_info64>() == 8);
+// 8 on 64-bit ABIs, 4 on i386, like __u64 in C; the size is the same.
+const _: () = assert!(align_of::<loop_info64>() == align_of::<u64>());
 const _: () = assert!(offset_of!(loop_info64, lo_device) == 0);
 const _: () = assert!(offset_of!(loop_info64, lo_inode) == 8);
 const _: () = assert!(offset_of!(loop_info64, lo_rdevice) == 16);
