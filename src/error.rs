@@ -41,6 +41,47 @@ pub enum Error {
         /// Why it was rejected.
         reason: &'static str,
     },
+
+    /// An ioctl on a device or on `/dev/mapper/control` failed.
+    #[error("{op} on {target}: {source}")]
+    Ioctl {
+        /// The request, e.g. `DM_DEV_REMOVE` or `BLKFLSBUF`.
+        op: &'static str,
+        /// What it was aimed at: a device path or a dm map name.
+        target: String,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The device is in use and the operation was refused so as not to lose data.
+    #[error("{device} is in use: {reason}")]
+    Busy {
+        /// The device (`/dev/sdc`, `mpatha (dm-0)`).
+        device: String,
+        /// Who uses it: mount points, holders, open count.
+        reason: String,
+    },
+
+    /// A wait passed its deadline.
+    #[error("timed out after {waited:.1?} waiting for {what}")]
+    Timeout {
+        /// What was awaited, e.g. `block device of 2:0:0:7`.
+        what: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+
+    /// The LUN at an address is not the volume the caller expected: a LUN number was reused.
+    #[error("{device} has WWID {actual}, expected {expected}")]
+    WwidMismatch {
+        /// The device that was found (`sdc (2:0:0:7)`).
+        device: String,
+        /// The WWID the caller asked for.
+        expected: String,
+        /// The WWID the device has (`none` without VPD page 0x83).
+        actual: String,
+    },
 }
 
 /// Coarse classification of an [`Error`], stable across versions; the CLI's exit codes follow it.
@@ -53,6 +94,10 @@ pub enum ErrorKind {
     Invalid,
     /// The caller lacks the privilege (EACCES, EPERM).
     PermissionDenied,
+    /// Refused because the device is in use.
+    Busy,
+    /// A deadline passed.
+    Timeout,
     /// Anything else.
     Other,
 }
@@ -82,7 +127,7 @@ impl Error {
     /// The errno behind this error, if the kernel gave one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Io { source, .. } | Error::Ioctl { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }
@@ -92,6 +137,15 @@ impl Error {
         match self {
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::Invalid { .. } => ErrorKind::Invalid,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Busy { .. } => ErrorKind::Busy,
+            Error::Ioctl { source, .. } => match source.raw_os_error() {
+                Some(libc::ENXIO | libc::ENODEV | libc::ENOENT) => ErrorKind::NotFound,
+                Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,
+                Some(libc::EBUSY) => ErrorKind::Busy,
+                _ => ErrorKind::Other,
+            },
+            Error::WwidMismatch { .. } => ErrorKind::Other,
             Error::Io { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => ErrorKind::NotFound,
                 io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,

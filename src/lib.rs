@@ -19,15 +19,19 @@
 //!
 //! Every file access goes through a [`Root`], so the same code runs against the live system
 //! (`/`), a container that mounts the host at `/host`, or a fixture tree in tests.
-#![forbid(unsafe_code)]
+// `unsafe` is denied everywhere but in `ioctl`, the one module that issues raw ioctls.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod error;
 pub mod hctl;
+mod ioctl;
 pub mod root;
 pub mod sysfs;
 pub mod topology;
 pub mod uevent;
+pub mod wait;
+pub mod wwid;
 pub mod wwn;
 
 pub use error::{Error, ErrorKind, Result};
@@ -39,6 +43,7 @@ pub use sysfs::iscsi::{IscsiConnection, IscsiSession};
 pub use sysfs::nvme::NvmeController;
 pub use sysfs::scsi::{ScsiDevice, ScsiHost, Transport};
 pub use topology::{DmDevice, MultipathMap, Topology};
+pub use wwid::Wwid;
 pub use wwn::Wwn;
 
 /// The README's examples, compiled as doctests so they cannot rot.
