@@ -14,6 +14,8 @@ mod exit {
     pub const OTHER: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const NOT_FOUND: u8 = 3;
+    pub const BUSY: u8 = 4;
+    pub const TIMEOUT: u8 = 5;
 }
 
 #[derive(Parser)]
@@ -62,6 +64,8 @@ fn exit_code(e: &lunkit::Error) -> u8 {
     match e.kind() {
         ErrorKind::NotFound => exit::NOT_FOUND,
         ErrorKind::Invalid => exit::USAGE,
+        ErrorKind::Busy => exit::BUSY,
+        ErrorKind::Timeout => exit::TIMEOUT,
         _ => exit::OTHER,
     }
 }
