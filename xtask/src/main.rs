@@ -1,1 +1,64 @@
-fn main() {}
+//! `cargo xtask`: builds, provisions and boots the QEMU lab (DESIGN.md, "Testing").
+//!
+//! Host commands boot a guest with virtme-ng (TCG: /dev/kvm hangs on these machines) sharing
+//! the host root read-only; the guest runs this same binary (`xtask guest ...`) to build the
+//! lab with the fixtures in tests/vm/support, which the VM tests use too.
+
+mod capture;
+mod guest;
+mod host;
+mod paths;
+mod process;
+mod provision;
+mod vm;
+
+// The lab recipe shared with the VM tests (std only).
+#[path = "../../tests/vm/support/mod.rs"]
+mod support;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+  test                    fmt check, clippy, host tests, then all VM tests in one boot
+  lab                     boot the iSCSI multipath lab and show `lunkit list`
+  vm [--timeout S] -- CMD...
+                          run CMD as root in the guest, return its exit code
+  fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
+  capture-sysfs [--note TEXT] DEST
+                          copy this machine's storage sysfs into DEST (run it in the guest)
+  provision               install what the VM needs (root on Debian) or say what is missing
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match cmd.as_str() {
+        "test" => host::test(rest),
+        "lab" => host::lab(rest),
+        "vm" => host::vm(rest),
+        "fixtures" => host::fixtures(rest),
+        "capture-sysfs" => capture::main(rest),
+        "provision" => provision::ensure().map(|_| 0),
+        "guest" => guest::main(rest),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            Ok(0)
+        }
+        other => Err(format!("unknown command {other:?}\n{USAGE}").into()),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("xtask {cmd}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors are reported to the user, not handled.
+type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;

@@ -1,0 +1,117 @@
+//! The iSCSI multipath lab: an LIO target with N LUNs behind two portals, one manual-scan
+//! session per portal, chosen LUNs scanned by hand on every session, optionally multipathd
+//! with a map per scanned LUN. `cargo xtask lab`, the sysfs capture and the tests build it
+//! with this one recipe.
+
+use std::time::Duration;
+
+use super::iscsi::{self, Session};
+use super::lio::{LioConfig, LioTarget};
+use super::multipath::{self, Map, Multipathd};
+use super::{Result, sysfs};
+
+#[derive(Debug, Clone)]
+pub struct LabConfig {
+    pub target: LioConfig,
+    /// LUNs to scan on every session.
+    pub scan: Vec<u32>,
+    /// Start multipathd and wait for one map per scanned LUN.
+    pub multipath: bool,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        Self {
+            target: LioConfig::default(),
+            scan: vec![0, 1],
+            multipath: true,
+        }
+    }
+}
+
+/// The running lab. Dropping it tears everything down in the safe order: maps, sessions,
+/// target.
+#[derive(Debug)]
+pub struct IscsiLab {
+    pub config: LabConfig,
+    /// One session per portal, in portal order.
+    pub sessions: Vec<Session>,
+    /// The multipath maps multipathd built, by name.
+    pub maps: Vec<Map>,
+    multipathd: Option<Multipathd>,
+    target: Option<LioTarget>,
+}
+
+impl IscsiLab {
+    pub fn build(config: LabConfig) -> Result<Self> {
+        let target = LioTarget::create(config.target.clone())?;
+        let mut lab = Self {
+            config,
+            sessions: Vec::new(),
+            maps: Vec::new(),
+            multipathd: None,
+            target: Some(target),
+        };
+        iscsi::ensure_iscsid()?;
+        let iqn = lab.config.target.iqn.clone();
+        for portal in lab.config.target.portals.clone() {
+            iscsi::discover(&portal)?;
+            lab.sessions.push(iscsi::login(&iqn, &portal)?);
+        }
+        for session in &lab.sessions {
+            for &lun in &lab.config.scan {
+                iscsi::scan_lun(session, lun)?;
+            }
+        }
+        if lab.config.multipath {
+            lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF)?);
+            lab.maps = multipath::wait_maps(
+                lab.config.scan.len(),
+                lab.sessions.len(),
+                Duration::from_secs(60),
+            )?;
+        }
+        Ok(lab)
+    }
+
+    /// H:C:T:L of every SCSI device on the lab's sessions.
+    pub fn devices(&self) -> Vec<String> {
+        let hosts: Vec<String> = self
+            .sessions
+            .iter()
+            .map(|s| format!("{}:", s.host))
+            .collect();
+        sysfs::names("/sys/class/scsi_device")
+            .into_iter()
+            .filter(|hctl| hosts.iter().any(|h| hctl.starts_with(h.as_str())))
+            .collect()
+    }
+
+    /// Tears down and reports the first failure (drop does the same silently).
+    pub fn teardown(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let mut first_err = None;
+        if let Some(mpd) = self.multipathd.take() {
+            first_err = mpd.stop().err();
+        }
+        if !self.sessions.is_empty() {
+            iscsi::logout_all();
+            self.sessions.clear();
+        }
+        if let Some(target) = self.target.take() {
+            if let Err(e) = target.teardown() {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for IscsiLab {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

@@ -1,0 +1,181 @@
+//! An LIO iSCSI target built through configfs, without targetcli: fileio backstores on sparse
+//! files in the guest's /tmp, one target IQN, one TPG listening on several portals, demo mode
+//! (generated node ACLs) without authentication.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{Result, cmd};
+
+const CONFIGFS: &str = "/sys/kernel/config";
+const TARGET: &str = "/sys/kernel/config/target";
+const IMAGES: &str = "/tmp/lunkit-lio";
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct LioConfig {
+    pub iqn: String,
+    pub luns: u32,
+    pub lun_size: u64,
+    /// `address:port`; addresses other than 127.0.0.1 are added to `lo`.
+    pub portals: Vec<String>,
+}
+
+impl Default for LioConfig {
+    fn default() -> Self {
+        Self {
+            iqn: "iqn.2003-01.org.linux-iscsi.lunkit:lab".into(),
+            luns: 8,
+            lun_size: 16 << 20,
+            portals: vec!["127.0.0.1:3260".into(), "127.0.0.2:3260".into()],
+        }
+    }
+}
+
+/// A configured target; [`LioTarget::teardown`] (or drop) removes it from configfs.
+#[derive(Debug)]
+pub struct LioTarget {
+    pub config: LioConfig,
+    live: bool,
+}
+
+/// The unit serial of backstore `lun`. LIO builds the NAA (and so the `wwid`) from its hex
+/// digits, so they must differ per LUN; without a serial there is no VPD page 0x83 at all.
+pub fn unit_serial(lun: u32) -> String {
+    format!("5e7a1000{lun:04x}")
+}
+
+impl LioTarget {
+    pub fn create(config: LioConfig) -> Result<Self> {
+        for m in ["target_core_mod", "target_core_file", "iscsi_target_mod"] {
+            cmd::run("modprobe", &[m])?;
+        }
+        if !is_mountpoint(CONFIGFS) {
+            cmd::run("mount", &["-t", "configfs", "configfs", CONFIGFS])?;
+        }
+        for portal in &config.portals {
+            ensure_loopback_address(portal)?;
+        }
+        fs::create_dir_all(IMAGES)?;
+        let mut me = Self { config, live: true };
+        if let Err(e) = me.build() {
+            me.remove();
+            me.live = false;
+            return Err(e);
+        }
+        Ok(me)
+    }
+
+    fn tpg(&self) -> PathBuf {
+        Path::new(TARGET)
+            .join("iscsi")
+            .join(&self.config.iqn)
+            .join("tpgt_1")
+    }
+
+    fn backstore(lun: u32) -> PathBuf {
+        Path::new(TARGET).join(format!("core/fileio_{lun}/lun{lun}"))
+    }
+
+    fn build(&mut self) -> Result<()> {
+        let tpg = self.tpg();
+        mkdir(&tpg)?;
+        for lun in 0..self.config.luns {
+            let bs = Self::backstore(lun);
+            mkdir(&bs)?;
+            let image = format!("{IMAGES}/lun{lun}.img");
+            // fileio creates the file itself; it stays sparse in tmpfs.
+            write(
+                &bs.join("control"),
+                &format!("fd_dev_name={image},fd_dev_size={}", self.config.lun_size),
+            )?;
+            write(&bs.join("enable"), "1")?;
+            // Before the LUN is exported: LIO refuses to change the serial of an exported LUN.
+            write(&bs.join("wwn/vpd_unit_serial"), &unit_serial(lun))?;
+            let lun_dir = tpg.join(format!("lun/lun_{lun}"));
+            mkdir(&lun_dir)?;
+            std::os::unix::fs::symlink(&bs, lun_dir.join("lunkit")).map_err(|e| {
+                format!("cannot map {} to {}: {e}", bs.display(), lun_dir.display())
+            })?;
+        }
+        for portal in &self.config.portals {
+            mkdir(&tpg.join("np").join(portal))?;
+        }
+        write(&tpg.join("attrib/authentication"), "0")?;
+        write(&tpg.join("attrib/generate_node_acls"), "1")?;
+        write(&tpg.join("attrib/cache_dynamic_acls"), "1")?;
+        write(&tpg.join("attrib/demo_mode_write_protect"), "0")?;
+        write(&tpg.join("enable"), "1")?;
+        Ok(())
+    }
+
+    /// Removes the target, portals, LUNs and backstores. Log the initiator out first: tearing
+    /// down a TPG under live sessions leaves them reconnecting for the replacement timeout.
+    pub fn teardown(mut self) -> Result<()> {
+        self.live = false;
+        self.remove();
+        let left = Path::new(TARGET).join("iscsi").join(&self.config.iqn);
+        if left.exists() {
+            return Err(format!("{} still exists after teardown", left.display()).into());
+        }
+        Ok(())
+    }
+
+    /// Best effort, in the reverse order of [`build`](Self::build): configfs refuses to remove
+    /// a directory that still has children, and a failed step must not stop the others.
+    fn remove(&mut self) {
+        let tpg = self.tpg();
+        let _ = fs::write(tpg.join("enable"), "0");
+        for portal in &self.config.portals {
+            let _ = fs::remove_dir(tpg.join("np").join(portal));
+        }
+        for lun in 0..self.config.luns {
+            let lun_dir = tpg.join(format!("lun/lun_{lun}"));
+            let _ = fs::remove_file(lun_dir.join("lunkit"));
+            let _ = fs::remove_dir(&lun_dir);
+        }
+        let _ = fs::remove_dir(&tpg);
+        let _ = fs::remove_dir(tpg.parent().expect("tpg has a parent"));
+        for lun in 0..self.config.luns {
+            let bs = Self::backstore(lun);
+            let _ = fs::remove_dir(&bs);
+            let _ = fs::remove_dir(bs.parent().expect("backstore has a parent"));
+            let _ = fs::remove_file(format!("{IMAGES}/lun{lun}.img"));
+        }
+    }
+}
+
+impl Drop for LioTarget {
+    fn drop(&mut self) {
+        if self.live {
+            self.remove();
+        }
+    }
+}
+
+fn mkdir(p: &Path) -> Result<()> {
+    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()).into())
+}
+
+fn write(p: &Path, v: &str) -> Result<()> {
+    fs::write(p, v).map_err(|e| format!("write {v:?} to {}: {e}", p.display()).into())
+}
+
+fn is_mountpoint(dir: &str) -> bool {
+    fs::read_to_string("/proc/self/mountinfo")
+        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(dir)))
+}
+
+/// 127.0.0.2 answers on Linux anyway (lo owns 127/8), but iscsid and LIO bind and report the
+/// address: put it on `lo` so both portals are real addresses.
+fn ensure_loopback_address(portal: &str) -> Result<()> {
+    let addr = portal.rsplit_once(':').map_or(portal, |(a, _)| a);
+    if addr == "127.0.0.1" {
+        return Ok(());
+    }
+    let shown = cmd::run("ip", &["-o", "addr", "show", "dev", "lo"])?;
+    if !shown.contains(&format!("inet {addr}/")) {
+        cmd::run("ip", &["addr", "add", &format!("{addr}/8"), "dev", "lo"])?;
+    }
+    Ok(())
+}

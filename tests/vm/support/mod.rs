@@ -1,0 +1,41 @@
+//! Fixtures for the VM tests: they build a storage lab inside the QEMU guest (scsi_debug, an
+//! LIO iSCSI target through configfs, the open-iscsi initiator, multipathd) and tear it down.
+//!
+//! Only std, so that `xtask` can compile the same files (`#[path]`) for `cargo xtask lab` and
+//! for capturing the sysfs fixture trees: the lab, the captures and the tests share one recipe.
+//!
+//! Everything here expects to run as root inside the guest booted by `cargo xtask`; call
+//! [`require_vm`] first so a test run on a developer's host fails instead of loading modules.
+
+// Test fixtures build the lab with the real tools (modprobe, iscsiadm, multipathd): the
+// no-process rule is for the library, not for the lab around it.
+#![allow(clippy::disallowed_methods)]
+// Each test binary (and xtask) uses a different part of the fixtures.
+#![allow(dead_code)]
+
+pub mod cmd;
+pub mod iscsi;
+pub mod lab;
+pub mod lio;
+pub mod multipath;
+pub mod scsi_debug;
+pub mod sysfs;
+pub mod udev;
+pub mod wait;
+
+/// Fixture errors are reported, not handled: a message saying what failed is enough.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The variable `cargo xtask test` sets in the guest.
+pub const VM_ENV: &str = "LUNKIT_VM";
+
+/// Panics unless we run inside the xtask guest: these fixtures load kernel modules and start
+/// daemons, which must never happen on a developer's machine by accident.
+pub fn require_vm() {
+    if std::env::var_os(VM_ENV).is_none_or(|v| v != "1") {
+        panic!(
+            "VM test: run it with `cargo xtask test` (it needs {VM_ENV}=1 inside the QEMU guest)"
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! multipathd in the guest, and the multipath maps as sysfs shows them.
+
+use std::fs;
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use super::{Result, cmd, sysfs, udev, wait};
+
+const LOG: &str = "/tmp/lunkit-multipathd.log";
+
+/// The smallest useful configuration: mpathN names, and every path with a WWID gets a map
+/// (find_multipaths no), so a map appears as soon as its paths are scanned.
+pub const DEFAULT_CONF: &str = "defaults {\n\tuser_friendly_names yes\n\tfind_multipaths no\n}\n";
+
+/// A multipathd we started; [`Multipathd::stop`] (or drop) shuts it down and flushes its maps.
+#[derive(Debug)]
+pub struct Multipathd {
+    child: Option<Child>,
+}
+
+/// A multipath map from sysfs: `dm-N` whose `dm/uuid` starts with `mpath-`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Map {
+    pub name: String,
+    pub dm: String,
+    pub uuid: String,
+    /// Path devices (`slaves/`), sorted.
+    pub paths: Vec<String>,
+}
+
+impl Multipathd {
+    /// Writes /etc/multipath.conf (an overlay in the guest) and runs `multipathd -d` as our
+    /// child, logging to /tmp/lunkit-multipathd.log.
+    pub fn start(conf: &str) -> Result<Self> {
+        udev::ensure_running()?;
+        cmd::run("modprobe", &["dm_multipath"])?;
+        fs::write("/etc/multipath.conf", conf)?;
+        let child = cmd::spawn_logged("multipathd", &["-d", "-s"], Path::new(LOG))?;
+        let me = Self { child: Some(child) };
+        wait::until_true("multipathd to answer", Duration::from_secs(30), || {
+            cmd::run("multipathd", &["show", "daemon"]).is_ok()
+        })
+        .map_err(|e| format!("{e}; log:\n{}", log()))?;
+        Ok(me)
+    }
+
+    /// Asks multipathd to shut down, waits for it, then flushes unused maps.
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        cmd::run_ignoring_failure("multipathd", &["shutdown"]);
+        let exited = wait::until_true("multipathd to exit", Duration::from_secs(30), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if exited.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        cmd::run_ignoring_failure("multipath", &["-F"]);
+        exited
+    }
+}
+
+impl Drop for Multipathd {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// multipathd's log so far (for error messages).
+pub fn log() -> String {
+    fs::read_to_string(LOG).unwrap_or_default()
+}
+
+/// All multipath maps, by dm name.
+pub fn maps() -> Vec<Map> {
+    let mut v: Vec<Map> = sysfs::names("/sys/block")
+        .into_iter()
+        .filter(|n| n.starts_with("dm-"))
+        .filter_map(|dm| {
+            let base = format!("/sys/block/{dm}");
+            let uuid = sysfs::attr(format!("{base}/dm/uuid"))?;
+            if !uuid.starts_with("mpath-") {
+                return None;
+            }
+            Some(Map {
+                name: sysfs::attr(format!("{base}/dm/name"))?,
+                paths: sysfs::names(format!("{base}/slaves")),
+                dm,
+                uuid,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+/// Waits until there are `count` multipath maps with `paths` paths each.
+pub fn wait_maps(count: usize, paths: usize, timeout: Duration) -> Result<Vec<Map>> {
+    let mut last = Vec::new();
+    wait::until(
+        &format!("{count} multipath maps with {paths} paths each"),
+        timeout,
+        || {
+            last = maps();
+            Ok(
+                (last.len() == count && last.iter().all(|m| m.paths.len() == paths))
+                    .then(|| last.clone()),
+            )
+        },
+    )
+    .map_err(|e| format!("{e}; maps now: {last:?}; multipathd log:\n{}", log()).into())
+}

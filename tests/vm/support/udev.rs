@@ -1,0 +1,34 @@
+//! udevd in the guest. virtme-ng's init already starts `systemd-udevd`, so usually there is
+//! nothing to do; multipathd needs it (it reads path WWIDs from the udev database).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Result, cmd, wait};
+
+const CONTROL: &str = "/run/udev/control";
+
+/// Whether udevd is listening (the same check lunkit makes: its control socket exists).
+pub fn running() -> bool {
+    Path::new(CONTROL).exists()
+}
+
+/// Starts udevd unless it already runs; starting a second one would fight over the socket.
+pub fn ensure_running() -> Result<()> {
+    if running() {
+        return Ok(());
+    }
+    cmd::run("/lib/systemd/systemd-udevd", &["--daemon"])?;
+    wait::until_true("udevd's control socket", Duration::from_secs(10), running)?;
+    cmd::run("udevadm", &["trigger", "--action=add"])?;
+    settle(Duration::from_secs(30))
+}
+
+/// Waits until udevd has processed the queued events.
+pub fn settle(timeout: Duration) -> Result<()> {
+    cmd::run(
+        "udevadm",
+        &["settle", &format!("--timeout={}", timeout.as_secs().max(1))],
+    )?;
+    Ok(())
+}

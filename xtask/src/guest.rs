@@ -1,0 +1,179 @@
+//! `xtask guest ...`: what the host commands run inside the guest. Not for direct use: it
+//! loads modules and starts daemons on whatever machine it runs on, so it insists on
+//! LUNKIT_VM=1, which only the host side sets.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::process::{self, Counts};
+use crate::support::lab::{IscsiLab, LabConfig};
+use crate::support::scsi_debug::ScsiDebug;
+use crate::support::{VM_ENV, iscsi, multipath, udev};
+use crate::{Result, capture, paths};
+
+/// The fixture scenarios `cargo xtask fixtures` captures, by directory name.
+pub const SCENARIOS: &[&str] = &["scsi-debug", "iscsi-multipath"];
+
+pub fn main(args: &[String]) -> Result<u8> {
+    if std::env::var(VM_ENV).as_deref() != Ok("1") {
+        return Err(
+            format!("`xtask guest` runs inside the VM only ({VM_ENV}=1 is not set)").into(),
+        );
+    }
+    let (cmd, rest) = args.split_first().ok_or("guest: missing subcommand")?;
+    match cmd.as_str() {
+        "capture" => {
+            let [scenario, dest] = rest else {
+                return Err("usage: guest capture SCENARIO DEST".into());
+            };
+            capture_scenario(scenario, Path::new(dest))
+        }
+        "lab" => {
+            let [lunkit] = rest else {
+                return Err("usage: guest lab LUNKIT_BIN".into());
+            };
+            lab(Path::new(lunkit))
+        }
+        "run-tests" => {
+            let (lunkit, bins) = rest
+                .split_first()
+                .ok_or("usage: guest run-tests LUNKIT_BIN TEST_BIN...")?;
+            run_tests(Path::new(lunkit), bins)
+        }
+        other => Err(format!("unknown guest command {other:?}").into()),
+    }
+}
+
+/// Builds a scenario, checks it is what the fixture claims, and captures sysfs.
+fn capture_scenario(scenario: &str, dest: &Path) -> Result<u8> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    match scenario {
+        "scsi-debug" => {
+            let sd = ScsiDebug::load(
+                &[("add_host", "2"), ("num_tgts", "1"), ("max_luns", "4")],
+                8,
+            )?;
+            let devices = sd.devices();
+            if sd.hosts.len() != 2 || devices.len() != 8 {
+                return Err(format!(
+                    "expected 2 hosts x 4 LUNs, got hosts {:?} devices {devices:?}",
+                    sd.hosts
+                )
+                .into());
+            }
+            udev::settle(Duration::from_secs(30))?;
+            let note = format!(
+                "`modprobe scsi_debug add_host=2 num_tgts=1 max_luns=4` on {}: hosts {:?}, devices {}. \
+                 No multipathd.",
+                kernel.trim(),
+                sd.hosts,
+                devices.join(" ")
+            );
+            let summary = capture::capture(Path::new("/"), dest, &note)?;
+            eprintln!("xtask: captured {scenario}: {summary}");
+            sd.unload()?;
+        }
+        "iscsi-multipath" => {
+            let lab = IscsiLab::build(LabConfig::default())?;
+            udev::settle(Duration::from_secs(30))?;
+            let sessions: Vec<String> = lab
+                .sessions
+                .iter()
+                .map(|s| format!("session{} on host{} via {}", s.sid, s.host, s.portal))
+                .collect();
+            let maps: Vec<String> = lab
+                .maps
+                .iter()
+                .map(|m| format!("{} ({}: {})", m.name, m.dm, m.paths.join(",")))
+                .collect();
+            let note = format!(
+                "LIO iSCSI target {iqn} built through configfs on {k} (tests/vm/support/lio.rs): \
+                 {n} fileio LUNs of 16 MiB with vpd_unit_serial set, portals {portals}, \
+                 generated node ACLs, no authentication. open-iscsi logged in through both portals \
+                 with node.session.scan = manual ({sessions}); LUNs 0 and 1 scanned by hand on each \
+                 session (`0 0 L` to hostN/scan); multipathd (user_friendly_names yes, \
+                 find_multipaths no) built {maps}.",
+                iqn = lab.config.target.iqn,
+                k = kernel.trim(),
+                n = lab.config.target.luns,
+                portals = lab.config.target.portals.join(" and "),
+                sessions = sessions.join(", "),
+                maps = maps.join(" and "),
+            );
+            let summary = capture::capture(Path::new("/"), dest, &note)?;
+            eprintln!("xtask: captured {scenario}: {summary}");
+            lab.teardown()?;
+        }
+        other => {
+            return Err(format!(
+                "unknown scenario {other:?} (known: {})",
+                SCENARIOS.join(", ")
+            )
+            .into());
+        }
+    }
+    Ok(0)
+}
+
+/// The lab: 8 LUNs behind two portals, LUN 0 scanned on both sessions, multipathd running.
+fn lab(lunkit: &Path) -> Result<u8> {
+    let lab = IscsiLab::build(LabConfig {
+        scan: vec![0],
+        ..LabConfig::default()
+    })?;
+    println!(
+        "lab: target {} with {} LUNs",
+        lab.config.target.iqn, lab.config.target.luns
+    );
+    for s in iscsi::sessions() {
+        println!("lab: session{} host{} portal {}", s.sid, s.host, s.portal);
+    }
+    for m in multipath::maps() {
+        println!(
+            "lab: map {} {} {} paths {}",
+            m.name,
+            m.dm,
+            m.uuid,
+            m.paths.join(",")
+        );
+    }
+    println!("lab: $ lunkit list");
+    let status = Command::new(lunkit)
+        .arg("list")
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", lunkit.display()))?;
+    lab.teardown()?;
+    Ok(if status.success() { 0 } else { 1 })
+}
+
+/// Runs every VM test binary's ignored tests, one at a time, in this one boot.
+fn run_tests(lunkit: &Path, bins: &[String]) -> Result<u8> {
+    let mut total = Counts::default();
+    let mut failed_bins = Vec::new();
+    for bin in bins {
+        println!("xtask guest: running {bin}");
+        let mut cmd = Command::new(bin);
+        cmd.args(["--ignored", "--test-threads=1"])
+            .env(VM_ENV, "1")
+            .env("LUNKIT_BIN", lunkit)
+            // cargo runs tests from the package root; do the same.
+            .current_dir(paths::root());
+        let (status, lines) = process::run_tee(&mut cmd, Some(Duration::from_secs(1200)))?;
+        let counts = Counts::from_lines(&lines);
+        if !status.success() || counts.binaries == 0 {
+            failed_bins.push(PathBuf::from(bin));
+        }
+        total.passed += counts.passed;
+        total.failed += counts.failed;
+        total.ignored += counts.ignored;
+        total.binaries += 1;
+    }
+    if failed_bins.is_empty() {
+        println!("xtask guest: VM tests ok: {total}");
+        Ok(0)
+    } else {
+        println!("xtask guest: VM tests FAILED: {total}; failing binaries: {failed_bins:?}");
+        Ok(1)
+    }
+}

@@ -1,0 +1,259 @@
+//! The host side of the commands: build, provision, boot, report.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::guest::SCENARIOS;
+use crate::process::{self, Counts, cargo};
+use crate::vm::Boot;
+use crate::{Result, paths, provision};
+
+/// `xtask vm [--timeout S] -- CMD...`
+pub fn vm(args: &[String]) -> Result<u8> {
+    let mut timeout = None;
+    let mut it = args.iter();
+    let mut argv = Vec::new();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--timeout" => {
+                let s = it.next().ok_or("--timeout needs seconds")?;
+                timeout = Some(Duration::from_secs(
+                    s.parse().map_err(|_| format!("bad --timeout {s:?}"))?,
+                ));
+            }
+            "--" => {
+                argv.extend(it.by_ref().cloned());
+            }
+            _ => {
+                argv.push(a.clone());
+                argv.extend(it.by_ref().cloned());
+            }
+        }
+    }
+    if argv.is_empty() {
+        return Err("usage: cargo xtask vm [--timeout SECONDS] -- CMD [ARGS...]".into());
+    }
+    let lab = provision::ensure()?;
+    let (status, _) = Boot {
+        timeout,
+        ..Boot::default()
+    }
+    .run(&lab, &argv)?;
+    Ok(exit_code(status))
+}
+
+/// `xtask fixtures [NAME...]`: rebuilds the sysfs fixture trees, one boot per scenario, into
+/// a staging directory the guest may write, then swaps them into tests/fixtures.
+pub fn fixtures(args: &[String]) -> Result<u8> {
+    let names: Vec<&str> = if args.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
+    if let Some(bad) = names.iter().find(|n| !SCENARIOS.contains(n)) {
+        return Err(format!("unknown scenario {bad:?} (known: {})", SCENARIOS.join(", ")).into());
+    }
+    let lab = provision::ensure()?;
+    let staging = paths::target_dir().join("vm-capture");
+    for name in names {
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)?;
+        let out = staging.join(name);
+        let boot = Boot {
+            rwdirs: vec![staging.clone()],
+            timeout: Some(Duration::from_secs(600)),
+        };
+        let (status, _) = boot.run(
+            &lab,
+            &guest_argv(&["capture", name, &out.to_string_lossy()])?,
+        )?;
+        if !status.success() {
+            return Err(format!("capturing {name} failed in the guest ({status})").into());
+        }
+        let fixture = paths::root().join("tests/fixtures").join(name);
+        let _ = std::fs::remove_dir_all(&fixture);
+        copy_tree(&out, &fixture)?;
+        eprintln!("xtask: wrote {}", fixture.display());
+    }
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(0)
+}
+
+/// `xtask lab`: the iSCSI multipath lab and `lunkit list` in it.
+pub fn lab(args: &[String]) -> Result<u8> {
+    if !args.is_empty() {
+        return Err("usage: cargo xtask lab".into());
+    }
+    let lab = provision::ensure()?;
+    process::run(cargo().args(["build", "-p", "lunkit-cli"]))?;
+    let lunkit = paths::lunkit_bin();
+    let boot = Boot {
+        timeout: Some(Duration::from_secs(600)),
+        ..Boot::default()
+    };
+    let (status, _) = boot.run(&lab, &guest_argv(&["lab", &lunkit.to_string_lossy()])?)?;
+    Ok(exit_code(status))
+}
+
+/// `xtask test`: fmt, clippy, host tests, then every VM test in one boot.
+pub fn test(args: &[String]) -> Result<u8> {
+    if !args.is_empty() {
+        return Err("usage: cargo xtask test".into());
+    }
+    process::run(cargo().args(["fmt", "--all", "--check"]))?;
+    process::run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let (status, lines) = process::run_tee(cargo().args(["test", "--workspace"]), None)?;
+    let host = Counts::from_lines(&lines);
+    if !status.success() {
+        return Err(format!("host tests failed: {host}").into());
+    }
+    let lab = provision::ensure()?;
+    process::run(cargo().args(["build", "-p", "lunkit-cli"]))?;
+    let bins = vm_test_binaries()?;
+    if bins.is_empty() {
+        return Err("no VM test binaries (tests/vm_*.rs) were built".into());
+    }
+    let mut argv = vec![
+        "run-tests".to_owned(),
+        paths::lunkit_bin().to_string_lossy().into_owned(),
+    ];
+    argv.extend(bins.iter().map(|b| b.to_string_lossy().into_owned()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let boot = Boot {
+        timeout: Some(Duration::from_secs(1800)),
+        ..Boot::default()
+    };
+    let (status, lines) = boot.run(&lab, &guest_argv(&argv)?)?;
+    let vm = Counts::from_lines(&lines);
+    let ok = status.success() && vm.failed == 0 && vm.binaries == bins.len() as u64;
+    println!(
+        "xtask test: {}: host tests {host}; VM tests {vm}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// Builds the root crate's tests and returns the executables of `tests/vm_*.rs`, from
+/// cargo's JSON messages (their file names carry a hash only cargo knows).
+fn vm_test_binaries() -> Result<Vec<PathBuf>> {
+    let out = cargo()
+        .args([
+            "test",
+            "-p",
+            "lunkit",
+            "--tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err("building the VM tests failed".into());
+    }
+    let tests_dir = paths::root().join("tests");
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") {
+            continue;
+        }
+        let (Some(src), Some(exe)) = (json_str(line, "src_path"), json_str(line, "executable"))
+        else {
+            continue;
+        };
+        let src = Path::new(&src);
+        let is_vm = src.parent() == Some(tests_dir.as_path())
+            && src
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vm_") && n.ends_with(".rs"));
+        if is_vm {
+            bins.push(PathBuf::from(exe));
+        }
+    }
+    bins.sort();
+    bins.dedup();
+    Ok(bins)
+}
+
+/// The string value of the first `"key":"..."` in a JSON line (enough for cargo's messages;
+/// xtask stays dependency-free).
+fn json_str(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut out = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// The command line that runs this xtask binary inside the guest. The guest does not inherit
+/// our environment, hence `env`.
+fn guest_argv(args: &[&str]) -> Result<Vec<String>> {
+    let me = std::env::current_exe()?;
+    let mut argv = vec![
+        "env".to_owned(),
+        "LUNKIT_VM=1".to_owned(),
+        me.to_string_lossy().into_owned(),
+        "guest".to_owned(),
+    ];
+    argv.extend(args.iter().map(|s| (*s).to_owned()));
+    Ok(argv)
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    status.code().map_or(1, |c| u8::try_from(c).unwrap_or(1))
+}
+
+/// Copies a captured tree (files, directories, symlinks as symlinks).
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ft = entry.file_type()?;
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else if ft.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_str;
+
+    #[test]
+    fn reads_cargo_json_strings() {
+        let line = r#"{"reason":"compiler-artifact","target":{"name":"vm_list","src_path":"/w/tests/vm_list.rs"},"executable":"/w/target/debug/deps/vm_list-1a2b","fresh":true}"#;
+        assert_eq!(
+            json_str(line, "src_path").as_deref(),
+            Some("/w/tests/vm_list.rs")
+        );
+        assert_eq!(
+            json_str(line, "executable").as_deref(),
+            Some("/w/target/debug/deps/vm_list-1a2b")
+        );
+        assert_eq!(json_str(r#"{"executable":null}"#, "executable"), None);
+        assert_eq!(json_str(r#"{"a":"x\"y"}"#, "a").as_deref(), Some("x\"y"));
+    }
+}

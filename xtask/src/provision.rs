@@ -1,0 +1,228 @@
+//! Provisioning the lab: Debian packages for QEMU, the guest kernel and the peers, and
+//! virtme-ng from PyPI in a venv under target/. As root on Debian we install what is missing;
+//! otherwise we say exactly what to install and stop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{Result, paths, process};
+
+/// Debian packages the lab needs (DESIGN.md, "Testing"), always installed together.
+pub const APT_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "linux-image-amd64",
+    "kmod",
+    "open-iscsi",
+    "multipath-tools",
+    "sg3-utils",
+    "udev",
+    "lsscsi",
+    "busybox-static",
+];
+
+/// virtme-ng from PyPI, pinned: its command line and guest init are what we tested.
+pub const VIRTME_NG: &str = "virtme-ng";
+pub const VIRTME_NG_VERSION: &str = "1.42";
+
+/// A program each package must provide (found on PATH or in the sbin directories).
+const PROGRAMS: &[(&str, &str)] = &[
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("modprobe", "kmod"),
+    ("iscsiadm", "open-iscsi"),
+    ("iscsid", "open-iscsi"),
+    ("multipath", "multipath-tools"),
+    ("multipathd", "multipath-tools"),
+    ("sg_inq", "sg3-utils"),
+    ("udevadm", "udev"),
+    ("lsscsi", "lsscsi"),
+    ("busybox", "busybox-static"),
+];
+
+/// What the VM needs, resolved.
+#[derive(Debug)]
+pub struct Lab {
+    /// `/boot/vmlinuz-<version>`, the newest one with modules.
+    pub kernel: PathBuf,
+    pub kernel_version: String,
+    /// The venv's `bin/` (holds `vng` and `virtme-run`).
+    pub venv_bin: PathBuf,
+}
+
+/// Makes sure everything is there, installing it when we may.
+pub fn ensure() -> Result<Lab> {
+    let missing = missing_packages();
+    let kernel = newest_kernel();
+    if !missing.is_empty() || kernel.is_none() {
+        let mut want = missing.clone();
+        if kernel.is_none() && !want.contains(&"linux-image-amd64") {
+            want.push("linux-image-amd64");
+        }
+        if !(is_root() && is_debian()) {
+            return Err(format!(
+                "the QEMU lab needs packages that are missing ({}). As root on Debian, run:\n  \
+                 apt-get update && apt-get install -y {}",
+                want.join(", "),
+                APT_PACKAGES.join(" ")
+            )
+            .into());
+        }
+        eprintln!("xtask: installing {} with apt-get", want.join(", "));
+        process::run(Command::new("apt-get").arg("update"))?;
+        process::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends"])
+                .args(APT_PACKAGES)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+        let still = missing_packages();
+        if !still.is_empty() {
+            return Err(
+                format!("still missing after apt-get install: {}", still.join(", ")).into(),
+            );
+        }
+    }
+    let (kernel, kernel_version) =
+        newest_kernel().ok_or("no /boot/vmlinuz-<version> with /lib/modules/<version>")?;
+    let venv_bin = ensure_venv()?;
+    Ok(Lab {
+        kernel,
+        kernel_version,
+        venv_bin,
+    })
+}
+
+fn missing_packages() -> Vec<&'static str> {
+    let mut v: Vec<&str> = PROGRAMS
+        .iter()
+        .filter(|(p, _)| find_program(p).is_none())
+        .map(|&(_, pkg)| pkg)
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Looks on PATH and in the sbin directories (not on a normal user's PATH).
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn is_root() -> bool {
+    // Effective uid from /proc (std has no geteuid): "Uid:\treal\teffective\t...".
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|u| u.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+fn is_debian() -> bool {
+    Path::new("/etc/debian_version").exists()
+}
+
+/// The newest `/boot/vmlinuz-<version>` whose modules are installed (the guest loads
+/// scsi_debug, dm_multipath, iscsi_tcp and LIO from /lib/modules through the shared root).
+pub fn newest_kernel() -> Option<(PathBuf, String)> {
+    if let Some(k) = std::env::var_os("LUNKIT_VM_KERNEL") {
+        let k = PathBuf::from(k);
+        let version = k
+            .file_name()?
+            .to_str()?
+            .strip_prefix("vmlinuz-")?
+            .to_owned();
+        return Some((k, version));
+    }
+    let mut versions: Vec<String> = std::fs::read_dir("/boot")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("vmlinuz-")
+                .map(str::to_owned)
+        })
+        .filter(|v| Path::new("/lib/modules").join(v).is_dir())
+        .collect();
+    versions.sort_by_key(|v| version_key(v));
+    let v = versions.pop()?;
+    Some((PathBuf::from(format!("/boot/vmlinuz-{v}")), v))
+}
+
+/// `6.1.0-56-amd64` sorts by its numbers, so 6.10 comes after 6.9.
+fn version_key(v: &str) -> Vec<(u64, String)> {
+    v.split(['.', '-', '+', '~'])
+        .map(|part| match part.parse() {
+            Ok(n) => (n, String::new()),
+            Err(_) => (0, part.to_owned()),
+        })
+        .collect()
+}
+
+/// virtme-ng in `target/vng-venv`, at the pinned version.
+fn ensure_venv() -> Result<PathBuf> {
+    let venv = paths::venv();
+    let bin = venv.join("bin");
+    if bin.join("vng").is_file() && has_pinned_virtme_ng(&venv) {
+        return Ok(bin);
+    }
+    let python = find_program("python3").ok_or(
+        "python3 is missing: install python3 and python3-venv (Debian), then run `cargo xtask provision`",
+    )?;
+    if !bin.join("pip").is_file() {
+        eprintln!("xtask: creating {}", venv.display());
+        process::run(Command::new(&python).args(["-m", "venv"]).arg(&venv)).map_err(|e| {
+            format!(
+                "{e}\n(on Debian, `apt-get install -y python3-venv` provides `python3 -m venv`)"
+            )
+        })?;
+    }
+    let spec = format!("{VIRTME_NG}=={VIRTME_NG_VERSION}");
+    eprintln!("xtask: pip install {spec} into {}", venv.display());
+    process::run(Command::new(bin.join("pip")).args(["install", "--quiet", &spec]))?;
+    if !bin.join("vng").is_file() {
+        return Err(format!(
+            "{spec} installed but {} is missing",
+            bin.join("vng").display()
+        )
+        .into());
+    }
+    Ok(bin)
+}
+
+fn has_pinned_virtme_ng(venv: &Path) -> bool {
+    let Ok(lib) = std::fs::read_dir(venv.join("lib")) else {
+        return false;
+    };
+    let dist = format!("virtme_ng-{VIRTME_NG_VERSION}.dist-info");
+    lib.flatten()
+        .any(|py| py.path().join("site-packages").join(&dist).is_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_key;
+
+    #[test]
+    fn kernel_versions_sort_numerically() {
+        let mut v = vec![
+            "6.10.0-1-amd64",
+            "6.1.0-56-amd64",
+            "6.9.0-2-amd64",
+            "6.1.0-9-amd64",
+        ];
+        v.sort_by_key(|a| version_key(a));
+        assert_eq!(
+            v,
+            [
+                "6.1.0-9-amd64",
+                "6.1.0-56-amd64",
+                "6.9.0-2-amd64",
+                "6.10.0-1-amd64"
+            ]
+        );
+    }
+}

@@ -1,0 +1,60 @@
+//! Booting the guest with virtme-ng: the host root shared read-only, /etc and /var as
+//! overlays (iscsid and multipathd state), TCG because /dev/kvm hangs on these machines.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::provision::Lab;
+use crate::{Result, process};
+
+/// One guest run.
+#[derive(Debug, Default)]
+pub struct Boot {
+    /// Host directories the guest may write (same path inside); never the root.
+    pub rwdirs: Vec<PathBuf>,
+    /// Kill the VM after this long.
+    pub timeout: Option<Duration>,
+}
+
+impl Boot {
+    /// Boots, runs `argv` as root in the guest, streams its stdout (stderr goes straight
+    /// through) and returns its exit status with the stdout lines.
+    pub fn run(&self, lab: &Lab, argv: &[String]) -> Result<(ExitStatus, Vec<String>)> {
+        if argv.is_empty() {
+            return Err("no command to run in the guest".into());
+        }
+        let mut vng = Command::new(lab.venv_bin.join("vng"));
+        vng.arg("--run")
+            .arg(&lab.kernel)
+            .args(["--disable-kvm", "--memory", "2G", "--cpus", "2"])
+            .args(["--overlay-rwdir", "/etc", "--overlay-rwdir", "/var"]);
+        for dir in &self.rwdirs {
+            if dir.as_os_str().is_empty() || dir == &PathBuf::from("/") {
+                return Err("refusing to give the guest write access to the host root".into());
+            }
+            vng.arg(format!("--rwdir={}", dir.display()));
+        }
+        // vng joins several words with shlex (each stays one argument in the guest) and runs
+        // a single word as a shell command line, like `sh -c`.
+        vng.arg("--").args(argv);
+        // vng runs virtme-run from its own bin/.
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![lab.venv_bin.clone()];
+        dirs.extend(std::env::split_paths(&path));
+        vng.env("PATH", std::env::join_paths(dirs)?);
+        // QEMU must not read the terminal: the guest command gets no stdin.
+        vng.stdin(Stdio::null());
+        eprintln!(
+            "xtask: booting {} under TCG (about 15-20 s)",
+            lab.kernel_version
+        );
+        let start = Instant::now();
+        let out = process::run_tee(&mut vng, self.timeout);
+        eprintln!(
+            "xtask: guest finished after {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        out
+    }
+}
