@@ -24,9 +24,12 @@
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod fc;
 pub mod hctl;
 mod ioctl;
+pub mod iscsi;
 pub mod root;
+pub mod scsi;
 pub mod sysfs;
 pub mod topology;
 pub mod uevent;
@@ -37,6 +40,7 @@ pub mod wwn;
 pub use error::{Error, ErrorKind, Result};
 pub use hctl::Hctl;
 pub use root::Root;
+pub use scsi::{PathDevice, ScanOptions};
 pub use sysfs::block::{BlockDevice, DevNum, DmInfo};
 pub use sysfs::fc::{FcHost, FcRemotePort};
 pub use sysfs::iscsi::{IscsiConnection, IscsiSession};

@@ -64,10 +64,16 @@ mod tests {
     #[test]
     fn returns_as_soon_as_the_check_holds() {
         let mut n = 0;
-        let v = until(None, Instant::now() + Duration::from_secs(5), &|| "x".into(), &|_| true, || {
-            n += 1;
-            Ok((n == 3).then_some(n))
-        })
+        let v = until(
+            None,
+            Instant::now() + Duration::from_secs(5),
+            &|| "x".into(),
+            &|_| true,
+            || {
+                n += 1;
+                Ok((n == 3).then_some(n))
+            },
+        )
         .unwrap();
         assert_eq!(v, 3);
     }
@@ -94,9 +100,17 @@ mod tests {
 
     #[test]
     fn check_errors_end_the_wait() {
-        let err = until::<()>(None, Instant::now() + Duration::from_secs(5), &|| "x".into(), &|_| true, || {
-            Err(Error::NotFound { what: "SCSI device 9:0:0:0".into() })
-        })
+        let err = until::<()>(
+            None,
+            Instant::now() + Duration::from_secs(5),
+            &|| "x".into(),
+            &|_| true,
+            || {
+                Err(Error::NotFound {
+                    what: "SCSI device 9:0:0:0".into(),
+                })
+            },
+        )
         .unwrap_err();
         assert!(matches!(err, Error::NotFound { .. }));
     }

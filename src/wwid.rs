@@ -51,7 +51,11 @@ impl FromStr for Wwid {
             return Err(Error::invalid(KIND, s, "must be 1 to 256 bytes"));
         }
         if s.bytes().any(|b| b.is_ascii_control() || b == b'/') {
-            return Err(Error::invalid(KIND, s, "contains a control character or '/'"));
+            return Err(Error::invalid(
+                KIND,
+                s,
+                "contains a control character or '/'",
+            ));
         }
         let hex = |h: &str| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit());
         let sysfs = if let Some(h) = s.strip_prefix("naa.") {
@@ -101,7 +105,15 @@ mod tests {
 
     #[test]
     fn rejects_path_tricks_and_garbage() {
-        for bad in ["", "naa.", "naa.xyz", "eui.12g4", "../../etc", "naa.1\n", &"3".repeat(300)] {
+        for bad in [
+            "",
+            "naa.",
+            "naa.xyz",
+            "eui.12g4",
+            "../../etc",
+            "naa.1\n",
+            &"3".repeat(300),
+        ] {
             assert!(bad.parse::<Wwid>().is_err(), "{bad:?}");
         }
     }

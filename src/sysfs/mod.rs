@@ -36,6 +36,19 @@ pub(crate) fn attr(dir: &Path, name: &str) -> Option<String> {
     (!t.is_empty()).then(|| t.to_owned())
 }
 
+/// Writes `value` to the existing attribute `path` in one `write(2)`, as the kernel expects
+/// (sysfs takes one write per store). Never creates a file: a missing attribute is an error.
+pub(crate) fn write_attr(path: &Path, value: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    f.write_all(value.as_bytes())
+        .map_err(|e| Error::io(path, e))
+}
+
 /// Reads and parses `dir/name`; `None` when it cannot be read or does not parse.
 pub(crate) fn attr_parse<T: FromStr>(dir: &Path, name: &str) -> Option<T> {
     attr(dir, name)?.parse().ok()

@@ -1,0 +1,170 @@
+//! FC and generic scans on a writable copy of the FC fixture tree: the scan string lands in
+//! exactly the hosts whose remote ports lead to the target, and nothing else is written.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lunkit::{Error, Hctl, Root, ScanOptions, Wwn};
+
+/// Copies the fixture (symlinks as symlinks) into a fresh temp dir.
+fn writable_fixture(tag: &str) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        fs::create_dir_all(to).unwrap();
+        for e in fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+            } else if ft.is_dir() {
+                copy(&src, &dst);
+            } else {
+                fs::copy(&src, &dst).unwrap();
+            }
+        }
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fc");
+    let dst = std::env::temp_dir().join(format!("lunkit-scan-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dst);
+    copy(&src, &dst);
+    dst
+}
+
+fn scan_file(root: &Path, host: u32) -> String {
+    fs::read_to_string(root.join(format!("sys/class/scsi_host/host{host}/scan"))).unwrap()
+}
+
+fn quick() -> ScanOptions {
+    ScanOptions {
+        timeout: Duration::from_millis(200),
+        expect_wwid: None,
+    }
+}
+
+const TARGET: Wwn = Wwn(0x500a098188a8b1c1);
+
+#[test]
+fn fc_scan_writes_only_to_hosts_with_matching_online_target_ports() {
+    let dir = writable_fixture("fc-match");
+    let root = Root::new(&dir);
+    // LUN 3 does not exist in the tree, so after the writes the scan reports it missing.
+    let err = lunkit::fc::scan(&root, TARGET, &[], 3, false, &quick()).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("LUN 3 behind host5 channel 0 target 0"),
+        "{err}"
+    );
+    assert_eq!(scan_file(&dir, 5), "0 0 3");
+    // The first missing LUN stops the scan before host6 is written: one error, no half-state.
+    assert_eq!(scan_file(&dir, 6), "");
+    assert_eq!(
+        scan_file(&dir, 7),
+        "",
+        "Linkdown host without rports is never written"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn fc_scan_honours_initiator_filter_and_port_state() {
+    let dir = writable_fixture("fc-filter");
+    let root = Root::new(&dir);
+    let host6 = Wwn(0x21000024ff3a0002);
+    let err = lunkit::fc::scan(&root, TARGET, &[host6], 3, false, &quick()).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert_eq!(scan_file(&dir, 5), "", "host5 is not among the initiators");
+    assert_eq!(scan_file(&dir, 6), "0 0 3");
+
+    // rport-5:0-2 leads to this WWPN but is Blocked: the kernel would skip it, so do we.
+    let blocked = Wwn(0x500a098188a8b1c2);
+    let err = lunkit::fc::scan(&root, blocked, &[], 0, false, &quick()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("online FC target port 0x500a098188a8b1c2"),
+        "{err}"
+    );
+    // An initiator-only rport is never a scan target.
+    let err =
+        lunkit::fc::scan(&root, Wwn(0x10000090fa3b0001), &[], 0, false, &quick()).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }));
+    assert_eq!(scan_file(&dir, 5), "");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn fc_wildcard_only_when_asked() {
+    let dir = writable_fixture("fc-wild");
+    let root = Root::new(&dir);
+    let _ = lunkit::fc::scan(&root, TARGET, &[], 3, true, &quick()).unwrap_err();
+    assert_eq!(scan_file(&dir, 5), "- - 3");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn present_lun_is_rescanned_and_identified() {
+    let dir = writable_fixture("present");
+    let root = Root::new(&dir);
+    // Stand-ins for the device nodes devtmpfs would have made.
+    fs::create_dir_all(dir.join("dev")).unwrap();
+    fs::write(dir.join("dev/sdc"), "").unwrap();
+    fs::write(dir.join("dev/sdd"), "").unwrap();
+
+    let paths = lunkit::fc::scan(&root, TARGET, &[], 0, false, &quick()).unwrap();
+    let got: Vec<_> = paths
+        .iter()
+        .map(|p| (p.hctl, p.name.as_str(), p.dev.to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Hctl::new(5, 0, 0, 0), "sdc", "8:32".to_owned()),
+            (Hctl::new(6, 0, 0, 0), "sdd", "8:48".to_owned())
+        ]
+    );
+    assert_eq!(paths[0].dev_path, dir.join("dev/sdc"));
+    assert_eq!(
+        paths[0].wwid.as_ref().unwrap().to_multipath(),
+        "3600a098038303053453f463045727a41"
+    );
+    let rescan = dir.join("sys/class/scsi_device/5:0:0:0/device/rescan");
+    assert_eq!(fs::read_to_string(rescan).unwrap(), "1");
+    assert_eq!(
+        scan_file(&dir, 5),
+        "",
+        "a present LUN is rescanned, not scanned"
+    );
+
+    // The expected WWID in either form is accepted; another one is rejected by name.
+    let ok = ScanOptions {
+        expect_wwid: Some("3600a098038303053453f463045727a41".parse().unwrap()),
+        ..quick()
+    };
+    lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &ok).unwrap();
+    let wrong = ScanOptions {
+        expect_wwid: Some("naa.600a098038303053453f463045727a42".parse().unwrap()),
+        ..quick()
+    };
+    let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &wrong).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::WwidMismatch { .. }));
+    assert!(
+        msg.contains("naa.600a098038303053453f463045727a42")
+            && msg.contains("naa.600a098038303053453f463045727a41"),
+        "{msg}"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_node_times_out_naming_the_device() {
+    let dir = writable_fixture("timeout");
+    let root = Root::new(&dir);
+    let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &quick()).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("block device of 5:0:0:0"), "{err}");
+    let err = lunkit::scsi::scan(&root, Hctl::new(9, 0, 0, 0), &quick()).unwrap_err();
+    assert!(err.to_string().contains("SCSI host9 not found"), "{err}");
+    fs::remove_dir_all(&dir).unwrap();
+}
