@@ -1,5 +1,5 @@
-//! FC and generic scans on a writable copy of the FC fixture tree: the scan string lands in
-//! exactly the hosts whose remote ports lead to the target, and nothing else is written.
+//! FC, iSCSI and generic scans on writable copies of the fixture trees: the scan string lands
+//! in exactly the hosts that lead to the target, and nothing else is written.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,10 @@ use lunkit::{Error, Hctl, Root, ScanOptions, Wwn};
 
 /// Copies the fixture (symlinks as symlinks) into a fresh temp dir.
 fn writable_fixture(tag: &str) -> PathBuf {
+    writable_copy("fc", tag)
+}
+
+fn writable_copy(fixture: &str, tag: &str) -> PathBuf {
     fn copy(from: &Path, to: &Path) {
         fs::create_dir_all(to).unwrap();
         for e in fs::read_dir(from).unwrap() {
@@ -24,7 +28,9 @@ fn writable_fixture(tag: &str) -> PathBuf {
             }
         }
     }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fc");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(fixture);
     let dst = std::env::temp_dir().join(format!("lunkit-scan-{tag}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dst);
     copy(&src, &dst);
@@ -167,4 +173,44 @@ fn missing_node_times_out_naming_the_device() {
     let err = lunkit::scsi::scan(&root, Hctl::new(9, 0, 0, 0), &quick()).unwrap_err();
     assert!(err.to_string().contains("SCSI host9 not found"), "{err}");
     fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn iscsi_scan_writes_to_every_session_of_the_target_only() {
+    let dir = writable_copy("iscsi-multipath", "iscsi");
+    let root = Root::new(&dir);
+    let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+    let scan_files = |d: &Path| -> Vec<String> { (0..=7).map(|h| scan_file(d, h)).collect() };
+
+    let err = lunkit::iscsi::scan(&root, iqn, &[], 7, &quick()).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert_eq!(scan_files(&dir)[6], "0 0 7");
+    assert!(
+        scan_files(&dir)[..6].iter().all(String::is_empty),
+        "non-iSCSI hosts untouched"
+    );
+
+    // Restricted to the second portal, only session2's host (host7) is scanned.
+    let dir2 = writable_copy("iscsi-multipath", "iscsi-portal");
+    let root2 = Root::new(&dir2);
+    let _ = lunkit::iscsi::scan(&root2, iqn, &["127.0.0.2:3260".into()], 7, &quick()).unwrap_err();
+    let f = scan_files(&dir2);
+    assert_eq!((f[6].as_str(), f[7].as_str()), ("", "0 0 7"));
+
+    // Another target, a malformed name: nothing written.
+    let dir3 = writable_copy("iscsi-multipath", "iscsi-other");
+    let root3 = Root::new(&dir3);
+    let err =
+        lunkit::iscsi::scan(&root3, "iqn.2003-01.org.example:other", &[], 0, &quick()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("logged-in iSCSI session to iqn.2003-01.org.example:other"),
+        "{err}"
+    );
+    let err = lunkit::iscsi::scan(&root3, "iqn../../x y", &[], 0, &quick()).unwrap_err();
+    assert!(matches!(err, Error::Invalid { .. }), "{err}");
+    assert!(scan_files(&dir3).iter().all(String::is_empty));
+    for d in [dir, dir2, dir3] {
+        fs::remove_dir_all(d).unwrap();
+    }
 }

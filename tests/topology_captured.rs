@@ -1,0 +1,157 @@
+//! The topology model on sysfs trees captured from a real 6.1 kernel in the VM lab
+//! (tests/fixtures/*/README.md says how each was made).
+
+use std::path::PathBuf;
+
+use lunkit::{Hctl, Root, Topology, Transport};
+
+fn root(name: &str) -> Root {
+    Root::new(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+}
+
+#[test]
+fn iscsi_sessions_hosts_and_portals() {
+    let t = Topology::read(&root("iscsi-multipath")).unwrap();
+    let s: Vec<_> = t
+        .iscsi_sessions
+        .iter()
+        .map(|s| {
+            (
+                s.sid,
+                s.host,
+                s.target_id,
+                s.portal(),
+                s.state.as_deref(),
+                s.tpgt,
+            )
+        })
+        .collect();
+    assert_eq!(
+        s,
+        [
+            (
+                1,
+                Some(6),
+                Some(0),
+                Some("127.0.0.1:3260".to_owned()),
+                Some("LOGGED_IN"),
+                Some(1)
+            ),
+            (
+                2,
+                Some(7),
+                Some(0),
+                Some("127.0.0.2:3260".to_owned()),
+                Some("LOGGED_IN"),
+                Some(1)
+            ),
+        ]
+    );
+    for sess in &t.iscsi_sessions {
+        assert_eq!(
+            sess.target.as_deref(),
+            Some("iqn.2003-01.org.linux-iscsi.lunkit:lab")
+        );
+        assert_eq!(sess.connections.len(), 1);
+        let c = &sess.connections[0];
+        assert_eq!(c.name, format!("connection{}:0", sess.sid));
+        assert_eq!(c.persistent_port, Some(3260));
+        assert_eq!(c.port, Some(3260), "live connection has its socket peer");
+    }
+    let iscsi_hosts: Vec<_> = t
+        .scsi_hosts
+        .iter()
+        .filter(|h| h.transport == Transport::Iscsi)
+        .map(|h| (h.number, h.proc_name.as_deref()))
+        .collect();
+    assert_eq!(
+        iscsi_hosts,
+        [(6, Some("iscsi_tcp")), (7, Some("iscsi_tcp"))]
+    );
+}
+
+#[test]
+fn multipath_maps_group_the_two_sessions_paths() {
+    let t = Topology::read(&root("iscsi-multipath")).unwrap();
+    let maps: Vec<_> = t
+        .multipath_maps()
+        .map(|m| (m.name, m.dm, m.paths.to_vec()))
+        .collect();
+    assert_eq!(
+        maps,
+        [
+            (
+                Some("mpatha"),
+                "dm-0",
+                vec!["sda".to_owned(), "sdc".to_owned()]
+            ),
+            (
+                Some("mpathb"),
+                "dm-1",
+                vec!["sdb".to_owned(), "sdd".to_owned()]
+            ),
+        ]
+    );
+    // The map's WWID is the multipath form of its paths' sysfs WWID.
+    for m in t.multipath_maps() {
+        for p in m.paths {
+            let dev = t
+                .scsi_devices
+                .iter()
+                .find(|d| d.block.as_deref() == Some(p.as_str()))
+                .unwrap();
+            let w: lunkit::Wwid = dev.wwid.as_deref().unwrap().parse().unwrap();
+            assert_eq!(w.to_multipath(), m.wwid, "{p}");
+        }
+        assert_eq!(t.block(m.dm).unwrap().holders, Vec::<String>::new());
+    }
+    assert_eq!(t.block("sda").unwrap().holders, ["dm-0"]);
+    let lio: Vec<_> = t
+        .scsi_devices
+        .iter()
+        .filter(|d| d.vendor.as_deref() == Some("LIO-ORG"))
+        .map(|d| (d.hctl, d.block.as_deref().unwrap()))
+        .collect();
+    assert_eq!(
+        lio,
+        [
+            (Hctl::new(6, 0, 0, 0), "sda"),
+            (Hctl::new(6, 0, 0, 1), "sdb"),
+            (Hctl::new(7, 0, 0, 0), "sdc"),
+            (Hctl::new(7, 0, 0, 1), "sdd"),
+        ]
+    );
+}
+
+#[test]
+fn scsi_debug_two_hosts_four_luns() {
+    let t = Topology::read(&root("scsi-debug")).unwrap();
+    let dbg: Vec<_> = t
+        .scsi_hosts
+        .iter()
+        .filter(|h| h.proc_name.as_deref() == Some("scsi_debug"))
+        .map(|h| h.number)
+        .collect();
+    assert_eq!(dbg.len(), 2);
+    for h in dbg {
+        let luns: Vec<u64> = t.devices_on_host(h).map(|d| d.hctl.lun).collect();
+        assert_eq!(luns, [0, 1, 2, 3], "host{h}");
+        for d in t.devices_on_host(h) {
+            assert_eq!(d.state.as_deref(), Some("running"));
+            assert!(
+                d.wwid.as_deref().is_some_and(|w| w.starts_with("naa.")),
+                "{:?}",
+                d.wwid
+            );
+            let b = t.block(d.block.as_deref().unwrap()).unwrap();
+            assert_eq!(b.size_bytes, Some(8 << 20));
+            assert_eq!(b.dev.unwrap().major, 8);
+        }
+    }
+    assert_eq!(t.multipath_maps().count(), 0);
+    assert!(t.iscsi_sessions.is_empty());
+}
