@@ -2,6 +2,8 @@
 
 mod human;
 mod json;
+mod scan;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +45,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Scan exactly one LUN and wait until its block devices open.
+    #[command(subcommand)]
+    Scan(scan::Scan),
+    /// Print kernel uevents as they arrive (like `udevadm monitor --kernel`).
+    Watch {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -50,6 +61,8 @@ fn main() -> ExitCode {
     let root = Root::new(cli.root);
     let result = match cli.command {
         Command::List { json } => list(&root, json),
+        Command::Scan(cmd) => scan::run(&root, cmd),
+        Command::Watch { json } => watch::run(json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -68,6 +81,17 @@ fn exit_code(e: &lunkit::Error) -> u8 {
         ErrorKind::Timeout => exit::TIMEOUT,
         _ => exit::OTHER,
     }
+}
+
+/// Parses a `--timeout` in seconds (fractions allowed).
+pub(crate) fn seconds(s: f64) -> lunkit::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+        lunkit::Error::invalid(
+            "timeout",
+            &s.to_string(),
+            "must be a non-negative number of seconds",
+        )
+    })
 }
 
 fn list(root: &Root, as_json: bool) -> lunkit::Result<()> {

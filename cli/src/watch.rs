@@ -1,0 +1,52 @@
+//! `lunkit watch`: print kernel uevents as they arrive, like `udevadm monitor --kernel`.
+
+use std::io::Write;
+
+use lunkit::uevent::{Monitor, Received};
+use serde_json::{Map, Value};
+
+pub fn run(json: bool) -> lunkit::Result<()> {
+    let mut m = Monitor::open()?;
+    let stdout = std::io::stdout();
+    loop {
+        let line = match m.recv(None)? {
+            Received::Event(ev) => {
+                if json {
+                    let mut env = Map::new();
+                    for (k, v) in &ev.env {
+                        env.insert(k.clone(), Value::String(v.clone()));
+                    }
+                    serde_json::json!({
+                        "action": ev.action.as_str(),
+                        "devpath": ev.devpath,
+                        "subsystem": ev.subsystem,
+                        "seqnum": ev.seqnum,
+                        "env": env,
+                    })
+                    .to_string()
+                } else {
+                    format!(
+                        "KERNEL {:<8} {} ({}) seq {}",
+                        ev.action.as_str(),
+                        ev.devpath,
+                        ev.subsystem.as_deref().unwrap_or("-"),
+                        ev.seqnum
+                    )
+                }
+            }
+            Received::Overflow => {
+                if json {
+                    r#"{"overflow":true}"#.to_owned()
+                } else {
+                    "OVERFLOW: events were lost (receive queue full)".to_owned()
+                }
+            }
+            Received::TimedOut => continue,
+        };
+        let mut out = stdout.lock();
+        // A closed pipe (`lunkit watch | head`) ends the command quietly.
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return Ok(());
+        }
+    }
+}

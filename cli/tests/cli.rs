@@ -1,0 +1,225 @@
+//! `lunkit list` end to end on the FC fixture tree: the JSON contract and the exit codes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+fn lunkit(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lunkit"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn json_has_the_documented_fields() {
+    let root = fixture("fc");
+    let out = lunkit(&["--root", root.to_str().unwrap(), "list", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["version"], 1);
+
+    let devs = doc["scsi_devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 2);
+    assert_eq!(devs[0]["hctl"], "5:0:0:0");
+    assert_eq!(devs[0]["block"], "sdc");
+    assert_eq!(devs[0]["wwid"], "naa.600a098038303053453f463045727a41");
+    assert_eq!(devs[0]["state"], "running");
+
+    let maps = doc["multipath_maps"].as_array().unwrap();
+    assert_eq!(maps.len(), 1);
+    assert_eq!(maps[0]["name"], "mpathb");
+    assert_eq!(maps[0]["dm"], "dm-0");
+    assert_eq!(maps[0]["uuid"], "mpath-3600a098038303053453f463045727a41");
+    assert_eq!(maps[0]["paths"], serde_json::json!(["sdc", "sdd"]));
+
+    let rports = doc["fc_rports"].as_array().unwrap();
+    assert_eq!(rports.len(), 4);
+    assert_eq!(rports[0]["port_name"], "0x500a098188a8b1c1");
+    assert_eq!(rports[0]["target"], "5:0:0");
+    assert_eq!(rports[1]["scsi_target_id"], Value::Null);
+    assert_eq!(doc["fc_hosts"][2]["port_state"], "Linkdown");
+    assert_eq!(doc["iscsi_sessions"], serde_json::json!([]));
+}
+
+#[test]
+fn tree_shows_paths_under_hosts_and_maps() {
+    let root = fixture("fc");
+    let out = lunkit(&["--root", root.to_str().unwrap(), "list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+            .to_owned()
+    };
+    assert!(line("host5").contains("0x21000024ff3a0001"));
+    let lun = line("5:0:0:0");
+    assert!(lun.contains(" sdc ") && lun.contains("in mpathb"), "{lun}");
+    assert!(lun.starts_with("│  └─ "), "LUN sits below its rport: {lun}");
+    assert!(line("rport-5:0-1").contains("FCP Initiator"));
+    assert!(line("mpathb ").contains("3600a098038303053453f463045727a41"));
+}
+
+#[test]
+fn exit_codes() {
+    let out = lunkit(&["--root", "/nonexistent/lunkit", "list"]);
+    assert_eq!(out.status.code(), Some(3), "missing root is not found");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/lunkit/sys"));
+
+    let out = lunkit(&["lsit"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+}
+
+/// A throwaway copy of a fixture tree (scans write into it).
+fn scratch(name: &str, tag: &str) -> PathBuf {
+    let dst = std::env::temp_dir().join(format!("lunkit-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(fixture(name))
+        .arg(&dst)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dst
+}
+
+#[test]
+fn scan_exit_codes() {
+    let dir = scratch("fc", "scan");
+    let root = dir.to_str().unwrap();
+
+    let out = lunkit(&["--root", root, "scan", "hctl", "5:0:0:x"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "malformed H:C:T:L is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5:0:0:x"));
+
+    let out = lunkit(&["--root", root, "scan", "hctl", "9:0:0:0"]);
+    assert_eq!(out.status.code(), Some(3), "no such host");
+
+    let out = lunkit(&[
+        "--root",
+        root,
+        "scan",
+        "fc",
+        "--wwpn",
+        "0x500a098188a8b1c1",
+        "--lun",
+        "4",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "LUN the target does not report");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("LUN 4 behind host5"), "{err}");
+
+    // No /dev node ever appears in a fixture tree: the wait ends at the deadline.
+    let out = lunkit(&[
+        "--root",
+        root,
+        "scan",
+        "hctl",
+        "5:0:0:0",
+        "--timeout",
+        "0.2",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    std::fs::create_dir_all(dir.join("dev")).unwrap();
+    std::fs::write(dir.join("dev/sdc"), "").unwrap();
+    let out = lunkit(&[
+        "--root",
+        root,
+        "scan",
+        "hctl",
+        "5:0:0:0",
+        "--expect-wwid",
+        "naa.600a0980383030534530303030303030",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "WWID mismatch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("naa.600a0980383030534530303030303030")
+            && err.contains("naa.600a098038303053453f463045727a41"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "no device is printed on a mismatch");
+
+    let out = lunkit(&["--root", root, "scan", "hctl", "5:0:0:0", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = &doc["devices"][0];
+    assert_eq!(d["name"], "sdc");
+    assert_eq!(d["hctl"], "5:0:0:0");
+    assert_eq!(
+        (d["major"].as_u64(), d["minor"].as_u64()),
+        (Some(8), Some(32))
+    );
+    assert_eq!(d["wwid"], "naa.600a098038303053453f463045727a41");
+    assert!(d["path"].as_str().unwrap().ends_with("/dev/sdc"));
+    assert!(d["elapsed_us"].is_u64());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn watch_prints_kernel_events() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lunkit"))
+        .args(["watch", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tag = "0b6f2a8e-5d1c-4e3b-8a7f-2c9d1e0f3a4b";
+    // The monitor may not be subscribed yet when the first trigger fires: repeat until seen.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let trigger = std::thread::spawn(move || {
+        for _ in 0..50 {
+            if stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            std::fs::write("/sys/class/mem/null/uevent", format!("change {tag}")).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    });
+    let found = lines
+        .by_ref()
+        .take(500)
+        .map_while(Result::ok)
+        .find_map(|l| {
+            let v: Value = serde_json::from_str(&l).ok()?;
+            (v["env"]["SYNTH_UUID"] == tag).then_some(v)
+        });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    trigger.join().unwrap();
+    let v = found.expect("watch printed the synthetic event");
+    assert_eq!(v["action"], "change");
+    assert_eq!(v["subsystem"], "mem");
+    assert!(v["seqnum"].as_u64().unwrap() > 0);
+}
