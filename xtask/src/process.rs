@@ -4,8 +4,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::Result;
@@ -30,7 +30,9 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 /// (the caller reads test counts from them). With a timeout, the command runs in its own
 /// process group which is killed when time is up.
 pub fn run_tee(cmd: &mut Command, timeout: Option<Duration>) -> Result<(ExitStatus, Vec<String>)> {
-    cmd.stdout(Stdio::piped());
+    // Both streams go through pipes: virtme-ng reopens the stdio it is given (truncating a
+    // log file the caller redirected us to), so it must never see our own descriptors.
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     if timeout.is_some() {
         cmd.process_group(0);
     }
@@ -62,16 +64,21 @@ pub fn run_tee(cmd: &mut Command, timeout: Option<Duration>) -> Result<(ExitStat
             }
         });
     }
-    let lines = Arc::new(Mutex::new(Vec::new()));
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let forward_err = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stderr, &mut std::io::stderr());
+    });
+    let mut lines = Vec::new();
     let stdout = child.stdout.take().expect("stdout is piped");
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
-        lines.lock().expect("not poisoned").push(line);
+        lines.push(line);
     }
     let status = child.wait()?;
+    let _ = forward_err.join();
     done.store(true, Ordering::Relaxed);
     if timed_out.load(Ordering::Relaxed) {
         return Err(format!(
@@ -81,7 +88,6 @@ pub fn run_tee(cmd: &mut Command, timeout: Option<Duration>) -> Result<(ExitStat
         )
         .into());
     }
-    let lines = std::mem::take(&mut *lines.lock().expect("not poisoned"));
     Ok((status, lines))
 }
 
