@@ -1,0 +1,231 @@
+//! VM tests for single-LUN scans (issue 3): iSCSI through two portals, a LUN the target lacks,
+//! a reused LUN number (wrong WWID), scsi_debug with manual scanning, and a scan from a network
+//! namespace where no uevent arrives.
+//!
+//! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
+
+// The tests run the lunkit CLI; the fixtures build the lab with real tools.
+#![allow(clippy::disallowed_methods)]
+
+#[path = "vm/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::lab::{IscsiLab, LabConfig};
+use support::lio::LioConfig;
+use support::scsi_debug::ScsiDebug;
+use support::{require_vm, sysfs};
+
+fn lunkit(args: &[&str]) -> Output {
+    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
+    Command::new(&bin).args(args).output().expect("run lunkit")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// H:C:T:L of every SCSI device whose host is one of `hosts`.
+fn devices_on(hosts: &[u32]) -> Vec<String> {
+    sysfs::names("/sys/class/scsi_device")
+        .into_iter()
+        .filter(|h| hosts.iter().any(|n| h.starts_with(&format!("{n}:"))))
+        .collect()
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn iscsi_scan_of_one_lun_through_two_portals() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 16,
+            ..LioConfig::default()
+        },
+        scan: vec![],
+        multipath: false,
+    })
+    .expect("build the iSCSI lab");
+    let iqn = lab.config.target.iqn.clone();
+    let hosts: Vec<u32> = lab.sessions.iter().map(|s| s.host).collect();
+    assert_eq!(hosts.len(), 2);
+    assert!(
+        devices_on(&hosts).is_empty(),
+        "manual scan: no LUN after login"
+    );
+
+    // LUN 7: exactly two paths, one WWID, and nothing else of the target appears.
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        &iqn,
+        "--lun",
+        "7",
+        "--timeout",
+        "60",
+        "--json",
+    ]);
+    assert!(out.status.success(), "scan failed: {}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devs = doc["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 2, "{doc}");
+    let mut hctls: Vec<String> = devs
+        .iter()
+        .map(|d| d["hctl"].as_str().unwrap().to_owned())
+        .collect();
+    hctls.sort();
+    let mut want: Vec<String> = hosts.iter().map(|h| format!("{h}:0:0:7")).collect();
+    want.sort();
+    assert_eq!(hctls, want);
+    assert_eq!(devs[0]["wwid"], devs[1]["wwid"]);
+    assert!(devs[0]["wwid"].as_str().unwrap().starts_with("naa."));
+    for d in devs {
+        let name = d["name"].as_str().unwrap();
+        assert!(std::path::Path::new(&format!("/dev/{name}")).exists());
+        assert_eq!(
+            sysfs::attr(format!("/sys/block/{name}/dev")).unwrap(),
+            format!("{}:{}", d["major"], d["minor"])
+        );
+    }
+    let mut present = devices_on(&hosts);
+    present.sort();
+    assert_eq!(present, want, "only LUN 7 was brought in");
+
+    // A second scan of the same LUN rescans and returns the same paths.
+    let again = lunkit(&["scan", "iscsi", "--target", &iqn, "--lun", "7", "--json"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let doc2: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(doc2["devices"].as_array().unwrap().len(), 2);
+
+    // LUN 99 does not exist: exit 3, long before the 60 s timeout.
+    let t0 = Instant::now();
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        &iqn,
+        "--lun",
+        "99",
+        "--timeout",
+        "60",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(stderr(&out).contains("LUN 99"), "{}", stderr(&out));
+
+    // A reused LUN number must not be handed out as the old volume.
+    let wrong = "naa.6001405deadbeef000000000000000";
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        &iqn,
+        "--lun",
+        "3",
+        "--expect-wwid",
+        wrong,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let msg = stderr(&out);
+    assert!(
+        msg.contains(wrong) && msg.contains("has WWID naa."),
+        "{msg}"
+    );
+    assert!(out.stdout.is_empty(), "no device returned");
+
+    // Sessions to another target are never touched: scanning a target with no session fails.
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        "iqn.2003-01.org.example:none",
+        "--lun",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+
+    lab.teardown().expect("tear the lab down");
+}
+
+/// Sets `scsi_mod.scan` (writable at runtime) and restores it on drop, so scsi_debug's hosts
+/// come up without their LUNs.
+struct ManualScan(String);
+
+impl ManualScan {
+    fn enable() -> Self {
+        let p = "/sys/module/scsi_mod/parameters/scan";
+        let old = sysfs::attr(p).unwrap_or_else(|| "async".into());
+        std::fs::write(p, "manual").expect("set scsi_mod.scan=manual");
+        ManualScan(old)
+    }
+}
+
+impl Drop for ManualScan {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/sys/module/scsi_mod/parameters/scan", &self.0);
+    }
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn scsi_debug_generic_scan_of_one_lun_among_many() {
+    require_vm();
+    let manual = ManualScan::enable();
+    let sd = ScsiDebug::load(
+        &[("add_host", "1"), ("num_tgts", "1"), ("max_luns", "8")],
+        0,
+    )
+    .expect("load scsi_debug");
+    let host = sd.hosts[0];
+    assert!(
+        sd.devices().is_empty(),
+        "manual scan: no LUN yet, got {:?}",
+        sd.devices()
+    );
+
+    let hctl = format!("{host}:0:0:5");
+    let out = lunkit(&["scan", "hctl", &hctl, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["devices"][0]["hctl"], hctl.as_str());
+    assert_eq!(sd.devices(), [hctl.clone()], "exactly one LUN among eight");
+
+    // The safety net: in a fresh network namespace no uevent arrives, the sysfs re-checks
+    // still see the disk.
+    let hctl2 = format!("{host}:0:0:2");
+    let bin = std::env::var("LUNKIT_BIN").unwrap();
+    let out = Command::new("unshare")
+        .args([
+            "--net",
+            &bin,
+            "scan",
+            "hctl",
+            &hctl2,
+            "--timeout",
+            "60",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scan in a netns: {}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["devices"][0]["hctl"], hctl2.as_str());
+    let mut devs = sd.devices();
+    devs.sort();
+    assert_eq!(devs, [hctl2, hctl]);
+
+    // Out of range for the host (max_luns=8): the kernel refuses, lunkit says so.
+    let out = lunkit(&["scan", "hctl", &format!("{host}:0:0:4000")]);
+    assert_ne!(out.status.code(), Some(0));
+
+    sd.unload().expect("unload scsi_debug");
+    drop(manual);
+}
