@@ -30,16 +30,22 @@ pub fn main(args: &[String]) -> Result<u8> {
             capture_scenario(scenario, Path::new(dest))
         }
         "lab" => {
-            let [lunkit] = rest else {
-                return Err("usage: guest lab LUNKIT_BIN".into());
-            };
-            lab(Path::new(lunkit))
+            let (lunkit, cmd) = rest
+                .split_first()
+                .ok_or("usage: guest lab LUNKIT_BIN [CMD...]")?;
+            lab(Path::new(lunkit), cmd)
         }
         "run-tests" => {
-            let (lunkit, bins) = rest
-                .split_first()
-                .ok_or("usage: guest run-tests LUNKIT_BIN TEST_BIN...")?;
-            run_tests(Path::new(lunkit), bins)
+            let usage = "usage: guest run-tests LUNKIT_BIN [--filter=F] TEST_BIN...";
+            let (lunkit, mut bins) = rest.split_first().ok_or(usage)?;
+            let mut filter = None;
+            if let Some((f, more)) = bins.split_first() {
+                if let Some(f) = f.strip_prefix("--filter=") {
+                    filter = Some(f);
+                    bins = more;
+                }
+            }
+            run_tests(Path::new(lunkit), filter, bins)
         }
         other => Err(format!("unknown guest command {other:?}").into()),
     }
@@ -116,8 +122,9 @@ fn capture_scenario(scenario: &str, dest: &Path) -> Result<u8> {
     Ok(0)
 }
 
-/// The lab: 8 LUNs behind two portals, LUN 0 scanned on both sessions, multipathd running.
-fn lab(lunkit: &Path) -> Result<u8> {
+/// The lab: 8 LUNs behind two portals, LUN 0 scanned on both sessions, multipathd running;
+/// `lunkit list`, then `cmd` if given.
+fn lab(lunkit: &Path, cmd: &[String]) -> Result<u8> {
     let lab = IscsiLab::build(LabConfig {
         scan: vec![0],
         ..LabConfig::default()
@@ -139,22 +146,34 @@ fn lab(lunkit: &Path) -> Result<u8> {
         );
     }
     println!("lab: $ lunkit list");
-    let status = Command::new(lunkit)
-        .arg("list")
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", lunkit.display()))?;
+    let mut ok = run_shown(Command::new(lunkit).arg("list"))?;
+    if let Some((program, args)) = cmd.split_first() {
+        println!("lab: $ {}", cmd.join(" "));
+        ok &= run_shown(Command::new(program).args(args).env("LUNKIT_BIN", lunkit))?;
+    }
     lab.teardown()?;
-    Ok(if status.success() { 0 } else { 1 })
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn run_shown(cmd: &mut Command) -> Result<bool> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", process::describe(cmd)))?;
+    if !status.success() {
+        println!("lab: `{}` failed ({status})", process::describe(cmd));
+    }
+    Ok(status.success())
 }
 
 /// Runs every VM test binary's ignored tests, one at a time, in this one boot.
-fn run_tests(lunkit: &Path, bins: &[String]) -> Result<u8> {
+fn run_tests(lunkit: &Path, filter: Option<&str>, bins: &[String]) -> Result<u8> {
     let mut total = Counts::default();
     let mut failed_bins = Vec::new();
     for bin in bins {
         println!("xtask guest: running {bin}");
         let mut cmd = Command::new(bin);
         cmd.args(["--ignored", "--test-threads=1"])
+            .args(filter)
             .env(VM_ENV, "1")
             .env("LUNKIT_BIN", lunkit)
             // cargo runs tests from the package root; do the same.

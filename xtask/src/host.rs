@@ -79,40 +79,60 @@ pub fn fixtures(args: &[String]) -> Result<u8> {
     Ok(0)
 }
 
-/// `xtask lab`: the iSCSI multipath lab and `lunkit list` in it.
+/// `xtask lab [-- CMD...]`: the iSCSI multipath lab and `lunkit list` in it; then CMD, if
+/// given, runs in the lab (with LUNKIT_BIN set) before it is torn down.
 pub fn lab(args: &[String]) -> Result<u8> {
-    if !args.is_empty() {
-        return Err("usage: cargo xtask lab".into());
-    }
+    let extra: Vec<&str> = match args.split_first() {
+        None => Vec::new(),
+        Some((dd, rest)) if dd == "--" && !rest.is_empty() => {
+            rest.iter().map(String::as_str).collect()
+        }
+        _ => return Err("usage: cargo xtask lab [-- CMD [ARGS...]]".into()),
+    };
     let lab = provision::ensure()?;
     process::run(cargo().args(["build", "-p", "lunkit-cli"]))?;
-    let lunkit = paths::lunkit_bin();
+    let lunkit = paths::lunkit_bin().to_string_lossy().into_owned();
+    let mut argv = vec!["lab", lunkit.as_str()];
+    argv.extend(extra);
     let boot = Boot {
         timeout: Some(Duration::from_secs(600)),
         ..Boot::default()
     };
-    let (status, _) = boot.run(&lab, &guest_argv(&["lab", &lunkit.to_string_lossy()])?)?;
+    let (status, _) = boot.run(&lab, &guest_argv(&argv)?)?;
     Ok(exit_code(status))
 }
 
-/// `xtask test`: fmt, clippy, host tests, then every VM test in one boot.
+/// `xtask test [--vm-only] [FILTER]`: fmt, clippy, host tests, then every VM test in one
+/// boot. `--vm-only` skips the host steps and FILTER selects VM tests by name, for the edit
+/// loop on VM tests; CI runs the whole thing.
 pub fn test(args: &[String]) -> Result<u8> {
-    if !args.is_empty() {
-        return Err("usage: cargo xtask test".into());
+    let usage = "usage: cargo xtask test [--vm-only] [FILTER]";
+    let mut vm_only = false;
+    let mut filter = None;
+    for a in args {
+        match a.as_str() {
+            "--vm-only" => vm_only = true,
+            _ if !a.starts_with('-') && filter.is_none() => filter = Some(a.clone()),
+            _ => return Err(usage.into()),
+        }
     }
-    process::run(cargo().args(["fmt", "--all", "--check"]))?;
-    process::run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    let (status, lines) = process::run_tee(cargo().args(["test", "--workspace"]), None)?;
-    let host = Counts::from_lines(&lines);
-    if !status.success() {
-        return Err(format!("host tests failed: {host}").into());
+    let mut host = None;
+    if !vm_only {
+        process::run(cargo().args(["fmt", "--all", "--check"]))?;
+        process::run(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        let (status, lines) = process::run_tee(cargo().args(["test", "--workspace"]), None)?;
+        let counts = Counts::from_lines(&lines);
+        if !status.success() {
+            return Err(format!("host tests failed: {counts}").into());
+        }
+        host = Some(counts);
     }
     let lab = provision::ensure()?;
     process::run(cargo().args(["build", "-p", "lunkit-cli"]))?;
@@ -124,6 +144,9 @@ pub fn test(args: &[String]) -> Result<u8> {
         "run-tests".to_owned(),
         paths::lunkit_bin().to_string_lossy().into_owned(),
     ];
+    if let Some(f) = filter {
+        argv.push(format!("--filter={f}"));
+    }
     argv.extend(bins.iter().map(|b| b.to_string_lossy().into_owned()));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let boot = Boot {
@@ -133,6 +156,7 @@ pub fn test(args: &[String]) -> Result<u8> {
     let (status, lines) = boot.run(&lab, &guest_argv(&argv)?)?;
     let vm = Counts::from_lines(&lines);
     let ok = status.success() && vm.failed == 0 && vm.binaries == bins.len() as u64;
+    let host = host.map_or_else(|| "skipped".to_owned(), |c| c.to_string());
     println!(
         "xtask test: {}: host tests {host}; VM tests {vm}",
         if ok { "ok" } else { "FAILED" }

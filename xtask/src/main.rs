@@ -21,8 +21,9 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage: cargo xtask <command>
 
-  test                    fmt check, clippy, host tests, then all VM tests in one boot
-  lab                     boot the iSCSI multipath lab and show `lunkit list`
+  test [--vm-only] [FILTER]
+                          fmt check, clippy, host tests, then all VM tests in one boot
+  lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there
   vm [--timeout S] -- CMD...
                           run CMD as root in the guest, return its exit code
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
