@@ -16,7 +16,7 @@ pub fn run(program: &str, args: &[&str]) -> Result<String> {
         .map_err(|e| format!("cannot run {program}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "`{program} {}` failed ({}): {}{}",
+            "`{program} {}` failed ({}): stderr: {}; stdout: {}",
             args.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr).trim(),

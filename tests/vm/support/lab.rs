@@ -97,10 +97,10 @@ impl IscsiLab {
         if let Some(mpd) = self.multipathd.take() {
             first_err = mpd.stop().err();
         }
-        if !self.sessions.is_empty() {
-            iscsi::logout_all();
-            self.sessions.clear();
-        }
+        // Always: a login that succeeded but timed out in our wait is not in `sessions`, and
+        // the guest has no iSCSI sessions but the lab's.
+        iscsi::logout_all();
+        self.sessions.clear();
         if let Some(target) = self.target.take() {
             if let Err(e) = target.teardown() {
                 first_err.get_or_insert(e);

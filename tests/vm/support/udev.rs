@@ -1,5 +1,6 @@
 //! udevd in the guest. virtme-ng's init already starts `systemd-udevd`, so usually there is
-//! nothing to do; multipathd needs it (it reads path WWIDs from the udev database).
+//! nothing to do; multipathd needs it (it reads path WWIDs from the udev database). Tests of
+//! lunkit without udev (DESIGN.md: "udev is optional") can [`stop`] it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -31,4 +32,19 @@ pub fn settle(timeout: Duration) -> Result<()> {
         &["settle", &format!("--timeout={}", timeout.as_secs().max(1))],
     )?;
     Ok(())
+}
+
+/// Stops udevd and waits until it is gone. Its control socket file can outlive it, and lunkit
+/// takes that file as "udevd runs", so a stale one is removed.
+pub fn stop() -> Result<()> {
+    cmd::run_ignoring_failure("udevadm", &["control", "--exit"]);
+    wait::until_true("udevd to exit", Duration::from_secs(30), || {
+        !cmd::process_running("systemd-udevd")
+    })?;
+    match std::fs::remove_file(CONTROL) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("remove {CONTROL}: {e}").into())
+        }
+        _ => Ok(()),
+    }
 }
