@@ -18,6 +18,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "udev",
     "lsscsi",
     "busybox-static",
+    // Debian's python3 makes no venv (no ensurepip) without it; virtme-ng lives in a venv.
+    "python3-venv",
 ];
 
 /// virtme-ng from PyPI, pinned: its command line and guest init are what we tested.
@@ -98,7 +100,20 @@ fn missing_packages() -> Vec<&'static str> {
         .map(|&(_, pkg)| pkg)
         .collect();
     v.dedup();
+    if !python_makes_venvs() {
+        v.push("python3-venv");
+    }
     v
+}
+
+/// `python3 -m venv` needs the venv and ensurepip modules (python3-venv on Debian).
+fn python_makes_venvs() -> bool {
+    Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Looks on PATH and in the sbin directories (not on a normal user's PATH).
