@@ -359,3 +359,179 @@ fn write_readme(dest: &Path, note: &str, summary: &Summary) -> Result<()> {
     fs::write(dest.join("README.md"), text)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A scratch directory removed on drop.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&p);
+            fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn put(root: &Path, rel: &str, content: &str) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    }
+
+    fn link(root: &Path, rel: &str, target: &str) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        symlink(target, p).unwrap();
+    }
+
+    #[test]
+    fn copies_links_attributes_and_parents_and_trims() {
+        let s = Scratch::new("capture");
+        let (root, dest) = (s.0.join("root"), s.0.join("dest"));
+        let lun = "sys/devices/platform/host6/session1/target6:0:0/6:0:0:0";
+        put(&root, &format!("{lun}/vendor"), "LIO-ORG \n");
+        put(&root, &format!("{lun}/delete"), "not readable in sysfs");
+        fs::set_permissions(
+            root.join(lun).join("delete"),
+            fs::Permissions::from_mode(0o200),
+        )
+        .unwrap();
+        put(&root, &format!("{lun}/power/control"), "auto\n");
+        put(&root, &format!("{lun}/big"), &"x".repeat(5000));
+        put(&root, &format!("{lun}/block/sda/size"), "32768\n");
+        put(&root, &format!("{lun}/block/sda/queue/rotational"), "1\n");
+        link(
+            &root,
+            &format!("{lun}/block/sda/device"),
+            "../../../6:0:0:0",
+        );
+        link(
+            &root,
+            &format!("{lun}/block/sda/subsystem"),
+            "../../../../../../../../class/block",
+        );
+        put(
+            &root,
+            "sys/devices/platform/host6/scsi_host/host6/proc_name",
+            "iscsi_tcp\n",
+        );
+        link(
+            &root,
+            "sys/devices/platform/host6/scsi_host/host6/device",
+            "../../../host6",
+        );
+        link(
+            &root,
+            "sys/class/block/sda",
+            &format!("../../{}/block/sda", &lun[4..]),
+        );
+        link(
+            &root,
+            "sys/class/scsi_host/host6",
+            "../../devices/platform/host6/scsi_host/host6",
+        );
+        link(
+            &root,
+            "sys/block/sda",
+            &format!("../{}/block/sda", &lun[4..]),
+        );
+        put(&root, "sys/kernel/uevent_seqnum", "1234\n");
+        put(
+            &root,
+            "proc/self/mountinfo",
+            "22 1 0:21 / / rw - 9p root ro\n",
+        );
+
+        let summary = capture(&root, &dest, "unit test").unwrap();
+
+        let sda = dest.join(lun).join("block/sda");
+        assert_eq!(fs::read_to_string(sda.join("size")).unwrap(), "32768\n");
+        assert_eq!(
+            fs::read_link(dest.join("sys/block/sda")).unwrap(),
+            fs::read_link(root.join("sys/block/sda")).unwrap()
+        );
+        assert!(
+            fs::metadata(dest.join("sys/class/block/sda/device/vendor")).is_ok(),
+            "device link resolves in the copy"
+        );
+        assert_eq!(
+            fs::read_to_string(dest.join("sys/class/scsi_host/host6/proc_name")).unwrap(),
+            "iscsi_tcp\n"
+        );
+        assert_eq!(
+            fs::read_to_string(dest.join(lun).join("delete")).unwrap(),
+            "",
+            "write-only attribute is an empty file"
+        );
+        assert!(!dest.join(lun).join("power").exists(), "power/ is trimmed");
+        assert!(!sda.join("queue").exists(), "queue/ is trimmed");
+        assert!(
+            fs::symlink_metadata(sda.join("subsystem")).is_err(),
+            "subsystem link is trimmed"
+        );
+        assert!(
+            !dest.join(lun).join("big").exists(),
+            "attributes over 4 KiB are left out"
+        );
+        assert_eq!(
+            fs::read_to_string(dest.join("sys/kernel/uevent_seqnum")).unwrap(),
+            "1234\n"
+        );
+        assert!(dest.join("proc/self/mountinfo").is_file() && dest.join("README.md").is_file());
+        assert_eq!(summary.dropped_links, 0);
+        assert!(
+            capture(&root, &dest, "again").is_err(),
+            "refuses a non-empty destination"
+        );
+    }
+
+    /// The committed trees must resolve inside themselves, or the library's fixture tests
+    /// would read the host's /sys through a stray absolute or escaping link.
+    #[test]
+    fn committed_fixture_trees_resolve_inside_themselves() {
+        for name in ["scsi-debug", "iscsi-multipath"] {
+            let tree = crate::paths::root().join("tests/fixtures").join(name);
+            let tree =
+                fs::canonicalize(&tree).unwrap_or_else(|e| panic!("{}: {e}", tree.display()));
+            let mut stack = vec![tree.clone()];
+            let mut links = 0;
+            while let Some(dir) = stack.pop() {
+                for e in fs::read_dir(&dir).unwrap() {
+                    let e = e.unwrap();
+                    let ft = e.file_type().unwrap();
+                    if ft.is_symlink() {
+                        links += 1;
+                        let to = fs::canonicalize(e.path())
+                            .unwrap_or_else(|err| panic!("{} dangles: {err}", e.path().display()));
+                        assert!(
+                            to.starts_with(&tree),
+                            "{} leaves the tree",
+                            e.path().display()
+                        );
+                    } else if ft.is_dir() {
+                        stack.push(e.path());
+                    }
+                }
+            }
+            assert!(links > 50, "{name}: only {links} links");
+            let unreadable = fs::read_to_string(tree.join(".unreadable")).unwrap();
+            for line in unreadable.lines() {
+                let (path, errno) = line.rsplit_once(' ').expect("`path ERRNO`");
+                assert!(errno.starts_with('E'), "{line}");
+                assert!(
+                    !tree.join(path).exists(),
+                    "{path} is listed unreadable but exists"
+                );
+            }
+        }
+    }
+}
