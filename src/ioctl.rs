@@ -1,2 +1,153 @@
 //! The library's only `unsafe`: raw ioctls on block devices and `/dev/mapper/control`.
+//!
+//! Each function issues exactly one ioctl through [`rustix::ioctl`] and returns what the
+//! kernel returned; the callers (`dm`, block operations) own all decoding and error context.
+//! Opcodes come from `lunkit-sys`, which computes them per architecture.
 #![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::AsFd;
+
+use lunkit_sys::block::{BLKFLSBUF, BLKGETSIZE64, BLKRRPART, BLKSSZGET};
+use lunkit_sys::dm::dm_ioctl;
+use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, ioctl};
+
+/// `ioctl(fd, BLKFLSBUF)` — writes back the block device's page cache (or syncs the mounted
+/// filesystem on it) and drops its clean pages. Needs `CAP_SYS_ADMIN`; sends no cache flush
+/// to the device (use `fsync` for that).
+#[allow(dead_code, reason = "for the block module (flush, size, rescan)")]
+pub(crate) fn blkflsbuf(fd: impl AsFd) -> io::Result<()> {
+    // SAFETY: BLKFLSBUF takes no argument and touches no user memory.
+    let req = unsafe { NoArg::<{ BLKFLSBUF as Opcode }>::new() };
+    // SAFETY: `req` carries the opcode with the argument type the kernel expects (none).
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)
+}
+
+/// `ioctl(fd, BLKRRPART)` — asks the kernel to re-read the partition table. Needs
+/// `CAP_SYS_ADMIN`; `EBUSY` while a partition is open, `EINVAL` on a partition or dm disk.
+#[allow(dead_code, reason = "for the block module (flush, size, rescan)")]
+pub(crate) fn blkrrpart(fd: impl AsFd) -> io::Result<()> {
+    // SAFETY: BLKRRPART takes no argument and touches no user memory.
+    let req = unsafe { NoArg::<{ BLKRRPART as Opcode }>::new() };
+    // SAFETY: `req` carries the opcode with the argument type the kernel expects (none).
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)
+}
+
+/// `ioctl(fd, BLKGETSIZE64, &u64)` — the device's size in bytes.
+///
+/// The opcode is `_IOR(0x12, 114, size_t)` but the kernel always writes a `u64`
+/// (`lunkit-sys` encodes the `size_t` width of the target).
+#[allow(dead_code, reason = "for the block module (flush, size, rescan)")]
+pub(crate) fn blkgetsize64(fd: impl AsFd) -> io::Result<u64> {
+    // SAFETY: BLKGETSIZE64 writes exactly one u64 through its pointer argument.
+    let req = unsafe { Getter::<{ BLKGETSIZE64 as Opcode }, u64>::new() };
+    // SAFETY: the getter hands the kernel a pointer to a u64 it owns.
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)
+}
+
+/// `ioctl(fd, BLKSSZGET, &int)` — the logical block (sector) size in bytes.
+#[allow(dead_code, reason = "for the block module (flush, size, rescan)")]
+pub(crate) fn blksszget(fd: impl AsFd) -> io::Result<u32> {
+    // SAFETY: BLKSSZGET writes exactly one C `int` through its pointer argument.
+    let req = unsafe { Getter::<{ BLKSSZGET as Opcode }, libc::c_int>::new() };
+    // SAFETY: the getter hands the kernel a pointer to a c_int it owns.
+    let size = unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
+    u32::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// An 8-byte aligned, zero-initialised byte buffer for device-mapper ioctls.
+///
+/// libdm hands the kernel a `malloc`ed (so 8-aligned) buffer; keeping the same alignment
+/// means every `u64` in the header and payload (`dev`, `sector_start`, deps) sits on its
+/// natural boundary, as the kernel lays them out.
+#[derive(Debug, Clone)]
+pub(crate) struct DmBuffer {
+    words: Vec<u64>,
+}
+
+impl DmBuffer {
+    /// A zeroed buffer of `len` bytes, rounded up to a multiple of 8.
+    pub(crate) fn zeroed(len: usize) -> DmBuffer {
+        DmBuffer {
+            words: vec![0; len.div_ceil(8)],
+        }
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` is a live, initialised allocation of `len()` bytes; u8 has no
+        // alignment or validity requirements, and the shared borrow of `self` keeps it alive
+        // and unmodified for the returned lifetime.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len()) }
+    }
+
+    /// The bytes, writable.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len();
+        // SAFETY: as in `bytes`; the exclusive borrow of `self` makes this the only view, and
+        // every byte pattern is a valid u64, so writes through it cannot break `words`.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), len) }
+    }
+}
+
+/// One device-mapper request: a runtime opcode and the buffer it reads and writes.
+struct DmRequest<'a> {
+    opcode: Opcode,
+    buf: &'a mut DmBuffer,
+}
+
+// SAFETY: every DM_* opcode is `_IOWR(0xfd, nr, struct dm_ioctl)`: the kernel reads the
+// header, then up to `data_size` bytes, and writes back at most `data_size` bytes, all from
+// the pointer we pass. `dm_ioctl` (below) checks that `data_size` fits in the buffer and that
+// the buffer holds at least a header before calling, so the kernel stays inside `buf`, which
+// the exclusive borrow keeps alive and unaliased for the call. IS_MUTATING is true because
+// the kernel writes the reply into the buffer.
+unsafe impl Ioctl for DmRequest<'_> {
+    type Output = ();
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut core::ffi::c_void {
+        self.buf.words.as_mut_ptr().cast()
+    }
+
+    unsafe fn output_from_ptr(_: IoctlOutput, _: *mut core::ffi::c_void) -> rustix::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `ioctl(control_fd, DM_*, buf)` — one device-mapper command on `/dev/mapper/control`.
+///
+/// `buf` must start with a `struct dm_ioctl` header whose `data_size` is at most the buffer's
+/// length; otherwise this returns `EINVAL` without calling the kernel. On success the kernel
+/// has written its reply (header and payload) into `buf`; on failure it has written nothing
+/// but `version`. `cmd` must be one of the `lunkit_sys::dm::DM_*` opcodes.
+pub(crate) fn dm_ioctl(control_fd: impl AsFd, cmd: u32, buf: &mut DmBuffer) -> io::Result<()> {
+    const HEADER: usize = size_of::<dm_ioctl>();
+    const DATA_SIZE_AT: usize = std::mem::offset_of!(dm_ioctl, data_size);
+    let bytes = buf.bytes();
+    if bytes.len() < HEADER {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut ds = [0u8; 4];
+    ds.copy_from_slice(&bytes[DATA_SIZE_AT..DATA_SIZE_AT + 4]);
+    let data_size = u32::from_ne_bytes(ds) as usize;
+    if data_size > bytes.len() || data_size < HEADER {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let req = DmRequest {
+        opcode: cmd as Opcode,
+        buf,
+    };
+    // SAFETY: the buffer holds a header and `data_size` fits in it (checked above); see the
+    // `Ioctl` impl of `DmRequest` for why the kernel stays within it.
+    unsafe { ioctl(control_fd, req) }.map_err(io::Error::from)
+}

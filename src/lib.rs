@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod dm;
 pub mod error;
 pub mod fc;
 pub mod hctl;
