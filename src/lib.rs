@@ -29,6 +29,7 @@ pub mod fc;
 pub mod hctl;
 mod ioctl;
 pub mod iscsi;
+pub mod multipath;
 pub mod root;
 pub mod scsi;
 pub mod sysfs;
