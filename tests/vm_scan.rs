@@ -196,7 +196,11 @@ fn scsi_debug_generic_scan_of_one_lun_among_many() {
     assert!(out.status.success(), "{}", stderr(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["devices"][0]["hctl"], hctl.as_str());
-    assert_eq!(sd.devices(), std::slice::from_ref(&hctl), "exactly one LUN among eight");
+    assert_eq!(
+        sd.devices(),
+        std::slice::from_ref(&hctl),
+        "exactly one LUN among eight"
+    );
 
     // The safety net: in a fresh network namespace no uevent arrives, the sysfs re-checks
     // still see the disk.
