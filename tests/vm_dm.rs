@@ -1,0 +1,342 @@
+//! VM tests for device-mapper control and multipath map removal (issue 4) that need no
+//! iSCSI: the map is built with the library's own create/load, as a `multipath` target over
+//! the two paths of a scsi_debug LUN (scsi_debug hosts share one RAM store, so two hosts give
+//! two paths to the same data), with a kpartx-style partition map on top.
+//!
+//! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
+
+// The fixtures load modules with modprobe.
+#![allow(clippy::disallowed_methods)]
+
+#[path = "vm/support/mod.rs"]
+mod support;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lunkit::dm::{Control, DevId, ListedUuid, Removed, Target};
+use lunkit::multipath::{self, RemoveOptions, Status, Table};
+use lunkit::{DevNum, ErrorKind, Root};
+use support::scsi_debug::ScsiDebug;
+use support::{cmd, require_vm, sysfs, udev};
+
+/// scsi_debug with two hosts of one 64 MiB LUN each: two paths to one store.
+fn two_paths() -> (ScsiDebug, Vec<(String, DevNum)>) {
+    let sd = ScsiDebug::load(
+        &[
+            ("add_host", "2"),
+            ("num_tgts", "1"),
+            ("max_luns", "1"),
+            ("dev_size_mb", "64"),
+        ],
+        2,
+    )
+    .expect("load scsi_debug");
+    cmd::run("modprobe", &["dm_multipath"]).expect("modprobe dm_multipath");
+    let mut disks: Vec<(String, DevNum)> = sd
+        .disks()
+        .into_iter()
+        .map(|d| {
+            let dev = sysfs::attr(format!("/sys/block/{d}/dev"))
+                .unwrap()
+                .parse()
+                .unwrap();
+            (d, dev)
+        })
+        .collect();
+    disks.sort();
+    assert_eq!(disks.len(), 2, "{disks:?}");
+    (sd, disks)
+}
+
+/// A multipath map and its partition map, removed on drop if a test left them.
+struct Lab {
+    name: String,
+    part: String,
+    wwid: String,
+    dev: DevNum,
+    paths: Vec<(String, DevNum)>,
+    _sd: ScsiDebug,
+}
+
+const SECTORS: u64 = 64 * 2048;
+
+impl Lab {
+    fn build(tag: &str, queue_if_no_path: bool) -> Lab {
+        let (sd, paths) = two_paths();
+        let ctl = Control::open(&Root::default()).expect("open /dev/mapper/control");
+        let name = format!("lunkit-{tag}");
+        let part = format!("{name}p1");
+        let wwid = format!("3600140500000000000000000000{:04x}", tag.len() * 97);
+        let uuid = format!("mpath-{wwid}");
+        let features = if queue_if_no_path {
+            "1 queue_if_no_path"
+        } else {
+            "0"
+        };
+        let params = format!(
+            "{features} 0 1 1 round-robin 0 2 1 {} 1 {} 1",
+            paths[0].1, paths[1].1
+        );
+        let info = ctl.create(&name, Some(&uuid)).expect("create map");
+        let id = DevId::Name(&name);
+        ctl.load(&id, &[target(0, SECTORS, "multipath", &params)])
+            .expect("load multipath table");
+        ctl.resume(&id).expect("resume map");
+        let dev = info.dev;
+        // The partition map kpartx would make: sectors 2048.. of the map.
+        let puuid = format!("part1-{uuid}");
+        ctl.create(&part, Some(&puuid))
+            .expect("create partition map");
+        let pid = DevId::Name(&part);
+        ctl.load(
+            &pid,
+            &[target(0, SECTORS - 2048, "linear", &format!("{dev} 2048"))],
+        )
+        .expect("load partition table");
+        ctl.resume(&pid).expect("resume partition map");
+        // Let udev's probes of the new nodes finish, so open counts are ours alone.
+        if udev::running() {
+            udev::settle(Duration::from_secs(30)).expect("udev settle");
+        }
+        Lab {
+            name,
+            part,
+            wwid,
+            dev,
+            paths,
+            _sd: sd,
+        }
+    }
+
+    fn node(&self) -> String {
+        format!("/dev/dm-{}", self.dev.minor)
+    }
+
+    fn present(&self, ctl: &Control, name: &str) -> bool {
+        ctl.list().unwrap().iter().any(|d| d.name == name)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for (d, _) in &self.paths {
+            let _ = std::fs::write(format!("/sys/block/{d}/device/state"), "running\n");
+        }
+        if let Ok(ctl) = Control::open(&Root::default()) {
+            for n in [&self.part, &self.name] {
+                let _ = ctl.message(&DevId::Name(n), 0, "fail_if_no_path");
+                let _ = ctl.remove(&DevId::Name(n), false);
+            }
+        }
+    }
+}
+
+fn target(start: u64, length: u64, tt: &str, params: &str) -> Target {
+    Target {
+        start,
+        length,
+        target_type: tt.into(),
+        params: params.into(),
+    }
+}
+
+fn opts(secs: u64) -> RemoveOptions {
+    RemoveOptions::with_timeout(Duration::from_secs(secs))
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_dm_control_basics() {
+    require_vm();
+    let lab = Lab::build("basics", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    assert_eq!(ctl.version().major, 4);
+    let list = ctl.list().unwrap();
+    let me = list.iter().find(|d| d.name == lab.name).expect("listed");
+    assert_eq!(me.dev, lab.dev);
+    assert_eq!(me.uuid, ListedUuid::Some(format!("mpath-{}", lab.wwid)));
+
+    let id = DevId::Name(&lab.name);
+    let info = ctl.info(&id).unwrap();
+    assert_eq!(info.open_count, 1, "held by its partition map");
+    assert!(info.live_table() && !info.suspended());
+    let table = ctl.table(&id).unwrap();
+    assert_eq!(table.len(), 1);
+    let t = Table::parse(&table[0].params).unwrap();
+    assert!(t.queue_if_no_path());
+    assert_eq!(
+        t.paths().collect::<Vec<_>>(),
+        [lab.paths[0].1, lab.paths[1].1]
+    );
+    let st = Status::parse(&ctl.status(&id).unwrap()[0].params).unwrap();
+    assert_eq!(st.active_paths(), 2);
+    let mut deps = ctl.deps(&id).unwrap();
+    deps.sort();
+    assert_eq!(deps, [lab.paths[0].1, lab.paths[1].1]);
+    // Lookup by number and by uuid find the same device.
+    assert_eq!(ctl.info(&DevId::Dev(lab.dev)).unwrap().name, lab.name);
+    let uuid = format!("mpath-{}", lab.wwid);
+    assert_eq!(ctl.info(&DevId::Uuid(&uuid)).unwrap().name, lab.name);
+    // Messages: fail a path, see it failed, reinstate it.
+    ctl.message(&id, 0, &format!("fail_path {}", lab.paths[0].1))
+        .unwrap();
+    let st = Status::parse(&ctl.status(&id).unwrap()[0].params).unwrap();
+    assert_eq!(st.active_paths(), 1);
+    assert_eq!(st.paths().next().unwrap().fail_count, 1);
+    ctl.message(&id, 0, &format!("reinstate_path {}", lab.paths[0].1))
+        .unwrap();
+    // Suspend and resume.
+    assert!(ctl.suspend(&id, Default::default()).unwrap().suspended());
+    assert!(!ctl.resume(&id).unwrap().suspended());
+    // Errors name the ioctl, the device and the errno.
+    let e = ctl.info(&DevId::Name("lunkit-no-such-map")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("DM_DEV_STATUS") && msg.contains("lunkit-no-such-map"),
+        "{msg}"
+    );
+    // A busy map refuses a plain remove with EBUSY.
+    let e = ctl.remove(&id, false).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EBUSY), "{e}");
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_map_and_partition_map() {
+    require_vm();
+    let lab = Lab::build("both", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    let t0 = Instant::now();
+    let report = multipath::remove(&Root::default(), &lab.name, &opts(30)).expect("remove");
+    assert_eq!(report.outcome, Removed::Now);
+    assert_eq!(report.partitions_removed, std::slice::from_ref(&lab.part));
+    assert!(!report.via_multipathd);
+    assert!(!lab.present(&ctl, &lab.name), "map gone");
+    assert!(!lab.present(&ctl, &lab.part), "partition map gone");
+    assert!(
+        !std::path::Path::new(&format!("/sys/dev/block/{}", lab.dev)).exists(),
+        "dm node gone from sysfs"
+    );
+    eprintln!("removed in {:?}", t0.elapsed());
+    // Removing again: no such map.
+    let e = multipath::remove(&Root::default(), &lab.name, &opts(5)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_open_fd_is_busy_and_untouched() {
+    require_vm();
+    let lab = Lab::build("openfd", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    let fd = std::fs::File::open(lab.node()).expect("open the map");
+    let t0 = Instant::now();
+    let e = multipath::remove(&Root::default(), &lab.node(), &opts(10)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&lab.name) && msg.contains("open count 2"),
+        "{msg}"
+    );
+    // Untouched: both maps there, not suspended, still queueing.
+    assert!(lab.present(&ctl, &lab.part));
+    let info = ctl.info(&DevId::Name(&lab.name)).unwrap();
+    assert!(!info.suspended());
+    let t = ctl.table(&DevId::Name(&lab.name)).unwrap();
+    assert!(Table::parse(&t[0].params).unwrap().queue_if_no_path());
+    drop(fd);
+    // Now by WWID.
+    let r = multipath::remove(&Root::default(), &lab.wwid, &opts(30)).expect("remove by WWID");
+    assert_eq!(r.outcome, Removed::Now);
+    assert!(!lab.present(&ctl, &lab.name));
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_deferred_with_open_fd() {
+    require_vm();
+    let lab = Lab::build("deferred", false);
+    let ctl = Control::open(&Root::default()).unwrap();
+    let fd = std::fs::File::open(lab.node()).expect("open the map");
+    let o = RemoveOptions {
+        deferred: true,
+        ..opts(30)
+    };
+    let kname = format!("dm-{}", lab.dev.minor);
+    let r = multipath::remove(&Root::default(), &kname, &o).expect("deferred remove");
+    assert_eq!(r.outcome, Removed::Deferred);
+    let info = ctl.info(&DevId::Name(&lab.name)).unwrap();
+    assert!(info.deferred_remove(), "flags {:#x}", info.flags);
+    drop(fd);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lab.present(&ctl, &lab.name) {
+        assert!(
+            Instant::now() < deadline,
+            "map still there 10 s after the last close"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_no_active_path_with_dirty_data() {
+    require_vm();
+    let lab = Lab::build("nopath", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    let id = DevId::Name(&lab.name);
+    // Both paths offline, and failed in the map.
+    for (d, dev) in &lab.paths {
+        std::fs::write(format!("/sys/block/{d}/device/state"), "offline\n").unwrap();
+        ctl.message(&id, 0, &format!("fail_path {dev}")).unwrap();
+    }
+    let st = Status::parse(&ctl.status(&id).unwrap()[0].params).unwrap();
+    assert_eq!(st.active_paths(), 0);
+    // Dirty page-cache data: a buffered write whose flush on close queues in the map.
+    let (tx, rx) = mpsc::channel();
+    let node = lab.node();
+    std::thread::spawn(move || {
+        let r = (|| {
+            let mut f = OpenOptions::new().write(true).open(&node)?;
+            f.write_all(&vec![0x5a; 1 << 20])?;
+            drop(f); // blocks on the sync of the dirty pages until queued I/O is failed
+            Ok::<_, std::io::Error>(())
+        })();
+        let _ = tx.send(r);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Without force: refused within the timeout, map present and still queueing.
+    let t0 = Instant::now();
+    let e = multipath::remove(&Root::default(), &lab.name, &opts(10)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    assert!(e.to_string().contains("no path is active"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(lab.present(&ctl, &lab.name));
+    let t = ctl.table(&id).unwrap();
+    assert!(Table::parse(&t[0].params).unwrap().queue_if_no_path());
+    let st = Status::parse(&ctl.status(&id).unwrap()[0].params).unwrap();
+    assert!(st.queue_io, "still queueing");
+
+    // With force: queued I/O fails, the writer lets go, and the map is gone in time.
+    let t0 = Instant::now();
+    let o = RemoveOptions {
+        force: true,
+        ..opts(20)
+    };
+    let r = multipath::remove(&Root::default(), &lab.name, &o).expect("forced remove");
+    assert_eq!(r.outcome, Removed::Now);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(!lab.present(&ctl, &lab.name));
+    assert!(!lab.present(&ctl, &lab.part));
+    // The writer finished (with an error for its lost data), nothing hangs.
+    let w = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("writer finished");
+    eprintln!("writer: {w:?}");
+}
