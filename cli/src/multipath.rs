@@ -1,0 +1,75 @@
+//! `lunkit multipath remove`: `multipath -f` without the tool.
+
+use clap::Subcommand;
+use lunkit::Root;
+use lunkit::dm::Removed;
+use lunkit::multipath::{self, RemoveOptions};
+
+#[derive(Subcommand)]
+pub enum Multipath {
+    /// Flush and remove one multipath map (and its partition maps). Exit 0 removed or
+    /// deferred, 3 no such map, 4 refused (in use, or no active path while I/O queues),
+    /// 5 deadline passed.
+    Remove {
+        /// The map: a name, a WWID, dm-N, /dev/dm-N, /dev/mapper/NAME, or a path device.
+        map: String,
+        /// Give up after this many seconds (the map is left as it was found).
+        #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+        timeout: f64,
+        /// If the map is open, mark it for removal on its last close.
+        #[arg(long)]
+        deferred: bool,
+        /// Remove even when no path is active and the map queues I/O: that I/O fails.
+        #[arg(long)]
+        force: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
+    match cmd {
+        Multipath::Remove {
+            map,
+            timeout,
+            deferred,
+            force,
+            json,
+        } => {
+            let opts = RemoveOptions {
+                deferred,
+                force,
+                ..RemoveOptions::with_timeout(crate::seconds(timeout)?)
+            };
+            let r = multipath::remove(root, &map, &opts)?;
+            let outcome = match r.outcome {
+                Removed::Now => "removed",
+                Removed::Deferred => "deferred",
+            };
+            if json {
+                let doc = serde_json::json!({
+                    "map": r.map,
+                    "kernel_name": r.kernel_name,
+                    "outcome": outcome,
+                    "via_multipathd": r.via_multipathd,
+                    "partitions_removed": r.partitions_removed,
+                });
+                println!("{doc}");
+            } else {
+                let via = if r.via_multipathd {
+                    " by multipathd"
+                } else {
+                    ""
+                };
+                let parts = if r.partitions_removed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with {}", r.partitions_removed.join(", "))
+                };
+                println!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
+            }
+            Ok(())
+        }
+    }
+}
