@@ -156,17 +156,20 @@ impl Control {
         let reply = self.call("DM_LIST_DEVICES", sys::DM_LIST_DEVICES, &req)?;
         let with_event_nr = self.version.minor >= MINOR_LIST_EVENT_NR;
         let mut devices = buffer::decode_names(reply.payload()?, with_event_nr)?;
-        for d in &mut devices {
+        let mut gone = Vec::new();
+        for (i, d) in devices.iter_mut().enumerate() {
             if d.uuid != ListedUuid::Unknown {
                 continue;
             }
             match self.info(&DevId::Name(&d.name)) {
                 Ok(info) => d.uuid = info.uuid.map_or(ListedUuid::None, ListedUuid::Some),
-                Err(e) if e.errno() == Some(libc::ENXIO) => {}
+                Err(e) if e.errno() == Some(libc::ENXIO) => gone.push(i),
                 Err(e) => return Err(e),
             }
         }
-        devices.retain(|d| d.uuid != ListedUuid::Unknown || !with_event_nr);
+        for i in gone.into_iter().rev() {
+            devices.remove(i);
+        }
         Ok(devices)
     }
 
