@@ -2,6 +2,7 @@
 
 mod human;
 mod json;
+mod multipath;
 mod scan;
 mod watch;
 
@@ -45,6 +46,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Remove multipath maps without `multipath -f`.
+    #[command(subcommand)]
+    Multipath(multipath::Multipath),
     /// Scan exactly one LUN and wait until its block devices open.
     #[command(subcommand)]
     Scan(scan::Scan),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::List { json } => list(&root, json),
         Command::Scan(cmd) => scan::run(&root, cmd),
+        Command::Multipath(cmd) => multipath::run(&root, cmd),
         Command::Watch { json } => watch::run(json),
     };
     match result {
