@@ -123,7 +123,8 @@ fn capture_scenario(scenario: &str, dest: &Path) -> Result<u8> {
 }
 
 /// The lab: 8 LUNs behind two portals, LUN 0 scanned on both sessions, multipathd running;
-/// `lunkit list`, then `cmd` if given.
+/// `lunkit list`, a one-LUN attach (LUN 1 on both sessions) with its latency, the list again,
+/// then `cmd` if given.
 fn lab(lunkit: &Path, cmd: &[String]) -> Result<u8> {
     let lab = IscsiLab::build(LabConfig {
         scan: vec![0],
@@ -147,6 +148,11 @@ fn lab(lunkit: &Path, cmd: &[String]) -> Result<u8> {
     }
     println!("lab: $ lunkit list");
     let mut ok = run_shown(Command::new(lunkit).arg("list"))?;
+    let iqn = lab.config.target.iqn.clone();
+    println!("lab: $ lunkit scan iscsi --target {iqn} --lun 1");
+    ok &= run_shown(Command::new(lunkit).args(["scan", "iscsi", "--target", &iqn, "--lun", "1"]))?;
+    println!("lab: $ lunkit list");
+    ok &= run_shown(Command::new(lunkit).arg("list"))?;
     if let Some((program, args)) = cmd.split_first() {
         println!("lab: $ {}", cmd.join(" "));
         ok &= run_shown(Command::new(program).args(args).env("LUNKIT_BIN", lunkit))?;
