@@ -116,6 +116,8 @@ pub fn test(args: &[String]) -> Result<u8> {
             _ => return Err(usage.into()),
         }
     }
+    // Provision first: the host tests need the C toolchain and kernel headers too.
+    let lab = provision::ensure()?;
     let mut host = None;
     if !vm_only {
         process::run(cargo().args(["fmt", "--all", "--check"]))?;
@@ -134,7 +136,6 @@ pub fn test(args: &[String]) -> Result<u8> {
         }
         host = Some(counts);
     }
-    let lab = provision::ensure()?;
     process::run(cargo().args(["build", "-p", "lunkit-cli"]))?;
     let bins = vm_test_binaries()?;
     if bins.is_empty() {

@@ -20,6 +20,9 @@ pub const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     // Debian's python3 makes no venv (no ensurepip) without it; virtme-ng lives in a venv.
     "python3-venv",
+    // lunkit-sys's ABI test compiles C against <linux/dm-ioctl.h> and <linux/fs.h>.
+    "gcc",
+    "linux-libc-dev",
 ];
 
 /// virtme-ng from PyPI, pinned: its command line and guest init are what we tested.
@@ -38,6 +41,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("udevadm", "udev"),
     ("lsscsi", "lsscsi"),
     ("busybox", "busybox-static"),
+    ("gcc", "gcc"),
 ];
 
 /// What the VM needs, resolved.
@@ -102,6 +106,9 @@ fn missing_packages() -> Vec<&'static str> {
     v.dedup();
     if !python_makes_venvs() {
         v.push("python3-venv");
+    }
+    if !Path::new("/usr/include/linux/dm-ioctl.h").is_file() {
+        v.push("linux-libc-dev");
     }
     v
 }
