@@ -34,6 +34,8 @@ pub mod root;
 pub mod scsi;
 pub mod sysfs;
 pub mod topology;
+#[cfg(feature = "udev")]
+pub mod udev;
 pub mod uevent;
 pub mod wait;
 pub mod wwid;

@@ -233,3 +233,67 @@ fn scsi_debug_generic_scan_of_one_lun_among_many() {
     sd.unload().expect("unload scsi_debug");
     drop(manual);
 }
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn scan_waits_for_udev_or_reports_it_missing() {
+    require_vm();
+    support::udev::ensure_running().expect("udevd");
+    let manual = ManualScan::enable();
+    let sd = ScsiDebug::load(
+        &[("add_host", "1"), ("num_tgts", "1"), ("max_luns", "4")],
+        0,
+    )
+    .expect("load scsi_debug");
+    let host = sd.hosts[0];
+
+    // With udevd: the scan returns once udevd has made the device's links.
+    let out = lunkit(&[
+        "scan",
+        "hctl",
+        &format!("{host}:0:0:1"),
+        "--wait-udev",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dev = &doc["devices"][0];
+    assert_eq!(dev["udev"]["state"], "processed", "{doc}");
+    let links = dev["udev"]["links"].as_array().unwrap();
+    assert!(
+        links
+            .iter()
+            .any(|l| l.as_str().unwrap().starts_with("/dev/disk/by-id/")),
+        "{doc}"
+    );
+    for l in links {
+        let target = std::fs::canonicalize(l.as_str().unwrap()).expect("link exists");
+        assert_eq!(
+            target,
+            std::path::Path::new(dev["path"].as_str().unwrap()),
+            "{l}"
+        );
+    }
+
+    // Without udevd: reported at once, not waited for.
+    support::udev::stop().expect("stop udevd");
+    let t0 = Instant::now();
+    let out = lunkit(&[
+        "scan",
+        "hctl",
+        &format!("{host}:0:0:2"),
+        "--wait-udev",
+        "--json",
+        "--timeout",
+        "60",
+    ]);
+    let took = t0.elapsed();
+    support::udev::ensure_running().expect("restart udevd for the tests after this one");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["devices"][0]["udev"]["state"], "not running", "{doc}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+
+    sd.unload().expect("unload scsi_debug");
+    drop(manual);
+}

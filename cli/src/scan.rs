@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use lunkit::udev::UdevState;
 use lunkit::{Hctl, PathDevice, Root, ScanOptions, Wwid, Wwn};
 use serde::Serialize;
 
@@ -56,6 +57,10 @@ pub struct Common {
     /// Reject paths whose WWID differs (sysfs naa.… or multipath 3… form).
     #[arg(long, value_name = "WWID")]
     expect_wwid: Option<Wwid>,
+    /// Also wait until udevd has processed each device (its /dev/disk/by-* links exist);
+    /// reported as "not running" when there is no udevd.
+    #[arg(long)]
+    wait_udev: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -76,6 +81,15 @@ struct Device {
     major: u32,
     minor: u32,
     elapsed_us: u128,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    udev: Option<Udev>,
+}
+
+#[derive(Serialize)]
+struct Udev {
+    /// `processed` or `not running`.
+    state: &'static str,
+    links: Vec<String>,
 }
 
 pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
@@ -104,16 +118,40 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
             ..
         } => lunkit::fc::scan(root, *wwpn, initiators, *lun, *wildcard, &opts)?,
     };
-    print(&paths, start.elapsed(), json);
+    let udev = if common.wait_udev {
+        let devs: Vec<(String, lunkit::DevNum)> =
+            paths.iter().map(|p| (p.name.clone(), p.dev)).collect();
+        let states = lunkit::udev::wait_processed(root, &devs, start + opts.timeout)?;
+        Some(
+            states
+                .into_iter()
+                .map(|s| match s {
+                    UdevState::Processed { links } => Udev {
+                        state: "processed",
+                        links: links.iter().map(|l| l.display().to_string()).collect(),
+                    },
+                    UdevState::NotRunning => Udev {
+                        state: "not running",
+                        links: Vec::new(),
+                    },
+                })
+                .collect(),
+        )
+    } else {
+        None
+    };
+    print(&paths, udev, start.elapsed(), json);
     Ok(())
 }
 
-fn print(paths: &[PathDevice], elapsed: Duration, json: bool) {
+fn print(paths: &[PathDevice], udev: Option<Vec<Udev>>, elapsed: Duration, json: bool) {
+    let mut udev = udev.map(Vec::into_iter);
     if json {
         let out = Out {
             devices: paths
                 .iter()
                 .map(|p| Device {
+                    udev: udev.as_mut().and_then(Iterator::next),
                     name: p.name.clone(),
                     path: p.dev_path.display().to_string(),
                     hctl: p.hctl.to_string(),
@@ -131,12 +169,19 @@ fn print(paths: &[PathDevice], elapsed: Duration, json: bool) {
         );
     } else {
         for p in paths {
+            let u = udev
+                .as_mut()
+                .and_then(Iterator::next)
+                .map_or(String::new(), |u| {
+                    format!("  udev {} {}", u.state, u.links.join(" "))
+                });
             println!(
-                "{}  {}  {}  {}",
+                "{}  {}  {}  {}{}",
                 p.hctl,
                 p.dev_path.display(),
                 p.dev,
-                p.wwid.as_ref().map_or("-".into(), ToString::to_string)
+                p.wwid.as_ref().map_or("-".into(), ToString::to_string),
+                u.trim_end()
             );
         }
         println!(
