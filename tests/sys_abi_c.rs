@@ -1,4 +1,5 @@
-//! Cross-checks lunkit-sys against the system's C headers.
+//! Cross-checks lunkit-sys against the system's C headers. It lives in the root crate, not in
+//! sys/, so that nothing under sys/ or src/ spawns a program (the project's red line).
 //!
 //! Builds a C program with the system C compiler (`$CC`, default `cc`, plus `$CFLAGS`)
 //! against `<linux/dm-ioctl.h>`, `<linux/fs.h>`, `<linux/loop.h>`, `<linux/netlink.h>` and
