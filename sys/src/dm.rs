@@ -9,7 +9,7 @@
 //! `u8` (C `char`), NUL-terminated when shorter than the array.
 //!
 //! Layout notes (checked at compile time below and against the system header by
-//! `tests/c_abi.rs`):
+//! the root crate's `tests/sys_abi_c.rs`):
 //! - `dm_ioctl` is 312 bytes (`0x138`); `data` at 305 is 7 bytes of padding, so the first
 //!   payload byte is at 312 and `data_start` comes back as 312.
 //! - `dm_name_list` has `sizeof` 16 (12 on i386, where `__u64` is 4-aligned) but its name

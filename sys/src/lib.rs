@@ -21,8 +21,8 @@
 //! 2. the opcodes are computed with the [`ioctl`] encoders from the same inputs as the C
 //!    macros, so they are right on architectures with another `_IOC` layout (powerpc, mips,
 //!    sparc) and with a 32-bit `size_t`;
-//! 3. `tests/sys_abi_c.rs` (in the root crate) compiles a C program against the installed kernel headers and
-//!    compares every size, offset, opcode and flag with the values here.
+//! 3. `tests/sys_abi_c.rs` (in the root crate) compiles a C program against the installed
+//!    kernel headers and compares every size, offset, opcode and flag with the values here.
 //!
 //! # Conventions
 //!
