@@ -191,10 +191,16 @@ fn multipath_remove_refuses_mounted_filesystem() {
     std::fs::write(format!("{mnt}/after"), b"x").unwrap();
     cmd::run("sync", &[]).unwrap();
 
+    // The data is on the map, not only in the page cache: read it back after a remount.
+    cmd::run("umount", &[&mnt]).expect("umount");
+    cmd::run("mount", &[&node, &mnt]).expect("mount the map again");
+    assert_eq!(std::fs::read(&file).unwrap(), data);
+    assert_eq!(std::fs::read(format!("{mnt}/after")).unwrap(), b"x");
     cmd::run("umount", &[&mnt]).expect("umount");
     drop(mounted);
     let doc = remove_ok(&map.name, &[]);
     assert_eq!(doc["outcome"], "removed", "{doc}");
+    assert_eq!(doc["via_multipathd"], true, "{doc}");
     assert!(!present(map));
 }
 
@@ -221,6 +227,8 @@ fn multipath_remove_open_fd_refused_then_deferred() {
 
     let doc = remove_ok(&node, &["--deferred"]);
     assert_eq!(doc["outcome"], "deferred", "{doc}");
+    // multipathd's flush cannot defer: the library marks the map itself.
+    assert_eq!(doc["via_multipathd"], false, "{doc}");
     assert_eq!(doc["map"], map.name.as_str(), "{doc}");
     // Still there while the fd is open.
     std::thread::sleep(Duration::from_millis(500));
