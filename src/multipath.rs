@@ -755,8 +755,12 @@ fn flush_and_remove(
     let name = map.name();
     let by_name = DevId::Name(name);
     // A suspended map answers messages with EBUSY; then leave queueing alone and do not
-    // suspend (as multipath-tools does when the message fails).
-    let mut may_suspend = true;
+    // suspend (as multipath-tools does when the message fails). A deferred removal never
+    // suspends: the map stays in use until its last close, and a map left suspended would
+    // block every opener (udev's probe after the holder closes, the holder's own writeback),
+    // so that last close would never come. multipath-tools' deferred path does not suspend
+    // either.
+    let mut may_suspend = !opts.deferred;
     if map.table.queue_if_no_path() && !queue_disabled {
         match ctl.message(&by_name, 0, "fail_if_no_path") {
             Ok(_) => queue_disabled = true,
@@ -799,6 +803,12 @@ fn flush_and_remove(
             }
         }
         match ctl.remove(&by_name, opts.deferred) {
+            Ok(Removed::Deferred) => {
+                // Still serving its holder until the last close: give it back the I/O policy
+                // it had.
+                restore_queueing(ctl, &by_name, queue_disabled);
+                return Ok((Removed::Deferred, removed));
+            }
             Ok(outcome) => return Ok((outcome, removed)),
             Err(e) if e.errno() == Some(libc::ENXIO) => return Ok((Removed::Now, removed)),
             Err(e) if e.errno() == Some(libc::EBUSY) => {

@@ -272,6 +272,10 @@ fn mpath_remove_deferred_with_open_fd() {
     assert_eq!(r.outcome, Removed::Deferred);
     let info = ctl.info(&DevId::Name(&lab.name)).unwrap();
     assert!(info.deferred_remove(), "flags {:#x}", info.flags);
+    assert!(
+        !info.suspended(),
+        "a deferred map must keep serving its holder, not stay suspended"
+    );
     drop(fd);
     let deadline = Instant::now() + Duration::from_secs(10);
     while lab.present(&ctl, &lab.name) {

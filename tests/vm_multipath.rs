@@ -233,6 +233,20 @@ fn multipath_remove_open_fd_refused_then_deferred() {
     // Still there while the fd is open.
     std::thread::sleep(Duration::from_millis(500));
     assert!(present(map), "deferred: the map waits for its last close");
+    // It keeps serving its holder meanwhile: not suspended (a suspended map would block every
+    // opener, and its last close would never come) and still readable through the open fd.
+    assert_eq!(
+        sysfs::attr(format!("/sys/block/{}/dm/suspended", map.dm)).as_deref(),
+        Some("0"),
+        "a deferred map must not be left suspended"
+    );
+    {
+        use std::io::Read;
+        let mut first = [0u8; 4096];
+        (&fd)
+            .read_exact(&mut first)
+            .expect("the holder can still read");
+    }
     drop(fd);
     let t0 = Instant::now();
     wait_gone(&map.dm, Duration::from_secs(20));
