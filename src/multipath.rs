@@ -682,7 +682,22 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         let check = || busy_reason(&ctl, root, &map, &parts);
         let busy = if queue_disabled {
             // Give the failed I/O until the deadline to unwind.
-            wait_not_busy(&check, opts.deadline)?
+            let mut last = None;
+            let gone = crate::wait::until(
+                None,
+                opts.deadline,
+                &|| format!("{} to be released", map.label()),
+                &|_| false,
+                || {
+                    last = check()?;
+                    Ok(last.is_none().then_some(()))
+                },
+            );
+            match gone {
+                Ok(()) => None,
+                Err(Error::Timeout { .. }) => last,
+                Err(e) => return Err(e),
+            }
         } else {
             check()?
         };
@@ -849,24 +864,6 @@ fn flush_and_remove(
 fn restore_queueing(ctl: &Control, id: &DevId<'_>, disabled: bool) {
     if disabled {
         let _ = ctl.message(id, 0, "queue_if_no_path");
-    }
-}
-
-/// Waits until `check` says the map is no longer busy, or the deadline passes; returns the
-/// last reason if it is still busy then.
-fn wait_not_busy(
-    check: &dyn Fn() -> Result<Option<String>>,
-    deadline: Instant,
-) -> Result<Option<String>> {
-    let mut backoff = Duration::from_millis(10);
-    loop {
-        let busy = check()?;
-        let now = Instant::now();
-        if busy.is_none() || now >= deadline {
-            return Ok(busy);
-        }
-        std::thread::sleep(backoff.min(deadline - now));
-        backoff = (backoff * 2).min(Duration::from_millis(200));
     }
 }
 

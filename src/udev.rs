@@ -12,15 +12,16 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::net::netlink::{self, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType, recvfrom};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::root::Root;
 use crate::sysfs::block::DevNum;
+use crate::wait;
 
 /// udevd's multicast group: it re-broadcasts each event there after running its rules.
 const UDEV_GROUP: u32 = 2;
@@ -70,36 +71,12 @@ pub fn wait_processed(
     }
     // udevd's re-broadcasts only wake the re-check; what counts is the database.
     let hints = open_hint_socket();
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(2);
-    loop {
-        let states: Option<Vec<UdevState>> = devs
-            .iter()
-            .map(|(_, dev)| {
-                let links = links(root, *dev)?;
-                links
-                    .iter()
-                    .all(|l| l.exists())
-                    .then_some(UdevState::Processed { links })
-            })
-            .collect();
-        if let Some(s) = states {
-            return Ok(s);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let names: Vec<&str> = devs.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(Error::Timeout {
-                what: format!("udevd to process {}", names.join(", ")),
-                waited: now - start,
-            });
-        }
-        let wait = backoff.min(deadline - now);
-        backoff = (backoff * 2).min(Duration::from_millis(100));
+    let mut sleep = |wake: Instant| -> Result<()> {
+        let left = wake.saturating_duration_since(Instant::now());
         match &hints {
             Some(fd) => {
                 let mut fds = [PollFd::new(fd, PollFlags::IN)];
-                let ts = Timespec::try_from(wait).unwrap_or(Timespec {
+                let ts = Timespec::try_from(left).unwrap_or(Timespec {
                     tv_sec: 0,
                     tv_nsec: 100_000_000,
                 });
@@ -108,9 +85,26 @@ pub fn wait_processed(
                     while recvfrom(fd, &mut buf[..], RecvFlags::DONTWAIT).is_ok() {}
                 }
             }
-            None => std::thread::sleep(wait),
+            None => std::thread::sleep(left),
         }
-    }
+        Ok(())
+    };
+    let what = || {
+        let names: Vec<&str> = devs.iter().map(|(n, _)| n.as_str()).collect();
+        format!("udevd to process {}", names.join(", "))
+    };
+    wait::until_with(deadline, &what, &mut sleep, || {
+        Ok(devs
+            .iter()
+            .map(|(_, dev)| {
+                let links = links(root, *dev)?;
+                links
+                    .iter()
+                    .all(|l| l.exists())
+                    .then_some(UdevState::Processed { links })
+            })
+            .collect::<Option<Vec<_>>>())
+    })
 }
 
 fn open_hint_socket() -> Option<std::os::fd::OwnedFd> {
@@ -127,7 +121,10 @@ fn open_hint_socket() -> Option<std::os::fd::OwnedFd> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn database_links_stay_below_dev() {

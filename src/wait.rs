@@ -27,6 +27,33 @@ pub fn until<T>(
     deadline: Instant,
     what: &dyn Fn() -> String,
     relevant: &dyn Fn(&Uevent) -> bool,
+    check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let mut sleep = |wake: Instant| -> Result<()> {
+        match monitor.as_deref_mut() {
+            Some(m) => loop {
+                match m.recv(Some(wake))? {
+                    Received::Event(ev) if relevant(&ev) => return Ok(()),
+                    Received::Event(_) => continue,
+                    Received::Overflow | Received::TimedOut => return Ok(()),
+                }
+            },
+            None => {
+                std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+                Ok(())
+            }
+        }
+    };
+    until_with(deadline, what, &mut sleep, check)
+}
+
+/// The loop behind [`until`], for waits whose wake-up source is not the kernel's uevent
+/// socket: `sleep(wake)` returns at `wake` at the latest, earlier when something happened
+/// that may have changed the answer. The re-check backoff and the deadline are the same.
+pub fn until_with<T>(
+    deadline: Instant,
+    what: &dyn Fn() -> String,
+    sleep: &mut dyn FnMut(Instant) -> Result<()>,
     mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
     let start = Instant::now();
@@ -44,16 +71,7 @@ pub fn until<T>(
         }
         let wake = (now + backoff).min(deadline);
         backoff = (backoff * 2).min(BACKOFF_MAX);
-        match monitor.as_deref_mut() {
-            Some(m) => loop {
-                match m.recv(Some(wake))? {
-                    Received::Event(ev) if relevant(&ev) => break,
-                    Received::Event(_) => continue,
-                    Received::Overflow | Received::TimedOut => break,
-                }
-            },
-            None => std::thread::sleep(wake.saturating_duration_since(Instant::now())),
-        }
+        sleep(wake)?;
     }
 }
 
