@@ -57,8 +57,9 @@ impl IocLayout {
         write: 4,
     };
 
-    /// The layout of the target architecture.
-    #[cfg(any(
+    /// The layout of the target architecture: powerpc, mips and sparc use three direction
+    /// bits, every other Linux architecture the generic two.
+    pub const NATIVE: Self = if cfg!(any(
         target_arch = "powerpc",
         target_arch = "powerpc64",
         target_arch = "mips",
@@ -67,21 +68,11 @@ impl IocLayout {
         target_arch = "mips64r6",
         target_arch = "sparc",
         target_arch = "sparc64",
-    ))]
-    pub const NATIVE: Self = Self::THREE_BIT_DIR;
-
-    /// The layout of the target architecture.
-    #[cfg(not(any(
-        target_arch = "powerpc",
-        target_arch = "powerpc64",
-        target_arch = "mips",
-        target_arch = "mips64",
-        target_arch = "mips32r6",
-        target_arch = "mips64r6",
-        target_arch = "sparc",
-        target_arch = "sparc64",
-    )))]
-    pub const NATIVE: Self = Self::GENERIC;
+    )) {
+        Self::THREE_BIT_DIR
+    } else {
+        Self::GENERIC
+    };
 
     /// `_IOC_SIZESHIFT` for this layout.
     pub const fn size_shift(&self) -> u32 {
