@@ -29,6 +29,7 @@ pub mod fc;
 pub mod hctl;
 mod ioctl;
 pub mod iscsi;
+pub mod mountinfo;
 pub mod multipath;
 pub mod root;
 pub mod scsi;

@@ -924,19 +924,10 @@ fn users(root: &Root, dev: DevNum) -> String {
     s
 }
 
-/// Mount points of `dev` in `/proc/self/mountinfo` (field 3 is `major:minor`, field 5 the
-/// mount point, octal-escaped as the kernel writes it).
+/// Mount points of `dev`, from `/proc/self/mountinfo`.
 fn mount_points(root: &Root, dev: DevNum) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(root.proc("self/mountinfo")) else {
-        return Vec::new();
-    };
-    let want = dev.to_string();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            let devno = f.nth(2)?;
-            let mp = f.nth(1)?;
-            (devno == want).then(|| mp.to_owned())
-        })
+    let mounts = crate::mountinfo::read(root).unwrap_or_default();
+    crate::mountinfo::on_devices(&mounts, &[dev])
+        .map(|m| crate::mountinfo::show(&m.mount_point))
         .collect()
 }

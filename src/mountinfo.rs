@@ -1,0 +1,317 @@
+//! `/proc/self/mountinfo`: which filesystems are mounted from which device numbers.
+//!
+//! The parser is pure ([`parse`], [`parse_line`]) and works on bytes, because mount points are
+//! file names and need not be UTF-8; [`read`] does the file access. Mounts are matched to
+//! devices by `major:minor` (field 3), never by the source string, which is whatever the
+//! mounter passed (`/dev/disk/by-id/...`, a bind-mounted path, `none`).
+//!
+//! The line format (`show_mountinfo` in fs/proc_namespace.c):
+//!
+//! ```text
+//! 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+//! (1)(2) (3)  (4)   (5)     (6)       (7)   (8) (9)    (10)         (11)
+//! ```
+//!
+//! Field 7 is zero or more optional tags ended by a lone `-`. In the root, mount point, type
+//! and source fields the kernel writes space, tab, newline and backslash as `\ooo` octal
+//! escapes (`seq_escape`); [`unescape`] reverses that and [`escape`] produces it.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::root::Root;
+use crate::sysfs::block::DevNum;
+
+/// The bytes the kernel escapes in mountinfo's path-like fields.
+const ESCAPED: &[u8] = b" \t\n\\";
+
+/// One line of mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Unique id of the mount.
+    pub id: u32,
+    /// Id of the parent mount (itself for the root of the namespace's tree).
+    pub parent: u32,
+    /// The device the filesystem lives on (`st_dev` of files in it).
+    pub dev: DevNum,
+    /// The directory of the filesystem that is mounted here: `/` for a whole filesystem,
+    /// something deeper for a bind mount of a subdirectory.
+    pub root: PathBuf,
+    /// Where it is mounted, relative to the reading process's root.
+    pub mount_point: PathBuf,
+    /// Per-mount options (`rw,nosuid,relatime`).
+    pub options: String,
+    /// Optional tags (`shared:1`, `master:3`, `propagate_from:2`, `unbindable`).
+    pub tags: Vec<String>,
+    /// Filesystem type (`ext4`, `xfs`, `fuse.sshfs`).
+    pub fs_type: String,
+    /// Mount source as the mounter gave it (`/dev/sdc1`, `none`).
+    pub source: OsString,
+    /// Per-superblock options.
+    pub super_options: String,
+}
+
+impl MountEntry {
+    /// The line as the kernel writes it (without the trailing newline); [`parse_line`] reads
+    /// it back to an equal entry.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        out.extend_from_slice(format!("{} {} {} ", self.id, self.parent, self.dev).as_bytes());
+        escape_into(self.root.as_os_str().as_bytes(), &mut out);
+        out.push(b' ');
+        escape_into(self.mount_point.as_os_str().as_bytes(), &mut out);
+        out.push(b' ');
+        out.extend_from_slice(self.options.as_bytes());
+        for t in &self.tags {
+            out.push(b' ');
+            out.extend_from_slice(t.as_bytes());
+        }
+        out.extend_from_slice(b" - ");
+        escape_into(self.fs_type.as_bytes(), &mut out);
+        out.push(b' ');
+        escape_into(self.source.as_bytes(), &mut out);
+        out.push(b' ');
+        out.extend_from_slice(self.super_options.as_bytes());
+        out
+    }
+}
+
+/// Writes `bytes` with space, tab, newline and backslash as `\ooo`, as `seq_escape` does.
+pub fn escape(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    escape_into(bytes, &mut out);
+    out
+}
+
+fn escape_into(bytes: &[u8], out: &mut Vec<u8>) {
+    for &b in bytes {
+        if ESCAPED.contains(&b) {
+            out.extend_from_slice(&[
+                b'\\',
+                b'0' + (b >> 6),
+                b'0' + ((b >> 3) & 7),
+                b'0' + (b & 7),
+            ]);
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// Decodes `\ooo` octal escapes. A backslash not followed by three octal digits that fit in
+/// a byte is kept as it is, as glibc's `getmntent` does.
+pub fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        if field[i] == b'\\' {
+            if let Some(&[a, b, c]) = field.get(i + 1..i + 4) {
+                let oct = |d: u8| (b'0'..=b'7').contains(&d).then(|| u32::from(d - b'0'));
+                if let (Some(a), Some(b), Some(c)) = (oct(a), oct(b), oct(c)) {
+                    let v = a << 6 | b << 3 | c;
+                    if let Ok(byte) = u8::try_from(v) {
+                        out.push(byte);
+                        i += 4;
+                        continue;
+                    }
+                }
+            }
+        }
+        out.push(field[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Parses one line (a trailing newline is allowed).
+pub fn parse_line(line: &[u8]) -> Result<MountEntry> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let shown = || String::from_utf8_lossy(line).into_owned();
+    let bad = |reason| Error::invalid("mountinfo line", &shown(), reason);
+    let mut fields = line.split(|&b| b == b' ');
+    let mut next = |what| {
+        fields
+            .next()
+            .filter(|f| !f.is_empty())
+            .ok_or_else(|| bad(what))
+    };
+    let number = |f: &[u8], what| -> Result<u32> {
+        std::str::from_utf8(f)
+            .ok()
+            .and_then(crate::hctl::decimal)
+            .ok_or_else(|| bad(what))
+    };
+    let text = |f: &[u8], what| -> Result<String> {
+        String::from_utf8(unescape(f)).map_err(|_| bad(what))
+    };
+    let id = number(next("missing mount id")?, "mount id is not a number")?;
+    let parent = number(next("missing parent id")?, "parent id is not a number")?;
+    let dev = std::str::from_utf8(next("missing major:minor")?)
+        .ok()
+        .and_then(|s| s.parse::<DevNum>().ok())
+        .ok_or_else(|| bad("field 3 is not major:minor"))?;
+    let root = PathBuf::from(OsString::from_vec(unescape(next("missing root")?)));
+    let mount_point = PathBuf::from(OsString::from_vec(unescape(next("missing mount point")?)));
+    let options = text(
+        next("missing mount options")?,
+        "mount options are not UTF-8",
+    )?;
+    let mut tags = Vec::new();
+    loop {
+        let f = next("missing the - separator")?;
+        if f == b"-" {
+            break;
+        }
+        tags.push(text(f, "optional field is not UTF-8")?);
+    }
+    let fs_type = text(
+        next("missing filesystem type")?,
+        "filesystem type is not UTF-8",
+    )?;
+    // An empty source is written as "none" by current kernels, but older ones wrote nothing
+    // and left two spaces, so the source and super options may be empty.
+    let source = OsString::from_vec(unescape(
+        fields.next().ok_or_else(|| bad("missing source"))?,
+    ));
+    let super_options = fields
+        .next()
+        .map(|f| text(f, "superblock options are not UTF-8"))
+        .transpose()?
+        .ok_or_else(|| bad("missing superblock options"))?;
+    if fields.next().is_some() {
+        return Err(bad("too many fields"));
+    }
+    Ok(MountEntry {
+        id,
+        parent,
+        dev,
+        root,
+        mount_point,
+        options,
+        tags,
+        fs_type,
+        source,
+        super_options,
+    })
+}
+
+/// Parses a whole mountinfo file; blank lines are skipped, any malformed line fails it all
+/// (a table we cannot read completely cannot prove a device unmounted).
+pub fn parse(text: &[u8]) -> Result<Vec<MountEntry>> {
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(parse_line)
+        .collect()
+}
+
+/// Reads and parses `<root>/proc/self/mountinfo`: the mounts visible to this process.
+pub fn read(root: &Root) -> Result<Vec<MountEntry>> {
+    let path = root.proc("self/mountinfo");
+    let text = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    parse(&text)
+}
+
+/// The mounts whose filesystem is on one of `devs`.
+pub fn on_devices<'a>(
+    mounts: &'a [MountEntry],
+    devs: &'a [DevNum],
+) -> impl Iterator<Item = &'a MountEntry> + 'a {
+    mounts.iter().filter(move |m| devs.contains(&m.dev))
+}
+
+/// `path` for messages: lossy UTF-8.
+pub(crate) fn show(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &[u8] = b"\
+22 1 8:2 / / rw,relatime shared:1 - ext4 /dev/sda2 rw,errors=remount-ro
+36 22 8:33 / /mnt/with\\040space rw,relatime shared:20 master:3 - xfs /dev/sdc1 rw,attr2
+37 22 8:33 /sub/dir /var/lib/kubelet/pods/x rw,relatime - xfs /dev/sdc1 rw,attr2
+38 22 0:45 / /run/user rw,nosuid - tmpfs tmpfs rw,size=100k
+39 22 253:0 / /back\\134slash\\011tab rw - ext4 /dev/mapper/mpath\\040a rw
+";
+
+    #[test]
+    fn parses_fields_and_escapes() {
+        let m = parse(SAMPLE).unwrap();
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[0].id, 22);
+        assert_eq!(m[0].parent, 1);
+        assert_eq!(m[0].dev, DevNum { major: 8, minor: 2 });
+        assert_eq!(m[0].tags, ["shared:1"]);
+        assert_eq!(m[1].mount_point, Path::new("/mnt/with space"));
+        assert_eq!(m[1].tags, ["shared:20", "master:3"]);
+        assert_eq!(m[2].root, Path::new("/sub/dir"));
+        assert_eq!(m[3].fs_type, "tmpfs");
+        assert_eq!(m[4].mount_point, Path::new("/back\\slash\ttab"));
+        assert_eq!(m[4].source, "/dev/mapper/mpath a");
+        assert!(m[2].tags.is_empty());
+    }
+
+    #[test]
+    fn bind_mounts_match_by_device() {
+        let m = parse(SAMPLE).unwrap();
+        let sdc1 = [DevNum {
+            major: 8,
+            minor: 33,
+        }];
+        let points: Vec<_> = on_devices(&m, &sdc1)
+            .map(|e| show(&e.mount_point))
+            .collect();
+        assert_eq!(points, ["/mnt/with space", "/var/lib/kubelet/pods/x"]);
+    }
+
+    #[test]
+    fn round_trips_through_to_line() {
+        for e in parse(SAMPLE).unwrap() {
+            assert_eq!(parse_line(&e.to_line()).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn non_utf8_mount_point_is_kept_as_bytes() {
+        let e = parse_line(b"40 22 8:16 / /mnt/\xff\xfe rw - ext4 /dev/sdb rw").unwrap();
+        assert_eq!(e.mount_point.as_os_str().as_bytes(), b"/mnt/\xff\xfe");
+    }
+
+    #[test]
+    fn unescape_keeps_malformed_escapes() {
+        assert_eq!(unescape(b"a\\040b"), b"a b");
+        assert_eq!(unescape(b"a\\04"), b"a\\04");
+        assert_eq!(unescape(b"a\\089"), b"a\\089");
+        assert_eq!(unescape(b"\\777"), b"\\777");
+        assert_eq!(unescape(b"\\"), b"\\");
+        assert_eq!(escape(b"a b\\"), b"a\\040b\\134");
+    }
+
+    #[test]
+    fn rejects_malformed_lines() {
+        for bad in [
+            &b""[..],
+            b"22",
+            b"22 1 8:2 / / rw",
+            b"22 1 8:2 / / rw shared:1",
+            b"x 1 8:2 / / rw - ext4 /dev/sda rw",
+            b"22 1 82 / / rw - ext4 /dev/sda rw",
+            b"22 1 8:2 / / rw - ext4",
+            b"22 1 8:2 / / rw - ext4 /dev/sda rw extra",
+            b"22  1 8:2 / / rw - ext4 /dev/sda rw",
+        ] {
+            assert!(parse_line(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn empty_source_of_old_kernels_parses() {
+        let e = parse_line(b"50 22 0:50 / /x rw - fuse.x  rw").unwrap();
+        assert!(e.source.is_empty());
+        assert_eq!(e.super_options, "rw");
+    }
+}
