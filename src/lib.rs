@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod block;
 pub mod dm;
 pub mod error;
 pub mod fc;
@@ -31,6 +32,7 @@ mod ioctl;
 pub mod iscsi;
 pub mod mountinfo;
 pub mod multipath;
+pub mod ops;
 pub mod root;
 pub mod scsi;
 pub mod sysfs;

@@ -1,0 +1,566 @@
+//! Block devices: naming one, flushing it, its size, and who is using it.
+//!
+//! A device is always identified by its number: a `/dev` path is `stat`ed, a kernel name is
+//! looked up in `/sys/class/block/NAME/dev`, an H:C:T:L goes through its scsi_device, and the
+//! node that is finally opened must have that number (`fstat`), so a stale or planted node is
+//! never flushed in the device's place.
+//!
+//! [`usage`] answers "may this be taken away?" the way the kernel would be surprised by:
+//! mounts matched by device number in `/proc/self/mountinfo` (bind mounts included), devices
+//! stacked on top (`holders/`, followed up the stack), active swap, processes holding it open
+//! (`/proc/PID/fd`), and an `O_EXCL` open probe that catches any other exclusive claim.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use rustix::fs::{FileType, Mode, OFlags};
+
+use crate::error::{Error, Result};
+use crate::hctl::Hctl;
+use crate::mountinfo;
+use crate::root::Root;
+use crate::sysfs::block::DevNum;
+use crate::sysfs::{self, attr, attr_parse, entries};
+
+/// A block device found on the node: a whole disk, a partition or a dm device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockNode {
+    /// Kernel name (`sdc`, `sdc1`, `dm-0`).
+    pub name: String,
+    /// Device number.
+    pub dev: DevNum,
+    /// Its devtmpfs node (`<root>/dev/sdc`).
+    pub path: PathBuf,
+}
+
+impl fmt::Display for BlockNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "/dev/{}", self.name)
+    }
+}
+
+/// The block device named by `spec`: a `/dev/...` path (symlinks such as `/dev/mapper/NAME`
+/// or `/dev/disk/by-id/...` are followed, but not out of the root), a kernel name (`sdc`,
+/// `dm-0`), or an H:C:T:L (the disk `sd` made of that SCSI device).
+///
+/// `Ok(None)` when the name is well-formed but no such device exists now (a path that does
+/// not exist, a node whose number the kernel no longer knows, an H:C:T:L without a device).
+/// A malformed name or a path that is not a block device node is [`Error::Invalid`].
+pub fn resolve(root: &Root, spec: &str) -> Result<Option<BlockNode>> {
+    if spec.contains('\0') {
+        return Err(Error::invalid("block device", spec, "contains NUL"));
+    }
+    if spec.starts_with('/') {
+        let Some(dev) = stat_node(root, spec)? else {
+            return Ok(None);
+        };
+        return by_number(root, dev);
+    }
+    if spec.contains(':') {
+        let hctl: Hctl = spec.parse()?;
+        return of_scsi_device(root, hctl);
+    }
+    by_name(root, spec)
+}
+
+/// The disk of the SCSI device at `hctl`; `None` if there is no such device or `sd` has not
+/// bound it.
+pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
+    let dir = root
+        .sys("class/scsi_device")
+        .join(hctl.to_string())
+        .join("device/block");
+    match entries(&dir)?.into_iter().next() {
+        Some(name) => by_name(root, &name),
+        None => Ok(None),
+    }
+}
+
+/// The SCSI address of a disk (`/sys/class/block/NAME/device` links to its scsi_device);
+/// `None` for partitions, dm devices and non-SCSI disks.
+pub fn scsi_address(root: &Root, node: &BlockNode) -> Option<Hctl> {
+    let link = root.sys("class/block").join(&node.name).join("device");
+    sysfs::resolve(root, &link)
+        .as_deref()
+        .and_then(sysfs::file_name)
+        .and_then(|n| n.parse().ok())
+}
+
+/// The block device with kernel name `name`, `None` if absent.
+pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
+    sysfs::check_component("block device name", name)?;
+    let dir = root.sys("class/block").join(name);
+    Ok(attr_parse::<DevNum>(&dir, "dev").map(|dev| BlockNode {
+        name: name.to_owned(),
+        dev,
+        path: root.dev(name),
+    }))
+}
+
+/// The block device with number `dev`, `None` if the kernel has none.
+pub fn by_number(root: &Root, dev: DevNum) -> Result<Option<BlockNode>> {
+    let link = root.sys(format!("dev/block/{dev}"));
+    let Some(real) = sysfs::resolve(root, &link) else {
+        return Ok(None);
+    };
+    let Some(name) = sysfs::file_name(&real) else {
+        return Ok(None);
+    };
+    sysfs::check_component("block device name", name)?;
+    Ok(Some(BlockNode {
+        name: name.to_owned(),
+        dev,
+        path: root.dev(name),
+    }))
+}
+
+/// `stat` of a node below the root: its device number, `None` if it does not exist.
+fn stat_node(root: &Root, spec: &str) -> Result<Option<DevNum>> {
+    let path = root.path().join(spec.trim_start_matches('/'));
+    if path
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(Error::invalid("block device", spec, "contains '..'"));
+    }
+    // Symlinks (by-id, mapper) are fine, as long as they stay inside the root.
+    let real = match std::fs::canonicalize(&path) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let top = std::fs::canonicalize(root.path()).map_err(|e| Error::io(root.path(), e))?;
+    if !real.starts_with(&top) {
+        return Err(Error::invalid(
+            "block device",
+            spec,
+            "resolves to a path outside the root",
+        ));
+    }
+    let st = rustix::fs::stat(&real).map_err(|e| Error::io(&real, e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice {
+        return Err(Error::invalid(
+            "block device",
+            spec,
+            "not a block device node",
+        ));
+    }
+    Ok(Some(DevNum {
+        major: rustix::fs::major(st.st_rdev),
+        minor: rustix::fs::minor(st.st_rdev),
+    }))
+}
+
+/// Opens the node read-only and checks it is the device it claims to be.
+///
+/// Read-only on purpose: udev watches disks for a close after a write and answers with a
+/// synthetic `change` event, which would make multipathd re-create a map being taken down.
+fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
+    let fd = rustix::fs::open(
+        &node.path,
+        OFlags::RDONLY | OFlags::CLOEXEC | extra,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(&node.path, e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(&node.path, e.into()))?;
+    let dev = DevNum {
+        major: rustix::fs::major(st.st_rdev),
+        minor: rustix::fs::minor(st.st_rdev),
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice || dev != node.dev {
+        return Err(Error::Invalid {
+            kind: "device node",
+            input: node.path.display().to_string(),
+            reason: "is not the device the kernel names (stale or foreign node)",
+        });
+    }
+    Ok(fd)
+}
+
+/// Writes everything cached for the device to it and drops its clean cache:
+///
+/// 1. `fsync(2)`: writes back the device's page cache and sends the device a cache flush
+///    (SYNCHRONIZE CACHE), so the data is on stable storage, not just in the array's cache;
+/// 2. `ioctl(BLKFLSBUF)`: writes back again (or syncs the filesystem mounted on it) and
+///    invalidates the page cache, so nothing stale is served if the LUN comes back.
+///
+/// Both block until the I/O completes, which on a dead transport can take as long as the
+/// SCSI error handler wants. They run on a helper thread, and if `deadline` passes first this
+/// returns [`Error::Timeout`] and leaves the thread to finish on its own; the caller is never
+/// held past its deadline.
+pub fn flush(node: &BlockNode, deadline: Instant) -> Result<()> {
+    let fd = open_checked(node, OFlags::empty())?;
+    let path = node.path.clone();
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("lunkit-flush".into())
+        .spawn(move || {
+            let r = rustix::fs::fsync(&fd)
+                .map_err(|e| Error::io(&path, e.into()))
+                .and_then(|()| {
+                    crate::ioctl::blkflsbuf(&fd).map_err(|source| Error::Ioctl {
+                        op: "BLKFLSBUF",
+                        target: path.display().to_string(),
+                        source,
+                    })
+                });
+            let _ = tx.send(r);
+        })
+        .map_err(|e| Error::io(&node.path, e))?;
+    let start = Instant::now();
+    match rx.recv_timeout(deadline.saturating_duration_since(start)) {
+        Ok(r) => r,
+        Err(_) => Err(Error::Timeout {
+            what: format!("flush of {node} (the device is not completing writes)"),
+            waited: start.elapsed(),
+        }),
+    }
+}
+
+/// The device's size in bytes (`BLKGETSIZE64`).
+pub fn size(node: &BlockNode) -> Result<u64> {
+    let fd = open_checked(node, OFlags::NONBLOCK)?;
+    crate::ioctl::blkgetsize64(&fd).map_err(|source| Error::Ioctl {
+        op: "BLKGETSIZE64",
+        target: node.to_string(),
+        source,
+    })
+}
+
+/// The device's logical block size in bytes (`BLKSSZGET`).
+pub fn logical_block_size(node: &BlockNode) -> Result<u32> {
+    let fd = open_checked(node, OFlags::NONBLOCK)?;
+    crate::ioctl::blksszget(&fd).map_err(|source| Error::Ioctl {
+        op: "BLKSSZGET",
+        target: node.to_string(),
+        source,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Who is using a device
+// ---------------------------------------------------------------------------------------
+
+/// Who uses a set of devices. Empty means nothing the kernel or this node knows of would
+/// notice the devices going away.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Filesystems mounted from the devices, their partitions or anything stacked on them.
+    pub mounts: Vec<MountUse>,
+    /// Devices stacked on them that are not part of the volume (LVM, md, a foreign dm map).
+    pub holders: Vec<String>,
+    /// Active swap areas on them.
+    pub swaps: Vec<String>,
+    /// Processes holding one of them open.
+    pub openers: Vec<Opener>,
+    /// Devices an `O_EXCL` open finds claimed, where nothing above explains the claim.
+    pub claimed: Vec<String>,
+}
+
+/// A mount of one of the devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountUse {
+    /// The device the filesystem is on (`sdc1`, `dm-0`).
+    pub device: String,
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+}
+
+/// A process with one of the devices open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opener {
+    /// Its pid.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+    /// The device it has open.
+    pub device: String,
+}
+
+impl Usage {
+    /// Nothing uses the devices.
+    pub fn is_empty(&self) -> bool {
+        self.mounts.is_empty()
+            && self.holders.is_empty()
+            && self.swaps.is_empty()
+            && self.openers.is_empty()
+            && self.claimed.is_empty()
+    }
+
+    /// Only processes hold the devices open: a state that may pass on its own (udev's
+    /// probes open every new disk for a moment), unlike a mount or a holder.
+    pub fn only_openers(&self) -> bool {
+        !self.openers.is_empty()
+            && self.mounts.is_empty()
+            && self.holders.is_empty()
+            && self.swaps.is_empty()
+            && self.claimed.is_empty()
+    }
+}
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        for m in &self.mounts {
+            parts.push(format!(
+                "{} mounted at {}",
+                m.device,
+                mountinfo::show(&m.mount_point)
+            ));
+        }
+        if !self.holders.is_empty() {
+            parts.push(format!("held by {}", self.holders.join(" ")));
+        }
+        for s in &self.swaps {
+            parts.push(format!("active swap on {s}"));
+        }
+        for o in &self.openers {
+            parts.push(format!("{} open by pid {} ({})", o.device, o.pid, o.comm));
+        }
+        for c in &self.claimed {
+            parts.push(format!("{c} claimed exclusively (O_EXCL open gives EBUSY)"));
+        }
+        if parts.is_empty() {
+            f.write_str("not in use")
+        } else {
+            f.write_str(&parts.join("; "))
+        }
+    }
+}
+
+/// What [`usage`] should not count as a user.
+#[derive(Debug, Clone, Default)]
+pub struct UsageScope<'a> {
+    /// Kernel names of devices that belong to the volume being taken down (its multipath map
+    /// and partition maps): holders among them are not users, but their own users are.
+    pub own: &'a [String],
+    /// Command names whose open file descriptors do not count: the daemon that manages the
+    /// devices and lets go of them when they are removed (`multipathd` checks every path).
+    pub ignore_openers: &'a [&'a str],
+}
+
+/// Who uses `devices`, their partitions, and whatever is stacked on them (followed up through
+/// `holders/`). Reads sysfs, `/proc/self/mountinfo`, `/proc/swaps` and `/proc/*/fd`; issues
+/// one `O_EXCL` open on each device at the top of a stack.
+///
+/// Process file descriptors of other users are visible only to root; without root that part
+/// of the check sees only the caller's own processes.
+pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Result<Usage> {
+    let mut usage = Usage::default();
+    // Every device whose users count: the devices, their partitions, and foreign stacks on
+    // them; plus the volume's own devices, whose mounts and openers count too.
+    let mut family: BTreeSet<BlockNode> = BTreeSet::new();
+    let mut todo: Vec<BlockNode> = devices.to_vec();
+    for own in scope.own {
+        if let Some(n) = by_name(root, own)? {
+            todo.push(n);
+        }
+    }
+    let mut foreign_holders = BTreeSet::new();
+    while let Some(n) = todo.pop() {
+        if family.len() > 4096 || !family.insert(n.clone()) {
+            continue;
+        }
+        let dir = root.sys("class/block").join(&n.name);
+        for sub in entries(&dir)? {
+            if sub.starts_with(&n.name) && dir.join(&sub).join("partition").exists() {
+                if let Some(p) = by_name(root, &sub)? {
+                    todo.push(p);
+                }
+            }
+        }
+        for h in entries(&dir.join("holders"))? {
+            if !scope.own.contains(&h) {
+                foreign_holders.insert(h.clone());
+            }
+            if let Some(hn) = by_name(root, &h)? {
+                todo.push(hn);
+            }
+        }
+    }
+    usage.holders = foreign_holders.into_iter().collect();
+    let numbers: Vec<DevNum> = family.iter().map(|n| n.dev).collect();
+    let name_of = |d: DevNum| {
+        family
+            .iter()
+            .find(|n| n.dev == d)
+            .map_or_else(|| d.to_string(), |n| n.name.clone())
+    };
+
+    for m in mountinfo::on_devices(&mountinfo::read(root)?, &numbers) {
+        usage.mounts.push(MountUse {
+            device: name_of(m.dev),
+            mount_point: m.mount_point.clone(),
+        });
+    }
+    for s in swaps(root)? {
+        if let Some(d) = node_number(root, &s) {
+            if numbers.contains(&d) {
+                usage.swaps.push(name_of(d));
+            }
+        }
+    }
+    usage.openers = openers(root, &numbers, scope.ignore_openers)?
+        .into_iter()
+        .map(|(pid, comm, d)| Opener {
+            pid,
+            comm,
+            device: name_of(d),
+        })
+        .collect();
+    // The probe explains nothing by itself, so only ask it about devices nothing above
+    // accounts for: tops of stacks that are not mounted or swap.
+    for n in &family {
+        let top = entries(&root.sys("class/block").join(&n.name).join("holders"))?.is_empty();
+        let explained = usage.mounts.iter().any(|m| m.device == n.name)
+            || usage.swaps.contains(&n.name)
+            || usage.holders.contains(&n.name);
+        if top && !explained && is_claimed(n) {
+            usage.claimed.push(n.name.clone());
+        }
+    }
+    Ok(usage)
+}
+
+/// Whether an `O_EXCL` open of the node fails with `EBUSY`: a filesystem, swap, dm, md or
+/// another exclusive opener has claimed it. A node that cannot be opened for another reason
+/// says nothing.
+fn is_claimed(node: &BlockNode) -> bool {
+    matches!(
+        open_checked(node, OFlags::EXCL | OFlags::NONBLOCK),
+        Err(Error::Io { ref source, .. }) if source.raw_os_error() == Some(libc::EBUSY)
+    )
+}
+
+/// The device number of a node path as written in `/proc/swaps`, looked up below the root.
+fn node_number(root: &Root, path: &Path) -> Option<DevNum> {
+    let p = root.path().join(path.strip_prefix("/").unwrap_or(path));
+    let st = rustix::fs::stat(&p).ok()?;
+    (FileType::from_raw_mode(st.st_mode) == FileType::BlockDevice).then(|| DevNum {
+        major: rustix::fs::major(st.st_rdev),
+        minor: rustix::fs::minor(st.st_rdev),
+    })
+}
+
+/// The active swap areas in `<root>/proc/swaps`. An absent file (no swap support) is none.
+fn swaps(root: &Root) -> Result<Vec<PathBuf>> {
+    let path = root.proc("swaps");
+    match std::fs::read(&path) {
+        Ok(text) => Ok(parse_swaps(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// The file names in `/proc/swaps` text: the first column after the header, with the same
+/// octal escapes as mountinfo.
+pub fn parse_swaps(text: &[u8]) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    text.split(|&b| b == b'\n')
+        .skip(1)
+        .filter_map(|l| {
+            l.split(|&b| b == b' ' || b == b'\t')
+                .find(|f| !f.is_empty())
+        })
+        .map(|f| PathBuf::from(std::ffi::OsString::from_vec(mountinfo::unescape(f))))
+        .collect()
+}
+
+/// Processes with one of `numbers` open: `(pid, comm, device)`, from `/proc/*/fd`. Processes
+/// that vanish or whose fds cannot be read (another user's, without root) are skipped.
+fn openers(root: &Root, numbers: &[DevNum], ignore: &[&str]) -> Result<Vec<(u32, String, DevNum)>> {
+    let proc_dir = root.proc("");
+    let rd = match std::fs::read_dir(&proc_dir) {
+        Ok(rd) => rd,
+        Err(e) => return Err(Error::io(&proc_dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(crate::hctl::decimal::<u32>)
+        else {
+            continue;
+        };
+        let fd_dir = entry.path().join("fd");
+        let Ok(fds) = std::fs::read_dir(&fd_dir) else {
+            continue;
+        };
+        let mut comm = None;
+        for fd in fds.flatten() {
+            // stat follows the magic link to the open file itself.
+            let Ok(st) = rustix::fs::stat(fd.path()) else {
+                continue;
+            };
+            if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice {
+                continue;
+            }
+            let d = DevNum {
+                major: rustix::fs::major(st.st_rdev),
+                minor: rustix::fs::minor(st.st_rdev),
+            };
+            if !numbers.contains(&d) {
+                continue;
+            }
+            let c = comm
+                .get_or_insert_with(|| attr(&entry.path(), "comm").unwrap_or_default())
+                .clone();
+            if ignore.contains(&c.as_str()) {
+                break;
+            }
+            if !out.contains(&(pid, c.clone(), d)) {
+                out.push((pid, c, d));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swaps_parse_with_escapes() {
+        let text = b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n\
+/dev/sdc2                               partition\t1048572\t\t0\t\t-2\n\
+/swap\\040file                           file\t\t1024\t\t0\t\t-3\n";
+        assert_eq!(
+            parse_swaps(text),
+            [PathBuf::from("/dev/sdc2"), PathBuf::from("/swap file")]
+        );
+        assert!(parse_swaps(b"Filename Type Size Used Priority\n").is_empty());
+        assert!(parse_swaps(b"").is_empty());
+    }
+
+    #[test]
+    fn usage_message_names_every_user() {
+        let u = Usage {
+            mounts: vec![MountUse {
+                device: "sdc1".into(),
+                mount_point: "/mnt/a b".into(),
+            }],
+            holders: vec!["dm-3".into()],
+            swaps: vec!["sdc2".into()],
+            openers: vec![Opener {
+                pid: 42,
+                comm: "dd".into(),
+                device: "sdc".into(),
+            }],
+            claimed: vec![],
+        };
+        assert_eq!(
+            u.to_string(),
+            "sdc1 mounted at /mnt/a b; held by dm-3; active swap on sdc2; sdc open by pid 42 (dd)"
+        );
+        assert!(!u.is_empty());
+        assert!(!u.only_openers());
+        assert_eq!(Usage::default().to_string(), "not in use");
+    }
+}
