@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 
+use crate::block::{self, BlockNode, UsageScope};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
 use crate::sysfs::block::DevNum;
 use crate::sysfs::{self, attr, attr_parse, entries};
-use crate::uevent::{Monitor, Uevent};
+use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 use crate::wwid::Wwid;
 
@@ -195,4 +196,126 @@ fn ready_path(root: &Root, hctl: Hctl) -> Result<Option<PathDevice>> {
         dev,
         wwid,
     }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Taking one SCSI device out
+// ---------------------------------------------------------------------------------------
+
+/// Command names whose open file descriptors on a path do not make it busy: multipathd
+/// keeps every path open for its checkers and closes it when the path's `remove` event comes.
+pub const PATH_MANAGERS: &[&str] = &["multipathd"];
+
+/// How [`delete`] behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteOptions {
+    /// When to give up waiting for the flush and the removal.
+    pub deadline: Instant,
+    /// Delete even when the device is in use or its flush fails. In-flight and later I/O to
+    /// it fails; a mounted filesystem on it is shut down by the kernel.
+    pub force: bool,
+}
+
+impl DeleteOptions {
+    /// Not forced, with a deadline `timeout` from now.
+    pub fn with_timeout(timeout: Duration) -> DeleteOptions {
+        DeleteOptions {
+            deadline: Instant::now() + timeout,
+            force: false,
+        }
+    }
+}
+
+/// What [`delete`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The device was deleted by this call.
+    Now,
+    /// There was no device at that address (already deleted, or never there).
+    AlreadyGone,
+}
+
+/// Takes the SCSI device at `hctl` off the node: refuses when it is in use (mounted, held by
+/// a multipath map or anything else, swap, open), flushes its disk ([`block::flush`]), writes
+/// `delete`, and waits until the scsi_device and its disk are gone from sysfs.
+///
+/// A device that is not there is success ([`Deleted::AlreadyGone`]), so a retry after a
+/// partial cleanup completes it. The kernel itself checks nothing before deleting (a path
+/// under a live multipath map fails, and if it was the last one with `queue_if_no_path` I/O
+/// hangs), which is why the check is here: take the map down first.
+pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> {
+    if !scsi_device_dir(root, hctl).exists() {
+        return Ok(Deleted::AlreadyGone);
+    }
+    let node = block::of_scsi_device(root, hctl)?;
+    if let Some(node) = &node {
+        if !opts.force {
+            let scope = UsageScope {
+                own: &[],
+                ignore_openers: PATH_MANAGERS,
+            };
+            let usage = block::usage(root, std::slice::from_ref(node), &scope)?;
+            if !usage.is_empty() {
+                return Err(Error::Busy {
+                    device: format!("{node} ({hctl})"),
+                    reason: busy_reason(root, &usage),
+                });
+            }
+        }
+        match block::flush(node, opts.deadline) {
+            Ok(()) => {}
+            Err(_) if opts.force => {}
+            Err(e) => return Err(e),
+        }
+    }
+    remove_device(root, hctl, node.as_ref(), opts.deadline)
+}
+
+/// The usage message, pointing at the map when a multipath map holds the path.
+fn busy_reason(root: &Root, usage: &block::Usage) -> String {
+    let mut reason = usage.to_string();
+    for h in &usage.holders {
+        let dm = root.sys("class/block").join(h).join("dm");
+        if attr(&dm, "uuid").is_some_and(|u| u.starts_with(crate::topology::MPATH_UUID_PREFIX)) {
+            let name = attr(&dm, "name").unwrap_or_else(|| h.clone());
+            reason.push_str(&format!(
+                "; it is a path of multipath map {name} ({h}): take the map down first \
+                 (lunkit multipath remove, or lunkit detach for the whole volume)"
+            ));
+        }
+    }
+    reason
+}
+
+/// Writes `delete` for the device at `hctl` and waits until it and its disk `node` are gone.
+/// No checks and no flush: the caller has done them.
+pub(crate) fn remove_device(
+    root: &Root,
+    hctl: Hctl,
+    node: Option<&BlockNode>,
+    deadline: Instant,
+) -> Result<Deleted> {
+    let dir = scsi_device_dir(root, hctl);
+    // The disk's real sysfs directory lies below the scsi_device's (…/7:0:0:1/block/sdc), so
+    // unlike its name or number it cannot be taken over by a disk scanned meanwhile.
+    let disk_dir = node.and_then(|n| sysfs::resolve(root, &root.sys("class/block").join(&n.name)));
+    // Subscribe before acting, so the remove events cannot slip past.
+    let mut monitor = Monitor::open().ok();
+    match sysfs::write_attr(&dir.join("delete"), "1") {
+        Ok(()) => {}
+        // Gone between the check and the write.
+        Err(e) if e.kind() == crate::ErrorKind::NotFound && !dir.exists() => {
+            return Ok(Deleted::AlreadyGone);
+        }
+        // ENODEV: someone else's delete of it is under way; wait for it like for ours.
+        Err(e) if e.errno() == Some(libc::ENODEV) => {}
+        Err(e) => return Err(e),
+    }
+    let what = || format!("removal of SCSI device {hctl}");
+    let relevant = |ev: &Uevent| ev.action == Action::Remove;
+    wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+        let gone = !dir.exists() && disk_dir.as_ref().is_none_or(|d| !d.exists());
+        Ok(gone.then_some(()))
+    })?;
+    Ok(Deleted::Now)
 }
