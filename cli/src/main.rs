@@ -4,6 +4,7 @@ mod human;
 mod json;
 mod multipath;
 mod scan;
+mod teardown;
 mod watch;
 
 use std::path::PathBuf;
@@ -46,6 +47,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Take a whole volume off the node: check nobody uses it, flush and remove its multipath
+    /// map, flush and delete every path, verify nothing is left; retried until the deadline.
+    /// Exit 0 done (or nothing was there), 4 refused (in use), 5 deadline passed.
+    Detach(teardown::Detach),
+    /// Delete one SCSI device (after a flush); refused while it is in use or a path of a live
+    /// multipath map. An H:C:T:L that is already gone is success.
+    Delete(teardown::Delete),
+    /// Write a block device's cached data to it (fsync) and drop its page cache (BLKFLSBUF).
+    Flush(teardown::Flush),
     /// Remove multipath maps without `multipath -f`.
     #[command(subcommand)]
     Multipath(multipath::Multipath),
@@ -68,6 +78,9 @@ fn main() -> ExitCode {
         Command::Scan(cmd) => scan::run(&root, cmd),
         Command::Multipath(cmd) => multipath::run(&root, cmd),
         Command::Watch { json } => watch::run(json),
+        Command::Detach(cmd) => teardown::detach(&root, cmd),
+        Command::Delete(cmd) => teardown::delete(&root, cmd),
+        Command::Flush(cmd) => teardown::flush(&root, cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

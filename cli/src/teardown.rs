@@ -1,0 +1,193 @@
+//! `lunkit flush`, `lunkit delete` and `lunkit detach`: taking devices and volumes off.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use lunkit::block;
+use lunkit::ops::{self, DetachOptions, Outcome, Step, VolumeSpec};
+use lunkit::scsi::{self, DeleteOptions, Deleted};
+use lunkit::{Error, Hctl, Root};
+
+/// `lunkit flush`.
+#[derive(Args)]
+pub struct Flush {
+    /// The device: a /dev path, a kernel name (sdc, dm-0) or an H:C:T:L.
+    device: String,
+    /// Give up after this many seconds (a dead device may never complete its writes).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    timeout: f64,
+}
+
+/// `lunkit delete`.
+#[derive(Args)]
+pub struct Delete {
+    /// The SCSI device: a /dev path, a kernel name (sdc) or an H:C:T:L.
+    device: String,
+    /// Delete even when it is in use or its flush fails (its I/O then fails).
+    #[arg(long)]
+    force: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    timeout: f64,
+}
+
+/// `lunkit detach`.
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
+pub struct Detach {
+    /// A device of the volume: /dev/sdc, /dev/mapper/mpatha, dm-0, a map name, an H:C:T:L.
+    device: Option<String>,
+    /// The volume's WWID (naa.… or 36…).
+    #[arg(long, value_name = "WWID")]
+    wwid: Option<String>,
+    /// The iSCSI target IQN (with --lun).
+    #[arg(long, value_name = "IQN", requires = "lun")]
+    iscsi_target: Option<String>,
+    /// The FC target port name (with --lun).
+    #[arg(long, value_name = "WWPN", requires = "lun")]
+    fc_wwpn: Option<String>,
+    /// The LUN, with --iscsi-target or --fc-wwpn.
+    #[arg(long)]
+    lun: Option<u64>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    timeout: f64,
+    /// Go on past refusals (in use, no active path) and failed flushes: data in flight is lost.
+    #[arg(long)]
+    force: bool,
+    /// Lock the volume within this process only, not with a file under /run/lunkit/locks.
+    #[arg(long)]
+    no_lock_file: bool,
+    /// Print the report as one JSON object (also on failure).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
+    let deadline = Instant::now() + crate::seconds(cmd.timeout)?;
+    let node = block::resolve(root, &cmd.device)?.ok_or_else(|| Error::NotFound {
+        what: format!("block device {}", cmd.device),
+    })?;
+    let t0 = Instant::now();
+    block::flush(&node, deadline)?;
+    println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+    Ok(())
+}
+
+pub fn delete(root: &Root, cmd: Delete) -> lunkit::Result<()> {
+    let opts = DeleteOptions {
+        force: cmd.force,
+        ..DeleteOptions::with_timeout(crate::seconds(cmd.timeout)?)
+    };
+    let hctl = scsi_address(root, &cmd.device)?;
+    let t0 = Instant::now();
+    match scsi::delete(root, hctl, &opts)? {
+        Deleted::Now => println!("{hctl} deleted in {}", ms(t0.elapsed())),
+        Deleted::AlreadyGone => println!("{hctl} already gone"),
+    }
+    Ok(())
+}
+
+/// The SCSI address a `delete` argument names. An H:C:T:L is taken as it is (it may be gone
+/// already); a device must exist and be a SCSI disk.
+fn scsi_address(root: &Root, device: &str) -> lunkit::Result<Hctl> {
+    if let Ok(h) = device.parse::<Hctl>() {
+        return Ok(h);
+    }
+    let node = block::resolve(root, device)?.ok_or_else(|| Error::NotFound {
+        what: format!("block device {device}"),
+    })?;
+    block::scsi_address(root, &node).ok_or_else(|| {
+        Error::invalid(
+            "SCSI device",
+            device,
+            "not a SCSI disk (a partition, a dm device or another kind of disk)",
+        )
+    })
+}
+
+pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
+    let spec = if let Some(d) = cmd.device {
+        VolumeSpec::Device(d)
+    } else if let Some(w) = cmd.wwid {
+        VolumeSpec::Wwid(w.parse()?)
+    } else if let Some(target) = cmd.iscsi_target {
+        VolumeSpec::Iscsi {
+            target,
+            lun: cmd.lun.unwrap_or_default(),
+        }
+    } else if let Some(w) = cmd.fc_wwpn {
+        VolumeSpec::Fc {
+            wwpn: w.parse()?,
+            lun: cmd.lun.unwrap_or_default(),
+        }
+    } else {
+        unreachable!("clap requires one of the volume arguments")
+    };
+    let mut opts = DetachOptions::new(root);
+    opts.timeout = crate::seconds(cmd.timeout)?;
+    opts.force = cmd.force;
+    if cmd.no_lock_file {
+        opts.lock_dir = None;
+    }
+    let json = cmd.json;
+    let mut steps: Vec<Step> = Vec::new();
+    let t0 = Instant::now();
+    let result = ops::detach_with(root, &spec, &opts, &mut |s| {
+        if !json {
+            println!(
+                "{:<13} {:<40} {} ({})",
+                s.kind.as_str(),
+                s.target,
+                s.outcome,
+                ms(s.duration)
+            );
+        }
+        steps.push(s.clone());
+    });
+    if json {
+        let (identity, rounds) = match &result {
+            Ok(r) => (Some(&r.identity), r.rounds),
+            Err(_) => (None, 0),
+        };
+        let doc = serde_json::json!({
+            "version": 1,
+            "volume": spec.to_string(),
+            "key": identity.map(|i| i.key()),
+            "wwid": identity.and_then(|i| i.wwid.as_ref()).map(|w| w.to_multipath()),
+            "ok": result.is_ok(),
+            "error": result.as_ref().err().map(ToString::to_string),
+            "rounds": rounds,
+            "duration_ms": t0.elapsed().as_secs_f64() * 1e3,
+            "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
+        });
+        println!("{doc}");
+    } else if let Ok(r) = &result {
+        println!(
+            "{spec}: detached in {} ({} round(s))",
+            ms(r.duration),
+            r.rounds
+        );
+    }
+    result.map(|_| ())
+}
+
+fn step_json(s: &Step) -> serde_json::Value {
+    let (outcome, detail) = match &s.outcome {
+        Outcome::Done => ("done", None),
+        Outcome::AlreadyGone => ("already-gone", None),
+        Outcome::Skipped(w) => ("skipped", Some(w.clone())),
+        Outcome::Failed(w) => ("failed", Some(w.clone())),
+    };
+    serde_json::json!({
+        "step": s.kind.as_str(),
+        "target": s.target,
+        "outcome": outcome,
+        "detail": detail,
+        "duration_ms": s.duration.as_secs_f64() * 1e3,
+    })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}

@@ -1,0 +1,589 @@
+//! Taking a volume off the node: what a CSI driver's NodeUnstage does after the unmount.
+//!
+//! One round is: check nobody uses the volume, flush the multipath map, remove it (the
+//! `multipath -f` sequence of [`crate::multipath::remove`]), then flush and delete every path
+//! (in parallel: each delete waits for its own SYNCHRONIZE CACHE). Rounds repeat, each starting
+//! from a fresh look at sysfs, until nothing of the volume is left or the deadline passes: a
+//! map that multipathd re-creates, a path that reappears or a removal that races with udev is
+//! taken down by the next round. Every step boundary is a valid state to stop and start again
+//! from, so a detach killed halfway is finished by the next one.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::lock;
+use super::volume::{self, Identity, MapDevice, VolumePath, VolumeSpec, VolumeState};
+use crate::block::{self, UsageScope};
+use crate::dm::{Control, DevId};
+use crate::error::{Error, ErrorKind, Result};
+use crate::multipath::{self, RemoveOptions};
+use crate::root::Root;
+use crate::scsi::{self, Deleted, PATH_MANAGERS};
+
+/// Default time a detach may take.
+pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a volume held only by open file descriptors (no mount, no holder) is given to
+/// let go before the detach is refused: udev's probes open every new disk for a moment.
+const OPENER_GRACE: Duration = Duration::from_secs(3);
+
+/// How [`detach`] behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachOptions {
+    /// How long the whole detach may take, lock wait included.
+    pub timeout: Duration,
+    /// Go on past refusals and errors: a volume in use is taken away anyway (its I/O fails),
+    /// queued I/O of a map without paths is failed, a flush that fails is passed over. Every
+    /// step skipped this way is in the report.
+    pub force: bool,
+    /// Where the cross-process lock files go; `None` locks within this process only.
+    pub lock_dir: Option<PathBuf>,
+    /// Ask multipathd to remove the map when it runs (so it does not re-create it).
+    pub use_multipathd: bool,
+}
+
+impl DetachOptions {
+    /// The defaults for `root`: 60 s, not forced, locks in `<root>/run/lunkit/locks`,
+    /// multipathd used when it runs.
+    pub fn new(root: &Root) -> DetachOptions {
+        DetachOptions {
+            timeout: DEFAULT_DETACH_TIMEOUT,
+            force: false,
+            lock_dir: Some(root.run("lunkit/locks")),
+            use_multipathd: true,
+        }
+    }
+}
+
+/// A step of a detach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepKind {
+    /// Turn the caller's name for the volume into its identity.
+    Identify,
+    /// Take the volume's lock.
+    Lock,
+    /// Check that nothing uses the volume.
+    CheckInUse,
+    /// Flush the multipath map.
+    FlushMap,
+    /// Remove the multipath map.
+    RemoveMap,
+    /// Flush a path's disk.
+    FlushPath,
+    /// Delete a path's SCSI device.
+    DeletePath,
+    /// Check that nothing of the volume is left.
+    Verify,
+}
+
+impl StepKind {
+    /// Its name in reports: `check-in-use`, `remove-map`...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Identify => "identify",
+            StepKind::Lock => "lock",
+            StepKind::CheckInUse => "check-in-use",
+            StepKind::FlushMap => "flush-map",
+            StepKind::RemoveMap => "remove-map",
+            StepKind::FlushPath => "flush-path",
+            StepKind::DeletePath => "delete-path",
+            StepKind::Verify => "verify",
+        }
+    }
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did its work.
+    Done,
+    /// There was nothing to do: already gone.
+    AlreadyGone,
+    /// It failed or refused and the detach went on (forced, or the failure cannot lose data);
+    /// the text says why.
+    Skipped(String),
+    /// It failed; the detach retries or ends with the error.
+    Failed(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Done => f.write_str("done"),
+            Outcome::AlreadyGone => f.write_str("already gone"),
+            Outcome::Skipped(why) => write!(f, "skipped: {why}"),
+            Outcome::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+/// One step as it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// What it was.
+    pub kind: StepKind,
+    /// What it acted on (`mpatha (dm-0)`, `7:0:0:1 (sdc)`).
+    pub target: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// What [`detach`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachReport {
+    /// The volume's identity.
+    pub identity: Identity,
+    /// Every step, in order.
+    pub steps: Vec<Step>,
+    /// How many take-down rounds ran (0: there was nothing to take down).
+    pub rounds: u32,
+    /// The whole detach.
+    pub duration: Duration,
+}
+
+/// Takes the volume `spec` off the node (see the module docs), with the default step sink.
+pub fn detach(root: &Root, spec: &VolumeSpec, opts: &DetachOptions) -> Result<DetachReport> {
+    detach_with(root, spec, opts, &mut |_| {})
+}
+
+/// [`detach`], calling `on_step` as each step ends (for progress output, and so that a
+/// caller who gets an error still knows what was done).
+pub fn detach_with(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &DetachOptions,
+    on_step: &mut dyn FnMut(&Step),
+) -> Result<DetachReport> {
+    let start = Instant::now();
+    let deadline = start + opts.timeout;
+    let mut run = Run {
+        root,
+        opts,
+        deadline,
+        steps: Vec::new(),
+        on_step,
+    };
+    let identity = run.step(StepKind::Identify, &spec.to_string(), || {
+        volume::identify(root, spec).map(|i| (i, Outcome::Done))
+    })?;
+    let key = identity.key();
+    let _lock = run.step(StepKind::Lock, &key, || {
+        lock::lock(&key, opts.lock_dir.as_deref(), deadline).map(|l| (l, Outcome::Done))
+    })?;
+
+    let mut rounds = 0;
+    let mut backoff = Duration::from_millis(20);
+    let mut busy_since: Option<Instant> = None;
+    loop {
+        let state = volume::locate(root, &identity)?;
+        if state.is_empty() {
+            let what = if rounds == 0 {
+                "nothing of the volume is on the node".to_owned()
+            } else {
+                "no map or path of the volume is left".to_owned()
+            };
+            run.record(StepKind::Verify, &what, Outcome::Done, Duration::ZERO);
+            return Ok(DetachReport {
+                identity,
+                steps: run.steps,
+                rounds,
+                duration: start.elapsed(),
+            });
+        }
+        rounds += 1;
+        let err = match run.round(&state, &mut busy_since) {
+            // Look again: multipathd may have re-created the map, a path may have come back.
+            Ok(()) if Instant::now() < deadline => continue,
+            Ok(()) => Error::Timeout {
+                what: String::new(),
+                waited: start.elapsed(),
+            },
+            Err(e) => e,
+        };
+        let now = Instant::now();
+        if !retryable(&err) || now >= deadline {
+            return Err(match err {
+                Error::Timeout { what, .. } => {
+                    let left = volume::locate(root, &identity)
+                        .map(|s| s.describe())
+                        .unwrap_or_default();
+                    let last = if what.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; last wait: {what}")
+                    };
+                    Error::Timeout {
+                        what: format!("{spec} to be taken off the node (left: {left}{last})"),
+                        waited: start.elapsed(),
+                    }
+                }
+                e => e,
+            });
+        }
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Errors after which another round may succeed: something was busy for a moment, or
+/// vanished under our feet. A refusal because the volume is in use is not one of them.
+fn retryable(e: &Error) -> bool {
+    match e {
+        Error::Busy { .. } => false,
+        Error::Ioctl { .. } | Error::Io { .. } => matches!(
+            e.errno(),
+            Some(libc::EBUSY | libc::ENXIO | libc::ENODEV | libc::ENOENT | libc::EAGAIN)
+        ),
+        Error::NotFound { .. } => true,
+        _ => false,
+    }
+}
+
+/// One detach in progress: where steps go.
+struct Run<'a> {
+    root: &'a Root,
+    opts: &'a DetachOptions,
+    deadline: Instant,
+    steps: Vec<Step>,
+    on_step: &'a mut dyn FnMut(&Step),
+}
+
+impl Run<'_> {
+    fn record(&mut self, kind: StepKind, target: &str, outcome: Outcome, duration: Duration) {
+        let step = Step {
+            kind,
+            target: target.to_owned(),
+            outcome,
+            duration,
+        };
+        (self.on_step)(&step);
+        self.steps.push(step);
+    }
+
+    /// Runs `f` as one step; an error is recorded as `Failed` and returned.
+    fn step<T>(
+        &mut self,
+        kind: StepKind,
+        target: &str,
+        f: impl FnOnce() -> Result<(T, Outcome)>,
+    ) -> Result<T> {
+        let t0 = Instant::now();
+        match f() {
+            Ok((v, outcome)) => {
+                self.record(kind, target, outcome, t0.elapsed());
+                Ok(v)
+            }
+            Err(e) => {
+                self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
+                Err(e)
+            }
+        }
+    }
+
+    /// Like [`Run::step`], but when forced a failure is recorded as `Skipped` and the detach
+    /// goes on.
+    fn step_or_force(
+        &mut self,
+        kind: StepKind,
+        target: &str,
+        f: impl FnOnce() -> Result<Outcome>,
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        let outcome = match f() {
+            Ok(o) => o,
+            Err(e) if self.opts.force => Outcome::Skipped(format!("forced past: {e}")),
+            Err(e) => {
+                self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
+                return Err(e);
+            }
+        };
+        self.record(kind, target, outcome, t0.elapsed());
+        Ok(())
+    }
+
+    /// One take-down round over what `state` found.
+    fn round(&mut self, state: &VolumeState, busy_since: &mut Option<Instant>) -> Result<()> {
+        self.check_in_use(state, busy_since)?;
+        for map in &state.maps {
+            self.take_down_map(map)?;
+        }
+        self.take_down_paths(&state.paths)
+    }
+
+    fn check_in_use(
+        &mut self,
+        state: &VolumeState,
+        busy_since: &mut Option<Instant>,
+    ) -> Result<()> {
+        let root = self.root;
+        let own = state.own_dm();
+        let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
+        devices.extend(state.paths.iter().filter_map(|p| p.disk.clone()));
+        let target = state.describe();
+        let force = self.opts.force;
+        let deadline = self.deadline;
+        let t0 = Instant::now();
+        let usage = block::usage(
+            root,
+            &devices,
+            &UsageScope {
+                own: &own,
+                ignore_openers: PATH_MANAGERS,
+            },
+        );
+        let usage = match usage {
+            Ok(u) => u,
+            Err(e) => {
+                self.record(
+                    StepKind::CheckInUse,
+                    &target,
+                    Outcome::Failed(e.to_string()),
+                    t0.elapsed(),
+                );
+                return Err(e);
+            }
+        };
+        let mut problems = Vec::new();
+        if !usage.is_empty() {
+            problems.push(usage.to_string());
+        }
+        // A map that queues I/O with no path left would hang the flush, and its dirty data
+        // cannot reach the storage: that is a refusal too, unless forced.
+        let mut dead_maps = Vec::new();
+        for m in &state.maps {
+            if let Some(why) = dead_map(root, m)? {
+                problems.push(why);
+                dead_maps.push(m.name.clone());
+            }
+        }
+        if problems.is_empty() {
+            *busy_since = None;
+            self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
+            return Ok(());
+        }
+        let reason = problems.join("; ");
+        if force {
+            // Fail the queued I/O now so the flushes below return instead of hanging.
+            if let Ok(ctl) = Control::open(root) {
+                for name in &dead_maps {
+                    let _ = ctl.message(&DevId::Name(name), 0, "fail_if_no_path");
+                }
+            }
+            self.record(
+                StepKind::CheckInUse,
+                &target,
+                Outcome::Skipped(format!("forced past: in use: {reason}")),
+                t0.elapsed(),
+            );
+            return Ok(());
+        }
+        // Processes alone may be udev's probes, which let go by themselves: wait a little.
+        let since = *busy_since.get_or_insert(t0);
+        if usage.only_openers()
+            && dead_maps.is_empty()
+            && t0 - since < OPENER_GRACE
+            && t0 < deadline
+        {
+            self.record(
+                StepKind::CheckInUse,
+                &target,
+                Outcome::Failed(format!("{reason} (waiting for it to close)")),
+                t0.elapsed(),
+            );
+            return Err(Error::Ioctl {
+                op: "open",
+                target: target.clone(),
+                source: std::io::Error::from_raw_os_error(libc::EBUSY),
+            });
+        }
+        let err = Error::Busy {
+            device: target.clone(),
+            reason,
+        };
+        self.record(
+            StepKind::CheckInUse,
+            &target,
+            Outcome::Failed(err.to_string()),
+            t0.elapsed(),
+        );
+        Err(err)
+    }
+
+    fn take_down_map(&mut self, map: &MapDevice) -> Result<()> {
+        let label = format!("{} ({})", map.name, map.node.name);
+        let deadline = self.deadline;
+        let node = map.node.clone();
+        self.step_or_force(StepKind::FlushMap, &label, || {
+            match block::flush(&node, deadline) {
+                Ok(()) => Ok(Outcome::Done),
+                Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
+                Err(e) => Err(e),
+            }
+        })?;
+        let root = self.root;
+        let opts = RemoveOptions {
+            deadline,
+            deferred: false,
+            force: self.opts.force,
+            use_multipathd: self.opts.use_multipathd,
+        };
+        let name = map.name.clone();
+        self.step_or_force(StepKind::RemoveMap, &label, || {
+            match multipath::remove(root, &name, &opts) {
+                Ok(r) if r.via_multipathd => Ok(Outcome::Done),
+                Ok(_) => Ok(Outcome::Done),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(Outcome::AlreadyGone),
+                // Open for a moment (udev probing it after the flush): another round retries.
+                Err(Error::Busy { device, reason }) => Err(Error::Ioctl {
+                    op: "DM_DEV_REMOVE",
+                    target: format!("{device}: {reason}"),
+                    source: std::io::Error::from_raw_os_error(libc::EBUSY),
+                }),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn take_down_paths(&mut self, paths: &[VolumePath]) -> Result<()> {
+        let root = self.root;
+        let deadline = self.deadline;
+        let force = self.opts.force;
+        // Each delete blocks on its device's cache flush and teardown: do them side by side.
+        let results: Vec<(Duration, Result<Outcome>, Duration, Result<Outcome>)> =
+            std::thread::scope(|s| {
+                let handles: Vec<_> = paths
+                    .iter()
+                    .map(|p| {
+                        s.spawn(move || {
+                            let t0 = Instant::now();
+                            let flushed = flush_path(p, deadline);
+                            let flush_time = t0.elapsed();
+                            let t1 = Instant::now();
+                            let deleted = match (&flushed, force) {
+                                (Err(_), false) => Err(Error::NotFound {
+                                    what: "(not attempted: the flush failed)".into(),
+                                }),
+                                _ => scsi::remove_device(root, p.hctl, p.disk.as_ref(), deadline)
+                                    .map(|d| match d {
+                                        Deleted::Now => Outcome::Done,
+                                        Deleted::AlreadyGone => Outcome::AlreadyGone,
+                                    }),
+                            };
+                            (flush_time, flushed, t1.elapsed(), deleted)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            let e = || {
+                                Err(Error::NotFound {
+                                    what: "(path worker panicked)".into(),
+                                })
+                            };
+                            (Duration::ZERO, e(), Duration::ZERO, e())
+                        })
+                    })
+                    .collect()
+            });
+        let mut first_err = None;
+        for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
+            let target = p.to_string();
+            let flush_failed = flushed.is_err();
+            match flushed {
+                Ok(o) => self.record(StepKind::FlushPath, &target, o, ft),
+                Err(e) if force => self.record(
+                    StepKind::FlushPath,
+                    &target,
+                    Outcome::Skipped(format!("forced past: {e}")),
+                    ft,
+                ),
+                Err(e) => {
+                    self.record(
+                        StepKind::FlushPath,
+                        &target,
+                        Outcome::Failed(e.to_string()),
+                        ft,
+                    );
+                    first_err.get_or_insert(e);
+                }
+            }
+            if flush_failed && !force {
+                continue;
+            }
+            match deleted {
+                Ok(o) => self.record(StepKind::DeletePath, &target, o, dt),
+                Err(e) => {
+                    self.record(
+                        StepKind::DeletePath,
+                        &target,
+                        Outcome::Failed(e.to_string()),
+                        dt,
+                    );
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// Flushes a path's disk. A path whose device is not running cannot take writes at all; what
+/// the volume had to write went through the map, which was flushed first, so it is passed
+/// over rather than failing the detach.
+fn flush_path(p: &VolumePath, deadline: Instant) -> Result<Outcome> {
+    let Some(disk) = &p.disk else {
+        return Ok(Outcome::AlreadyGone);
+    };
+    let running = p.state.as_deref() == Some("running");
+    match block::flush(disk, deadline) {
+        Ok(()) => Ok(Outcome::Done),
+        Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
+        Err(e) if !running && !matches!(e, Error::Timeout { .. }) => Ok(Outcome::Skipped(format!(
+            "device is {}: {e}",
+            p.state.as_deref().unwrap_or("in an unknown state")
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// The device vanished (someone else removed it): not an error for a take-down.
+fn gone(e: &Error) -> bool {
+    e.kind() == ErrorKind::NotFound
+}
+
+/// `Some(reason)` when the map queues I/O and has no active path: flushing it would hang and
+/// its dirty data cannot reach the storage.
+fn dead_map(root: &Root, map: &MapDevice) -> Result<Option<String>> {
+    let ctl = Control::open(root)?;
+    let id = DevId::Name(&map.name);
+    let table = match ctl.table(&id) {
+        Ok(t) => t,
+        Err(e) if e.errno() == Some(libc::ENXIO) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let status = match ctl.status(&id) {
+        Ok(t) => t,
+        Err(e) if e.errno() == Some(libc::ENXIO) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (Some(t), Some(s)) = (table.first(), status.first()) else {
+        return Ok(None);
+    };
+    if t.target_type != "multipath" {
+        return Ok(None);
+    }
+    let queues = multipath::Table::parse(&t.params)?.queue_if_no_path();
+    let active = multipath::Status::parse(&s.params)?.active_paths();
+    Ok((queues && active == 0).then(|| {
+        format!(
+            "map {} has no active path and queues I/O: its dirty data cannot reach the storage",
+            map.name
+        )
+    }))
+}

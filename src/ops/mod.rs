@@ -1,0 +1,27 @@
+//! The workflows a CSI node plugin calls, built from everything below: taking a volume off
+//! the node ([`detach`]), with per-volume locking ([`lock`]) and volume discovery
+//! ([`volume`]). Bringing one in is [`crate::scsi::scan`], [`crate::iscsi::scan`] and
+//! [`crate::fc::scan`].
+//!
+//! ```no_run
+//! use lunkit::Root;
+//! use lunkit::ops::{DetachOptions, VolumeSpec, detach};
+//!
+//! let root = Root::default();
+//! let spec = VolumeSpec::Wwid("36001405a1b2c3d4e5f60718293a4b5c6".parse()?);
+//! let report = detach(&root, &spec, &DetachOptions::new(&root))?;
+//! for step in &report.steps {
+//!     println!("{:<13} {:<24} {} ({:?})", step.kind.as_str(), step.target, step.outcome, step.duration);
+//! }
+//! # Ok::<(), lunkit::Error>(())
+//! ```
+
+pub mod detach;
+pub mod lock;
+pub mod volume;
+
+pub use detach::{
+    DEFAULT_DETACH_TIMEOUT, DetachOptions, DetachReport, Outcome, Step, StepKind, detach,
+    detach_with,
+};
+pub use volume::{Identity, VolumeSpec, VolumeState};

@@ -1,0 +1,397 @@
+//! Which devices on the node make up one volume.
+//!
+//! A volume is named the way a caller knows it (a device, an address, a WWID, a target and
+//! LUN). [`identify`] turns that into a stable identity, its WWID and the SCSI addresses the
+//! caller pointed at, once; [`locate`] then finds what of the volume exists right now, from
+//! sysfs only: every scsi_device with that WWID (every session, every host), the devices at
+//! the addresses, and the multipath maps over them. `/dev/disk/by-*` links are never used:
+//! they are udev's, and stale after a failed cleanup.
+
+use std::fmt;
+use std::path::Path;
+
+use crate::block::{self, BlockNode};
+use crate::error::{Error, Result};
+use crate::hctl::Hctl;
+use crate::root::Root;
+use crate::sysfs::{self, attr, entries};
+use crate::topology::MPATH_UUID_PREFIX;
+use crate::wwid::Wwid;
+use crate::wwn::Wwn;
+
+/// How a caller names a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeSpec {
+    /// A device: a `/dev` path (`/dev/sdc`, `/dev/mapper/mpatha`, `/dev/dm-0`, a by-id link),
+    /// a kernel name (`sdc`, `dm-0`), a multipath map name, or an H:C:T:L.
+    Device(String),
+    /// The volume's WWID, in sysfs (`naa.…`) or multipath (`36…`) form.
+    Wwid(Wwid),
+    /// LUN `lun` of the iSCSI target `target`, on every session to it.
+    Iscsi {
+        /// The target IQN.
+        target: String,
+        /// The LUN.
+        lun: u64,
+    },
+    /// LUN `lun` behind the FC target port `wwpn`, through every local port that sees it.
+    Fc {
+        /// The target port name.
+        wwpn: Wwn,
+        /// The LUN.
+        lun: u64,
+    },
+}
+
+impl fmt::Display for VolumeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VolumeSpec::Device(d) => f.write_str(d),
+            VolumeSpec::Wwid(w) => write!(f, "WWID {w}"),
+            VolumeSpec::Iscsi { target, lun } => write!(f, "iSCSI {target} LUN {lun}"),
+            VolumeSpec::Fc { wwpn, lun } => write!(f, "FC {wwpn} LUN {lun}"),
+        }
+    }
+}
+
+/// A volume's identity: what stays true about it while its devices come and go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Its WWID, when the caller gave one or a device of it had one.
+    pub wwid: Option<Wwid>,
+    /// The SCSI addresses the caller named (directly, or through a target and LUN).
+    pub addresses: Vec<Hctl>,
+}
+
+impl Identity {
+    /// A name for the volume that two callers naming it differently agree on: the WWID
+    /// (multipath form) when known, else its addresses.
+    pub fn key(&self) -> String {
+        match &self.wwid {
+            Some(w) => w.to_multipath(),
+            None => {
+                let a: Vec<String> = self.addresses.iter().map(ToString::to_string).collect();
+                format!("hctl-{}", a.join(","))
+            }
+        }
+    }
+}
+
+/// A multipath map of the volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapDevice {
+    /// The map name (`mpatha`).
+    pub name: String,
+    /// Its block device (`dm-0`).
+    pub node: BlockNode,
+    /// Its partition maps (`dm-1`...), kernel names.
+    pub partitions: Vec<String>,
+}
+
+/// One path of the volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumePath {
+    /// Its SCSI address.
+    pub hctl: Hctl,
+    /// Its disk, if `sd` has one for it.
+    pub disk: Option<BlockNode>,
+    /// The scsi_device state (`running`, `offline`, `transport-offline`, `blocked`...).
+    pub state: Option<String>,
+}
+
+impl fmt::Display for VolumePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.disk {
+            Some(d) => write!(f, "{} ({})", self.hctl, d.name),
+            None => write!(f, "{}", self.hctl),
+        }
+    }
+}
+
+/// What of a volume is on the node now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumeState {
+    /// Its multipath maps (normally at most one).
+    pub maps: Vec<MapDevice>,
+    /// Its paths.
+    pub paths: Vec<VolumePath>,
+    /// Devices at the named addresses that are a different volume now (another WWID: the
+    /// LUN number was reused). They are left alone.
+    pub strangers: Vec<Hctl>,
+}
+
+impl VolumeState {
+    /// Nothing of the volume is left.
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty() && self.paths.is_empty()
+    }
+
+    /// The volume's own dm devices: its maps and their partition maps.
+    pub fn own_dm(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for m in &self.maps {
+            v.push(m.node.name.clone());
+            v.extend(m.partitions.iter().cloned());
+        }
+        v
+    }
+
+    /// What is left, for messages: `mpatha (dm-0), 7:0:0:1 (sdc)`.
+    pub fn describe(&self) -> String {
+        let mut v: Vec<String> = self
+            .maps
+            .iter()
+            .map(|m| format!("map {} ({})", m.name, m.node.name))
+            .collect();
+        v.extend(self.paths.iter().map(|p| format!("path {p}")));
+        v.join(", ")
+    }
+}
+
+/// Turns what the caller named into the volume's identity. Reads sysfs only.
+///
+/// A device that does not exist gives an identity that matches nothing, so a second detach
+/// of the same device succeeds as a no-op; a malformed one is [`Error::Invalid`].
+pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
+    match spec {
+        VolumeSpec::Wwid(w) => Ok(Identity {
+            wwid: Some(w.clone()),
+            addresses: Vec::new(),
+        }),
+        VolumeSpec::Iscsi { target, lun } => {
+            crate::iscsi::check_target_name(target)?;
+            // Every session to the target, logged in or not: a session in recovery still has
+            // its devices.
+            let addresses = crate::sysfs::iscsi::sessions(root)?
+                .into_iter()
+                .filter(|s| s.target.as_deref() == Some(target.as_str()))
+                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
+                .collect();
+            by_addresses(root, addresses)
+        }
+        VolumeSpec::Fc { wwpn, lun } => {
+            let addresses = crate::sysfs::fc::remote_ports(root)?
+                .into_iter()
+                .filter(|r| r.port_name == Some(*wwpn))
+                .filter_map(|r| Some(Hctl::new(r.host, r.channel, r.scsi_target_id?, *lun)))
+                .collect();
+            by_addresses(root, addresses)
+        }
+        VolumeSpec::Device(d) => identify_device(root, d),
+    }
+}
+
+/// The identity of the devices at `addresses`: they must agree on one WWID.
+fn by_addresses(root: &Root, mut addresses: Vec<Hctl>) -> Result<Identity> {
+    addresses.sort();
+    addresses.dedup();
+    let mut wwid: Option<Wwid> = None;
+    for &h in &addresses {
+        let Some(w) = scsi_wwid(root, h) else {
+            continue;
+        };
+        match &wwid {
+            Some(known) if *known != w => {
+                return Err(Error::Invalid {
+                    kind: "volume",
+                    input: format!("{} and {h}", addresses[0]),
+                    reason: "the devices at these addresses have different WWIDs",
+                });
+            }
+            Some(_) => {}
+            None => wwid = Some(w),
+        }
+    }
+    Ok(Identity { wwid, addresses })
+}
+
+fn identify_device(root: &Root, spec: &str) -> Result<Identity> {
+    if let Ok(hctl) = spec.parse::<Hctl>() {
+        return by_addresses(root, vec![hctl]);
+    }
+    let node = match block::resolve(root, spec)? {
+        Some(n) => Some(n),
+        // Not a kernel name or a node: a multipath map name?
+        None if !spec.starts_with('/') => map_by_name(root, spec)?,
+        None => None,
+    };
+    let Some(node) = node else {
+        return Ok(Identity {
+            wwid: None,
+            addresses: Vec::new(),
+        });
+    };
+    let dir = root.sys("class/block").join(&node.name);
+    if let Some(uuid) = attr(&dir.join("dm"), "uuid") {
+        // A multipath map, or one of its partition maps (`part1-mpath-<wwid>`).
+        let wwid = uuid
+            .strip_prefix(MPATH_UUID_PREFIX)
+            .or_else(|| {
+                uuid.strip_prefix("part")
+                    .and_then(|r| r.split_once('-'))
+                    .and_then(|(_, rest)| rest.strip_prefix(MPATH_UUID_PREFIX))
+            })
+            .ok_or_else(|| {
+                Error::invalid(
+                    "volume device",
+                    spec,
+                    "a device-mapper device that is not a multipath map",
+                )
+            })?;
+        return Ok(Identity {
+            wwid: Some(wwid.parse()?),
+            addresses: Vec::new(),
+        });
+    }
+    // A partition: the volume is its disk.
+    let disk_dir = if dir.join("partition").exists() {
+        sysfs::resolve(root, &dir)
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .ok_or_else(|| Error::NotFound {
+                what: format!("disk of partition {}", node.name),
+            })?
+    } else {
+        dir
+    };
+    let hctl = sysfs::resolve(root, &disk_dir.join("device"))
+        .as_deref()
+        .and_then(sysfs::file_name)
+        .and_then(|n| n.parse::<Hctl>().ok())
+        .ok_or_else(|| {
+            Error::invalid(
+                "volume device",
+                spec,
+                "neither a SCSI disk nor a multipath map",
+            )
+        })?;
+    by_addresses(root, vec![hctl])
+}
+
+/// The dm device whose map name is `name`.
+fn map_by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
+    if crate::dm::buffer::check_name(name).is_err() {
+        return Err(Error::invalid(
+            "device",
+            name,
+            "not a device path, kernel name, map name or H:C:T:L",
+        ));
+    }
+    for b in entries(&root.sys("block"))? {
+        if b.starts_with("dm-")
+            && attr(&root.sys("block").join(&b).join("dm"), "name").as_deref() == Some(name)
+        {
+            return block::by_name(root, &b);
+        }
+    }
+    Ok(None)
+}
+
+fn scsi_wwid(root: &Root, hctl: Hctl) -> Option<Wwid> {
+    let dir = root
+        .sys("class/scsi_device")
+        .join(hctl.to_string())
+        .join("device");
+    attr(&dir, "wwid")?.parse().ok()
+}
+
+/// What of the volume `id` is on the node now.
+pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
+    let mut state = VolumeState::default();
+    let mut hctls: Vec<Hctl> = Vec::new();
+    for &h in &id.addresses {
+        let dir = root.sys("class/scsi_device").join(h.to_string());
+        if !dir.exists() {
+            continue;
+        }
+        match (&id.wwid, scsi_wwid(root, h)) {
+            (Some(want), Some(have)) if *want != have => state.strangers.push(h),
+            _ => hctls.push(h),
+        }
+    }
+    if let Some(want) = &id.wwid {
+        for name in entries(&root.sys("class/scsi_device"))? {
+            let Ok(h) = name.parse::<Hctl>() else {
+                continue;
+            };
+            if scsi_wwid(root, h).as_ref() == Some(want) {
+                hctls.push(h);
+            }
+        }
+    }
+
+    // Maps: by the WWID's uuid, and any multipath map holding one of the paths (a path whose
+    // wwid attribute cannot be read is still found through its map).
+    let mut map_names: Vec<String> = Vec::new();
+    let uuid = id
+        .wwid
+        .as_ref()
+        .map(|w| format!("{MPATH_UUID_PREFIX}{}", w.to_multipath()));
+    for b in entries(&root.sys("block"))? {
+        if !b.starts_with("dm-") {
+            continue;
+        }
+        let u = attr(&root.sys("block").join(&b).join("dm"), "uuid");
+        if u.is_some() && u == uuid {
+            map_names.push(b);
+        }
+    }
+    for &h in &hctls.clone() {
+        if let Some(disk) = block::of_scsi_device(root, h)? {
+            for holder in entries(&root.sys("class/block").join(&disk.name).join("holders"))? {
+                if is_mpath(root, &holder) && !map_names.contains(&holder) {
+                    map_names.push(holder);
+                }
+            }
+        }
+    }
+    for dm in map_names {
+        let Some(node) = block::by_name(root, &dm)? else {
+            continue;
+        };
+        let dmdir = root.sys("block").join(&dm).join("dm");
+        let map_uuid = attr(&dmdir, "uuid").unwrap_or_default();
+        let mut partitions = Vec::new();
+        for holder in entries(&root.sys("block").join(&dm).join("holders"))? {
+            let hu = attr(&root.sys("block").join(&holder).join("dm"), "uuid");
+            if hu.is_some_and(|u| crate::multipath::is_partition_uuid(&u, &map_uuid)) {
+                partitions.push(holder);
+            }
+        }
+        // The map's own paths belong to the volume even if their wwid cannot be read.
+        for slave in entries(&root.sys("block").join(&dm).join("slaves"))? {
+            if let Some(h) =
+                block::by_name(root, &slave)?.and_then(|n| block::scsi_address(root, &n))
+            {
+                hctls.push(h);
+            }
+        }
+        state.maps.push(MapDevice {
+            name: attr(&dmdir, "name").unwrap_or_else(|| dm.clone()),
+            node,
+            partitions,
+        });
+    }
+
+    hctls.sort();
+    hctls.dedup();
+    for h in hctls {
+        let dir = root
+            .sys("class/scsi_device")
+            .join(h.to_string())
+            .join("device");
+        if !dir.exists() {
+            continue;
+        }
+        state.paths.push(VolumePath {
+            hctl: h,
+            disk: block::of_scsi_device(root, h)?,
+            state: attr(&dir, "state"),
+        });
+    }
+    Ok(state)
+}
+
+fn is_mpath(root: &Root, dm: &str) -> bool {
+    attr(&root.sys("block").join(dm).join("dm"), "uuid")
+        .is_some_and(|u| u.starts_with(MPATH_UUID_PREFIX))
+}
