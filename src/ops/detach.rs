@@ -307,18 +307,20 @@ impl Run<'_> {
 
     /// One take-down round over what `state` found.
     fn round(&mut self, state: &VolumeState, busy_since: &mut Option<Instant>) -> Result<()> {
-        self.check_in_use(state, busy_since)?;
+        let unreachable_maps = self.check_in_use(state, busy_since)?;
         for map in &state.maps {
-            self.take_down_map(map)?;
+            self.take_down_map(map, unreachable_maps.contains(&map.name))?;
         }
         self.take_down_paths(&state.paths)
     }
 
+    /// Refuses (or, forced, records) use of the volume. Returns the maps that have no active
+    /// path and must be taken down without a flush.
     fn check_in_use(
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let root = self.root;
         let own = state.own_dm();
         let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
@@ -354,16 +356,27 @@ impl Run<'_> {
         // A map that queues I/O with no path left would hang the flush, and its dirty data
         // cannot reach the storage: that is a refusal too, unless forced.
         let mut dead_maps = Vec::new();
+        let mut unreachable = Vec::new();
         for m in &state.maps {
-            if let Some(why) = dead_map(root, m)? {
-                problems.push(why);
-                dead_maps.push(m.name.clone());
+            match map_reach(root, m)? {
+                Reach::Active => {}
+                // Nobody has it open, so nothing is cached above it: there is nothing to
+                // write, only a flush that would queue forever. It is taken down unflushed.
+                Reach::NoPathIdle => unreachable.push(m.name.clone()),
+                Reach::NoPathOpen => {
+                    problems.push(format!(
+                        "map {} has no active path and queues I/O while open: its dirty data \
+                         cannot reach the storage",
+                        m.name
+                    ));
+                    dead_maps.push(m.name.clone());
+                }
             }
         }
         if problems.is_empty() {
             *busy_since = None;
             self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
-            return Ok(());
+            return Ok(unreachable);
         }
         let reason = problems.join("; ");
         if force {
@@ -379,7 +392,8 @@ impl Run<'_> {
                 Outcome::Skipped(format!("forced past: in use: {reason}")),
                 t0.elapsed(),
             );
-            return Ok(());
+            unreachable.extend(dead_maps);
+            return Ok(unreachable);
         }
         // Processes alone may be udev's probes, which let go by themselves: wait a little.
         let since = *busy_since.get_or_insert(t0);
@@ -413,22 +427,32 @@ impl Run<'_> {
         Err(err)
     }
 
-    fn take_down_map(&mut self, map: &MapDevice) -> Result<()> {
+    fn take_down_map(&mut self, map: &MapDevice, unreachable: bool) -> Result<()> {
         let label = format!("{} ({})", map.name, map.node.name);
         let deadline = self.deadline;
         let node = map.node.clone();
-        self.step_or_force(StepKind::FlushMap, &label, || {
-            match block::flush(&node, deadline) {
-                Ok(()) => Ok(Outcome::Done),
-                Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
-                Err(e) => Err(e),
-            }
-        })?;
+        if unreachable {
+            self.record(
+                StepKind::FlushMap,
+                &label,
+                Outcome::Skipped("no active path; the map is not open, nothing to write".into()),
+                Duration::ZERO,
+            );
+        } else {
+            self.step_or_force(StepKind::FlushMap, &label, || {
+                match block::flush(&node, deadline) {
+                    Ok(()) => Ok(Outcome::Done),
+                    Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
+                    Err(e) => Err(e),
+                }
+            })?;
+        }
         let root = self.root;
         let opts = RemoveOptions {
             deadline,
             deferred: false,
-            force: self.opts.force,
+            // An unreachable map checked idle above: failing its (absent) queued I/O is safe.
+            force: self.opts.force || unreachable,
             use_multipathd: self.opts.use_multipathd,
         };
         let name = map.name.clone();
@@ -557,33 +581,40 @@ fn gone(e: &Error) -> bool {
     e.kind() == ErrorKind::NotFound
 }
 
-/// `Some(reason)` when the map queues I/O and has no active path: flushing it would hang and
-/// its dirty data cannot reach the storage.
-fn dead_map(root: &Root, map: &MapDevice) -> Result<Option<String>> {
+/// Whether a map can still write to its storage.
+enum Reach {
+    /// It has an active path, or does not queue (I/O fails instead of hanging).
+    Active,
+    /// No active path, it queues, and nothing has it open beyond its own partition maps.
+    NoPathIdle,
+    /// No active path, it queues, and it is open: dirty data may be stuck above or in it.
+    NoPathOpen,
+}
+
+/// Reads the map's table, status and open count (a map that vanished meanwhile is Active:
+/// the next round will not find it).
+fn map_reach(root: &Root, map: &MapDevice) -> Result<Reach> {
     let ctl = Control::open(root)?;
     let id = DevId::Name(&map.name);
-    let table = match ctl.table(&id) {
-        Ok(t) => t,
-        Err(e) if e.errno() == Some(libc::ENXIO) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let status = match ctl.status(&id) {
-        Ok(t) => t,
-        Err(e) if e.errno() == Some(libc::ENXIO) => return Ok(None),
-        Err(e) => return Err(e),
+    let gone = |e: &Error| e.errno() == Some(libc::ENXIO);
+    let (table, status, info) = match (ctl.table(&id), ctl.status(&id), ctl.info(&id)) {
+        (Ok(t), Ok(s), Ok(i)) => (t, s, i),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) if gone(&e) => return Ok(Reach::Active),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(e),
     };
     let (Some(t), Some(s)) = (table.first(), status.first()) else {
-        return Ok(None);
+        return Ok(Reach::Active);
     };
-    if t.target_type != "multipath" {
-        return Ok(None);
+    if t.target_type != "multipath" || s.target_type != "multipath" {
+        return Ok(Reach::Active);
     }
     let queues = multipath::Table::parse(&t.params)?.queue_if_no_path();
     let active = multipath::Status::parse(&s.params)?.active_paths();
-    Ok((queues && active == 0).then(|| {
-        format!(
-            "map {} has no active path and queues I/O: its dirty data cannot reach the storage",
-            map.name
-        )
-    }))
+    Ok(if !queues || active > 0 {
+        Reach::Active
+    } else if i64::from(info.open_count) > map.partitions.len() as i64 {
+        Reach::NoPathOpen
+    } else {
+        Reach::NoPathIdle
+    })
 }

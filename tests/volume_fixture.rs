@@ -1,0 +1,111 @@
+//! Finding a volume's devices (`ops::volume`) on the sysfs tree captured from the VM lab: two
+//! iSCSI sessions, LUNs 0 and 1 on each, a multipath map per LUN (tests/fixtures/iscsi-multipath).
+
+use std::path::Path;
+
+use lunkit::ops::volume::{self, Identity, VolumeSpec};
+use lunkit::{ErrorKind, Hctl, Root};
+
+const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+const LUN0: &str = "naa.60014055e7a100000000000000000000";
+const LUN1: &str = "naa.60014055e7a100000010000000000000";
+
+fn root() -> Root {
+    Root::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/iscsi-multipath"))
+}
+
+fn hctls(v: &[&str]) -> Vec<Hctl> {
+    v.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+fn identify(spec: VolumeSpec) -> Identity {
+    volume::identify(&root(), &spec).unwrap()
+}
+
+#[test]
+fn every_name_of_a_volume_finds_the_same_devices() {
+    let by_wwid = identify(VolumeSpec::Wwid(LUN1.parse().unwrap()));
+    let by_mpath_wwid = identify(VolumeSpec::Wwid(
+        "360014055e7a100000010000000000000".parse().unwrap(),
+    ));
+    assert_eq!(by_wwid.key(), by_mpath_wwid.key());
+    let specs = [
+        VolumeSpec::Iscsi {
+            target: IQN.into(),
+            lun: 1,
+        },
+        VolumeSpec::Device("6:0:0:1".into()),
+        VolumeSpec::Device("7:0:0:1".into()),
+        VolumeSpec::Wwid(LUN1.parse().unwrap()),
+    ];
+    let want = volume::locate(&root(), &by_wwid).unwrap();
+    assert_eq!(want.maps.len(), 1, "{want:?}");
+    assert_eq!(
+        want.paths.iter().map(|p| p.hctl).collect::<Vec<_>>(),
+        hctls(&["6:0:0:1", "7:0:0:1"])
+    );
+    for spec in specs {
+        let id = identify(spec.clone());
+        assert_eq!(id.key(), by_wwid.key(), "{spec}");
+        let got = volume::locate(&root(), &id).unwrap();
+        assert_eq!(got.maps, want.maps, "{spec}");
+        assert_eq!(got.paths, want.paths, "{spec}");
+        assert!(got.strangers.is_empty(), "{spec}");
+    }
+}
+
+#[test]
+fn a_map_name_and_its_kernel_name_name_the_volume() {
+    let by_wwid = identify(VolumeSpec::Wwid(LUN0.parse().unwrap()));
+    let state = volume::locate(&root(), &by_wwid).unwrap();
+    let map = &state.maps[0];
+    assert_eq!(map.name, "mpatha");
+    for spec in ["mpatha", map.node.name.as_str()] {
+        let id = identify(VolumeSpec::Device(spec.into()));
+        assert_eq!(id.key(), by_wwid.key(), "{spec}");
+    }
+    // The volume's paths are both sessions' LUN 0, with their disks.
+    for p in &state.paths {
+        assert_eq!(p.hctl.lun, 0);
+        assert!(p.disk.is_some(), "{p}");
+    }
+    assert_eq!(state.own_dm(), [map.node.name.clone()]);
+}
+
+#[test]
+fn nothing_there_is_an_empty_volume_and_bad_names_are_invalid() {
+    for spec in ["9:0:0:3", "sdzz", "no-such-map", "/dev/sdzz"] {
+        let id = identify(VolumeSpec::Device(spec.into()));
+        assert!(volume::locate(&root(), &id).unwrap().is_empty(), "{spec}");
+    }
+    let id = identify(VolumeSpec::Iscsi {
+        target: "iqn.2000-01.example:none".into(),
+        lun: 0,
+    });
+    assert!(volume::locate(&root(), &id).unwrap().is_empty());
+    for bad in ["../sda", "a/b", "1:2:3", "1:2:3:4:5", "-1:0:0:0", "\0"] {
+        let e = volume::identify(&root(), &VolumeSpec::Device(bad.into())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid, "{bad:?}: {e}");
+    }
+    let e = volume::identify(
+        &root(),
+        &VolumeSpec::Iscsi {
+            target: "bad name".into(),
+            lun: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+}
+
+#[test]
+fn a_device_at_the_address_with_another_wwid_is_left_alone() {
+    // LUN 1's addresses, but the caller's volume is LUN 0: a reused LUN number.
+    let id = Identity {
+        wwid: Some(LUN0.parse().unwrap()),
+        addresses: hctls(&["6:0:0:1"]),
+    };
+    let state = volume::locate(&root(), &id).unwrap();
+    assert_eq!(state.strangers, hctls(&["6:0:0:1"]));
+    assert!(state.paths.iter().all(|p| p.hctl.lun == 0), "{state:?}");
+}
