@@ -69,7 +69,7 @@ fn a_map_name_and_its_kernel_name_name_the_volume() {
         assert_eq!(p.hctl.lun, 0);
         assert!(p.disk.is_some(), "{p}");
     }
-    assert_eq!(state.own_dm(), [map.node.name.clone()]);
+    assert_eq!(state.own_dm(), std::slice::from_ref(&map.node.name));
 }
 
 #[test]
