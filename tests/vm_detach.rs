@@ -1,0 +1,573 @@
+//! VM tests for flush, delete and detach (issue 5) on LIO fileio LUNs behind two iSCSI
+//! portals with multipathd running: nothing written is lost, nothing of the volume is left,
+//! a volume in use is refused and untouched, a detach can be repeated, resumed after a manual
+//! half-cleanup or a SIGKILL, and runs concurrently on many volumes.
+//!
+//! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
+
+// The tests run the lunkit CLI, mkfs, mount and iscsiadm; the fixtures build the lab.
+#![allow(clippy::disallowed_methods)]
+
+#[path = "vm/support/mod.rs"]
+mod support;
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::lab::{IscsiLab, LabConfig};
+use support::lio::LioConfig;
+use support::{cmd, require_vm, sysfs, wait};
+
+const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+
+fn lunkit(args: &[&str]) -> Output {
+    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
+    Command::new(&bin).args(args).output().expect("run lunkit")
+}
+
+fn describe(o: &Output) -> String {
+    format!(
+        "exit {:?}; stdout: {}; stderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).trim(),
+        String::from_utf8_lossy(&o.stderr).trim(),
+    )
+}
+
+/// `lunkit detach <spec...> --json`: exit code and report.
+fn detach(spec: &[&str]) -> (Option<i32>, Value, Output) {
+    let mut args = vec!["detach", "--json", "--timeout", "60"];
+    args.extend_from_slice(spec);
+    let out = lunkit(&args);
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("detach {spec:?}: no JSON ({e}): {}", describe(&out)));
+    (out.status.code(), doc, out)
+}
+
+fn detach_ok(spec: &[&str]) -> Value {
+    let t0 = Instant::now();
+    let (code, doc, out) = detach(spec);
+    assert_eq!(code, Some(0), "detach {spec:?}: {}", describe(&out));
+    assert_eq!(doc["ok"], true, "{doc}");
+    eprintln!(
+        "detach {spec:?}: {:?}, {} round(s)",
+        t0.elapsed(),
+        doc["rounds"]
+    );
+    doc
+}
+
+fn steps<'a>(doc: &'a Value, step: &str) -> Vec<&'a Value> {
+    doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step"] == step)
+        .collect()
+}
+
+/// One LUN of the lab as sysfs shows it (ground truth read with std::fs).
+#[derive(Debug, Clone)]
+struct Volume {
+    lun: u32,
+    /// sysfs form, `naa.6001405…`.
+    wwid: String,
+    /// H:C:T:L of its paths.
+    hctls: Vec<String>,
+    /// Their disks (`sdc`).
+    disks: Vec<String>,
+}
+
+impl Volume {
+    /// The LUN's paths on the lab's sessions.
+    fn of(lab: &IscsiLab, lun: u32) -> Volume {
+        let hctls: Vec<String> = lab
+            .sessions
+            .iter()
+            .map(|s| format!("{}:0:0:{lun}", s.host))
+            .filter(|h| Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+            .collect();
+        assert!(!hctls.is_empty(), "LUN {lun} has no path");
+        let disks = hctls.iter().map(|h| disk_of(h).expect("disk")).collect();
+        let wwid =
+            sysfs::attr(format!("/sys/class/scsi_device/{}/device/wwid", hctls[0])).expect("wwid");
+        Volume {
+            lun,
+            wwid,
+            hctls,
+            disks,
+        }
+    }
+
+    /// multipath form, `36001405…`.
+    fn mpath_wwid(&self) -> String {
+        format!("3{}", self.wwid.strip_prefix("naa.").expect("an NAA wwid"))
+    }
+
+    fn map(&self) -> Option<support::multipath::Map> {
+        let uuid = format!("mpath-{}", self.mpath_wwid());
+        support::multipath::maps()
+            .into_iter()
+            .find(|m| m.uuid == uuid)
+    }
+
+    fn backing(&self) -> String {
+        format!("/tmp/lunkit-lio/lun{}.img", self.lun)
+    }
+
+    /// Everything of the volume that is still on the node, empty when it is gone.
+    fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for h in &self.hctls {
+            if Path::new(&format!("/sys/class/scsi_device/{h}")).exists() {
+                left.push(format!("scsi_device {h}"));
+            }
+        }
+        for name in sysfs::names("/sys/class/scsi_device") {
+            let w = sysfs::attr(format!("/sys/class/scsi_device/{name}/device/wwid"));
+            if w.as_deref() == Some(self.wwid.as_str()) {
+                left.push(format!("scsi_device {name} with the WWID"));
+            }
+        }
+        if let Some(m) = self.map() {
+            left.push(format!("map {m:?}"));
+        }
+        for d in &self.disks {
+            // The node goes with the disk (devtmpfs), unless the name was reused meanwhile.
+            if Path::new(&format!("/dev/{d}")).exists()
+                && !Path::new(&format!("/sys/class/block/{d}")).exists()
+            {
+                left.push(format!("/dev/{d} without a disk"));
+            }
+        }
+        let maps =
+            cmd::run("multipathd", &["show", "maps", "raw", "format", "%w"]).unwrap_or_default();
+        if maps.lines().any(|l| l.trim() == self.mpath_wwid()) {
+            left.push("multipathd still tracks the map".into());
+        }
+        left
+    }
+
+    fn assert_gone(&self) {
+        let left = self.leftovers();
+        assert!(left.is_empty(), "LUN {} left behind: {left:?}", self.lun);
+        // udev's links go when udev has handled the remove events.
+        let _ = support::udev::settle(Duration::from_secs(30));
+        let by_id: Vec<String> = sysfs::names("/dev/disk/by-id")
+            .into_iter()
+            .filter(|n| n.contains(&self.mpath_wwid()[1..]))
+            .collect();
+        assert!(by_id.is_empty(), "stale by-id links: {by_id:?}");
+    }
+
+    fn assert_present(&self) {
+        for h in &self.hctls {
+            assert!(
+                Path::new(&format!("/sys/class/scsi_device/{h}")).exists(),
+                "{h} was removed"
+            );
+        }
+    }
+}
+
+fn disk_of(hctl: &str) -> Option<String> {
+    sysfs::names(format!("/sys/class/scsi_device/{hctl}/device/block"))
+        .into_iter()
+        .next()
+}
+
+/// The map of `vol` with `paths` paths, once multipathd has built it.
+fn wait_map(vol: &Volume, paths: usize) -> support::multipath::Map {
+    let mut last = None;
+    wait::until(
+        &format!("the map of LUN {} with {paths} paths", vol.lun),
+        Duration::from_secs(60),
+        || {
+            last = vol.map();
+            Ok(last.clone().filter(|m| m.paths.len() == paths))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}; last {last:?}; log:\n{}", support::multipath::log()))
+}
+
+/// Scans LUN `lun` on every session with lunkit and waits for multipathd's map.
+fn attach(lab: &IscsiLab, lun: u32) -> (Volume, support::multipath::Map) {
+    let l = lun.to_string();
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        IQN,
+        "--lun",
+        &l,
+        "--timeout",
+        "30",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "scan: {}", describe(&out));
+    let vol = Volume::of(lab, lun);
+    let map = wait_map(&vol, lab.sessions.len());
+    (vol, map)
+}
+
+/// Deterministic bytes (xorshift), different per seed.
+fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Buffered write through `dev` at `offset`, no fsync: the data sits in the page cache.
+fn write_buffered(dev: &str, offset: u64, data: &[u8]) {
+    let mut f = OpenOptions::new().write(true).open(dev).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(data).unwrap();
+}
+
+fn read_file(path: &str, offset: u64, len: usize) -> Vec<u8> {
+    let mut f = File::open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    let mut buf = vec![0; len];
+    f.read_exact(&mut buf).unwrap();
+    buf
+}
+
+fn lab(scan: Vec<u32>, luns: u32, multipath: bool) -> IscsiLab {
+    IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns,
+            lun_size: 16 << 20,
+            ..LioConfig::default()
+        },
+        scan,
+        multipath,
+    })
+    .expect("build the iSCSI lab")
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn detach_is_lossless_leaves_nothing_and_repeats() {
+    require_vm();
+    let lab = lab(vec![1], 4, true);
+    let vol = Volume::of(&lab, 1);
+    let map = wait_map(&vol, 2);
+
+    let data = random(8 << 20, 1);
+    write_buffered(&format!("/dev/{}", map.dm), 0, &data);
+    let doc = detach_ok(&["--wwid", &vol.mpath_wwid()]);
+    assert_eq!(steps(&doc, "remove-map").len(), 1, "{doc}");
+    assert_eq!(steps(&doc, "remove-map")[0]["outcome"], "done", "{doc}");
+    let deleted = steps(&doc, "delete-path");
+    assert_eq!(deleted.len(), 2, "{doc}");
+    assert!(deleted.iter().all(|s| s["outcome"] == "done"), "{doc}");
+    assert!(
+        read_file(&vol.backing(), 0, data.len()) == data,
+        "the target's backing file differs from what was written"
+    );
+    vol.assert_gone();
+
+    // Again: nothing to do, success.
+    let doc = detach_ok(&["--wwid", &vol.mpath_wwid()]);
+    assert_eq!(doc["rounds"], 0, "{doc}");
+    assert!(steps(&doc, "delete-path").is_empty(), "{doc}");
+    // A device that is gone is a no-op too, by address and by target.
+    detach_ok(&[&vol.hctls[0]]);
+    detach_ok(&["--iscsi-target", IQN, "--lun", "1"]);
+    // Other LUNs of the target were never touched.
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn fifty_attach_write_detach_cycles_end_clean() {
+    require_vm();
+    let lab = lab(vec![], 4, true);
+    let mut times = Vec::new();
+    for cycle in 0..50u64 {
+        let (vol, map) = attach(&lab, 2);
+        let data = random(256 << 10, cycle + 100);
+        let offset = (cycle * (256 << 10)) % (12 << 20);
+        write_buffered(&format!("/dev/{}", map.dm), offset, &data);
+        // Every way to name the volume takes a turn.
+        let hctl = vol.hctls[1].clone();
+        let mapper = format!("/dev/{}", map.dm);
+        let wwid = vol.mpath_wwid();
+        let spec: Vec<&str> = match cycle % 5 {
+            0 => vec!["--wwid", &wwid],
+            1 => vec!["--iscsi-target", IQN, "--lun", "2"],
+            2 => vec![&hctl],
+            3 => vec![&mapper],
+            _ => vec![&map.name],
+        };
+        let t0 = Instant::now();
+        detach_ok(&spec);
+        times.push(t0.elapsed());
+        assert!(
+            read_file(&vol.backing(), offset, data.len()) == data,
+            "cycle {cycle}: data lost"
+        );
+        let left = vol.leftovers();
+        assert!(left.is_empty(), "cycle {cycle} ({spec:?}) left {left:?}");
+    }
+    times.sort();
+    eprintln!(
+        "50 detaches: min {:?} median {:?} max {:?}",
+        times[0], times[25], times[49]
+    );
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_volume_in_use_is_refused_and_untouched() {
+    require_vm();
+    let lab = lab(vec![1], 4, true);
+    let vol = Volume::of(&lab, 1);
+    let map = wait_map(&vol, 2);
+    let wwid = vol.mpath_wwid();
+
+    // An open fd on the map: refused after the grace for transient openers, nothing removed.
+    let held = File::open(format!("/dev/{}", map.dm)).unwrap();
+    let (code, doc, out) = detach(&["--wwid", &wwid]);
+    assert_eq!(code, Some(4), "{}", describe(&out));
+    assert!(
+        doc["error"].as_str().unwrap().contains("open by pid"),
+        "{doc}"
+    );
+    assert!(steps(&doc, "remove-map").is_empty(), "{doc}");
+    vol.assert_present();
+    assert!(vol.map().is_some());
+    drop(held);
+
+    // Deleting a path of the live map alone is refused, pointing at the map.
+    let out = lunkit(&["delete", &vol.hctls[0]]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("multipath map"),
+        "{}",
+        describe(&out)
+    );
+
+    // A mounted filesystem on the map.
+    let dev = format!("/dev/{}", map.dm);
+    cmd::run("mkfs.ext4", &["-q", "-F", &dev]).unwrap();
+    let mnt = "/tmp/lunkit-detach mnt";
+    std::fs::create_dir_all(mnt).unwrap();
+    cmd::run("mount", &[&dev, mnt]).unwrap();
+    let data = random(1 << 20, 7);
+    std::fs::write(format!("{mnt}/data"), &data).unwrap();
+    let t0 = Instant::now();
+    let (code, doc, out) = detach(&["--wwid", &wwid]);
+    let refused_in = t0.elapsed();
+    assert_eq!(code, Some(4), "{}", describe(&out));
+    let err = doc["error"].as_str().unwrap();
+    assert!(err.contains(mnt), "{doc}");
+    assert!(steps(&doc, "flush-map").is_empty(), "{doc}");
+    vol.assert_present();
+    assert!(vol.map().is_some());
+    assert!(std::fs::read(format!("{mnt}/data")).unwrap() == data);
+    eprintln!("mounted map refused in {refused_in:?}");
+    cmd::run("umount", &[mnt]).unwrap();
+
+    // Unmounted, it goes.
+    detach_ok(&[&dev]);
+    vol.assert_gone();
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn path_devices_in_use_without_multipath_are_refused() {
+    require_vm();
+    let lab = lab(vec![3], 4, false);
+    let vol = Volume::of(&lab, 3);
+    assert_eq!(vol.disks.len(), 2);
+    let (a, b) = (
+        format!("/dev/{}", vol.disks[0]),
+        format!("/dev/{}", vol.disks[1]),
+    );
+
+    cmd::run("mkfs.ext4", &["-q", "-F", &a]).unwrap();
+    let mnt = "/tmp/lunkit-path-mnt";
+    std::fs::create_dir_all(mnt).unwrap();
+    cmd::run("mount", &[&a, mnt]).unwrap();
+    std::fs::write(format!("{mnt}/x"), b"still here").unwrap();
+    let (code, doc, out) = detach(&["--iscsi-target", IQN, "--lun", "3"]);
+    assert_eq!(code, Some(4), "{}", describe(&out));
+    assert!(doc["error"].as_str().unwrap().contains(mnt), "{doc}");
+    let out = lunkit(&["delete", &a]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    vol.assert_present();
+    assert_eq!(std::fs::read(format!("{mnt}/x")).unwrap(), b"still here");
+    cmd::run("umount", &[mnt]).unwrap();
+
+    let held = File::open(&b).unwrap();
+    let (code, doc, out) = detach(&["--iscsi-target", IQN, "--lun", "3"]);
+    assert_eq!(code, Some(4), "{}", describe(&out));
+    assert!(
+        doc["error"].as_str().unwrap().contains("open by pid"),
+        "{doc}"
+    );
+    vol.assert_present();
+    drop(held);
+
+    // Flush and delete one path by hand, then detach takes the rest.
+    let out = lunkit(&["flush", &a]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let out = lunkit(&["delete", &a]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(!Path::new(&format!("/sys/class/scsi_device/{}", vol.hctls[0])).exists());
+    let out = lunkit(&["delete", &vol.hctls[0]]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "already gone is success: {}",
+        describe(&out)
+    );
+    detach_ok(&["--iscsi-target", IQN, "--lun", "3"]);
+    vol.assert_gone();
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn detach_finishes_half_done_and_killed_cleanups() {
+    require_vm();
+    let lab = lab(vec![1, 2], 4, true);
+
+    // The map removed by hand, the paths left.
+    let v1 = Volume::of(&lab, 1);
+    let m1 = wait_map(&v1, 2);
+    cmd::run("multipathd", &["del", "map", &m1.name]).unwrap();
+    wait::until_true("the map to go", Duration::from_secs(30), || {
+        v1.map().is_none()
+    })
+    .unwrap();
+    v1.assert_present();
+    let doc = detach_ok(&["--wwid", &v1.mpath_wwid()]);
+    assert!(steps(&doc, "remove-map").is_empty(), "{doc}");
+    v1.assert_gone();
+
+    // One path deleted by hand.
+    let v2 = Volume::of(&lab, 2);
+    wait_map(&v2, 2);
+    std::fs::write(
+        format!("/sys/class/scsi_device/{}/device/delete", v2.hctls[0]),
+        "1",
+    )
+    .unwrap();
+    detach_ok(&["--iscsi-target", IQN, "--lun", "2"]);
+    v2.assert_gone();
+
+    // Killed at different points, then run again.
+    let bin = std::env::var("LUNKIT_BIN").unwrap();
+    for delay_ms in [40u64, 120, 250, 400, 700, 1000] {
+        let (vol, _map) = attach(&lab, 3);
+        let mut child = Command::new(&bin)
+            .args(["detach", "--wwid", &vol.mpath_wwid()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        let seen: Vec<String> = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .collect();
+        eprintln!(
+            "killed after {delay_ms} ms; last step: {:?}",
+            seen.last()
+                .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>())
+        );
+        let doc = detach_ok(&["--wwid", &vol.mpath_wwid()]);
+        assert_eq!(doc["ok"], true);
+        vol.assert_gone();
+    }
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn many_volumes_in_parallel_and_one_volume_twice() {
+    require_vm();
+    let lab = lab(vec![], 8, true);
+    let root = lunkit::Root::default();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for lun in 0..8u32 {
+            let (lab, root) = (&lab, &root);
+            s.spawn(move || {
+                for round in 0..20 {
+                    let opts = lunkit::ScanOptions::default();
+                    let paths = lunkit::iscsi::scan(root, IQN, &[], u64::from(lun), &opts)
+                        .unwrap_or_else(|e| panic!("LUN {lun} round {round}: scan: {e}"));
+                    assert_eq!(paths.len(), 2);
+                    let vol = Volume::of(lab, lun);
+                    wait_map(&vol, 2);
+                    let spec = lunkit::ops::VolumeSpec::Iscsi {
+                        target: IQN.into(),
+                        lun: u64::from(lun),
+                    };
+                    let report =
+                        lunkit::ops::detach(root, &spec, &lunkit::ops::DetachOptions::new(root))
+                            .unwrap_or_else(|e| panic!("LUN {lun} round {round}: detach: {e}"));
+                    assert!(report.rounds >= 1);
+                    let left = vol.leftovers();
+                    assert!(left.is_empty(), "LUN {lun} round {round}: {left:?}");
+                }
+            });
+        }
+    });
+    eprintln!("8 volumes x 20 attach/detach rounds: {:?}", t0.elapsed());
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+    assert!(
+        support::multipath::maps().is_empty(),
+        "{:?}",
+        support::multipath::maps()
+    );
+
+    // Two processes detach one volume at once: both succeed, the work is done once.
+    let (vol, _map) = attach(&lab, 5);
+    let bin = std::env::var("LUNKIT_BIN").unwrap();
+    let wwid = vol.mpath_wwid();
+    let spawn = || {
+        Command::new(&bin)
+            .args(["detach", "--json", "--wwid", &wwid])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let docs: Vec<Value> = [a, b]
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            serde_json::from_slice(&out.stdout).unwrap()
+        })
+        .collect();
+    let deletes: usize = docs
+        .iter()
+        .map(|d| {
+            steps(d, "delete-path")
+                .iter()
+                .filter(|s| s["outcome"] == "done")
+                .count()
+        })
+        .sum();
+    assert_eq!(deletes, 2, "each path deleted exactly once: {docs:?}");
+    assert!(
+        docs.iter().any(|d| d["rounds"] == 0),
+        "one of them found nothing left to do: {docs:?}"
+    );
+    vol.assert_gone();
+}
