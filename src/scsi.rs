@@ -202,9 +202,12 @@ fn ready_path(root: &Root, hctl: Hctl) -> Result<Option<PathDevice>> {
 // Taking one SCSI device out
 // ---------------------------------------------------------------------------------------
 
-/// Command names whose open file descriptors on a path do not make it busy: multipathd
+/// Command names whose open file descriptors on a device do not make it busy. multipathd
 /// keeps every path open for its checkers and closes it when the path's `remove` event comes.
-pub const PATH_MANAGERS: &[&str] = &["multipathd"];
+/// udev's workers open each new or changed disk read-only to probe it (blkid, scsi_id) and
+/// close it when done; under load that takes seconds, and deleting the disk under them only
+/// fails their reads.
+pub const PATH_MANAGERS: &[&str] = &["multipathd", "(udev-worker)", "systemd-udevd", "udevd"];
 
 /// How [`delete`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
