@@ -151,6 +151,36 @@ fn lab(lunkit: &Path, cmd: &[String]) -> Result<u8> {
     let iqn = lab.config.target.iqn.clone();
     println!("lab: $ lunkit scan iscsi --target {iqn} --lun 1");
     ok &= run_shown(Command::new(lunkit).args(["scan", "iscsi", "--target", &iqn, "--lun", "1"]))?;
+    // Attach is done; write through the map multipathd builds, then take the volume off.
+    let maps = multipath::wait_maps(2, lab.sessions.len(), Duration::from_secs(60))?;
+    let wwid1 = std::fs::read_to_string(format!(
+        "/sys/class/scsi_device/{}:0:0:1/device/wwid",
+        lab.sessions[0].host
+    ))?;
+    let uuid1 = format!("mpath-3{}", wwid1.trim().trim_start_matches("naa."));
+    let map = maps
+        .iter()
+        .find(|m| m.uuid == uuid1)
+        .ok_or("no map for LUN 1")?;
+    let t0 = std::time::Instant::now();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/dev/{}", map.dm))?;
+        let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i * 31 + 7) as u8).collect();
+        for _ in 0..8 {
+            f.write_all(&chunk)?;
+        }
+    }
+    println!(
+        "lab: wrote 8 MiB through {} ({}) with buffered writes, no fsync, in {:.1?}",
+        map.name,
+        map.dm,
+        t0.elapsed()
+    );
+    println!("lab: $ lunkit detach --iscsi-target {iqn} --lun 1");
+    ok &= run_shown(Command::new(lunkit).args(["detach", "--iscsi-target", &iqn, "--lun", "1"]))?;
     println!("lab: $ lunkit list");
     ok &= run_shown(Command::new(lunkit).arg("list"))?;
     if let Some((program, args)) = cmd.split_first() {
@@ -178,13 +208,13 @@ fn run_tests(lunkit: &Path, filter: Option<&str>, bins: &[String]) -> Result<u8>
     for bin in bins {
         println!("xtask guest: running {bin}");
         let mut cmd = Command::new(bin);
-        cmd.args(["--ignored", "--test-threads=1"])
+        cmd.args(["--ignored", "--test-threads=1", "--show-output"])
             .args(filter)
             .env(VM_ENV, "1")
             .env("LUNKIT_BIN", lunkit)
             // cargo runs tests from the package root; do the same.
             .current_dir(paths::root());
-        let (status, lines) = process::run_tee(&mut cmd, Some(Duration::from_secs(1200)))?;
+        let (status, lines) = process::run_tee(&mut cmd, Some(Duration::from_secs(2400)))?;
         let counts = Counts::from_lines(&lines);
         if !status.success() || counts.binaries == 0 {
             failed_bins.push(PathBuf::from(bin));
