@@ -64,7 +64,14 @@ fn malformed_and_out_of_range_addresses_are_usage_errors() {
         for lun in ["-1", "18446744073709551616", "1/../2", "0x1"] {
             assert_usage_error(
                 &root,
-                &["scan", "iscsi", "--target", "iqn.2003-01.org.example:x", "--lun", lun],
+                &[
+                    "scan",
+                    "iscsi",
+                    "--target",
+                    "iqn.2003-01.org.example:x",
+                    "--lun",
+                    lun,
+                ],
             );
         }
     }
@@ -83,7 +90,11 @@ fn names_that_could_leave_sysfs_are_usage_errors() {
         ] {
             assert_usage_error(&root, &["scan", "iscsi", "--target", target, "--lun", "0"]);
         }
-        for wwpn in ["../../etc", "50:01:43:80:02:a3:c4:d6/..", "0x5001438002a3c4d6ff"] {
+        for wwpn in [
+            "../../etc",
+            "50:01:43:80:02:a3:c4:d6/..",
+            "0x5001438002a3c4d6ff",
+        ] {
             assert_usage_error(&root, &["scan", "fc", "--wwpn", wwpn, "--lun", "0"]);
             assert_usage_error(
                 &root,
@@ -151,7 +162,11 @@ fn list_of_a_tree_with_links_out_of_it_shows_only_the_tree() {
     link("sys/block", "sdz", &outside);
     link("sys/class/scsi_host", "host42", &outside);
     link("sys/class/fc_host", "host42", &outside);
-    link("sys/class/scsi_host", "host43", Path::new("../../../../outside"));
+    link(
+        "sys/class/scsi_host",
+        "host43",
+        Path::new("../../../../outside"),
+    );
 
     let out = lunkit(&["--root", root.to_str().unwrap(), "list", "--json"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -161,7 +176,10 @@ fn list_of_a_tree_with_links_out_of_it_shows_only_the_tree() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!text.contains("ESCAPED") && !text.contains("3917"), "{text}");
+    assert!(
+        !text.contains("ESCAPED") && !text.contains("3917"),
+        "{text}"
+    );
     let doc: Value = serde_json::from_str(&text).unwrap();
     let hosts: Vec<u64> = doc["scsi_hosts"]
         .as_array()
