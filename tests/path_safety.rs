@@ -407,16 +407,18 @@ fn links_inside_a_device_leading_outside_are_not_followed() {
     fs::remove_dir_all(sdc.join("holders")).unwrap();
     symlink(outside.join("holders"), sdc.join("holders")).unwrap();
     symlink(&outside, sdc.join("dm")).unwrap();
-    // A "partition" that is a link to a directory with a `partition` file.
+    // A "partition" that is a link to a directory with a `partition` file, beside a real one.
     fs::write(outside.join("partition"), "1\n").unwrap();
     symlink(&outside, sdc.join("sdc1")).unwrap();
+    fs::create_dir(sdc.join("sdc2")).unwrap();
+    fs::write(sdc.join("sdc2/partition"), "2\n").unwrap();
 
     let after = block::device(&root, "sdc").unwrap().unwrap();
     assert_eq!(after.size_bytes, None, "size is a link out of the root");
     assert_eq!(after.read_only, None, "ro is a link out of the root");
     assert!(after.holders.is_empty(), "{:?}", after.holders);
     assert_eq!(after.dm, None);
-    assert!(after.partitions.is_empty(), "{:?}", after.partitions);
+    assert_eq!(after.partitions, ["sdc2"]);
     assert_eq!(after.dev, before.dev, "the rest of the device still reads");
 
     // A SCSI device's `block/` that leads out of the root names no disk.

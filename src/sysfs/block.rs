@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use super::{Confine, attr, attr_parse, entries, real_dir};
+use super::{Confine, attr, attr_parse, entries, real_dir, sub_entries};
 use crate::error::{Error, Result};
 use crate::hctl::decimal;
 use crate::root::Root;
@@ -125,8 +125,8 @@ fn read(dir: &Path, name: &str) -> Result<BlockDevice> {
         dev: attr_parse(dir, "dev"),
         size_bytes: attr_parse::<u64>(dir, "size").and_then(|s| s.checked_mul(512)),
         read_only: attr_parse::<u8>(dir, "ro").map(|v| v != 0),
-        holders: entries(&dir.join("holders"))?,
-        slaves: entries(&dir.join("slaves"))?,
+        holders: sub_entries(dir, "holders")?,
+        slaves: sub_entries(dir, "slaves")?,
         partitions,
         dm,
     })
@@ -135,6 +135,35 @@ fn read(dir: &Path, name: &str) -> Result<BlockDevice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On `/` the device directory is read through its `/sys/block/<name>` symlink, as it is
+    /// not resolved there; elsewhere through the resolved directory. Both see the same disk.
+    #[test]
+    fn reads_a_disk_through_its_block_symlink_and_resolved() {
+        let top = std::env::temp_dir().join(format!("lunkit-block-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&top);
+        let disk = top.join("sys/devices/virtual/block/sdx");
+        std::fs::create_dir_all(disk.join("sdx1")).unwrap();
+        std::fs::create_dir_all(disk.join("holders/dm-3")).unwrap();
+        std::fs::create_dir_all(top.join("sys/block")).unwrap();
+        std::fs::write(disk.join("dev"), "8:96\n").unwrap();
+        std::fs::write(disk.join("sdx1/partition"), "1\n").unwrap();
+        std::os::unix::fs::symlink("../devices/virtual/block/sdx", top.join("sys/block/sdx"))
+            .unwrap();
+        let through_link = read(&top.join("sys/block/sdx"), "sdx").unwrap();
+        let resolved = device(&Root::new(&top), "sdx").unwrap().unwrap();
+        std::fs::remove_dir_all(&top).unwrap();
+        assert_eq!(through_link.partitions, ["sdx1"]);
+        assert_eq!(through_link.holders, ["dm-3"]);
+        assert_eq!(
+            through_link.dev,
+            Some(DevNum {
+                major: 8,
+                minor: 96
+            })
+        );
+        assert_eq!(through_link, resolved);
+    }
 
     #[test]
     fn devnum_parses() {

@@ -71,14 +71,7 @@ pub(crate) fn attr_parse<T: FromStr>(dir: &Path, name: &str) -> Option<T> {
 
 /// The names in `dir`, in natural order; an absent directory is empty (a class whose driver is
 /// not loaded has no directory at all).
-///
-/// A `dir` that is itself a symlink is not listed (and reads as empty): the directories lunkit
-/// lists (classes, `holders/`, `slaves/`, `block/`, device directories already resolved by
-/// [`Confine`]) are real directories in sysfs, and a link there could lead out of the root.
 pub(crate) fn entries(dir: &Path) -> Result<Vec<String>> {
-    if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Ok(Vec::new());
-    }
     let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -143,6 +136,17 @@ impl Confine {
 /// Whether `path` is a directory itself, not a symlink to one.
 pub(crate) fn real_dir(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// The names in `dir/sub`, a subdirectory that sysfs always has as a real directory
+/// (`holders/`, `slaves/`, `block/`): one that is a symlink could lead out of the root, and
+/// is read as empty.
+pub(crate) fn sub_entries(dir: &Path, sub: &str) -> Result<Vec<String>> {
+    let path = dir.join(sub);
+    if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Ok(Vec::new());
+    }
+    entries(&path)
 }
 
 /// Accepts `name` only if it is one plain path component: not empty, not `.` or `..`, no `/`,

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{Confine, attr, attr_parse, entries};
+use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::hctl::{Hctl, decimal};
 use crate::root::Root;
@@ -135,7 +135,7 @@ pub fn device(root: &Root, hctl: Hctl) -> Result<Option<ScsiDevice>> {
 
 fn read_device(dir: &std::path::Path, hctl: Hctl) -> Result<ScsiDevice> {
     let first =
-        |sub: &str| -> Result<Option<String>> { Ok(entries(&dir.join(sub))?.into_iter().next()) };
+        |sub: &str| -> Result<Option<String>> { Ok(sub_entries(dir, sub)?.into_iter().next()) };
     Ok(ScsiDevice {
         hctl,
         state: attr(dir, "state"),
