@@ -56,6 +56,11 @@ pub struct MountEntry {
 impl MountEntry {
     /// The line as the kernel writes it (without the trailing newline); [`parse_line`] reads
     /// it back to an equal entry.
+    ///
+    /// [`parse_line`] unescapes every text field, options and tags included (filesystems
+    /// escape their superblock options with `seq_show_option`), so every text field is
+    /// escaped here: an option or tag holding a space, tab, newline or backslash would
+    /// otherwise split into other fields or decode differently when read back.
     pub fn to_line(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
         out.extend_from_slice(format!("{} {} {} ", self.id, self.parent, self.dev).as_bytes());
@@ -63,17 +68,22 @@ impl MountEntry {
         out.push(b' ');
         escape_into(self.mount_point.as_os_str().as_bytes(), &mut out);
         out.push(b' ');
-        out.extend_from_slice(self.options.as_bytes());
+        escape_into(self.options.as_bytes(), &mut out);
         for t in &self.tags {
             out.push(b' ');
-            out.extend_from_slice(t.as_bytes());
+            if t == "-" {
+                // A lone `-` is the end of the tags; `\055` reads back as this tag instead.
+                out.extend_from_slice(b"\\055");
+            } else {
+                escape_into(t.as_bytes(), &mut out);
+            }
         }
         out.extend_from_slice(b" - ");
         escape_into(self.fs_type.as_bytes(), &mut out);
         out.push(b' ');
         escape_into(self.source.as_bytes(), &mut out);
         out.push(b' ');
-        out.extend_from_slice(self.super_options.as_bytes());
+        escape_into(self.super_options.as_bytes(), &mut out);
         out
     }
 }

@@ -5,6 +5,10 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
+/// The longest WWID, in its sysfs form: `t10.` and a 255-byte designator (a VPD designator's
+/// length is one byte). The multipath form of the same WWID is three bytes shorter.
+const MAX_LEN: usize = 4 + 255;
+
 /// A logical unit's world-wide identifier, kept in the kernel's sysfs form (`naa.…`, `eui.…`,
 /// `t10.…`, or a raw SCSI name string).
 ///
@@ -47,8 +51,8 @@ impl FromStr for Wwid {
     /// followed by the designator). Hex designators are compared case-insensitively.
     fn from_str(s: &str) -> Result<Self> {
         const KIND: &str = "WWID";
-        if s.is_empty() || s.len() > 256 {
-            return Err(Error::invalid(KIND, s, "must be 1 to 256 bytes"));
+        if s.is_empty() || s.len() > MAX_LEN {
+            return Err(Error::invalid(KIND, s, "must be 1 to 259 bytes"));
         }
         if s.bytes().any(|b| b.is_ascii_control() || b == b'/') {
             return Err(Error::invalid(
@@ -79,6 +83,12 @@ impl FromStr for Wwid {
         } else {
             s.to_owned()
         };
+        // The bound is on the sysfs form, which is what is kept and displayed: the multipath
+        // form grows by three bytes (`3…` to `naa.…`), and a WWID whose displayed form is
+        // too long to parse back would not survive a round trip through a map uuid or JSON.
+        if sysfs.len() > MAX_LEN {
+            return Err(Error::invalid(KIND, s, "must be 1 to 259 bytes"));
+        }
         Ok(Wwid(sysfs))
     }
 }

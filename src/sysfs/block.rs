@@ -1,9 +1,10 @@
 //! `/sys/block`: disks, their partitions, and the device-mapper devices among them.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
-use super::{attr, attr_parse, entries};
+use super::{Confine, attr, attr_parse, entries, real_dir, sub_entries};
 use crate::error::{Error, Result};
 use crate::hctl::decimal;
 use crate::root::Root;
@@ -77,9 +78,13 @@ pub struct DmInfo {
 /// Reads every disk under `/sys/block`, in natural name order.
 pub fn devices(root: &Root) -> Result<Vec<BlockDevice>> {
     let top = root.sys("block");
+    let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&top)? {
-        out.push(read(root, &name)?);
+        // An entry whose symlink leads outside the root is not this root's device.
+        if let Some(dir) = confine.dir(&top.join(&name)) {
+            out.push(read(&dir, &name)?);
+        }
     }
     Ok(out)
 }
@@ -87,21 +92,27 @@ pub fn devices(root: &Root) -> Result<Vec<BlockDevice>> {
 /// Reads one disk by kernel name. The name must be a single path component.
 pub fn device(root: &Root, name: &str) -> Result<Option<BlockDevice>> {
     super::check_component("block device name", name)?;
-    if !root.sys("block").join(name).exists() {
+    let path = root.sys("block").join(name);
+    if !path.exists() {
         return Ok(None);
     }
-    read(root, name).map(Some)
+    match Confine::new(root).dir(&path) {
+        Some(dir) => read(&dir, name).map(Some),
+        None => Ok(None),
+    }
 }
 
-fn read(root: &Root, name: &str) -> Result<BlockDevice> {
-    let dir = root.sys("block").join(name);
+/// Reads the disk `name` from its directory `dir` (resolved and confined to the root).
+fn read(dir: &Path, name: &str) -> Result<BlockDevice> {
     let mut partitions = Vec::new();
-    for sub in entries(&dir)? {
-        if sub.starts_with(name) && dir.join(&sub).join("partition").exists() {
+    for sub in entries(dir)? {
+        // Partitions are real subdirectories; `holders`, `bdi`, `device` and the like are not.
+        let sub_dir = dir.join(&sub);
+        if sub.starts_with(name) && real_dir(&sub_dir) && sub_dir.join("partition").exists() {
             partitions.push(sub);
         }
     }
-    let dm = dir.join("dm").is_dir().then(|| {
+    let dm = real_dir(&dir.join("dm")).then(|| {
         let d = dir.join("dm");
         DmInfo {
             name: attr(&d, "name"),
@@ -111,11 +122,11 @@ fn read(root: &Root, name: &str) -> Result<BlockDevice> {
     });
     Ok(BlockDevice {
         name: name.to_owned(),
-        dev: attr_parse(&dir, "dev"),
-        size_bytes: attr_parse::<u64>(&dir, "size").and_then(|s| s.checked_mul(512)),
-        read_only: attr_parse::<u8>(&dir, "ro").map(|v| v != 0),
-        holders: entries(&dir.join("holders"))?,
-        slaves: entries(&dir.join("slaves"))?,
+        dev: attr_parse(dir, "dev"),
+        size_bytes: attr_parse::<u64>(dir, "size").and_then(|s| s.checked_mul(512)),
+        read_only: attr_parse::<u8>(dir, "ro").map(|v| v != 0),
+        holders: sub_entries(dir, "holders")?,
+        slaves: sub_entries(dir, "slaves")?,
         partitions,
         dm,
     })
@@ -124,6 +135,35 @@ fn read(root: &Root, name: &str) -> Result<BlockDevice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On `/` the device directory is read through its `/sys/block/<name>` symlink, as it is
+    /// not resolved there; elsewhere through the resolved directory. Both see the same disk.
+    #[test]
+    fn reads_a_disk_through_its_block_symlink_and_resolved() {
+        let top = std::env::temp_dir().join(format!("lunkit-block-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&top);
+        let disk = top.join("sys/devices/virtual/block/sdx");
+        std::fs::create_dir_all(disk.join("sdx1")).unwrap();
+        std::fs::create_dir_all(disk.join("holders/dm-3")).unwrap();
+        std::fs::create_dir_all(top.join("sys/block")).unwrap();
+        std::fs::write(disk.join("dev"), "8:96\n").unwrap();
+        std::fs::write(disk.join("sdx1/partition"), "1\n").unwrap();
+        std::os::unix::fs::symlink("../devices/virtual/block/sdx", top.join("sys/block/sdx"))
+            .unwrap();
+        let through_link = read(&top.join("sys/block/sdx"), "sdx").unwrap();
+        let resolved = device(&Root::new(&top), "sdx").unwrap().unwrap();
+        std::fs::remove_dir_all(&top).unwrap();
+        assert_eq!(through_link.partitions, ["sdx1"]);
+        assert_eq!(through_link.holders, ["dm-3"]);
+        assert_eq!(
+            through_link.dev,
+            Some(DevNum {
+                major: 8,
+                minor: 96
+            })
+        );
+        assert_eq!(through_link, resolved);
+    }
 
     #[test]
     fn devnum_parses() {

@@ -1,6 +1,6 @@
 //! `/sys/class/fc_host` and `/sys/class/fc_remote_ports` (the FC transport class).
 
-use super::{attr, attr_parse, entries, resolve};
+use super::{Confine, attr, attr_parse, entries, resolve};
 use crate::error::Result;
 use crate::hctl::decimal;
 use crate::root::Root;
@@ -60,12 +60,15 @@ impl FcRemotePort {
 /// Reads every FC host port.
 pub fn hosts(root: &Root) -> Result<Vec<FcHost>> {
     let class = root.sys("class/fc_host");
+    let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&class)? {
         let Some(host) = name.strip_prefix("host").and_then(decimal) else {
             continue;
         };
-        let d = class.join(&name);
+        let Some(d) = confine.dir(&class.join(&name)) else {
+            continue;
+        };
         out.push(FcHost {
             host,
             port_name: attr_parse(&d, "port_name"),
@@ -100,12 +103,15 @@ fn parse_target_name(name: &str) -> Option<(u32, u32, u32)> {
 /// Reads every remote port, ordered by host, channel and index.
 pub fn remote_ports(root: &Root) -> Result<Vec<FcRemotePort>> {
     let class = root.sys("class/fc_remote_ports");
+    let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&class)? {
         let Some((host, channel, number)) = parse_rport_name(&name) else {
             continue;
         };
-        let d = class.join(&name);
+        let Some(d) = confine.dir(&class.join(&name)) else {
+            continue;
+        };
         let target = resolve(root, &d.join("device"))
             .and_then(|dev| entries(&dev).ok())
             .and_then(|names| names.iter().find_map(|n| parse_target_name(n)));

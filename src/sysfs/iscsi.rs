@@ -1,6 +1,6 @@
 //! `/sys/class/iscsi_session` and `/sys/class/iscsi_connection` (open-iscsi's kernel side).
 
-use super::{attr, attr_parse, entries, file_name, resolve};
+use super::{Confine, attr, attr_parse, entries, file_name, resolve};
 use crate::error::Result;
 use crate::hctl::decimal;
 use crate::root::Root;
@@ -69,12 +69,15 @@ pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
     let class = root.sys("class/iscsi_session");
     let conn_class = root.sys("class/iscsi_connection");
     let conns = entries(&conn_class)?;
+    let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&class)? {
         let Some(sid) = name.strip_prefix("session").and_then(decimal::<u32>) else {
             continue;
         };
-        let dir = class.join(&name);
+        let Some(dir) = confine.dir(&class.join(&name)) else {
+            continue;
+        };
         // The session device sits directly below its host: .../hostM/sessionN.
         let session_dev = resolve(root, &dir.join("device"));
         let host = session_dev
@@ -96,16 +99,16 @@ pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
         let connections = conns
             .iter()
             .filter(|c| c.starts_with(&prefix))
-            .map(|c| {
-                let d = conn_class.join(c);
-                IscsiConnection {
+            .filter_map(|c| {
+                let d = confine.dir(&conn_class.join(c))?;
+                Some(IscsiConnection {
                     name: c.clone(),
                     persistent_address: attr(&d, "persistent_address"),
                     persistent_port: attr_parse(&d, "persistent_port"),
                     address: attr(&d, "address"),
                     port: attr_parse(&d, "port"),
                     state: attr(&d, "state"),
-                }
+                })
             })
             .collect();
         out.push(IscsiSession {

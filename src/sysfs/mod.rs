@@ -24,10 +24,23 @@ use crate::root::Root;
 /// sysfs attributes are at most a page; anything larger is not a sysfs attribute.
 const MAX_ATTR: u64 = 64 * 1024;
 
+/// Opens an attribute file the way sysfs has them: never through a symlink.
+///
+/// sysfs attributes are regular files; only directories are reached through symlinks. So the
+/// last component is opened with `O_NOFOLLOW` (a fixture or `--root` tree whose attribute is a
+/// link to a file outside the root is not followed there), and with `O_NONBLOCK` so that a
+/// FIFO in its place cannot block the open or the read.
+fn open_attr(path: &Path, options: &mut fs::OpenOptions) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
 /// Reads `dir/name` as trimmed text; `None` when it cannot be read or is empty.
 pub(crate) fn attr(dir: &Path, name: &str) -> Option<String> {
     let mut s = String::new();
-    fs::File::open(dir.join(name))
+    open_attr(&dir.join(name), fs::OpenOptions::new().read(true))
         .ok()?
         .take(MAX_ATTR)
         .read_to_string(&mut s)
@@ -37,14 +50,16 @@ pub(crate) fn attr(dir: &Path, name: &str) -> Option<String> {
 }
 
 /// Writes `value` to the existing attribute `path` in one `write(2)`, as the kernel expects
-/// (sysfs takes one write per store). Never creates a file: a missing attribute is an error.
+/// (sysfs takes one write per store). Never creates a file: a missing attribute is an error,
+/// and so is an attribute that is a symlink ([`open_attr`]) or not a regular file.
 pub(crate) fn write_attr(path: &Path, value: &str) -> Result<()> {
     use std::io::Write;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
+    let mut f = open_attr(path, fs::OpenOptions::new().write(true).truncate(true))
         .map_err(|e| Error::io(path, e))?;
+    // What a scan or delete writes must land in an attribute, not in a device node or FIFO.
+    if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+        return Err(Error::io(path, io::Error::from_raw_os_error(libc::EINVAL)));
+    }
     f.write_all(value.as_bytes())
         .map_err(|e| Error::io(path, e))
 }
@@ -79,6 +94,59 @@ pub(crate) fn resolve(root: &Root, path: &Path) -> Option<PathBuf> {
     let real = fs::canonicalize(path).ok()?;
     let top = fs::canonicalize(root.path()).ok()?;
     real.starts_with(&top).then_some(real)
+}
+
+/// Finds the directories to read devices from below one root, so that a `--root` tree
+/// cannot make a reader list or read files outside it.
+///
+/// Class and `/sys/block` entries are symlinks into `/sys/devices`; [`Confine::dir`] follows
+/// them and keeps the result only if it is below the root. On the live system's root, `/`,
+/// nothing is outside, and paths are used as they are without resolving them.
+#[derive(Debug)]
+pub(crate) struct Confine {
+    /// The canonical root; `None` for `/`.
+    top: Option<PathBuf>,
+}
+
+impl Confine {
+    pub(crate) fn new(root: &Root) -> Confine {
+        let top = (root.path() != Path::new("/")).then(|| {
+            // A root that does not resolve has nothing below it: every path fails to resolve.
+            fs::canonicalize(root.path()).unwrap_or_else(|_| root.path().to_owned())
+        });
+        Confine { top }
+    }
+
+    /// `path` with its symlinks resolved, or `None` when they lead outside the root.
+    ///
+    /// A path that does not resolve at all (the device vanished since its directory was
+    /// listed) is returned as it is: reading below it fails, and the device shows with its
+    /// attributes absent, as on a live system.
+    pub(crate) fn dir(&self, path: &Path) -> Option<PathBuf> {
+        let Some(top) = &self.top else {
+            return Some(path.to_owned());
+        };
+        match fs::canonicalize(path) {
+            Ok(real) => real.starts_with(top).then_some(real),
+            Err(_) => Some(path.to_owned()),
+        }
+    }
+}
+
+/// Whether `path` is a directory itself, not a symlink to one.
+pub(crate) fn real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// The names in `dir/sub`, a subdirectory that sysfs always has as a real directory
+/// (`holders/`, `slaves/`, `block/`): one that is a symlink could lead out of the root, and
+/// is read as empty.
+pub(crate) fn sub_entries(dir: &Path, sub: &str) -> Result<Vec<String>> {
+    let path = dir.join(sub);
+    if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Ok(Vec::new());
+    }
+    entries(&path)
 }
 
 /// Accepts `name` only if it is one plain path component: not empty, not `.` or `..`, no `/`,

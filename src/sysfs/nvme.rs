@@ -1,6 +1,6 @@
 //! `/sys/class/nvme`: NVMe controllers (PCIe and fabrics).
 
-use super::{attr, entries};
+use super::{Confine, attr, entries};
 use crate::error::Result;
 use crate::root::Root;
 
@@ -45,9 +45,12 @@ fn is_namespace(name: &str) -> bool {
 /// Reads every NVMe controller.
 pub fn controllers(root: &Root) -> Result<Vec<NvmeController>> {
     let class = root.sys("class/nvme");
+    let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&class)? {
-        let d = class.join(&name);
+        let Some(d) = confine.dir(&class.join(&name)) else {
+            continue;
+        };
         out.push(NvmeController {
             transport: attr(&d, "transport"),
             address: attr(&d, "address"),

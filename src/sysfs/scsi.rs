@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{attr, attr_parse, entries};
+use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::hctl::{Hctl, decimal};
 use crate::root::Root;
@@ -51,12 +51,16 @@ pub struct ScsiHost {
 /// Reads every SCSI host.
 pub fn hosts(root: &Root) -> Result<Vec<ScsiHost>> {
     let class = root.sys("class/scsi_host");
+    let confine = Confine::new(root);
     let mut hosts = Vec::new();
     for name in entries(&class)? {
         let Some(number) = name.strip_prefix("host").and_then(decimal) else {
             continue;
         };
-        let dir = class.join(&name);
+        // Class entries are symlinks into /sys/devices; one leading outside the root is skipped.
+        let Some(dir) = confine.dir(&class.join(&name)) else {
+            continue;
+        };
         let transport = if root.sys("class/iscsi_host").join(&name).exists() {
             Transport::Iscsi
         } else if root.sys("class/fc_host").join(&name).exists() {
@@ -100,12 +104,15 @@ pub struct ScsiDevice {
 /// Reads every SCSI device, in H:C:T:L order.
 pub fn devices(root: &Root) -> Result<Vec<ScsiDevice>> {
     let class = root.sys("class/scsi_device");
+    let confine = Confine::new(root);
     let mut devs = Vec::new();
     for name in entries(&class)? {
         let Ok(hctl) = name.parse::<Hctl>() else {
             continue;
         };
-        devs.push(read_device(&class.join(&name).join("device"), hctl)?);
+        if let Some(dir) = confine.dir(&class.join(&name).join("device")) {
+            devs.push(read_device(&dir, hctl)?);
+        }
     }
     devs.sort_by_key(|d| d.hctl);
     Ok(devs)
@@ -120,12 +127,15 @@ pub fn device(root: &Root, hctl: Hctl) -> Result<Option<ScsiDevice>> {
     if !dir.exists() {
         return Ok(None);
     }
-    read_device(&dir, hctl).map(Some)
+    match Confine::new(root).dir(&dir) {
+        Some(dir) => read_device(&dir, hctl).map(Some),
+        None => Ok(None),
+    }
 }
 
 fn read_device(dir: &std::path::Path, hctl: Hctl) -> Result<ScsiDevice> {
     let first =
-        |sub: &str| -> Result<Option<String>> { Ok(entries(&dir.join(sub))?.into_iter().next()) };
+        |sub: &str| -> Result<Option<String>> { Ok(sub_entries(dir, sub)?.into_iter().next()) };
     Ok(ScsiDevice {
         hctl,
         state: attr(dir, "state"),
