@@ -73,8 +73,8 @@ pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
     let dir = root
         .sys("class/scsi_device")
         .join(hctl.to_string())
-        .join("device/block");
-    match entries(&dir)?.into_iter().next() {
+        .join("device");
+    match sysfs::sub_entries(&dir, "block")?.into_iter().next() {
         Some(name) => by_name(root, &name),
         None => Ok(None),
     }
@@ -373,7 +373,7 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
                 }
             }
         }
-        for h in entries(&dir.join("holders"))? {
+        for h in sysfs::sub_entries(&dir, "holders")? {
             if !scope.own.contains(&h) {
                 foreign_holders.insert(h.clone());
             }
@@ -415,7 +415,7 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
     // The probe explains nothing by itself, so only ask it about devices nothing above
     // accounts for: tops of stacks that are not mounted or swap.
     for n in &family {
-        let top = entries(&root.sys("class/block").join(&n.name).join("holders"))?.is_empty();
+        let top = sysfs::sub_entries(&root.sys("class/block").join(&n.name), "holders")?.is_empty();
         let explained = usage.mounts.iter().any(|m| m.device == n.name)
             || usage.swaps.contains(&n.name)
             || usage.holders.contains(&n.name);

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
 use crate::sysfs::block::DevNum;
-use crate::sysfs::{self, attr, attr_parse, entries};
+use crate::sysfs::{self, attr, attr_parse};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 use crate::wwid::Wwid;
@@ -131,17 +131,24 @@ pub(crate) fn scan_targets(
 /// Writes the scan (or rescan) for one target and checks that the SCSI device now exists.
 fn trigger(root: &Root, t: &ScanTarget) -> Result<()> {
     let h = t.hctl;
+    // Class entries are symlinks: below a --root they must not lead the write out of it.
+    let confine = sysfs::Confine::new(root);
     let dev_dir = scsi_device_dir(root, h);
     if dev_dir.exists() {
+        let Some(dev_dir) = confine.dir(&dev_dir) else {
+            return Err(Error::NotFound {
+                what: format!("SCSI device {h} below {}", root.path().display()),
+            });
+        };
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
         return sysfs::write_attr(&dev_dir.join("rescan"), "1");
     }
-    let host_dir = root.sys("class/scsi_host").join(format!("host{}", h.host));
-    if !host_dir.is_dir() {
-        return Err(Error::NotFound {
+    let host_dir = confine
+        .dir(&root.sys("class/scsi_host").join(format!("host{}", h.host)))
+        .filter(|d| d.is_dir())
+        .ok_or_else(|| Error::NotFound {
             what: format!("SCSI host{}", h.host),
-        });
-    }
+        })?;
     sysfs::write_attr(&host_dir.join("scan"), &t.request)?;
     // The scsi_device is added before the write returns, or never: nothing to wait for.
     if !dev_dir.exists() {
@@ -170,7 +177,12 @@ fn ready_path(root: &Root, hctl: Hctl) -> Result<Option<PathDevice>> {
             what: format!("SCSI device {hctl} (removed while waiting for it)"),
         });
     }
-    let Some(name) = entries(&dir.join("block"))?.into_iter().next() else {
+    let Some(dir) = sysfs::Confine::new(root).dir(&dir) else {
+        return Err(Error::NotFound {
+            what: format!("SCSI device {hctl} below {}", root.path().display()),
+        });
+    };
+    let Some(name) = sysfs::sub_entries(&dir, "block")?.into_iter().next() else {
         return Ok(None);
     };
     sysfs::check_component("block device name", &name)?;
@@ -298,7 +310,11 @@ pub(crate) fn remove_device(
     node: Option<&BlockNode>,
     deadline: Instant,
 ) -> Result<Deleted> {
-    let dir = scsi_device_dir(root, hctl);
+    let dir = sysfs::Confine::new(root)
+        .dir(&scsi_device_dir(root, hctl))
+        .ok_or_else(|| Error::NotFound {
+            what: format!("SCSI device {hctl} below {}", root.path().display()),
+        })?;
     // The disk's real sysfs directory lies below the scsi_device's (…/7:0:0:1/block/sdc), so
     // unlike its name or number it cannot be taken over by a disk scanned meanwhile.
     let disk_dir = node.and_then(|n| sysfs::resolve(root, &root.sys("class/block").join(&n.name)));

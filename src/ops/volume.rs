@@ -337,7 +337,8 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
     }
     for &h in &hctls.clone() {
         if let Some(disk) = block::of_scsi_device(root, h)? {
-            for holder in entries(&root.sys("class/block").join(&disk.name).join("holders"))? {
+            for holder in sysfs::sub_entries(&root.sys("class/block").join(&disk.name), "holders")?
+            {
                 if is_mpath(root, &holder) && !map_names.contains(&holder) {
                     map_names.push(holder);
                 }
@@ -351,14 +352,14 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         let dmdir = root.sys("block").join(&dm).join("dm");
         let map_uuid = attr(&dmdir, "uuid").unwrap_or_default();
         let mut partitions = Vec::new();
-        for holder in entries(&root.sys("block").join(&dm).join("holders"))? {
+        for holder in sysfs::sub_entries(&root.sys("block").join(&dm), "holders")? {
             let hu = attr(&root.sys("block").join(&holder).join("dm"), "uuid");
             if hu.is_some_and(|u| crate::multipath::is_partition_uuid(&u, &map_uuid)) {
                 partitions.push(holder);
             }
         }
         // The map's own paths belong to the volume even if their wwid cannot be read.
-        for slave in entries(&root.sys("block").join(&dm).join("slaves"))? {
+        for slave in sysfs::sub_entries(&root.sys("block").join(&dm), "slaves")? {
             if let Some(h) =
                 block::by_name(root, &slave)?.and_then(|n| block::scsi_address(root, &n))
             {
