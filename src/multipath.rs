@@ -375,7 +375,8 @@ pub fn find(ctl: &Control, root: &Root, spec: &str) -> Result<Map> {
         what: format!("multipath map {spec}"),
     };
     if spec.starts_with('/') {
-        let dev = stat_block(root, spec)?;
+        // Resolved below the root, symlinks included; a node that is gone is no map.
+        let dev = crate::block::resolve(root, spec)?.ok_or_else(not_found)?.dev;
         if is_dm(root, dev) {
             return read_map(ctl, &DevId::Dev(dev))?.ok_or_else(not_found);
         }
@@ -424,26 +425,6 @@ fn dm_kernel_name_dev(root: &Root, name: &str) -> Result<Option<DevNum>> {
 
 fn is_dm(root: &Root, dev: DevNum) -> bool {
     root.sys(format!("dev/block/{dev}/dm")).is_dir()
-}
-
-/// `stat` of a block device node: its device number. `/dev/...` is looked up below `root`.
-fn stat_block(root: &Root, path: &str) -> Result<DevNum> {
-    let p = match path.strip_prefix("/dev/") {
-        Some(rel) => root.dev(rel),
-        None => path.into(),
-    };
-    let st = rustix::fs::stat(&p).map_err(|e| Error::io(&p, e.into()))?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::BlockDevice {
-        return Err(Error::invalid(
-            "block device",
-            path,
-            "not a block device node",
-        ));
-    }
-    Ok(DevNum {
-        major: rustix::fs::major(st.st_rdev),
-        minor: rustix::fs::minor(st.st_rdev),
-    })
 }
 
 /// A partition map of a multipath map (what kpartx creates): one `linear` target on the map,
@@ -642,6 +623,10 @@ pub struct RemoveReport {
 /// 5. After an immediate removal, wait for the `remove` uevent of `dm-N` (or its sysfs
 ///    directory to vanish).
 pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveReport> {
+    // A malformed name is the caller's mistake (Invalid), whatever the node has.
+    if !spec.starts_with('/') && spec.parse::<Wwid>().is_err() {
+        crate::dm::buffer::check_name(spec)?;
+    }
     let ctl = Control::open(root)?;
     // Subscribe before acting, so the remove uevent cannot slip past.
     let mut monitor = Monitor::open().ok();
