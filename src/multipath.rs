@@ -376,7 +376,9 @@ pub fn find(ctl: &Control, root: &Root, spec: &str) -> Result<Map> {
     };
     if spec.starts_with('/') {
         // Resolved below the root, symlinks included; a node that is gone is no map.
-        let dev = crate::block::resolve(root, spec)?.ok_or_else(not_found)?.dev;
+        let dev = crate::block::resolve(root, spec)?
+            .ok_or_else(not_found)?
+            .dev;
         if is_dm(root, dev) {
             return read_map(ctl, &DevId::Dev(dev))?.ok_or_else(not_found);
         }

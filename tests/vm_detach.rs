@@ -40,7 +40,10 @@ fn describe(o: &Output) -> String {
 
 /// `lunkit detach <spec...> --json`: exit code and report.
 fn detach(spec: &[&str]) -> (Option<i32>, Value, Output) {
-    let mut args = vec!["detach", "--json", "--timeout", "60"];
+    let mut args = vec!["detach", "--json"];
+    if !spec.contains(&"--timeout") {
+        args.extend(["--timeout", "60"]);
+    }
     args.extend_from_slice(spec);
     let out = lunkit(&args);
     let doc = serde_json::from_slice(&out.stdout)
@@ -569,5 +572,51 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
         docs.iter().any(|d| d["rounds"] == 0),
         "one of them found nothing left to do: {docs:?}"
     );
+    vol.assert_gone();
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn detach_while_the_target_is_unreachable_ends_within_its_deadline() {
+    require_vm();
+    let lab = lab(vec![1], 4, true);
+    let vol = Volume::of(&lab, 1);
+    let map = wait_map(&vol, 2);
+    write_buffered(&format!("/dev/{}", map.dm), 0, &random(1 << 20, 9));
+    // Flush it now: what this test checks is that the teardown never hangs, not the data.
+    let out = lunkit(&["flush", &format!("/dev/{}", map.dm)]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+
+    // The target stops answering: both sessions drop into recovery, their devices block.
+    let tpg = format!("/sys/kernel/config/target/iscsi/{IQN}/tpgt_1/enable");
+    std::fs::write(&tpg, "0").unwrap();
+    let blocked = wait::until_true("a path to block", Duration::from_secs(30), || {
+        vol.hctls.iter().any(|h| {
+            sysfs::attr(format!("/sys/class/scsi_device/{h}/device/state")).as_deref()
+                != Some("running")
+        })
+    });
+    eprintln!("paths blocked: {}", blocked.is_ok());
+
+    let t0 = Instant::now();
+    let (code, doc, out) = detach(&["--wwid", &vol.mpath_wwid(), "--timeout", "20"]);
+    let took = t0.elapsed();
+    eprintln!("detach with the target down: exit {code:?} in {took:?}: {doc}");
+    assert!(
+        took < Duration::from_secs(30),
+        "detach overran its 20 s deadline: {took:?}"
+    );
+    assert!(
+        matches!(code, Some(0 | 4 | 5)),
+        "done or a typed refusal/timeout: {}",
+        describe(&out)
+    );
+    if code == Some(0) {
+        vol.assert_gone();
+    }
+
+    // The target comes back; whatever is left goes now.
+    std::fs::write(&tpg, "1").unwrap();
+    detach_ok(&["--wwid", &vol.mpath_wwid()]);
     vol.assert_gone();
 }

@@ -311,7 +311,7 @@ impl Run<'_> {
         for map in &state.maps {
             self.take_down_map(map, unreachable_maps.contains(&map.name))?;
         }
-        self.take_down_paths(&state.paths)
+        self.take_down_paths(&state.paths, !state.maps.is_empty())
     }
 
     /// Refuses (or, forced, records) use of the volume. Returns the maps that have no active
@@ -472,7 +472,7 @@ impl Run<'_> {
         })
     }
 
-    fn take_down_paths(&mut self, paths: &[VolumePath]) -> Result<()> {
+    fn take_down_paths(&mut self, paths: &[VolumePath], behind_map: bool) -> Result<()> {
         let root = self.root;
         let deadline = self.deadline;
         let force = self.opts.force;
@@ -484,7 +484,7 @@ impl Run<'_> {
                     .map(|p| {
                         s.spawn(move || {
                             let t0 = Instant::now();
-                            let flushed = flush_path(p, deadline);
+                            let flushed = flush_path(p, behind_map, deadline);
                             let flush_time = t0.elapsed();
                             let t1 = Instant::now();
                             let deleted = match (&flushed, force) {
@@ -557,21 +557,30 @@ impl Run<'_> {
     }
 }
 
-/// Flushes a path's disk. A path whose device is not running cannot take writes at all; what
-/// the volume had to write went through the map, which was flushed first, so it is passed
-/// over rather than failing the detach.
-fn flush_path(p: &VolumePath, deadline: Instant) -> Result<Outcome> {
+/// Flushes a path's disk. A path of a multipath volume whose device is not running cannot take
+/// writes at all; what the volume had to write went through the map, which was flushed first,
+/// so it is passed over rather than holding the detach until the transport gives up.
+fn flush_path(p: &VolumePath, behind_map: bool, deadline: Instant) -> Result<Outcome> {
     let Some(disk) = &p.disk else {
         return Ok(Outcome::AlreadyGone);
     };
-    let running = p.state.as_deref() == Some("running");
+    match p.state.as_deref() {
+        // A lone disk is the volume's only writer: its flush must run, within the deadline.
+        _ if !behind_map => {}
+        Some("running") => {}
+        // blocked (a session in recovery) would hold the flush until the transport gives up,
+        // minutes later; offline and transport-offline fail it. The kernel fails a blocked
+        // device's queue when it is deleted, so the delete itself does not wait.
+        state => {
+            return Ok(Outcome::Skipped(format!(
+                "device is {}: it takes no writes now, and the map was flushed first",
+                state.unwrap_or("in an unknown state")
+            )));
+        }
+    }
     match block::flush(disk, deadline) {
         Ok(()) => Ok(Outcome::Done),
         Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
-        Err(e) if !running && !matches!(e, Error::Timeout { .. }) => Ok(Outcome::Skipped(format!(
-            "device is {}: {e}",
-            p.state.as_deref().unwrap_or("in an unknown state")
-        ))),
         Err(e) => Err(e),
     }
 }
