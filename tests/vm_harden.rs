@@ -683,12 +683,19 @@ fn harden_nonroot_operations_fail_with_permission_errors() {
             ..LioConfig::default()
         },
         scan: vec![0],
-        multipath: true,
+        // No multipathd: it would leave /etc/multipath/bindings behind, and with it map
+        // names that later tests do not expect. The map is made by hand below.
+        multipath: false,
     })
     .expect("build the iSCSI lab");
     let iqn = lab.config.target.iqn.clone();
     let host = lab.sessions[0].host;
-    let map = lab.maps[0].name.clone();
+    let paths: Vec<String> = lab
+        .sessions
+        .iter()
+        .map(|s| disk_of(&format!("{}:0:0:0", s.host)).expect("LUN 0 is scanned"))
+        .collect();
+    let map = DmMap::multipath("lunkit-harden", &paths);
     let bin = lunkit_for_nobody();
 
     // Reading needs no privilege, and nothing is lost without it.
@@ -732,19 +739,19 @@ fn harden_nonroot_operations_fail_with_permission_errors() {
     assert!(f.stdout.is_empty(), "{}", f.describe());
 
     // Removing a map: the control node, 0600 root.
-    let f = as_nobody(&bin, &["multipath", "remove", &map]);
+    let f = as_nobody(&bin, &["multipath", "remove", &map.0]);
     assert_permission_denied(&f, "/dev/mapper/control");
     // With the node open to everyone, the kernel still refuses the ioctl (CAP_SYS_ADMIN).
     {
         let _open = Mode::set("/dev/mapper/control", 0o666).unwrap();
-        let f = as_nobody(&bin, &["multipath", "remove", &map]);
+        let f = as_nobody(&bin, &["multipath", "remove", &map.0]);
         assert_permission_denied(&f, "DM_");
     }
     let maps: Vec<String> = support::multipath::maps()
         .into_iter()
         .map(|m| m.name)
         .collect();
-    assert!(maps.contains(&map), "{map} is still there: {maps:?}");
+    assert!(maps.contains(&map.0), "{} is still there: {maps:?}", map.0);
 
     // Watching needs no privilege (the uevent group is open to everyone for reading).
     let watch = Running::spawn(
@@ -766,5 +773,48 @@ fn harden_nonroot_operations_fail_with_permission_errors() {
     seen.unwrap_or_else(|e| panic!("{e}: {}", out.describe()));
     assert!(out.stderr.is_empty(), "{}", out.describe());
 
+    drop(map);
     lab.teardown().expect("tear the lab down");
+}
+
+/// A dm-multipath map made with dmsetup over the given path disks (what multipathd would
+/// build, uuid `mpath-<wwid>`), removed on drop.
+struct DmMap(String);
+
+impl DmMap {
+    fn multipath(name: &str, paths: &[String]) -> Self {
+        support::cmd::run("modprobe", &["dm_multipath"]).unwrap();
+        let wwid = sysfs::attr(format!("/sys/block/{}/device/wwid", paths[0])).unwrap();
+        let naa = wwid.strip_prefix("naa.").expect("an NAA wwid");
+        let sectors = sysfs::attr(format!("/sys/block/{}/size", paths[0])).unwrap();
+        let devs: Vec<String> = paths
+            .iter()
+            .map(|p| format!("{} 1", sysfs::attr(format!("/sys/block/{p}/dev")).unwrap()))
+            .collect();
+        let table = format!(
+            "0 {sectors} multipath 0 0 1 1 round-robin 0 {} 1 {}",
+            paths.len(),
+            devs.join(" ")
+        );
+        support::cmd::run(
+            "dmsetup",
+            &[
+                "create",
+                name,
+                "--uuid",
+                &format!("mpath-3{naa}"),
+                "--table",
+                &table,
+            ],
+        )
+        .unwrap();
+        let _ = udev::settle(Duration::from_secs(30));
+        DmMap(name.to_owned())
+    }
+}
+
+impl Drop for DmMap {
+    fn drop(&mut self) {
+        support::cmd::run_ignoring_failure("dmsetup", &["remove", "--retry", &self.0]);
+    }
 }
