@@ -13,13 +13,16 @@
 // Each test binary (and xtask) uses a different part of the fixtures.
 #![allow(dead_code)]
 
+pub mod child;
 pub mod cmd;
 pub mod iscsi;
 pub mod lab;
 pub mod lio;
 pub mod multipath;
+pub mod netlink;
 pub mod scsi_debug;
 pub mod sysfs;
+pub mod tunable;
 pub mod udev;
 pub mod wait;
 
