@@ -14,7 +14,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Instant;
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -195,30 +194,15 @@ fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
 pub fn flush(node: &BlockNode, deadline: Instant) -> Result<()> {
     let fd = open_checked(node, OFlags::empty())?;
     let path = node.path.clone();
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("lunkit-flush".into())
-        .spawn(move || {
-            let r = rustix::fs::fsync(&fd)
-                .map_err(|e| Error::io(&path, e.into()))
-                .and_then(|()| {
-                    crate::ioctl::blkflsbuf(&fd).map_err(|source| Error::Ioctl {
-                        op: "BLKFLSBUF",
-                        target: path.display().to_string(),
-                        source,
-                    })
-                });
-            let _ = tx.send(r);
+    let what = || format!("flush of {node} (the device is not completing writes)");
+    crate::wait::bounded(deadline, &what, move || {
+        rustix::fs::fsync(&fd).map_err(|e| Error::io(&path, e.into()))?;
+        crate::ioctl::blkflsbuf(&fd).map_err(|source| Error::Ioctl {
+            op: "BLKFLSBUF",
+            target: path.display().to_string(),
+            source,
         })
-        .map_err(|e| Error::io(&node.path, e))?;
-    let start = Instant::now();
-    match rx.recv_timeout(deadline.saturating_duration_since(start)) {
-        Ok(r) => r,
-        Err(_) => Err(Error::Timeout {
-            what: format!("flush of {node} (the device is not completing writes)"),
-            waited: start.elapsed(),
-        }),
-    }
+    })
 }
 
 /// The device's size in bytes (`BLKGETSIZE64`).

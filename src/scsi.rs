@@ -96,7 +96,7 @@ pub(crate) fn scan_targets(
     // Subscribe before acting so the block device's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
     for t in targets {
-        trigger(root, t)?;
+        trigger(root, t, deadline)?;
     }
     let hctls: Vec<Hctl> = targets.iter().map(|t| t.hctl).collect();
     let what = || {
@@ -107,7 +107,7 @@ pub(crate) fn scan_targets(
     let paths = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
         let mut found = Vec::with_capacity(hctls.len());
         for &h in &hctls {
-            match ready_path(root, h)? {
+            match ready_path(root, h, deadline)? {
                 Some(p) => found.push(p),
                 None => return Ok(None),
             }
@@ -129,7 +129,7 @@ pub(crate) fn scan_targets(
 }
 
 /// Writes the scan (or rescan) for one target and checks that the SCSI device now exists.
-fn trigger(root: &Root, t: &ScanTarget) -> Result<()> {
+fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<()> {
     let h = t.hctl;
     // Class entries are symlinks: below a --root they must not lead the write out of it.
     let confine = sysfs::Confine::new(root);
@@ -141,7 +141,7 @@ fn trigger(root: &Root, t: &ScanTarget) -> Result<()> {
             });
         };
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
-        return sysfs::write_attr(&dev_dir.join("rescan"), "1");
+        return write_within(dev_dir.join("rescan"), "1", deadline);
     }
     let host_dir = confine
         .dir(&root.sys("class/scsi_host").join(format!("host{}", h.host)))
@@ -149,7 +149,7 @@ fn trigger(root: &Root, t: &ScanTarget) -> Result<()> {
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI host{}", h.host),
         })?;
-    sysfs::write_attr(&host_dir.join("scan"), &t.request)?;
+    write_within(host_dir.join("scan"), &t.request, deadline)?;
     // The scsi_device is added before the write returns, or never: nothing to wait for.
     if !dev_dir.exists() {
         return Err(Error::NotFound {
@@ -169,7 +169,7 @@ fn scsi_device_dir(root: &Root, h: Hctl) -> PathBuf {
 }
 
 /// The path device at `hctl` once `sd` has bound it and its node opens; `None` before that.
-fn ready_path(root: &Root, hctl: Hctl) -> Result<Option<PathDevice>> {
+fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<Option<PathDevice>> {
     let dir = scsi_device_dir(root, hctl);
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.
@@ -192,13 +192,25 @@ fn ready_path(root: &Root, hctl: Hctl) -> Result<Option<PathDevice>> {
     let dev_path = root.dev(&name);
     // devtmpfs creates the node before the `add` uevent; opening it proves the disk is
     // usable (the probe has finished and the queue accepts opens).
-    match rustix::fs::open(
-        &dev_path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(_fd) => {}
-        Err(_) => return Ok(None),
+    // The node exists from the start of the probe, and an open waits while the probe holds
+    // the disk (reading its partition table, which a failing LUN can stretch to minutes).
+    let node = dev_path.clone();
+    let what = || {
+        format!(
+            "{} to open (the kernel is still probing it)",
+            dev_path.display()
+        )
+    };
+    let opened = wait::bounded(deadline, &what, move || {
+        Ok(rustix::fs::open(
+            &node,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .is_ok())
+    })?;
+    if !opened {
+        return Ok(None);
     }
     let wwid = attr(&dir, "wwid").and_then(|w| w.parse().ok());
     Ok(Some(PathDevice {
@@ -320,7 +332,7 @@ pub(crate) fn remove_device(
     let disk_dir = node.and_then(|n| sysfs::resolve(root, &root.sys("class/block").join(&n.name)));
     // Subscribe before acting, so the remove events cannot slip past.
     let mut monitor = Monitor::open().ok();
-    match sysfs::write_attr(&dir.join("delete"), "1") {
+    match write_within(dir.join("delete"), "1", deadline) {
         Ok(()) => {}
         // Gone between the check and the write.
         Err(e) if e.kind() == crate::ErrorKind::NotFound && !dir.exists() => {
@@ -337,4 +349,14 @@ pub(crate) fn remove_device(
         Ok(gone.then_some(()))
     })?;
     Ok(Deleted::Now)
+}
+
+/// Writes a SCSI sysfs attribute whose store can block for as long as the midlayer waits on
+/// the device (`scan` waits out INQUIRY timeouts, `rescan` and `delete` every command's),
+/// giving up at `deadline`.
+fn write_within(path: PathBuf, value: &str, deadline: Instant) -> Result<()> {
+    let value = value.to_owned();
+    let what = || format!("write to {} (the device is not answering)", path.display());
+    let p = path.clone();
+    wait::bounded(deadline, &what, move || sysfs::write_attr(&p, &value))
 }
