@@ -101,6 +101,15 @@ impl Lab {
         if udev::running() {
             udev::settle(Duration::from_secs(30)).expect("udev settle");
         }
+        // On Debian 12's 6.1.192 kernel with multipath-tools' udev rules, the rules' helpers
+        // leave both paths of an `mpath-` map that no multipathd watches failed (a map
+        // without the uuid keeps them). multipathd's checker would reinstate them; we do.
+        for (_, dev) in &paths {
+            ctl.message(&id, 0, &format!("reinstate_path {dev}"))
+                .expect("reinstate path");
+        }
+        let st = Status::parse(&ctl.status(&id).expect("status")[0].params).expect("parse");
+        assert_eq!(st.active_paths(), 2, "both paths active after the reinstate");
         Lab {
             name,
             part,
