@@ -34,6 +34,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const SCAN_LUN: u32 = 3;
 /// The LUN of the two-path volume the teardown row removes.
 const TEARDOWN_LUN: u32 = 5;
+/// A target no session goes to (the discovery-only measurement).
+const ABSENT_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:absent";
 /// LUNs exported by the big target of the scale rows.
 const SCALE_LUNS: u32 = 256;
 
@@ -298,6 +300,9 @@ impl Target {
 enum Scan {
     /// `lunkit --version`: what exec alone costs here, to read the CLI figures by.
     Exec,
+    /// `lunkit scan iscsi` of a target with no session: exec plus session discovery, which
+    /// fails (exit 3) before any scan is written.
+    Discovery,
     Lunkit,
     Floor,
     Poll,
@@ -314,6 +319,15 @@ fn scan_measurement(row: &str, m: Scan, t: &Target) -> Measurement {
             "  exec alone: lunkit --version",
             "`lunkit --version`, spawn to exit: the cost of starting the binary in this guest, \
              included in every CLI figure (lunkit's and the peers').",
+        ),
+        Scan::Discovery => Measurement::new(
+            row,
+            "discovery",
+            "  exec + session discovery: scan of an absent target",
+            &format!(
+                "`lunkit scan iscsi --target {ABSENT_IQN} --lun {lun}`, spawn to exit (status 3, \
+                 no session): exec plus reading the iSCSI sessions, without any scan."
+            ),
         ),
         Scan::Lunkit => Measurement::new(
             row,
@@ -380,6 +394,32 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
             ..Run::default()
         });
     }
+    if m == Scan::Discovery {
+        let out = proc::timed(
+            Command::new(&ctx.lunkit).args([
+                "scan",
+                "iscsi",
+                "--target",
+                ABSENT_IQN,
+                "--lun",
+                &t.lun.to_string(),
+            ]),
+            false,
+        )?;
+        if out.status.code() != Some(3) {
+            return Err(format!(
+                "scan of an absent target: expected exit 3, got {}: {}",
+                out.status,
+                out.stderr.trim()
+            )
+            .into());
+        }
+        return Ok(Run {
+            wall_us: out.wall.as_micros() as u64,
+            rss_kib: Some(out.rss_kib),
+            ..Run::default()
+        });
+    }
     let hctl = t.hctl();
     if devices_on(t.session.host) != *baseline {
         restore(ctx, t.session.host, baseline)?;
@@ -388,7 +428,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
     let seq0 = seqnum()?;
     let result = (|| -> Result<()> {
         match m {
-            Scan::Exec => unreachable!("handled above"),
+            Scan::Exec | Scan::Discovery => unreachable!("handled above"),
             Scan::Lunkit => {
                 let out = proc::timed(
                     Command::new(&ctx.lunkit).args([
@@ -509,6 +549,7 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
             &[
                 Scan::Lunkit,
                 Scan::Exec,
+                Scan::Discovery,
                 Scan::Floor,
                 Scan::Poll,
                 Scan::Iscsiadm,

@@ -113,7 +113,7 @@ fn ratio(all: &[Measurement], m: &Measurement, wall_median: f64) -> String {
     let floor = median(all, &format!("{}.floor", m.row));
     let lunkit = median(all, &format!("{}.lunkit", m.row));
     let method = m.method();
-    if method == "exec" {
+    if method == "exec" || method == "discovery" {
         return "–".to_owned();
     }
     if let Some(f) = floor {
