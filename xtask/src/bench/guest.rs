@@ -215,6 +215,9 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     if let Some(l) = r.lib_us {
         s += &format!(" (library {})", ms(l));
     }
+    if let Some(a) = r.add_us {
+        s += &format!(", disk add uevent at {}", ms(a));
+    }
     if let Some(u) = r.uevents {
         s += &format!(", {u} uevents");
     }
@@ -426,6 +429,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
     }
     let mut run = Run::default();
     let seq0 = seqnum()?;
+    let t_start = Instant::now();
     let result = (|| -> Result<()> {
         match m {
             Scan::Exec | Scan::Discovery => unreachable!("handled above"),
@@ -452,23 +456,20 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
                 run.rss_kib = Some(out.rss_kib);
             }
             Scan::Floor => {
-                let t0 = Instant::now();
                 fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
                 let ev = ctx
                     .listener
-                    .wait_for(seq0, t0 + TIMEOUT, |e| e.is_disk_add_of(&hctl))
+                    .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
                     .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
-                run.wall_us = ev.at.saturating_duration_since(t0).as_micros() as u64;
+                run.wall_us = ev.at.saturating_duration_since(t_start).as_micros() as u64;
             }
             Scan::Poll => {
-                let t0 = Instant::now();
                 fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
                 let link = t.by_path();
                 poll_every(Duration::from_secs(1), "the by-path link", || link.exists())?;
-                run.wall_us = t0.elapsed().as_micros() as u64;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
             }
             Scan::Iscsiadm => {
-                let t0 = Instant::now();
                 let sid = t.session.sid.to_string();
                 proc::timed(
                     Command::new("iscsiadm").args(["-m", "session", "-r", &sid, "--rescan"]),
@@ -477,10 +478,9 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
                 .ok("iscsiadm --rescan")?;
                 let link = t.by_path();
                 poll_every(Duration::from_secs(1), "the by-path link", || link.exists())?;
-                run.wall_us = t0.elapsed().as_micros() as u64;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
             }
             Scan::RescanScsiBus => {
-                let t0 = Instant::now();
                 proc::timed(
                     Command::new("rescan-scsi-bus.sh").args([
                         format!("--hosts={}", t.session.host),
@@ -492,11 +492,17 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
                 poll_every(Duration::from_millis(10), "the disk to open", || {
                     node_opens(&hctl).is_some()
                 })?;
-                run.wall_us = t0.elapsed().as_micros() as u64;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
             }
         }
         Ok(())
     })();
+    // When the disk's add uevent came, relative to the start of the run (already received
+    // by now for every method that succeeded).
+    run.add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
+        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
     // Count what the action caused (udev's reactions included) before cleaning up.
     ctx.listener.wait_quiet(QUIET, TIMEOUT);
     run.uevents = Some(seqnum()?.saturating_sub(seq0));

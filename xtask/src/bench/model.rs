@@ -21,6 +21,9 @@ pub struct Run {
     pub extra: Option<u64>,
     /// Peak resident set of the measured process (`ru_maxrss`), KiB.
     pub rss_kib: Option<u64>,
+    /// When the wanted disk's `add` uevent reached the benchmark's own listener, from the
+    /// start of the run: what is left of `wall_us` is the method noticing it and finishing.
+    pub add_us: Option<u64>,
 }
 
 /// Whether a measurement could be made.
@@ -87,6 +90,15 @@ impl Measurement {
     pub fn rss(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.rss_kib))
     }
+
+    /// Time from the disk's `add` uevent to the end of the run.
+    pub fn after_add(&self) -> Option<Stats> {
+        Stats::of(
+            self.runs
+                .iter()
+                .filter_map(|r| r.add_us.map(|a| r.wall_us.saturating_sub(a))),
+        )
+    }
 }
 
 /// Median, minimum and maximum of a sample.
@@ -121,7 +133,8 @@ impl Stats {
 }
 
 // ---------------------------------------------------------------------------------------
-// Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote` then `R\tid\twall\tlib\t...` lines.
+// Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote`, then one
+// `R\tid\twall\tlib\tuevents\textra\trss\tadd` line per run.
 // ---------------------------------------------------------------------------------------
 
 fn clean(s: &str) -> String {
@@ -149,13 +162,14 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
             opt(r.uevents),
             opt(r.extra),
-            opt(r.rss_kib)
+            opt(r.rss_kib),
+            opt(r.add_us)
         );
     }
     out
@@ -185,7 +199,7 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            Some(&"R") if f.len() == 7 => {
+            Some(&"R") if f.len() == 8 => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -199,6 +213,7 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     uevents: num(f[4])?,
                     extra: num(f[5])?,
                     rss_kib: num(f[6])?,
+                    add_us: num(f[7])?,
                 };
                 let m = out
                     .iter_mut()
@@ -257,6 +272,7 @@ mod tests {
             uevents: Some(14),
             extra: Some(0),
             rss_kib: Some(4000),
+            add_us: Some(7),
         });
         a.runs.push(Run {
             wall_us: 12,
@@ -269,6 +285,6 @@ mod tests {
         a.label = "lunkit scan iscsi".into();
         assert_eq!(back, vec![a, b]);
         assert!(from_lines("X\t1").is_err());
-        assert!(from_lines("R\tnope\t1\t-\t-\t-\t-").is_err());
+        assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-").is_err());
     }
 }

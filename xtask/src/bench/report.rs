@@ -135,8 +135,8 @@ fn ratio(all: &[Measurement], m: &Measurement, wall_median: f64) -> String {
 
 fn table(all: &[Measurement]) -> String {
     let mut out = String::from(
-        "| Row | Method | Median | Min – max | Ratio | uevents | Extra devices | Peak RSS |\n\
-         |---|---|---:|---:|---|---:|---:|---:|\n",
+        "| Row | Method | Median | Min – max | Ratio | After `add` | uevents | Extra devices | Peak RSS |\n\
+         |---|---|---:|---:|---|---:|---:|---:|---:|\n",
     );
     for (row, title) in ROWS {
         let ms: Vec<&Measurement> = all
@@ -149,7 +149,7 @@ fn table(all: &[Measurement]) -> String {
         }
         if let Some(s) = setup_failed {
             if let State::Failed(e) = &s.state {
-                let _ = writeln!(out, "| {title} | setup failed: {} | | | | | | |", cell(e));
+                let _ = writeln!(out, "| {title} | setup failed: {} | | | | | | | |", cell(e));
             }
         }
         for m in ms {
@@ -162,7 +162,7 @@ fn table(all: &[Measurement]) -> String {
                 (State::Unavailable(why), _) => {
                     let _ = writeln!(
                         out,
-                        "| {title} | {label}: not available ({}) | | | | | | |",
+                        "| {title} | {label}: not available ({}) | | | | | | | |",
                         cell(why)
                     );
                 }
@@ -173,10 +173,12 @@ fn table(all: &[Measurement]) -> String {
                     };
                     let _ = writeln!(
                         out,
-                        "| {title} | {label}{failed} | {} | {} | {} | {} | {} | {} |",
+                        "| {title} | {label}{failed} | {} | {} | {} | {} | {} | {} | {} |",
                         time(w.median),
                         range(&w),
                         ratio(all, m, w.median),
+                        m.after_add()
+                            .map_or_else(|| "–".to_owned(), |a| time(a.median)),
                         count(m.uevents()),
                         count(m.extra()),
                         m.rss().map_or_else(|| "–".to_owned(), |s| mib(s.max)),
@@ -185,7 +187,7 @@ fn table(all: &[Measurement]) -> String {
                         let floor = median(all, &format!("{}.floor", m.row));
                         let _ = writeln!(
                             out,
-                            "| {title} | ↳ {} library time (`elapsed_us`, no exec) | {} | {} | {} | | | |",
+                            "| {title} | ↳ {} library time (`elapsed_us`, no exec) | {} | {} | {} | | | | |",
                             m.label,
                             time(l.median),
                             range(&l),
@@ -197,7 +199,11 @@ fn table(all: &[Measurement]) -> String {
                     }
                 }
                 (State::Failed(e), None) => {
-                    let _ = writeln!(out, "| {title} | {label} | FAILED: {} | | | | | |", cell(e));
+                    let _ = writeln!(
+                        out,
+                        "| {title} | {label} | FAILED: {} | | | | | | |",
+                        cell(e)
+                    );
                 }
                 (State::Ok, None) => {}
             }
@@ -503,12 +509,13 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
                     jopt(r.extra),
-                    jopt(r.rss_kib)
+                    jopt(r.rss_kib),
+                    jopt(r.add_us)
                 )
             })
             .collect();
@@ -516,7 +523,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             out,
             "{}\n    {{\"id\": {}, \"row\": {}, \"label\": {}, \"state\": {}, \"message\": {}, \
              \"note\": {}, \"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \
-             \"rss_kib\": {}, \"runs\": [{}]}}",
+             \"rss_kib\": {}, \"after_add_uevent_us\": {}, \"runs\": [{}]}}",
             if i == 0 { "" } else { "," },
             js(&m.id),
             js(&m.row),
@@ -529,6 +536,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             jstats(m.uevents()),
             jstats(m.extra()),
             jstats(m.rss()),
+            jstats(m.after_add()),
             runs.join(", ")
         );
     }
@@ -563,6 +571,7 @@ mod tests {
                 uevents: Some(uevents),
                 extra: Some(0),
                 rss_kib: Some(3000),
+                add_us: None,
             });
         }
         m
