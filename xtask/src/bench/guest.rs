@@ -1,5 +1,5 @@
-//! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), the
-//! scale labs (1 and 256 LUNs), then 512 scsi_debug devices (listing).
+//! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), a
+//! 256-LUN and a 1-LUN target side by side (scale rows), then 512 scsi_debug devices (listing).
 //!
 //! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
 //! binaries over 9p), interleaved so that drift on this shared machine hits all methods
