@@ -425,9 +425,11 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
         "### `cargo xtask bench`, {date}\n\n\
          Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; commit \
          {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole run \
-         {dur:.0} s. Times are medians with min – max; ratios compare medians. Under TCG a \
-         process spawn costs ~0.1 s and the sd probe ~0.5 s, which favours lunkit against the \
-         shell peers: the ratio to the kernel floor is the fair figure.\n\n",
+         {dur:.0} s. Times are medians with min – max; ratios compare medians; \"After `add`\" is \
+         the median time from the disk's `add` uevent (seen by the benchmark's own listener) to \
+         the end of the run. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
+         which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
+         floor is the fair figure.\n\n",
         date = meta.date,
         kernel = meta.kernel,
         cpu = meta.host_cpu,
