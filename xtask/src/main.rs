@@ -4,6 +4,7 @@
 //! the host root read-only; the guest runs this same binary (`xtask guest ...`) to build the
 //! lab with the fixtures in tests/vm/support, which the VM tests use too.
 
+mod bench;
 mod capture;
 mod guest;
 mod host;
@@ -26,6 +27,10 @@ usage: cargo xtask <command>
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there
   vm [--timeout S] -- CMD...
                           run CMD as root in the guest, return its exit code
+  bench [--runs N] [--only GROUP,...]
+                          lunkit against the kernel floor and the peer tools, one boot;
+                          table and JSON in target/bench/ (groups: scan, scale, teardown,
+                          listing, flush)
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
         "lab" => host::lab(rest),
         "vm" => host::vm(rest),
         "fixtures" => host::fixtures(rest),
+        "bench" => bench::main(rest),
         "capture-sysfs" => capture::main(rest),
         "provision" => provision::ensure().map(|_| 0),
         "guest" => guest::main(rest),

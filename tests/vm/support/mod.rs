@@ -18,6 +18,7 @@ pub mod cmd;
 pub mod iscsi;
 pub mod lab;
 pub mod lio;
+pub mod lio_extra;
 pub mod multipath;
 pub mod netlink;
 pub mod scsi_debug;

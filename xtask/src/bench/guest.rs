@@ -1,0 +1,919 @@
+//! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), a
+//! 256-LUN and a 1-LUN target side by side (scale rows), then 512 scsi_debug devices (listing).
+//!
+//! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
+//! binaries over 9p), interleaved so that drift on this shared machine hits all methods
+//! alike. Between runs the system is brought back to the same state: the devices a run made
+//! are deleted and udev settles, then the kernel listener must see no event for a while.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::listener::Listener;
+use super::model::{Measurement, Recorder, Run, State};
+use super::proc::{self, subcommand_available};
+use super::{GROUPS, LISTING_HOSTS, LISTING_LUNS};
+use crate::Result;
+use crate::support::iscsi::{self, Session};
+use crate::support::lab::{IscsiLab, LabConfig};
+use crate::support::lio::LioConfig;
+use crate::support::lio_extra::ExtraTarget;
+use crate::support::multipath::{self, Map, Multipathd};
+use crate::support::scsi_debug::ScsiDebug;
+use crate::support::{VM_ENV, sysfs, udev, wait};
+
+/// How long the kernel listener must hear nothing before the system counts as quiet.
+const QUIET: Duration = Duration::from_millis(500);
+/// Any single wait for the kernel or a tool.
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// The LUN the scan row brings in; LUN 0 stays attached (a node already using the target).
+const SCAN_LUN: u32 = 3;
+/// The LUN of the two-path volume the teardown row removes.
+const TEARDOWN_LUN: u32 = 5;
+/// A target no session goes to (the discovery-only measurement).
+const ABSENT_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:absent";
+/// LUNs exported by the big target of the scale rows.
+const SCALE_LUNS: u32 = 256;
+
+struct Ctx {
+    lunkit: PathBuf,
+    runs: usize,
+    listener: Listener,
+    rec: Recorder,
+}
+
+/// `xtask bench --guest LUNKIT OUT RUNS GROUPS`
+pub fn main(args: &[String]) -> Result<u8> {
+    if std::env::var(VM_ENV).as_deref() != Ok("1") {
+        return Err(
+            format!("the guest part runs inside the VM only ({VM_ENV}=1 is not set)").into(),
+        );
+    }
+    let [lunkit, out, runs, groups] = args else {
+        return Err("usage: xtask bench --guest LUNKIT OUT RUNS GROUPS".into());
+    };
+    let groups: Vec<&str> = groups.split(',').collect();
+    let mut ctx = Ctx {
+        lunkit: PathBuf::from(lunkit),
+        runs: runs
+            .parse()
+            .map_err(|_| format!("bad run count {runs:?}"))?,
+        listener: Listener::start()?,
+        rec: Recorder::create(Path::new(out))?,
+    };
+    let wants = |g: &str| groups.contains(&g);
+    let mut failed = false;
+    let mut phase = |name: &str, row: &str, f: &mut dyn FnMut(&mut Ctx) -> Result<()>| {
+        say(&format!("== {name}"));
+        let t0 = Instant::now();
+        if let Err(e) = f(&mut ctx) {
+            say(&format!("{name} FAILED: {e}"));
+            let mut m = Measurement::new(row, "setup", &format!("{name} (setup)"), "");
+            m.state = State::Failed(e.to_string());
+            let _ = ctx.rec.record(&m);
+            failed = true;
+        }
+        say(&format!(
+            "{name} took {:.1} s (listener receive errors so far: {})",
+            t0.elapsed().as_secs_f64(),
+            ctx.listener.errors()
+        ));
+    };
+    if wants("scan") || wants("teardown") {
+        phase("iSCSI lab: scan and teardown", "scan", &mut |ctx| {
+            lab_phase(ctx, wants("scan"), wants("teardown"))
+        });
+    }
+    if wants("scale") {
+        phase(
+            &format!("scale: 1 and {SCALE_LUNS} LUNs exported"),
+            "scale1",
+            &mut scale_phase,
+        );
+    }
+    if wants("listing") {
+        phase(
+            "listing: 512 scsi_debug devices",
+            "listing",
+            &mut listing_phase,
+        );
+    }
+    let unknown: Vec<&&str> = groups
+        .iter()
+        .filter(|g| !GROUPS.contains(g) || **g == "flush")
+        .collect();
+    if !unknown.is_empty() {
+        say(&format!("ignored groups (not VM rows): {unknown:?}"));
+    }
+    Ok(if failed { 1 } else { 0 })
+}
+
+fn say(msg: &str) {
+    println!("bench: {msg}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared helpers
+// ---------------------------------------------------------------------------------------
+
+fn seqnum() -> Result<u64> {
+    let s = fs::read_to_string("/sys/kernel/uevent_seqnum")?;
+    Ok(s.trim().parse()?)
+}
+
+/// H:C:T:L of the SCSI devices on `host`.
+fn devices_on(host: u32) -> BTreeSet<String> {
+    let prefix = format!("{host}:");
+    sysfs::names("/sys/class/scsi_device")
+        .into_iter()
+        .filter(|h| h.starts_with(&prefix))
+        .collect()
+}
+
+/// The disk of `hctl` if its /dev node opens (what lunkit scan waits for).
+fn node_opens(hctl: &str) -> Option<String> {
+    let name = sysfs::names(format!("/sys/class/scsi_device/{hctl}/device/block"))
+        .into_iter()
+        .next()?;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(0o4000) // O_NONBLOCK
+        .open(format!("/dev/{name}"))
+        .ok()
+        .map(|_| name)
+}
+
+/// Checks `done` at once and then every `every`, as the peers' wait loops do.
+fn poll_every(every: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if done() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("timed out after {TIMEOUT:?} waiting for {what}").into());
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// udev finished and the kernel silent for [`QUIET`].
+fn settle(ctx: &Ctx) -> Result<()> {
+    if udev::running() {
+        udev::settle(TIMEOUT)?;
+    }
+    if !ctx.listener.wait_quiet(QUIET, TIMEOUT) {
+        return Err(format!("the kernel did not go quiet within {TIMEOUT:?}").into());
+    }
+    ctx.listener.clear();
+    Ok(())
+}
+
+/// Deletes SCSI devices and waits until they are gone.
+fn delete_devices(hctls: &[String]) -> Result<()> {
+    for h in hctls {
+        let p = format!("/sys/class/scsi_device/{h}/device/delete");
+        if let Err(e) = fs::write(&p, "1") {
+            if Path::new(&p).exists() {
+                return Err(format!("write 1 to {p}: {e}").into());
+            }
+        }
+    }
+    wait::until_true("deleted SCSI devices to go", TIMEOUT, || {
+        hctls
+            .iter()
+            .all(|h| !Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+    })
+}
+
+/// Deletes whatever appeared on `host` beyond `baseline`, then settles.
+fn restore(ctx: &Ctx, host: u32, baseline: &BTreeSet<String>) -> Result<()> {
+    let extra: Vec<String> = devices_on(host).difference(baseline).cloned().collect();
+    delete_devices(&extra)?;
+    settle(ctx)
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
+    let mut s = format!(
+        "{} {}: {}",
+        m.id,
+        if round == 0 {
+            "warm-up".to_owned()
+        } else {
+            format!("run {round}/{runs}")
+        },
+        ms(r.wall_us)
+    );
+    if let Some(l) = r.lib_us {
+        s += &format!(" (library {})", ms(l));
+    }
+    if let Some(a) = r.add_us {
+        s += &format!(", disk add uevent at {}", ms(a));
+    }
+    if let Some(u) = r.uevents {
+        s += &format!(", {u} uevents");
+    }
+    if let Some(x) = r.extra {
+        s += &format!(", {x} extra devices");
+    }
+    if let Some(k) = r.rss_kib {
+        s += &format!(", peak RSS {k} KiB");
+    }
+    say(&s);
+}
+
+/// Runs `methods` interleaved for `1 + runs` rounds (round 0 discarded); a method that fails
+/// stops (its state says why) while the others go on. `once(ctx, method)` measures one run
+/// and leaves the system as it found it.
+fn rounds<M: Copy>(
+    ctx: &mut Ctx,
+    methods: &[(M, Measurement)],
+    mut once: impl FnMut(&mut Ctx, M) -> Result<Run>,
+) -> Result<Vec<Measurement>> {
+    let mut ms: Vec<Measurement> = methods.iter().map(|(_, m)| m.clone()).collect();
+    for round in 0..=ctx.runs {
+        for (i, (method, _)) in methods.iter().enumerate() {
+            if ms[i].state != State::Ok {
+                continue;
+            }
+            match once(ctx, *method) {
+                Ok(run) => {
+                    progress(&ms[i], round, ctx.runs, &run);
+                    if round > 0 {
+                        ms[i].runs.push(run);
+                    }
+                }
+                Err(e) => {
+                    say(&format!("{} round {round} FAILED: {e}", ms[i].id));
+                    ms[i].state = State::Failed(format!("round {round}: {e}"));
+                }
+            }
+        }
+    }
+    for m in &ms {
+        ctx.rec.record(m)?;
+    }
+    Ok(ms)
+}
+
+/// A measurement that cannot be made here, recorded as such.
+fn unavailable(ctx: &mut Ctx, mut m: Measurement, why: String) -> Result<()> {
+    say(&format!("{}: not available: {why}", m.id));
+    m.state = State::Unavailable(why);
+    ctx.rec.record(&m)
+}
+
+// ---------------------------------------------------------------------------------------
+// Scan rows
+// ---------------------------------------------------------------------------------------
+
+/// Where the scanned LUN is.
+#[derive(Debug, Clone)]
+struct Target {
+    session: Session,
+    lun: u32,
+}
+
+impl Target {
+    fn hctl(&self) -> String {
+        format!("{}:0:0:{}", self.session.host, self.lun)
+    }
+
+    fn by_path(&self) -> PathBuf {
+        PathBuf::from(format!(
+            "/dev/disk/by-path/ip-{}-iscsi-{}-lun-{}",
+            self.session.portal, self.session.target, self.lun
+        ))
+    }
+
+    fn scan_attr(&self) -> String {
+        format!("/sys/class/scsi_host/host{}/scan", self.session.host)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// `lunkit --version`: what exec alone costs here, to read the CLI figures by.
+    Exec,
+    /// `lunkit scan iscsi` of a target with no session: exec plus session discovery, which
+    /// fails (exit 3) before any scan is written.
+    Discovery,
+    Lunkit,
+    Floor,
+    Poll,
+    Iscsiadm,
+    RescanScsiBus,
+}
+
+fn scan_measurement(row: &str, m: Scan, t: &Target) -> Measurement {
+    let (host, lun, sid) = (t.session.host, t.lun, t.session.sid);
+    match m {
+        Scan::Exec => Measurement::new(
+            row,
+            "exec",
+            "  exec alone: lunkit --version",
+            "`lunkit --version`, spawn to exit: the cost of starting the binary in this guest, \
+             included in every CLI figure (lunkit's and the peers').",
+        ),
+        Scan::Discovery => Measurement::new(
+            row,
+            "discovery",
+            "  exec + session discovery: scan of an absent target",
+            &format!(
+                "`lunkit scan iscsi --target {ABSENT_IQN} --lun {lun}`, spawn to exit (status 3, \
+                 no session): exec plus reading the iSCSI sessions, without any scan."
+            ),
+        ),
+        Scan::Lunkit => Measurement::new(
+            row,
+            "lunkit",
+            "lunkit scan iscsi",
+            &format!(
+                "`lunkit scan iscsi --target IQN --portal {} --lun {lun} --json` (release build), \
+                 spawn to exit; it returns once the disk's /dev node opens. The library time is \
+                 the `elapsed_us` lunkit reports (no exec).",
+                t.session.portal
+            ),
+        ),
+        Scan::Floor => Measurement::new(
+            row,
+            "floor",
+            "kernel floor",
+            &format!(
+                "`0 0 {lun}` written to host{host}/scan from the benchmark process; time until an \
+                 independent netlink listener (group 1, its own parser) receives the disk's \
+                 `add` uevent."
+            ),
+        ),
+        Scan::Poll => Measurement::new(
+            row,
+            "poll",
+            "sysfs scan + 1 s poll (Kubernetes, os-brick)",
+            &format!(
+                "`0 0 {lun}` written to host{host}/scan, then the /dev/disk/by-path link checked \
+                 at once and every 1 s (Kubernetes' waitForPathToExist; os-brick also rechecks \
+                 once a second)."
+            ),
+        ),
+        Scan::Iscsiadm => Measurement::new(
+            row,
+            "iscsiadm",
+            "iscsiadm rescan + 1 s poll (csi-lib-iscsi)",
+            &format!(
+                "`iscsiadm -m session -r {sid} --rescan`, then the by-path link checked at once \
+                 and every 1 s (csi-lib-iscsi's default CheckInterval). The rescan scans the \
+                 whole target."
+            ),
+        ),
+        Scan::RescanScsiBus => Measurement::new(
+            row,
+            "rescan-scsi-bus",
+            "rescan-scsi-bus.sh (sg3_utils)",
+            &format!(
+                "`rescan-scsi-bus.sh --hosts={host} --luns={lun}`, then the disk's /dev node \
+                 polled every 10 ms until it opens. (The script only scans targets that already \
+                 have a LUN: LUN 0 stays attached in this row.)"
+            ),
+        ),
+    }
+}
+
+/// One scan run: the LUN is absent before and deleted after.
+fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) -> Result<Run> {
+    if m == Scan::Exec {
+        let out = proc::timed(Command::new(&ctx.lunkit).arg("--version"), true)?
+            .ok("lunkit --version")?;
+        return Ok(Run {
+            wall_us: out.wall.as_micros() as u64,
+            rss_kib: Some(out.rss_kib),
+            ..Run::default()
+        });
+    }
+    if m == Scan::Discovery {
+        let out = proc::timed(
+            Command::new(&ctx.lunkit).args([
+                "scan",
+                "iscsi",
+                "--target",
+                ABSENT_IQN,
+                "--lun",
+                &t.lun.to_string(),
+            ]),
+            false,
+        )?;
+        if out.status.code() != Some(3) {
+            return Err(format!(
+                "scan of an absent target: expected exit 3, got {}: {}",
+                out.status,
+                out.stderr.trim()
+            )
+            .into());
+        }
+        return Ok(Run {
+            wall_us: out.wall.as_micros() as u64,
+            rss_kib: Some(out.rss_kib),
+            ..Run::default()
+        });
+    }
+    let hctl = t.hctl();
+    if devices_on(t.session.host) != *baseline {
+        restore(ctx, t.session.host, baseline)?;
+    }
+    let mut run = Run::default();
+    let seq0 = seqnum()?;
+    let t_start = Instant::now();
+    let result = (|| -> Result<()> {
+        match m {
+            Scan::Exec | Scan::Discovery => unreachable!("handled above"),
+            Scan::Lunkit => {
+                let out = proc::timed(
+                    Command::new(&ctx.lunkit).args([
+                        "scan",
+                        "iscsi",
+                        "--target",
+                        &t.session.target,
+                        "--portal",
+                        &t.session.portal,
+                        "--lun",
+                        &t.lun.to_string(),
+                        "--timeout",
+                        "60",
+                        "--json",
+                    ]),
+                    true,
+                )?
+                .ok("lunkit scan iscsi")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.rss_kib = Some(out.rss_kib);
+            }
+            Scan::Floor => {
+                fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
+                let ev = ctx
+                    .listener
+                    .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
+                    .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
+                run.wall_us = ev.at.saturating_duration_since(t_start).as_micros() as u64;
+            }
+            Scan::Poll => {
+                fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
+                let link = t.by_path();
+                poll_every(Duration::from_secs(1), "the by-path link", || link.exists())?;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
+            }
+            Scan::Iscsiadm => {
+                let sid = t.session.sid.to_string();
+                proc::timed(
+                    Command::new("iscsiadm").args(["-m", "session", "-r", &sid, "--rescan"]),
+                    false,
+                )?
+                .ok("iscsiadm --rescan")?;
+                let link = t.by_path();
+                poll_every(Duration::from_secs(1), "the by-path link", || link.exists())?;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
+            }
+            Scan::RescanScsiBus => {
+                proc::timed(
+                    Command::new("rescan-scsi-bus.sh").args([
+                        format!("--hosts={}", t.session.host),
+                        format!("--luns={}", t.lun),
+                    ]),
+                    false,
+                )?
+                .ok("rescan-scsi-bus.sh")?;
+                poll_every(Duration::from_millis(10), "the disk to open", || {
+                    node_opens(&hctl).is_some()
+                })?;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
+            }
+        }
+        Ok(())
+    })();
+    // When the disk's add uevent came, relative to the start of the run (already received
+    // by now for every method that succeeded).
+    run.add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
+        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    // Count what the action caused (udev's reactions included) before cleaning up.
+    ctx.listener.wait_quiet(QUIET, TIMEOUT);
+    run.uevents = Some(seqnum()?.saturating_sub(seq0));
+    let now = devices_on(t.session.host);
+    let appeared: Vec<&String> = now.difference(baseline).collect();
+    run.extra = Some(appeared.iter().filter(|h| ***h != hctl).count() as u64);
+    let wanted_ok = node_opens(&hctl).is_some();
+    restore(ctx, t.session.host, baseline)?;
+    result?;
+    if !wanted_ok {
+        return Err(format!("{hctl} has no disk that opens after the run").into());
+    }
+    Ok(run)
+}
+
+fn scan_row(
+    ctx: &mut Ctx,
+    row: &str,
+    t: &Target,
+    methods: &[Scan],
+    baseline: &BTreeSet<String>,
+) -> Result<Vec<Measurement>> {
+    let list: Vec<(Scan, Measurement)> = methods
+        .iter()
+        .map(|&m| (m, scan_measurement(row, m, t)))
+        .collect();
+    restore(ctx, t.session.host, baseline)?;
+    rounds(ctx, &list, |ctx, m| scan_once(ctx, t, m, baseline))
+}
+
+/// The 8-LUN lab with two portals: the scan row on the first session (LUN 0 attached on
+/// both), then the teardown row with multipathd.
+fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
+    let lab = IscsiLab::build(LabConfig {
+        scan: vec![0],
+        multipath: false,
+        ..LabConfig::default()
+    })?;
+    settle(ctx)?;
+    if scan {
+        let t = Target {
+            session: lab.sessions[0].clone(),
+            lun: SCAN_LUN,
+        };
+        let baseline = devices_on(t.session.host);
+        scan_row(
+            ctx,
+            "scan",
+            &t,
+            &[
+                Scan::Lunkit,
+                Scan::Exec,
+                Scan::Discovery,
+                Scan::Floor,
+                Scan::Poll,
+                Scan::Iscsiadm,
+                Scan::RescanScsiBus,
+            ],
+            &baseline,
+        )?;
+    }
+    if teardown {
+        teardown_row(ctx, &lab.sessions)?;
+    }
+    lab.teardown()
+}
+
+/// The scale rows in one phase, so that drift on this shared machine cannot favour either:
+/// the lab's target exports [`SCALE_LUNS`] LUNs, a second target beside it exports one, one
+/// session each (same portal), and the same scan of LUN 0 and its floor run interleaved on
+/// both.
+fn scale_phase(ctx: &mut Ctx) -> Result<()> {
+    let t0 = Instant::now();
+    let portal = "127.0.0.1:3260";
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: SCALE_LUNS,
+            portals: vec![portal.into()],
+            ..LioConfig::default()
+        },
+        scan: Vec::new(),
+        multipath: false,
+    })?;
+    let one_iqn = format!("{}-one", lab.config.target.iqn);
+    let one = ExtraTarget::create(&one_iqn, portal, lab.config.target.lun_size)?;
+    iscsi::discover(portal)?;
+    let one_session = iscsi::login(&one_iqn, portal)?;
+    say(&format!(
+        "targets with {SCALE_LUNS} LUNs and with 1 LUN built and logged in after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    ));
+    settle(ctx)?;
+    let targets = [
+        (
+            "scale1",
+            Target {
+                session: one_session,
+                lun: 0,
+            },
+        ),
+        (
+            "scale256",
+            Target {
+                session: lab.sessions[0].clone(),
+                lun: 0,
+            },
+        ),
+    ];
+    let baselines: Vec<BTreeSet<String>> = targets
+        .iter()
+        .map(|(_, t)| devices_on(t.session.host))
+        .collect();
+    let mut list = Vec::new();
+    for (i, (row, t)) in targets.iter().enumerate() {
+        for m in [Scan::Lunkit, Scan::Floor] {
+            list.push(((i, m), scan_measurement(row, m, t)));
+        }
+    }
+    for (i, (_, t)) in targets.iter().enumerate() {
+        restore(ctx, t.session.host, &baselines[i])?;
+    }
+    let result = rounds(ctx, &list, |ctx, (i, m)| {
+        scan_once(ctx, &targets[i].1, m, &baselines[i])
+    });
+    // The lab's teardown logs every session out, then the extra target can go.
+    let lab_down = lab.teardown();
+    one.teardown()?;
+    lab_down?;
+    result.map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------
+// Teardown row
+// ---------------------------------------------------------------------------------------
+
+/// A two-path multipath volume as multipathd built it.
+#[derive(Debug, Clone)]
+struct Volume {
+    map: Map,
+    /// Multipath form (`36001405…`), what `lunkit detach --wwid` takes.
+    wwid: String,
+    hctls: Vec<String>,
+}
+
+/// Scans the LUN on every session and waits for multipathd's map over all of them.
+fn attach_volume(sessions: &[Session], lun: u32) -> Result<Volume> {
+    let mut disks = Vec::new();
+    for s in sessions {
+        disks.push(iscsi::scan_lun(s, lun)?);
+    }
+    disks.sort();
+    let map = wait::until(
+        &format!("a multipath map over {}", disks.join(",")),
+        TIMEOUT,
+        || Ok(multipath::maps().into_iter().find(|m| m.paths == disks)),
+    )
+    .map_err(|e| format!("{e}; multipathd log:\n{}", multipath::log()))?;
+    let wwid = map
+        .uuid
+        .strip_prefix("mpath-")
+        .ok_or_else(|| format!("map {} has uuid {}", map.name, map.uuid))?
+        .to_owned();
+    Ok(Volume {
+        wwid,
+        hctls: sessions
+            .iter()
+            .map(|s| format!("{}:0:0:{lun}", s.host))
+            .collect(),
+        map,
+    })
+}
+
+fn volume_gone(v: &Volume) -> bool {
+    !multipath::maps().iter().any(|m| m.uuid == v.map.uuid)
+        && v.hctls
+            .iter()
+            .all(|h| !Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+}
+
+/// Whatever a failed teardown left: the map (through multipath -f) and the paths.
+fn force_remove(v: &Volume) {
+    crate::support::cmd::run_ignoring_failure("multipath", &["-f", &v.map.name]);
+    let _ = delete_devices(&v.hctls);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Teardown {
+    Lunkit,
+    Shell,
+}
+
+fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run> {
+    let v = attach_volume(sessions, TEARDOWN_LUN)?;
+    settle(ctx)?;
+    let seq0 = seqnum()?;
+    let mut run = Run::default();
+    let result = (|| -> Result<()> {
+        match m {
+            Teardown::Lunkit => {
+                let out = proc::timed(
+                    Command::new(&ctx.lunkit).args([
+                        "detach",
+                        "--wwid",
+                        &v.wwid,
+                        "--timeout",
+                        "60",
+                        "--json",
+                    ]),
+                    true,
+                )?
+                .ok("lunkit detach")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.rss_kib = Some(out.rss_kib);
+            }
+            Teardown::Shell => {
+                let t0 = Instant::now();
+                let dm = format!("/dev/{}", v.map.dm);
+                let flush = |dev: &str| -> Result<()> {
+                    proc::timed(Command::new("blockdev").args(["--flushbufs", dev]), false)?
+                        .ok("blockdev --flushbufs")?;
+                    Ok(())
+                };
+                flush(&dm)?;
+                for p in &v.map.paths {
+                    flush(&format!("/dev/{p}"))?;
+                }
+                proc::timed(Command::new("multipath").args(["-f", &v.map.name]), false)?
+                    .ok("multipath -f")?;
+                for p in &v.map.paths {
+                    fs::write(format!("/sys/block/{p}/device/delete"), "1")?;
+                }
+                let mut nodes = vec![dm.clone()];
+                nodes.extend(v.map.paths.iter().map(|p| format!("/dev/{p}")));
+                poll_every(Duration::from_millis(500), "the nodes to go", || {
+                    nodes.iter().all(|n| !Path::new(n).exists())
+                })?;
+                run.wall_us = t0.elapsed().as_micros() as u64;
+            }
+        }
+        Ok(())
+    })();
+    ctx.listener.wait_quiet(QUIET, TIMEOUT);
+    run.uevents = Some(seqnum()?.saturating_sub(seq0));
+    let gone = volume_gone(&v);
+    if !gone {
+        force_remove(&v);
+    }
+    settle(ctx)?;
+    result?;
+    if !gone {
+        return Err(format!(
+            "{} ({}) or its paths {:?} are still there after the teardown",
+            v.map.name, v.wwid, v.hctls
+        )
+        .into());
+    }
+    Ok(run)
+}
+
+fn teardown_row(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
+    let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
+    // LUN 0 is on both sessions: multipathd maps it first; let that finish.
+    multipath::wait_maps(1, sessions.len(), TIMEOUT)?;
+    settle(ctx)?;
+    let lunkit = Measurement::new(
+        "teardown",
+        "lunkit",
+        "lunkit detach",
+        "`lunkit detach --wwid WWID --timeout 60 --json` (release build), spawn to exit; it \
+         exits 0 once the map and all its paths are gone.",
+    );
+    let shell = Measurement::new(
+        "teardown",
+        "shell",
+        "shell sequence (os-brick, Kubernetes)",
+        "`blockdev --flushbufs` on the map and each path, `multipath -f MAP`, `1` written to \
+         each path's device/delete from the benchmark process, then /dev/dm-N and the /dev/sdX \
+         nodes checked at once and every 0.5 s (os-brick's wait_for_volumes_removal) until \
+         gone.",
+    );
+    let mut list = vec![(Teardown::Shell, shell)];
+    match subcommand_available(&ctx.lunkit, "detach") {
+        Ok(()) => list.insert(0, (Teardown::Lunkit, lunkit)),
+        Err(why) => unavailable(ctx, lunkit, why)?,
+    }
+    let result = rounds(ctx, &list, |ctx, m| teardown_once(ctx, sessions, m));
+    mpd.stop()?;
+    result.map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------
+// Listing row
+// ---------------------------------------------------------------------------------------
+
+const LSBLK_COLUMNS: &str = "NAME,MAJ:MIN,SIZE,RO,TYPE,HCTL,STATE,VENDOR,MODEL,REV,WWN";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    Lunkit,
+    Tools,
+}
+
+fn listing_phase(ctx: &mut Ctx) -> Result<()> {
+    // udevd would need many minutes under TCG to process 512 disks (each runs scsi_id,
+    // blkid and `multipath -u`), and would compete for the CPU during the runs: stop it. All
+    // the listing tools read sysfs without it.
+    if udev::running() {
+        udev::stop()?;
+    }
+    let t0 = Instant::now();
+    let per_host = LISTING_LUNS.to_string();
+    let hosts = LISTING_HOSTS.to_string();
+    let want = (LISTING_HOSTS * LISTING_LUNS) as usize;
+    let sd = ScsiDebug::load(
+        &[
+            ("add_host", hosts.as_str()),
+            ("num_tgts", "1"),
+            ("max_luns", per_host.as_str()),
+        ],
+        want,
+    )?;
+    let devices = sd.devices().len();
+    say(&format!(
+        "scsi_debug: {devices} SCSI devices, {} disks after {:.1} s",
+        sd.disks().len(),
+        t0.elapsed().as_secs_f64()
+    ));
+    if devices != want {
+        return Err(format!("expected {want} scsi_debug devices, got {devices}").into());
+    }
+    ctx.listener.wait_quiet(QUIET, TIMEOUT);
+    let mut parts = [
+        Measurement::new(
+            "listing",
+            "part-lsblk",
+            "  of which lsblk",
+            &format!("`lsblk --json -o {LSBLK_COLUMNS}`"),
+        ),
+        Measurement::new(
+            "listing",
+            "part-lsscsi",
+            "  of which lsscsi",
+            "`lsscsi --generic`",
+        ),
+        Measurement::new(
+            "listing",
+            "part-multipath",
+            "  of which multipath -ll",
+            "`multipath -ll`",
+        ),
+    ];
+    let list = [
+        (
+            Listing::Lunkit,
+            Measurement::new(
+                "listing",
+                "lunkit",
+                "lunkit list --json",
+                "`lunkit list --json` (release build), output to /dev/null, spawn to exit.",
+            ),
+        ),
+        (
+            Listing::Tools,
+            Measurement::new(
+                "listing",
+                "tools",
+                "lsblk + lsscsi + multipath -ll",
+                &format!(
+                    "`lsblk --json -o {LSBLK_COLUMNS}`, `lsscsi --generic` and `multipath -ll` \
+                     one after the other, output to /dev/null; the sum of their spawn-to-exit \
+                     times. udevd is stopped in this row (see above)."
+                ),
+            ),
+        ),
+    ];
+    let mut round_of_tools = 0usize;
+    let result = rounds(ctx, &list, |ctx, m| {
+        let mut run = Run::default();
+        match m {
+            Listing::Lunkit => {
+                let out = proc::timed(Command::new(&ctx.lunkit).args(["list", "--json"]), false)?
+                    .ok("lunkit list --json")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.rss_kib = Some(out.rss_kib);
+            }
+            Listing::Tools => {
+                let cmds: [(&str, Vec<&str>); 3] = [
+                    ("lsblk", vec!["--json", "-o", LSBLK_COLUMNS]),
+                    ("lsscsi", vec!["--generic"]),
+                    ("multipath", vec!["-ll"]),
+                ];
+                for (i, (prog, args)) in cmds.iter().enumerate() {
+                    let out = proc::timed(Command::new(prog).args(args), false)?.ok(prog)?;
+                    let us = out.wall.as_micros() as u64;
+                    run.wall_us += us;
+                    if round_of_tools > 0 {
+                        parts[i].runs.push(Run {
+                            wall_us: us,
+                            ..Run::default()
+                        });
+                    }
+                }
+                round_of_tools += 1;
+            }
+        }
+        Ok(run)
+    });
+    for p in &parts {
+        ctx.rec.record(p)?;
+    }
+    sd.unload()?;
+    result.map(|_| ())
+}

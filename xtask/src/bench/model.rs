@@ -1,0 +1,290 @@
+//! What a benchmark records: measurements (one method in one table row) made of runs, their
+//! statistics, and a line format the guest writes and the host reads back (xtask has no
+//! dependencies, so no serde).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::Result;
+
+/// One run of one method.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Wall time as the caller sees it (process spawn to exit for programs), microseconds.
+    pub wall_us: u64,
+    /// The time lunkit reports itself (`elapsed_us`): the library's part, without exec.
+    pub lib_us: Option<u64>,
+    /// Kernel uevents from just before the action until the system was quiet again.
+    pub uevents: Option<u64>,
+    /// SCSI devices that appeared besides the wanted ones.
+    pub extra: Option<u64>,
+    /// Peak resident set of the measured process (`ru_maxrss`), KiB.
+    pub rss_kib: Option<u64>,
+    /// When the wanted disk's `add` uevent reached the benchmark's own listener, from the
+    /// start of the run: what is left of `wall_us` is the method noticing it and finishing.
+    pub add_us: Option<u64>,
+}
+
+/// Whether a measurement could be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    Ok,
+    /// The tool or subcommand does not exist here (e.g. `lunkit detach` before it is merged).
+    Unavailable(String),
+    /// It ran and failed; the runs before the failure are kept.
+    Failed(String),
+}
+
+/// One method in one table row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Measurement {
+    /// Stable key: `<row>.<method>`, e.g. `scan.lunkit`.
+    pub id: String,
+    /// The table row (`scan`, `scale1`, `scale256`, `teardown`, `listing`, `flush`).
+    pub row: String,
+    /// What was run, for people.
+    pub label: String,
+    pub runs: Vec<Run>,
+    pub state: State,
+    /// How it was measured (commands, what "done" means).
+    pub note: String,
+}
+
+impl Measurement {
+    pub fn new(row: &str, method: &str, label: &str, note: &str) -> Self {
+        Self {
+            id: format!("{row}.{method}"),
+            row: row.to_owned(),
+            label: label.to_owned(),
+            runs: Vec::new(),
+            state: State::Ok,
+            note: note.to_owned(),
+        }
+    }
+
+    pub fn method(&self) -> &str {
+        self.id.split_once('.').map_or(self.id.as_str(), |(_, m)| m)
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.state == State::Ok && !self.runs.is_empty()
+    }
+
+    pub fn wall(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().map(|r| r.wall_us))
+    }
+
+    pub fn lib(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.lib_us))
+    }
+
+    pub fn uevents(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.uevents))
+    }
+
+    pub fn extra(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.extra))
+    }
+
+    pub fn rss(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.rss_kib))
+    }
+
+    /// Time from the disk's `add` uevent to the end of the run.
+    pub fn after_add(&self) -> Option<Stats> {
+        Stats::of(
+            self.runs
+                .iter()
+                .filter_map(|r| r.add_us.map(|a| r.wall_us.saturating_sub(a))),
+        )
+    }
+}
+
+/// Median, minimum and maximum of a sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    pub median: f64,
+    pub min: u64,
+    pub max: u64,
+    pub n: usize,
+}
+
+impl Stats {
+    pub fn of(values: impl Iterator<Item = u64>) -> Option<Self> {
+        let mut v: Vec<u64> = values.collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2] as f64
+        } else {
+            (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
+        };
+        Some(Self {
+            median,
+            min: v[0],
+            max: v[n - 1],
+            n,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote`, then one
+// `R\tid\twall\tlib\tuevents\textra\trss\tadd` line per run.
+// ---------------------------------------------------------------------------------------
+
+fn clean(s: &str) -> String {
+    s.replace(['\t', '\n', '\r'], " ")
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+pub fn to_lines(m: &Measurement) -> String {
+    let (state, msg) = match &m.state {
+        State::Ok => ("ok", ""),
+        State::Unavailable(s) => ("unavailable", s.as_str()),
+        State::Failed(s) => ("failed", s.as_str()),
+    };
+    let mut out = format!(
+        "M\t{}\t{}\t{}\t{state}\t{}\t{}\n",
+        clean(&m.id),
+        clean(&m.row),
+        clean(&m.label),
+        clean(msg),
+        clean(&m.note)
+    );
+    for r in &m.runs {
+        let _ = writeln!(
+            out,
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            clean(&m.id),
+            r.wall_us,
+            opt(r.lib_us),
+            opt(r.uevents),
+            opt(r.extra),
+            opt(r.rss_kib),
+            opt(r.add_us)
+        );
+    }
+    out
+}
+
+pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
+    let mut out: Vec<Measurement> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let bad = || format!("line {}: malformed benchmark record {line:?}", i + 1);
+        match f.first() {
+            Some(&"M") if f.len() == 7 => {
+                let state = match f[4] {
+                    "ok" => State::Ok,
+                    "unavailable" => State::Unavailable(f[5].to_owned()),
+                    "failed" => State::Failed(f[5].to_owned()),
+                    _ => return Err(bad().into()),
+                };
+                // A measurement written again (after more runs) replaces the earlier copy.
+                out.retain(|m| m.id != f[1]);
+                out.push(Measurement {
+                    id: f[1].to_owned(),
+                    row: f[2].to_owned(),
+                    label: f[3].to_owned(),
+                    runs: Vec::new(),
+                    state,
+                    note: f[6].to_owned(),
+                });
+            }
+            Some(&"R") if f.len() == 8 => {
+                let num = |s: &str| -> Result<Option<u64>> {
+                    if s == "-" {
+                        Ok(None)
+                    } else {
+                        Ok(Some(s.parse().map_err(|_| bad())?))
+                    }
+                };
+                let run = Run {
+                    wall_us: num(f[2])?.ok_or_else(bad)?,
+                    lib_us: num(f[3])?,
+                    uevents: num(f[4])?,
+                    extra: num(f[5])?,
+                    rss_kib: num(f[6])?,
+                    add_us: num(f[7])?,
+                };
+                let m = out
+                    .iter_mut()
+                    .rev()
+                    .find(|m| m.id == f[1])
+                    .ok_or_else(bad)?;
+                m.runs.push(run);
+            }
+            None | Some(&"") => {}
+            _ => return Err(bad().into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Appends measurements to a file as they complete, so a guest that dies half-way still
+/// leaves what it measured.
+#[derive(Debug)]
+pub struct Recorder {
+    file: std::fs::File,
+}
+
+impl Recorder {
+    pub fn create(path: &Path) -> Result<Self> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(Self { file })
+    }
+
+    pub fn record(&mut self, m: &Measurement) -> Result<()> {
+        self.file.write_all(to_lines(m).as_bytes())?;
+        self.file.flush()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_of_odd_and_even_samples() {
+        let s = Stats::of([5, 1, 3].into_iter()).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.n), (3.0, 1, 5, 3));
+        let s = Stats::of([4, 1, 3, 2].into_iter()).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert!(Stats::of(std::iter::empty()).is_none());
+    }
+
+    #[test]
+    fn lines_round_trip() {
+        let mut a = Measurement::new("scan", "lunkit", "lunkit scan\tiscsi", "note");
+        a.runs.push(Run {
+            wall_us: 10,
+            lib_us: Some(8),
+            uevents: Some(14),
+            extra: Some(0),
+            rss_kib: Some(4000),
+            add_us: Some(7),
+        });
+        a.runs.push(Run {
+            wall_us: 12,
+            ..Run::default()
+        });
+        let mut b = Measurement::new("teardown", "lunkit", "lunkit detach", "");
+        b.state = State::Unavailable("no detach subcommand".into());
+        let text = format!("{}{}", to_lines(&a), to_lines(&b));
+        let back = from_lines(&text).unwrap();
+        a.label = "lunkit scan iscsi".into();
+        assert_eq!(back, vec![a, b]);
+        assert!(from_lines("X\t1").is_err());
+        assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-").is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! Running a measured program: wall time from spawn to reaped exit, its output, and its peak
+//! RSS from `wait4`.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::sys;
+use crate::{Result, process};
+
+/// What a measured program did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub wall: Duration,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub rss_kib: u64,
+}
+
+impl Outcome {
+    /// Fails with the command's stderr unless it exited 0.
+    pub fn ok(self, what: &str) -> Result<Self> {
+        if self.status.success() {
+            Ok(self)
+        } else {
+            Err(format!("`{what}` failed ({}): {}", self.status, self.stderr.trim()).into())
+        }
+    }
+}
+
+/// Runs `cmd` with stdin closed; `keep_stdout` pipes stdout to us (otherwise /dev/null, for
+/// tools whose large output we do not need). stderr is always captured.
+pub fn timed(cmd: &mut Command, keep_stdout: bool) -> Result<Outcome> {
+    cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+    cmd.stdout(if keep_stdout {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let t0 = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", process::describe(cmd)))?;
+    let mut err_pipe = child.stderr.take().expect("stderr is piped");
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut stdout);
+    }
+    let (status, rss_kib) = sys::wait_rusage(&child)?;
+    let wall = t0.elapsed();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(Outcome {
+        wall,
+        status,
+        stdout,
+        stderr,
+        rss_kib,
+    })
+}
+
+/// Whether `lunkit SUB` exists: `lunkit SUB --help` exits 0. A lunkit without the subcommand
+/// exits 2 with clap's "unrecognized subcommand"; that (or anything else) is the reason.
+pub fn subcommand_available(lunkit: &Path, sub: &str) -> std::result::Result<(), String> {
+    let out = Command::new(lunkit)
+        .args([sub, "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", lunkit.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("").trim();
+    if out.status.code() == Some(2) && err.contains("unrecognized subcommand") {
+        Err(format!("this lunkit has no `{sub}` subcommand ({first})"))
+    } else {
+        Err(format!(
+            "`lunkit {sub} --help` failed ({}): {first}",
+            out.status
+        ))
+    }
+}
+
+/// The last `"key": N` in a JSON text (lunkit's top-level `elapsed_us` comes last).
+pub fn json_u64(text: &str, key: &str) -> Option<u64> {
+    let pat = format!("\"{key}\":");
+    let at = text.rfind(&pat)? + pat.len();
+    let digits: String = text[at..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_u64;
+
+    #[test]
+    fn reads_the_last_number_for_a_key() {
+        let doc = "{\n  \"devices\": [ { \"elapsed_us\": 5 } ],\n  \"elapsed_us\": 111081\n}";
+        assert_eq!(json_u64(doc, "elapsed_us"), Some(111_081));
+        assert_eq!(json_u64(doc, "nope"), None);
+        assert_eq!(json_u64("{\"elapsed_us\":null}", "elapsed_us"), None);
+    }
+}

@@ -1,0 +1,622 @@
+//! The report: the table (markdown), the targets of issue 6 marked met or missed, and the
+//! same as JSON.
+
+use std::fmt::Write as _;
+
+use super::model::{Measurement, State, Stats};
+
+/// Facts about the run printed above the table.
+#[derive(Debug, Clone, Default)]
+pub struct Meta {
+    pub date: String,
+    pub commit: String,
+    pub kernel: String,
+    pub host_cpu: String,
+    pub runs: usize,
+    pub duration_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Met,
+    Missed,
+    NotAvailable,
+}
+
+impl Verdict {
+    fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "MISSED",
+            Verdict::NotAvailable => "not available",
+        }
+    }
+}
+
+/// One target of the issue with what this run measured.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub id: &'static str,
+    pub text: String,
+    pub verdict: Verdict,
+    pub detail: String,
+}
+
+/// Rows in table order, with their titles.
+const ROWS: &[(&str, &str)] = &[
+    ("scan", "Scan one iSCSI LUN (8 exported)"),
+    ("scale1", "Scan, 1 LUN exported"),
+    ("scale256", "Scan, 256 LUNs exported"),
+    ("teardown", "Teardown, 2-path multipath volume"),
+    ("listing", "Listing, 512 SCSI devices"),
+    ("flush", "Flush a loop device (host)"),
+];
+
+fn find<'a>(all: &'a [Measurement], id: &str) -> Option<&'a Measurement> {
+    all.iter().find(|m| m.id == id && m.is_ok())
+}
+
+fn median(all: &[Measurement], id: &str) -> Option<f64> {
+    find(all, id)?.wall().map(|s| s.median)
+}
+
+fn lib_median(all: &[Measurement], id: &str) -> Option<f64> {
+    find(all, id)?.lib().map(|s| s.median)
+}
+
+fn uevents_median(all: &[Measurement], id: &str) -> Option<f64> {
+    find(all, id)?.uevents().map(|s| s.median)
+}
+
+pub fn time(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.1} ms", us / 1e3)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+fn range(s: &Stats) -> String {
+    format!("{} – {}", time(s.min as f64), time(s.max as f64))
+}
+
+fn count(s: Option<Stats>) -> String {
+    s.map_or_else(
+        || "–".to_owned(),
+        |s| {
+            if s.min == s.max {
+                format!("{}", s.min)
+            } else {
+                format!("{} ({}–{})", fmt_num(s.median), s.min, s.max)
+            }
+        },
+    )
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// "x× floor" and/or "y× lunkit" for a measurement's row.
+fn ratio(all: &[Measurement], m: &Measurement, wall_median: f64) -> String {
+    let mut parts = Vec::new();
+    let floor = median(all, &format!("{}.floor", m.row));
+    let lunkit = median(all, &format!("{}.lunkit", m.row));
+    let method = m.method();
+    if method == "exec" || method == "discovery" {
+        return "–".to_owned();
+    }
+    if let Some(f) = floor {
+        if method != "floor" {
+            parts.push(format!("{:.2}× floor", wall_median / f));
+        }
+    }
+    if method != "lunkit" && method != "floor" && !method.starts_with("part-") {
+        if let Some(l) = lunkit {
+            parts.push(format!("{:.1}× lunkit", wall_median / l));
+        }
+    }
+    if parts.is_empty() {
+        "–".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn table(all: &[Measurement]) -> String {
+    let mut out = String::from(
+        "| Row | Method | Median | Min – max | Ratio | After `add` | uevents | Extra devices | Peak RSS |\n\
+         |---|---|---:|---:|---|---:|---:|---:|---:|\n",
+    );
+    for (row, title) in ROWS {
+        let ms: Vec<&Measurement> = all
+            .iter()
+            .filter(|m| m.row == *row && m.method() != "setup")
+            .collect();
+        let setup_failed = all.iter().find(|m| m.row == *row && m.method() == "setup");
+        if ms.is_empty() && setup_failed.is_none() {
+            continue;
+        }
+        if let Some(s) = setup_failed {
+            if let State::Failed(e) = &s.state {
+                let _ = writeln!(out, "| {title} | setup failed: {} | | | | | | | |", cell(e));
+            }
+        }
+        for m in ms {
+            let label = if m.method() == "lunkit" {
+                format!("**{}**", m.label)
+            } else {
+                m.label.clone()
+            };
+            match (&m.state, m.wall()) {
+                (State::Unavailable(why), _) => {
+                    let _ = writeln!(
+                        out,
+                        "| {title} | {label}: not available ({}) | | | | | | | |",
+                        cell(why)
+                    );
+                }
+                (state, Some(w)) => {
+                    let failed = match state {
+                        State::Failed(e) => format!(" (FAILED after {} runs: {})", w.n, cell(e)),
+                        _ => String::new(),
+                    };
+                    let _ = writeln!(
+                        out,
+                        "| {title} | {label}{failed} | {} | {} | {} | {} | {} | {} | {} |",
+                        time(w.median),
+                        range(&w),
+                        ratio(all, m, w.median),
+                        m.after_add()
+                            .map_or_else(|| "–".to_owned(), |a| time(a.median)),
+                        count(m.uevents()),
+                        count(m.extra()),
+                        m.rss().map_or_else(|| "–".to_owned(), |s| mib(s.max)),
+                    );
+                    if let Some(l) = m.lib() {
+                        let floor = median(all, &format!("{}.floor", m.row));
+                        let _ = writeln!(
+                            out,
+                            "| {title} | ↳ {} library time (`elapsed_us`, no exec) | {} | {} | {} | | | | |",
+                            m.label,
+                            time(l.median),
+                            range(&l),
+                            floor.map_or_else(
+                                || "–".to_owned(),
+                                |f| format!("{:.2}× floor", l.median / f)
+                            ),
+                        );
+                    }
+                }
+                (State::Failed(e), None) => {
+                    let _ = writeln!(
+                        out,
+                        "| {title} | {label} | FAILED: {} | | | | | | |",
+                        cell(e)
+                    );
+                }
+                (State::Ok, None) => {}
+            }
+        }
+    }
+    out
+}
+
+/// Keeps a table cell on one line and short.
+fn cell(s: &str) -> String {
+    let s = s.replace('|', "/").replace('\n', " ");
+    if s.chars().count() > 160 {
+        format!("{}…", s.chars().take(160).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// A "lower is better" ratio target: `value / reference <= limit`.
+fn at_most(
+    id: &'static str,
+    text: &str,
+    value: Option<f64>,
+    reference: Option<f64>,
+    limit: f64,
+    what: &str,
+) -> Target {
+    match (value, reference) {
+        (Some(v), Some(r)) if r > 0.0 => {
+            let x = v / r;
+            Target {
+                id,
+                text: text.to_owned(),
+                verdict: if x <= limit {
+                    Verdict::Met
+                } else {
+                    Verdict::Missed
+                },
+                detail: format!("{x:.2}× {what} (limit {limit}×)"),
+            }
+        }
+        _ => Target {
+            id,
+            text: text.to_owned(),
+            verdict: Verdict::NotAvailable,
+            detail: "not measured".to_owned(),
+        },
+    }
+}
+
+/// A speed-up target: `peer / lunkit >= limit`.
+fn at_least(
+    id: &'static str,
+    text: &str,
+    peer: Option<f64>,
+    lunkit: Option<f64>,
+    limit: f64,
+) -> Target {
+    match (peer, lunkit) {
+        (Some(p), Some(l)) if l > 0.0 => {
+            let x = p / l;
+            Target {
+                id,
+                text: text.to_owned(),
+                verdict: if x >= limit {
+                    Verdict::Met
+                } else {
+                    Verdict::Missed
+                },
+                detail: format!("{x:.1}× faster (needs {limit}×)"),
+            }
+        }
+        _ => Target {
+            id,
+            text: text.to_owned(),
+            verdict: Verdict::NotAvailable,
+            detail: "not measured".to_owned(),
+        },
+    }
+}
+
+pub fn targets(all: &[Measurement]) -> Vec<Target> {
+    let floor = median(all, "scan.floor");
+    let lunkit = median(all, "scan.lunkit");
+    let mut t = vec![
+        at_most(
+            "scan-floor-library",
+            "scan: lunkit's library time within 1.10× of the kernel floor",
+            lib_median(all, "scan.lunkit"),
+            floor,
+            1.10,
+            "floor",
+        ),
+        at_most(
+            "scan-floor-cli",
+            "scan: the lunkit command (spawn to exit) within 1.10× of the kernel floor",
+            lunkit,
+            floor,
+            1.10,
+            "floor",
+        ),
+        at_least(
+            "scan-vs-poll",
+            "scan: at least 2× faster than sysfs scan + 1 s poll",
+            median(all, "scan.poll"),
+            lunkit,
+            2.0,
+        ),
+        at_least(
+            "scan-vs-iscsiadm",
+            "scan: at least 10× faster than iscsiadm rescan",
+            median(all, "scan.iscsiadm"),
+            lunkit,
+            10.0,
+        ),
+    ];
+    // Faster than every peer.
+    let peers = ["scan.poll", "scan.iscsiadm", "scan.rescan-scsi-bus"];
+    let measured: Vec<(&str, f64)> = peers
+        .iter()
+        .filter_map(|p| median(all, p).map(|m| (*p, m)))
+        .collect();
+    t.push(match lunkit {
+        Some(l) if !measured.is_empty() => {
+            let slowest_margin = measured
+                .iter()
+                .map(|(p, m)| format!("{} {:.1}×", p.trim_start_matches("scan."), m / l))
+                .collect::<Vec<_>>()
+                .join(", ");
+            Target {
+                id: "scan-vs-every-peer",
+                text: "scan: faster than every peer".to_owned(),
+                verdict: if measured.iter().all(|(_, m)| *m > l) {
+                    Verdict::Met
+                } else {
+                    Verdict::Missed
+                },
+                detail: slowest_margin,
+            }
+        }
+        _ => Target {
+            id: "scan-vs-every-peer",
+            text: "scan: faster than every peer".to_owned(),
+            verdict: Verdict::NotAvailable,
+            detail: "not measured".to_owned(),
+        },
+    });
+    t.push(at_most(
+        "scan-uevents",
+        "scan: uevents per single-LUN attach no more than the floor's",
+        uevents_median(all, "scan.lunkit"),
+        uevents_median(all, "scan.floor"),
+        1.0,
+        "the floor's count",
+    ));
+    t.push(at_most(
+        "scale-time",
+        "scale: with 256 LUNs exported, scan time within 1.2× of the 1-LUN case",
+        median(all, "scale256.lunkit"),
+        median(all, "scale1.lunkit"),
+        1.2,
+        "1 LUN",
+    ));
+    t.push(at_most(
+        "scale-uevents",
+        "scale: with 256 LUNs exported, uevents within 1.2× of the 1-LUN case",
+        uevents_median(all, "scale256.lunkit"),
+        uevents_median(all, "scale1.lunkit"),
+        1.2,
+        "1 LUN",
+    ));
+    t.push(at_least(
+        "teardown",
+        "teardown: at least 5× faster than the shell sequence",
+        median(all, "teardown.shell"),
+        median(all, "teardown.lunkit"),
+        5.0,
+    ));
+    t.push(at_least(
+        "listing",
+        "listing: at least 3× faster than lsblk + lsscsi + multipath -ll",
+        median(all, "listing.tools"),
+        median(all, "listing.lunkit"),
+        3.0,
+    ));
+    let rss: Vec<(&str, u64)> = all
+        .iter()
+        .filter(|m| m.method() == "lunkit" && m.is_ok())
+        .filter_map(|m| m.rss().map(|s| (m.row.as_str(), s.max)))
+        .collect();
+    t.push(if rss.is_empty() {
+        Target {
+            id: "rss",
+            text: "peak RSS of lunkit under 16 MiB".to_owned(),
+            verdict: Verdict::NotAvailable,
+            detail: "not measured".to_owned(),
+        }
+    } else {
+        Target {
+            id: "rss",
+            text: "peak RSS of lunkit under 16 MiB".to_owned(),
+            verdict: if rss.iter().all(|(_, k)| *k < 16 * 1024) {
+                Verdict::Met
+            } else {
+                Verdict::Missed
+            },
+            detail: rss
+                .iter()
+                .map(|(r, k)| format!("{r} {}", mib(*k)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    });
+    t
+}
+
+pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
+    let mut out = format!(
+        "### `cargo xtask bench`, {date}\n\n\
+         Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; commit \
+         {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole run \
+         {dur:.0} s. Times are medians with min – max; ratios compare medians; \"After `add`\" is \
+         the median time from the disk's `add` uevent (seen by the benchmark's own listener) to \
+         the end of the run. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
+         which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
+         floor is the fair figure.\n\n",
+        date = meta.date,
+        kernel = meta.kernel,
+        cpu = meta.host_cpu,
+        commit = meta.commit,
+        runs = meta.runs,
+        dur = meta.duration_s,
+    );
+    out.push_str(&table(all));
+    out.push_str("\nTargets (issue 6):\n\n");
+    for t in targets(all) {
+        let _ = writeln!(
+            out,
+            "- **{}**: {} — {}",
+            t.verdict.as_str(),
+            t.text,
+            t.detail
+        );
+    }
+    out.push_str("\nHow each method is measured:\n\n");
+    for m in all.iter().filter(|m| !m.note.is_empty()) {
+        let _ = writeln!(out, "- `{}` ({}): {}", m.id, m.label.trim(), m.note);
+    }
+    out
+}
+
+fn js(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn jopt(v: Option<u64>) -> String {
+    v.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+fn jstats(s: Option<Stats>) -> String {
+    s.map_or_else(
+        || "null".to_owned(),
+        |s| {
+            format!(
+                "{{\"median\": {}, \"min\": {}, \"max\": {}, \"n\": {}}}",
+                s.median, s.min, s.max, s.n
+            )
+        },
+    )
+}
+
+pub fn json(all: &[Measurement], meta: &Meta) -> String {
+    let mut out = format!(
+        "{{\n  \"version\": 1,\n  \"date\": {},\n  \"commit\": {},\n  \"kernel\": {},\n  \
+         \"emulation\": \"tcg\",\n  \"host_cpu\": {},\n  \"runs\": {},\n  \"duration_s\": {:.1},\n  \
+         \"measurements\": [",
+        js(&meta.date),
+        js(&meta.commit),
+        js(&meta.kernel),
+        js(&meta.host_cpu),
+        meta.runs,
+        meta.duration_s
+    );
+    for (i, m) in all.iter().enumerate() {
+        let (state, msg) = match &m.state {
+            State::Ok => ("ok", String::new()),
+            State::Unavailable(s) => ("not available", s.clone()),
+            State::Failed(s) => ("failed", s.clone()),
+        };
+        let runs: Vec<String> = m
+            .runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}}}",
+                    r.wall_us,
+                    jopt(r.lib_us),
+                    jopt(r.uevents),
+                    jopt(r.extra),
+                    jopt(r.rss_kib),
+                    jopt(r.add_us)
+                )
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "{}\n    {{\"id\": {}, \"row\": {}, \"label\": {}, \"state\": {}, \"message\": {}, \
+             \"note\": {}, \"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \
+             \"rss_kib\": {}, \"after_add_uevent_us\": {}, \"runs\": [{}]}}",
+            if i == 0 { "" } else { "," },
+            js(&m.id),
+            js(&m.row),
+            js(m.label.trim()),
+            js(state),
+            js(&msg),
+            js(&m.note),
+            jstats(m.wall()),
+            jstats(m.lib()),
+            jstats(m.uevents()),
+            jstats(m.extra()),
+            jstats(m.rss()),
+            jstats(m.after_add()),
+            runs.join(", ")
+        );
+    }
+    out.push_str("\n  ],\n  \"targets\": [");
+    for (i, t) in targets(all).iter().enumerate() {
+        let _ = write!(
+            out,
+            "{}\n    {{\"id\": {}, \"text\": {}, \"status\": {}, \"detail\": {}}}",
+            if i == 0 { "" } else { "," },
+            js(t.id),
+            js(&t.text),
+            js(t.verdict.as_str()),
+            js(&t.detail)
+        );
+    }
+    out.push_str("\n  ]\n}\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::Run;
+    use super::*;
+
+    fn m(id: &str, walls: &[u64], lib: Option<u64>, uevents: u64) -> Measurement {
+        let (row, method) = id.split_once('.').unwrap();
+        let mut m = Measurement::new(row, method, method, "");
+        for &w in walls {
+            m.runs.push(Run {
+                wall_us: w,
+                lib_us: lib,
+                uevents: Some(uevents),
+                extra: Some(0),
+                rss_kib: Some(3000),
+                add_us: None,
+            });
+        }
+        m
+    }
+
+    #[test]
+    fn targets_are_judged_on_medians() {
+        let all = vec![
+            m(
+                "scan.lunkit",
+                &[600_000, 610_000, 900_000],
+                Some(500_000),
+                14,
+            ),
+            m("scan.floor", &[480_000, 500_000, 490_000], None, 14),
+            m("scan.poll", &[1_000_000, 1_000_100, 1_000_200], None, 15),
+        ];
+        let t = targets(&all);
+        let get = |id: &str| t.iter().find(|t| t.id == id).unwrap();
+        assert_eq!(get("scan-floor-library").verdict, Verdict::Met);
+        assert_eq!(get("scan-floor-cli").verdict, Verdict::Missed);
+        assert_eq!(get("scan-vs-poll").verdict, Verdict::Missed);
+        assert_eq!(get("scan-vs-iscsiadm").verdict, Verdict::NotAvailable);
+        assert_eq!(get("scan-uevents").verdict, Verdict::Met);
+        assert_eq!(get("rss").verdict, Verdict::Met);
+        let md = markdown(&all, &Meta::default());
+        assert!(md.contains("1.24× floor"), "{md}");
+        assert!(md.contains("1.6× lunkit"), "{md}");
+        let j = json(&all, &Meta::default());
+        assert!(j.contains("\"id\": \"scan.lunkit\""));
+    }
+
+    #[test]
+    fn unavailable_rows_say_so() {
+        let mut d = Measurement::new("teardown", "lunkit", "lunkit detach", "");
+        d.state = State::Unavailable("no detach".into());
+        let all = vec![d, m("teardown.shell", &[2_000_000], None, 20)];
+        let md = markdown(&all, &Meta::default());
+        assert!(md.contains("not available"), "{md}");
+        let t = targets(&all);
+        assert_eq!(
+            t.iter().find(|t| t.id == "teardown").unwrap().verdict,
+            Verdict::NotAvailable
+        );
+    }
+}
