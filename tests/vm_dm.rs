@@ -109,7 +109,11 @@ impl Lab {
                 .expect("reinstate path");
         }
         let st = Status::parse(&ctl.status(&id).expect("status")[0].params).expect("parse");
-        assert_eq!(st.active_paths(), 2, "both paths active after the reinstate");
+        assert_eq!(
+            st.active_paths(),
+            2,
+            "both paths active after the reinstate"
+        );
         Lab {
             name,
             part,
