@@ -13,6 +13,8 @@ use crate::uevent::{Monitor, Received, Uevent};
 
 /// First re-check interval.
 const BACKOFF_START: Duration = Duration::from_millis(2);
+/// How long [`bounded`] waits for its helper thread even when the deadline has passed.
+const BOUNDED_MIN_WAIT: Duration = Duration::from_millis(10);
 /// Longest interval between re-checks.
 const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
@@ -96,13 +98,16 @@ pub(crate) fn bounded<T: Send + 'static>(
             let _ = tx.send(f());
         })
         .map_err(|e| Error::io("(helper thread)", e))?;
-    rx.recv_timeout(deadline.saturating_duration_since(start))
-        .unwrap_or_else(|_| {
-            Err(Error::Timeout {
-                what: what(),
-                waited: start.elapsed(),
-            })
+    // A call that is quick (the usual case) gets to report even at a passed deadline.
+    let wait = deadline
+        .saturating_duration_since(start)
+        .max(BOUNDED_MIN_WAIT);
+    rx.recv_timeout(wait).unwrap_or_else(|_| {
+        Err(Error::Timeout {
+            what: what(),
+            waited: start.elapsed(),
         })
+    })
 }
 
 #[cfg(test)]

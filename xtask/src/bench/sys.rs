@@ -38,6 +38,8 @@ struct Rusage {
 const _: () = assert!(size_of::<Rusage>() == 144, "64-bit Linux struct rusage");
 const _: () = assert!(size_of::<SockaddrNl>() == 12);
 
+// SAFETY: these are glibc's declarations of socket(2), bind(2), setsockopt(2), recvfrom(2)
+// and wait4(2) for 64-bit Linux, with the argument and struct layouts asserted above.
 unsafe extern "C" {
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
     fn bind(fd: c_int, addr: *const SockaddrNl, len: u32) -> c_int;
