@@ -449,7 +449,13 @@ fn detach_finishes_half_done_and_killed_cleanups() {
     // The map removed by hand, the paths left.
     let v1 = Volume::of(&lab, 1);
     let m1 = wait_map(&v1, 2);
-    cmd::run("multipathd", &["del", "map", &m1.name]).unwrap();
+    // multipathd answers "fail" while udev still has the fresh map open: ask until it agrees.
+    wait::until_true(
+        "multipathd to delete the map",
+        Duration::from_secs(30),
+        || cmd::run("multipathd", &["del", "map", &m1.name]).is_ok(),
+    )
+    .unwrap();
     wait::until_true("the map to go", Duration::from_secs(30), || {
         v1.map().is_none()
     })
@@ -470,24 +476,27 @@ fn detach_finishes_half_done_and_killed_cleanups() {
     detach_ok(&["--iscsi-target", IQN, "--lun", "2"]);
     v2.assert_gone();
 
-    // Killed at different points, then run again.
+    // Killed between steps (after the first, second, ... step it printed), then run again.
     let bin = std::env::var("LUNKIT_BIN").unwrap();
-    for delay_ms in [40u64, 120, 250, 400, 700, 1000] {
+    for after_steps in 1..=6usize {
         let (vol, _map) = attach(&lab, 3);
         let mut child = Command::new(&bin)
             .args(["detach", "--wwid", &vol.mpath_wwid()])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let _ = child.kill();
+        let mut seen = Vec::new();
+        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+            let Ok(line) = line else { break };
+            seen.push(line);
+            if seen.len() == after_steps {
+                let _ = child.kill();
+                break;
+            }
+        }
         let _ = child.wait();
-        let seen: Vec<String> = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map_while(Result::ok)
-            .collect();
         eprintln!(
-            "killed after {delay_ms} ms; last step: {:?}",
+            "killed after {after_steps} step(s): {:?}",
             seen.last()
                 .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>())
         );
