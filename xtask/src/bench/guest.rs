@@ -34,6 +34,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const SCAN_LUN: u32 = 3;
 /// The LUN of the two-path volume the teardown row removes.
 const TEARDOWN_LUN: u32 = 5;
+/// Where the exec-from-tmpfs measurement copies the lunkit binary (guest /tmp is tmpfs).
+const EXEC_COPY: &str = "/tmp/lunkit-bench-exec";
 /// A target no session goes to (the discovery-only measurement).
 const ABSENT_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:absent";
 /// LUNs exported by the big target of the scale rows.
@@ -303,6 +305,9 @@ impl Target {
 enum Scan {
     /// `lunkit --version`: what exec alone costs here, to read the CLI figures by.
     Exec,
+    /// The same with the binary copied to the guest's tmpfs: the host root is shared over 9p
+    /// without a page cache, so every exec from it reads the whole binary again.
+    ExecTmpfs,
     /// `lunkit scan iscsi` of a target with no session: exec plus session discovery, which
     /// fails (exit 3) before any scan is written.
     Discovery,
@@ -322,6 +327,16 @@ fn scan_measurement(row: &str, m: Scan, t: &Target) -> Measurement {
             "  exec alone: lunkit --version",
             "`lunkit --version`, spawn to exit: the cost of starting the binary in this guest, \
              included in every CLI figure (lunkit's and the peers').",
+        ),
+        Scan::ExecTmpfs => Measurement::new(
+            row,
+            "exec-tmpfs",
+            "  exec alone, binary on tmpfs",
+            &format!(
+                "`{EXEC_COPY} --version` (the binary copied into the guest's /tmp), spawn to \
+                 exit: what exec costs without 9p re-reading the binary. Every program in this \
+                 benchmark, lunkit and peers alike, otherwise runs from the shared 9p root."
+            ),
         ),
         Scan::Discovery => Measurement::new(
             row,
@@ -432,7 +447,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
     let t_start = Instant::now();
     let result = (|| -> Result<()> {
         match m {
-            Scan::Exec | Scan::Discovery => unreachable!("handled above"),
+            Scan::Exec | Scan::ExecTmpfs | Scan::Discovery => unreachable!("handled above"),
             Scan::Lunkit => {
                 let out = proc::timed(
                     Command::new(&ctx.lunkit).args([
@@ -543,6 +558,8 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
     })?;
     settle(ctx)?;
     if scan {
+        fs::copy(&ctx.lunkit, EXEC_COPY)
+            .map_err(|e| format!("copy {} to {EXEC_COPY}: {e}", ctx.lunkit.display()))?;
         let t = Target {
             session: lab.sessions[0].clone(),
             lun: SCAN_LUN,
@@ -555,6 +572,7 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
             &[
                 Scan::Lunkit,
                 Scan::Exec,
+                Scan::ExecTmpfs,
                 Scan::Discovery,
                 Scan::Floor,
                 Scan::Poll,
