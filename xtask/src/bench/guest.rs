@@ -403,9 +403,13 @@ fn scan_measurement(row: &str, m: Scan, t: &Target) -> Measurement {
 
 /// One scan run: the LUN is absent before and deleted after.
 fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) -> Result<Run> {
-    if m == Scan::Exec {
-        let out = proc::timed(Command::new(&ctx.lunkit).arg("--version"), true)?
-            .ok("lunkit --version")?;
+    if m == Scan::Exec || m == Scan::ExecTmpfs {
+        let bin = if m == Scan::Exec {
+            ctx.lunkit.clone()
+        } else {
+            PathBuf::from(EXEC_COPY)
+        };
+        let out = proc::timed(Command::new(&bin).arg("--version"), true)?.ok("lunkit --version")?;
         return Ok(Run {
             wall_us: out.wall.as_micros() as u64,
             rss_kib: Some(out.rss_kib),
