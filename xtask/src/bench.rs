@@ -75,6 +75,7 @@ pub fn main(args: &[String]) -> Result<u8> {
         eprintln!("xtask bench: {runs} runs per method (fewer than the {MIN_RUNS} a report needs)");
     }
     let started = Instant::now();
+    let load_before = host_load();
     let lab = provision::ensure()?;
     process::run(cargo().args(["build", "--release", "-p", "lunkit-cli"]))?;
     let lunkit = paths::target_dir().join("release/lunkit");
@@ -136,6 +137,10 @@ pub fn main(args: &[String]) -> Result<u8> {
         commit: git_commit(),
         kernel: lab.kernel_version.clone(),
         host_cpu: host_cpu(),
+        host_load: format!(
+            "host load average {load_before} at the start, {} at the end",
+            host_load()
+        ),
         runs,
         duration_s: started.elapsed().as_secs_f64(),
     };
@@ -304,6 +309,25 @@ fn git_commit() -> String {
             || "unknown".to_owned(),
             |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
         )
+}
+
+/// The 1-minute load average and how many QEMU guests (ours included) run on the host.
+fn host_load() -> String {
+    let load = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned());
+    let vms = fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end().starts_with("qemu-system"))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    format!("{load} ({vms} QEMU guests running)")
 }
 
 fn host_cpu() -> String {

@@ -12,6 +12,8 @@ pub struct Meta {
     pub commit: String,
     pub kernel: String,
     pub host_cpu: String,
+    /// Host load while the benchmark ran (other engineers' VMs share these CPUs).
+    pub host_load: String,
     pub runs: usize,
     pub duration_s: f64,
 }
@@ -431,9 +433,9 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
 pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     let mut out = format!(
         "### `cargo xtask bench`, {date}\n\n\
-         Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; commit \
-         {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole run \
-         {dur:.0} s. Times are medians with min – max; ratios compare medians; \"After `add`\" is \
+         Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; {load}; \
+         commit {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole \
+         run {dur:.0} s. Times are medians with min – max; ratios compare medians; \"After `add`\" is \
          the median time from the disk's `add` uevent (seen by the benchmark's own listener) to \
          the end of the run. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
          which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
@@ -441,6 +443,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
         date = meta.date,
         kernel = meta.kernel,
         cpu = meta.host_cpu,
+        load = meta.host_load,
         commit = meta.commit,
         runs = meta.runs,
         dur = meta.duration_s,
@@ -499,12 +502,13 @@ fn jstats(s: Option<Stats>) -> String {
 pub fn json(all: &[Measurement], meta: &Meta) -> String {
     let mut out = format!(
         "{{\n  \"version\": 1,\n  \"date\": {},\n  \"commit\": {},\n  \"kernel\": {},\n  \
-         \"emulation\": \"tcg\",\n  \"host_cpu\": {},\n  \"runs\": {},\n  \"duration_s\": {:.1},\n  \
-         \"measurements\": [",
+         \"emulation\": \"tcg\",\n  \"host_cpu\": {},\n  \"host_load\": {},\n  \"runs\": {},\n  \
+         \"duration_s\": {:.1},\n  \"measurements\": [",
         js(&meta.date),
         js(&meta.commit),
         js(&meta.kernel),
         js(&meta.host_cpu),
+        js(&meta.host_load),
         meta.runs,
         meta.duration_s
     );
