@@ -217,8 +217,11 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     if let Some(l) = r.lib_us {
         s += &format!(" (library {})", ms(l));
     }
+    if let Some(d) = r.dev_add_us {
+        s += &format!(", scsi_device add at {}", ms(d));
+    }
     if let Some(a) = r.add_us {
-        s += &format!(", disk add uevent at {}", ms(a));
+        s += &format!(", disk add at {}", ms(a));
     }
     if let Some(u) = r.uevents {
         s += &format!(", {u} uevents");
@@ -521,6 +524,10 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
     run.add_us = ctx
         .listener
         .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
+        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    run.dev_add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(&hctl))
         .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
     // Count what the action caused (udev's reactions included) before cleaning up.
     ctx.listener.wait_quiet(QUIET, TIMEOUT);

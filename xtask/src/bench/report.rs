@@ -137,8 +137,8 @@ fn ratio(all: &[Measurement], m: &Measurement, wall_median: f64) -> String {
 
 fn table(all: &[Measurement]) -> String {
     let mut out = String::from(
-        "| Row | Method | Median | Min – max | Ratio | After `add` | uevents | Extra devices | Peak RSS |\n\
-         |---|---|---:|---:|---|---:|---:|---:|---:|\n",
+        "| Row | Method | Median | Min – max | Ratio | sd probe | After `add` | uevents | Extra devices | Peak RSS |\n\
+         |---|---|---:|---:|---|---:|---:|---:|---:|---:|\n",
     );
     for (row, title) in ROWS {
         let ms: Vec<&Measurement> = all
@@ -151,7 +151,11 @@ fn table(all: &[Measurement]) -> String {
         }
         if let Some(s) = setup_failed {
             if let State::Failed(e) = &s.state {
-                let _ = writeln!(out, "| {title} | setup failed: {} | | | | | | | |", cell(e));
+                let _ = writeln!(
+                    out,
+                    "| {title} | setup failed: {} | | | | | | | | |",
+                    cell(e)
+                );
             }
         }
         for m in ms {
@@ -164,7 +168,7 @@ fn table(all: &[Measurement]) -> String {
                 (State::Unavailable(why), _) => {
                     let _ = writeln!(
                         out,
-                        "| {title} | {label}: not available ({}) | | | | | | | |",
+                        "| {title} | {label}: not available ({}) | | | | | | | | |",
                         cell(why)
                     );
                 }
@@ -175,10 +179,11 @@ fn table(all: &[Measurement]) -> String {
                     };
                     let _ = writeln!(
                         out,
-                        "| {title} | {label}{failed} | {} | {} | {} | {} | {} | {} | {} |",
+                        "| {title} | {label}{failed} | {} | {} | {} | {} | {} | {} | {} | {} |",
                         time(w.median),
                         range(&w),
                         ratio(all, m, w.median),
+                        m.probe().map_or_else(|| "–".to_owned(), |p| time(p.median)),
                         m.after_add()
                             .map_or_else(|| "–".to_owned(), |a| time(a.median)),
                         count(m.uevents()),
@@ -189,7 +194,7 @@ fn table(all: &[Measurement]) -> String {
                         let floor = median(all, &format!("{}.floor", m.row));
                         let _ = writeln!(
                             out,
-                            "| {title} | ↳ {} library time (`elapsed_us`, no exec) | {} | {} | {} | | | | |",
+                            "| {title} | ↳ {} library time (`elapsed_us`, no exec) | {} | {} | {} | | | | | |",
                             m.label,
                             time(l.median),
                             range(&l),
@@ -203,7 +208,7 @@ fn table(all: &[Measurement]) -> String {
                 (State::Failed(e), None) => {
                     let _ = writeln!(
                         out,
-                        "| {title} | {label} | FAILED: {} | | | | | | |",
+                        "| {title} | {label} | FAILED: {} | | | | | | | |",
                         cell(e)
                     );
                 }
@@ -435,9 +440,10 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
         "### `cargo xtask bench`, {date}\n\n\
          Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; {load}; \
          commit {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole \
-         run {dur:.0} s. Times are medians with min – max; ratios compare medians; \"After `add`\" is \
-         the median time from the disk's `add` uevent (seen by the benchmark's own listener) to \
-         the end of the run. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
+         run {dur:.0} s. Times are medians with min – max; ratios compare medians; \"sd probe\" is the median time \
+         from the LUN's `scsi_device` to its disk's `add` uevent and \"After `add`\" from the \
+         disk's `add` uevent to the end of the run, both as the benchmark's own listener saw \
+         them. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
          which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
          floor is the fair figure.\n\n",
         date = meta.date,
@@ -523,13 +529,14 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
                     jopt(r.extra),
                     jopt(r.rss_kib),
-                    jopt(r.add_us)
+                    jopt(r.add_us),
+                    jopt(r.dev_add_us)
                 )
             })
             .collect();
@@ -537,7 +544,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             out,
             "{}\n    {{\"id\": {}, \"row\": {}, \"label\": {}, \"state\": {}, \"message\": {}, \
              \"note\": {}, \"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \
-             \"rss_kib\": {}, \"after_add_uevent_us\": {}, \"runs\": [{}]}}",
+             \"rss_kib\": {}, \"after_add_uevent_us\": {}, \"sd_probe_us\": {}, \"runs\": [{}]}}",
             if i == 0 { "" } else { "," },
             js(&m.id),
             js(&m.row),
@@ -551,6 +558,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             jstats(m.extra()),
             jstats(m.rss()),
             jstats(m.after_add()),
+            jstats(m.probe()),
             runs.join(", ")
         );
     }
@@ -586,6 +594,7 @@ mod tests {
                 extra: Some(0),
                 rss_kib: Some(3000),
                 add_us: None,
+                dev_add_us: None,
             });
         }
         m
