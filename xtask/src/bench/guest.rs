@@ -34,6 +34,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const SCAN_LUN: u32 = 3;
 /// The LUN of the two-path volume the teardown row removes.
 const TEARDOWN_LUN: u32 = 5;
+/// Where the exec-from-tmpfs measurement copies the lunkit binary (guest /tmp is tmpfs).
+const EXEC_COPY: &str = "/tmp/lunkit-bench-exec";
 /// A target no session goes to (the discovery-only measurement).
 const ABSENT_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:absent";
 /// LUNs exported by the big target of the scale rows.
@@ -215,8 +217,11 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     if let Some(l) = r.lib_us {
         s += &format!(" (library {})", ms(l));
     }
+    if let Some(d) = r.dev_add_us {
+        s += &format!(", scsi_device add at {}", ms(d));
+    }
     if let Some(a) = r.add_us {
-        s += &format!(", disk add uevent at {}", ms(a));
+        s += &format!(", disk add at {}", ms(a));
     }
     if let Some(u) = r.uevents {
         s += &format!(", {u} uevents");
@@ -303,6 +308,9 @@ impl Target {
 enum Scan {
     /// `lunkit --version`: what exec alone costs here, to read the CLI figures by.
     Exec,
+    /// The same with the binary copied to the guest's tmpfs: the host root is shared over 9p
+    /// without a page cache, so every exec from it reads the whole binary again.
+    ExecTmpfs,
     /// `lunkit scan iscsi` of a target with no session: exec plus session discovery, which
     /// fails (exit 3) before any scan is written.
     Discovery,
@@ -322,6 +330,16 @@ fn scan_measurement(row: &str, m: Scan, t: &Target) -> Measurement {
             "  exec alone: lunkit --version",
             "`lunkit --version`, spawn to exit: the cost of starting the binary in this guest, \
              included in every CLI figure (lunkit's and the peers').",
+        ),
+        Scan::ExecTmpfs => Measurement::new(
+            row,
+            "exec-tmpfs",
+            "  exec alone, binary on tmpfs",
+            &format!(
+                "`{EXEC_COPY} --version` (the binary copied into the guest's /tmp), spawn to \
+                 exit: what exec costs without 9p re-reading the binary. Every program in this \
+                 benchmark, lunkit and peers alike, otherwise runs from the shared 9p root."
+            ),
         ),
         Scan::Discovery => Measurement::new(
             row,
@@ -388,9 +406,13 @@ fn scan_measurement(row: &str, m: Scan, t: &Target) -> Measurement {
 
 /// One scan run: the LUN is absent before and deleted after.
 fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) -> Result<Run> {
-    if m == Scan::Exec {
-        let out = proc::timed(Command::new(&ctx.lunkit).arg("--version"), true)?
-            .ok("lunkit --version")?;
+    if m == Scan::Exec || m == Scan::ExecTmpfs {
+        let bin = if m == Scan::Exec {
+            ctx.lunkit.clone()
+        } else {
+            PathBuf::from(EXEC_COPY)
+        };
+        let out = proc::timed(Command::new(&bin).arg("--version"), true)?.ok("lunkit --version")?;
         return Ok(Run {
             wall_us: out.wall.as_micros() as u64,
             rss_kib: Some(out.rss_kib),
@@ -432,7 +454,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
     let t_start = Instant::now();
     let result = (|| -> Result<()> {
         match m {
-            Scan::Exec | Scan::Discovery => unreachable!("handled above"),
+            Scan::Exec | Scan::ExecTmpfs | Scan::Discovery => unreachable!("handled above"),
             Scan::Lunkit => {
                 let out = proc::timed(
                     Command::new(&ctx.lunkit).args([
@@ -503,6 +525,10 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
         .listener
         .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
         .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    run.dev_add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(&hctl))
+        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
     // Count what the action caused (udev's reactions included) before cleaning up.
     ctx.listener.wait_quiet(QUIET, TIMEOUT);
     run.uevents = Some(seqnum()?.saturating_sub(seq0));
@@ -543,6 +569,8 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
     })?;
     settle(ctx)?;
     if scan {
+        fs::copy(&ctx.lunkit, EXEC_COPY)
+            .map_err(|e| format!("copy {} to {EXEC_COPY}: {e}", ctx.lunkit.display()))?;
         let t = Target {
             session: lab.sessions[0].clone(),
             lun: SCAN_LUN,
@@ -555,6 +583,7 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
             &[
                 Scan::Lunkit,
                 Scan::Exec,
+                Scan::ExecTmpfs,
                 Scan::Discovery,
                 Scan::Floor,
                 Scan::Poll,

@@ -48,6 +48,15 @@ impl Event {
         (ev.seqnum != 0).then_some(ev)
     }
 
+    /// The `add` of SCSI device `hctl` itself (`.../target…/H:C:T:L`), which the kernel sends
+    /// while the scan write is still in progress.
+    pub fn is_scsi_device_add_of(&self, hctl: &str) -> bool {
+        self.action == "add"
+            && self.subsystem == "scsi"
+            && self.devtype == "scsi_device"
+            && self.devpath.ends_with(&format!("/{hctl}"))
+    }
+
     /// The `add` of the whole disk of SCSI device `hctl` (`.../H:C:T:L/block/sdX`).
     pub fn is_disk_add_of(&self, hctl: &str) -> bool {
         self.action == "add"
@@ -183,6 +192,12 @@ SUBSYSTEM=block\0MAJOR=8\0MINOR=32\0DEVNAME=sdc\0DEVTYPE=disk\0DISKSEQ=9\0SEQNUM
         assert!(ev.is_disk_add_of("6:0:0:3"));
         assert!(!ev.is_disk_add_of("6:0:0:30"));
         assert!(!ev.is_disk_add_of("16:0:0:3"));
+        let dev = b"add@/devices/platform/host6/session1/target6:0:0/6:0:0:3\0ACTION=add\0\
+SUBSYSTEM=scsi\0DEVTYPE=scsi_device\0SEQNUM=1398\0";
+        let ev = Event::parse(dev, Instant::now()).unwrap();
+        assert!(ev.is_scsi_device_add_of("6:0:0:3"));
+        assert!(!ev.is_scsi_device_add_of("16:0:0:3"));
+        assert!(!ev.is_disk_add_of("6:0:0:3"));
         assert!(Event::parse(b"libudev\0\xfe\xed", Instant::now()).is_none());
         assert!(Event::parse(b"add@/x\0ACTION=add\0", Instant::now()).is_none());
     }

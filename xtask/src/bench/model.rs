@@ -24,6 +24,9 @@ pub struct Run {
     /// When the wanted disk's `add` uevent reached the benchmark's own listener, from the
     /// start of the run: what is left of `wall_us` is the method noticing it and finishing.
     pub add_us: Option<u64>,
+    /// When the wanted LUN's `scsi_device` `add` uevent arrived, from the start of the run:
+    /// the scan write is then done, and `add_us - dev_add_us` is the asynchronous sd probe.
+    pub dev_add_us: Option<u64>,
 }
 
 /// Whether a measurement could be made.
@@ -91,6 +94,18 @@ impl Measurement {
         Stats::of(self.runs.iter().filter_map(|r| r.rss_kib))
     }
 
+    /// Time from the `scsi_device` to the disk `add` uevent: the kernel's sd probe.
+    pub fn probe(&self) -> Option<Stats> {
+        Stats::of(
+            self.runs
+                .iter()
+                .filter_map(|r| match (r.dev_add_us, r.add_us) {
+                    (Some(d), Some(a)) => Some(a.saturating_sub(d)),
+                    _ => None,
+                }),
+        )
+    }
+
     /// Time from the disk's `add` uevent to the end of the run.
     pub fn after_add(&self) -> Option<Stats> {
         Stats::of(
@@ -134,7 +149,7 @@ impl Stats {
 
 // ---------------------------------------------------------------------------------------
 // Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote`, then one
-// `R\tid\twall\tlib\tuevents\textra\trss\tadd` line per run.
+// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add` line per run.
 // ---------------------------------------------------------------------------------------
 
 fn clean(s: &str) -> String {
@@ -162,14 +177,15 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
             opt(r.uevents),
             opt(r.extra),
             opt(r.rss_kib),
-            opt(r.add_us)
+            opt(r.add_us),
+            opt(r.dev_add_us)
         );
     }
     out
@@ -199,7 +215,7 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            Some(&"R") if f.len() == 8 => {
+            Some(&"R") if f.len() == 9 => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -214,6 +230,7 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     extra: num(f[5])?,
                     rss_kib: num(f[6])?,
                     add_us: num(f[7])?,
+                    dev_add_us: num(f[8])?,
                 };
                 let m = out
                     .iter_mut()
@@ -273,6 +290,7 @@ mod tests {
             extra: Some(0),
             rss_kib: Some(4000),
             add_us: Some(7),
+            dev_add_us: Some(5),
         });
         a.runs.push(Run {
             wall_us: 12,
@@ -285,6 +303,6 @@ mod tests {
         a.label = "lunkit scan iscsi".into();
         assert_eq!(back, vec![a, b]);
         assert!(from_lines("X\t1").is_err());
-        assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-").is_err());
+        assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-\t-").is_err());
     }
 }
