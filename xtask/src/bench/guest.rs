@@ -958,7 +958,8 @@ fn listing_phase(ctx: &mut Ctx) -> Result<()> {
                 &format!(
                     "`lsblk --json -o {LSBLK_COLUMNS}`, `lsscsi --generic` and `multipath -ll` \
                      one after the other, output to /dev/null; the sum of their spawn-to-exit \
-                     times. udevd is stopped in this row (see above)."
+                     times. udevd is stopped for this row (under TCG it needs many minutes for \
+                     512 disks and would compete for the CPU); all these tools read sysfs."
                 ),
             ),
         ),
