@@ -443,7 +443,9 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
          run {dur:.0} s. Times are medians with min – max; ratios compare medians; \"sd probe\" is the median time \
          from the LUN's `scsi_device` to its disk's `add` uevent and \"After `add`\" from the \
          disk's `add` uevent to the end of the run, both as the benchmark's own listener saw \
-         them. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
+         them. Every measured run starts from a busy CPU (50 ms of spinning; after an idle \
+         spell this guest runs a scan 2-3× slower) with all programs held open so the 9p root \
+         keeps them cached. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
          which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
          floor is the fair figure.\n\n",
         date = meta.date,

@@ -36,6 +36,14 @@ struct Rusage {
 }
 
 const _: () = assert!(size_of::<Rusage>() == 144, "64-bit Linux struct rusage");
+
+const RLIMIT_NOFILE: c_int = 7;
+
+#[repr(C)]
+struct Rlimit {
+    rlim_cur: u64,
+    rlim_max: u64,
+}
 const _: () = assert!(size_of::<SockaddrNl>() == 12);
 
 // SAFETY: these are glibc's declarations of socket(2), bind(2), setsockopt(2), recvfrom(2)
@@ -53,6 +61,26 @@ unsafe extern "C" {
         addrlen: *mut u32,
     ) -> isize;
     fn wait4(pid: c_int, status: *mut c_int, options: c_int, rusage: *mut Rusage) -> c_int;
+    fn getrlimit(resource: c_int, rlim: *mut Rlimit) -> c_int;
+    fn setrlimit(resource: c_int, rlim: *const Rlimit) -> c_int;
+}
+
+/// Raises this process's open-file limit to its hard limit; returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut rl = Rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is valid for writes.
+    if unsafe { getrlimit(RLIMIT_NOFILE, &raw mut rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    rl.rlim_cur = rl.rlim_max;
+    // SAFETY: `rl` is a valid rlimit for the duration of the call.
+    if unsafe { setrlimit(RLIMIT_NOFILE, &raw const rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rl.rlim_cur)
 }
 
 /// A netlink socket subscribed to the kernel's uevents.
