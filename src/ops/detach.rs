@@ -458,7 +458,6 @@ impl Run<'_> {
         let name = map.name.clone();
         self.step_or_force(StepKind::RemoveMap, &label, || {
             match multipath::remove(root, &name, &opts) {
-                Ok(r) if r.via_multipathd => Ok(Outcome::Done),
                 Ok(_) => Ok(Outcome::Done),
                 Err(e) if e.kind() == ErrorKind::NotFound => Ok(Outcome::AlreadyGone),
                 // Open for a moment (udev probing it after the flush): another round retries.
