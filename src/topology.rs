@@ -6,6 +6,7 @@ use crate::root::Root;
 use crate::sysfs::block::{self, BlockDevice, DevNum};
 use crate::sysfs::fc::{self, FcHost, FcRemotePort};
 use crate::sysfs::iscsi::{self, IscsiSession};
+use crate::sysfs::natural_cmp;
 use crate::sysfs::nvme::{self, NvmeController};
 use crate::sysfs::scsi::{self, ScsiDevice, ScsiHost};
 
@@ -103,19 +104,31 @@ impl Topology {
         })
     }
 
-    /// The multipath maps (not their partition maps).
+    /// The multipath maps (not their partition maps), in natural order of their names.
+    ///
+    /// By name, not by `dm-N`: the kernel numbers maps in the order they happened to be
+    /// created, which differs from one boot to the next when multipathd builds them in
+    /// parallel, while the names are what an operator knows them by.
     pub fn multipath_maps(&self) -> impl Iterator<Item = MultipathMap<'_>> {
-        self.dm_devices().filter_map(|d| {
-            let uuid = d.uuid?;
-            Some(MultipathMap {
-                name: d.name,
-                dm: d.dm,
-                dev: d.dev,
-                uuid,
-                wwid: uuid.strip_prefix(MPATH_UUID_PREFIX)?,
-                paths: d.slaves,
+        let mut maps: Vec<MultipathMap<'_>> = self
+            .dm_devices()
+            .filter_map(|d| {
+                let uuid = d.uuid?;
+                Some(MultipathMap {
+                    name: d.name,
+                    dm: d.dm,
+                    dev: d.dev,
+                    uuid,
+                    wwid: uuid.strip_prefix(MPATH_UUID_PREFIX)?,
+                    paths: d.slaves,
+                })
             })
-        })
+            .collect();
+        maps.sort_by(|a, b| {
+            natural_cmp(a.name.unwrap_or(a.dm), b.name.unwrap_or(b.dm))
+                .then_with(|| natural_cmp(a.dm, b.dm))
+        });
+        maps.into_iter()
     }
 
     /// The block device with this kernel name.

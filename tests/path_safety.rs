@@ -16,55 +16,12 @@ use lunkit::dm::buffer::{Request, check_name, check_uuid, write_request};
 use lunkit::sysfs::{block, fc, iscsi, nvme, scsi};
 use lunkit::{Error, Hctl, Root, ScanOptions, Topology, Wwid, Wwn};
 
+mod common;
+use common::{Scratch, copy_fixture};
+
 // ---------------------------------------------------------------------------------------
 // Scratch trees
 // ---------------------------------------------------------------------------------------
-
-/// A temp directory removed on drop, even when the test fails.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("lunkit-pathsafety-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Copies a fixture tree (symlinks as symlinks) to `to`.
-fn copy_fixture(fixture: &str, to: &Path) {
-    fn copy(from: &Path, to: &Path) {
-        fs::create_dir_all(to).unwrap();
-        for e in fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let (src, dst) = (e.path(), to.join(e.file_name()));
-            let ft = e.file_type().unwrap();
-            if ft.is_symlink() {
-                symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
-            } else if ft.is_dir() {
-                copy(&src, &dst);
-            } else {
-                fs::copy(&src, &dst).unwrap();
-            }
-        }
-    }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(fixture);
-    copy(&src, to);
-}
 
 /// What a reader would find if it followed a link out of the root: every attribute any
 /// sysfs reader reads, with values no fixture has.

@@ -2,40 +2,13 @@
 //! in exactly the hosts that lead to the target, and nothing else is written.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use lunkit::{Error, Hctl, Root, ScanOptions, Wwn};
 
-/// Copies the fixture (symlinks as symlinks) into a fresh temp dir.
-fn writable_fixture(tag: &str) -> PathBuf {
-    writable_copy("fc", tag)
-}
-
-fn writable_copy(fixture: &str, tag: &str) -> PathBuf {
-    fn copy(from: &Path, to: &Path) {
-        fs::create_dir_all(to).unwrap();
-        for e in fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let (src, dst) = (e.path(), to.join(e.file_name()));
-            let ft = e.file_type().unwrap();
-            if ft.is_symlink() {
-                std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
-            } else if ft.is_dir() {
-                copy(&src, &dst);
-            } else {
-                fs::copy(&src, &dst).unwrap();
-            }
-        }
-    }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(fixture);
-    let dst = std::env::temp_dir().join(format!("lunkit-scan-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dst);
-    copy(&src, &dst);
-    dst
-}
+mod common;
+use common::Scratch;
 
 fn scan_file(root: &Path, host: u32) -> String {
     fs::read_to_string(root.join(format!("sys/class/scsi_host/host{host}/scan"))).unwrap()
@@ -52,8 +25,8 @@ const TARGET: Wwn = Wwn(0x500a098188a8b1c1);
 
 #[test]
 fn fc_scan_writes_only_to_hosts_with_matching_online_target_ports() {
-    let dir = writable_fixture("fc-match");
-    let root = Root::new(&dir);
+    let dir = Scratch::with_fixture("fc", "scan-fc-match");
+    let root = Root::new(dir.path());
     // LUN 3 does not exist in the tree, so after the writes the scan reports it missing.
     let err = lunkit::fc::scan(&root, TARGET, &[], 3, false, &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
@@ -62,26 +35,29 @@ fn fc_scan_writes_only_to_hosts_with_matching_online_target_ports() {
             .contains("LUN 3 behind host5 channel 0 target 0"),
         "{err}"
     );
-    assert_eq!(scan_file(&dir, 5), "0 0 3");
+    assert_eq!(scan_file(dir.path(), 5), "0 0 3");
     // The first missing LUN stops the scan before host6 is written: one error, no half-state.
-    assert_eq!(scan_file(&dir, 6), "");
+    assert_eq!(scan_file(dir.path(), 6), "");
     assert_eq!(
-        scan_file(&dir, 7),
+        scan_file(dir.path(), 7),
         "",
         "Linkdown host without rports is never written"
     );
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn fc_scan_honours_initiator_filter_and_port_state() {
-    let dir = writable_fixture("fc-filter");
-    let root = Root::new(&dir);
+    let dir = Scratch::with_fixture("fc", "scan-fc-filter");
+    let root = Root::new(dir.path());
     let host6 = Wwn(0x21000024ff3a0002);
     let err = lunkit::fc::scan(&root, TARGET, &[host6], 3, false, &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
-    assert_eq!(scan_file(&dir, 5), "", "host5 is not among the initiators");
-    assert_eq!(scan_file(&dir, 6), "0 0 3");
+    assert_eq!(
+        scan_file(dir.path(), 5),
+        "",
+        "host5 is not among the initiators"
+    );
+    assert_eq!(scan_file(dir.path(), 6), "0 0 3");
 
     // rport-5:0-2 leads to this WWPN but is Blocked: the kernel would skip it, so do we.
     let blocked = Wwn(0x500a098188a8b1c2);
@@ -95,27 +71,25 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
     let err =
         lunkit::fc::scan(&root, Wwn(0x10000090fa3b0001), &[], 0, false, &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }));
-    assert_eq!(scan_file(&dir, 5), "");
-    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(scan_file(dir.path(), 5), "");
 }
 
 #[test]
 fn fc_wildcard_only_when_asked() {
-    let dir = writable_fixture("fc-wild");
-    let root = Root::new(&dir);
+    let dir = Scratch::with_fixture("fc", "scan-fc-wild");
+    let root = Root::new(dir.path());
     let _ = lunkit::fc::scan(&root, TARGET, &[], 3, true, &quick()).unwrap_err();
-    assert_eq!(scan_file(&dir, 5), "- - 3");
-    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(scan_file(dir.path(), 5), "- - 3");
 }
 
 #[test]
 fn present_lun_is_rescanned_and_identified() {
-    let dir = writable_fixture("present");
-    let root = Root::new(&dir);
+    let dir = Scratch::with_fixture("fc", "scan-present");
+    let root = Root::new(dir.path());
     // Stand-ins for the device nodes devtmpfs would have made.
-    fs::create_dir_all(dir.join("dev")).unwrap();
-    fs::write(dir.join("dev/sdc"), "").unwrap();
-    fs::write(dir.join("dev/sdd"), "").unwrap();
+    fs::create_dir_all(dir.path().join("dev")).unwrap();
+    fs::write(dir.path().join("dev/sdc"), "").unwrap();
+    fs::write(dir.path().join("dev/sdd"), "").unwrap();
 
     let paths = lunkit::fc::scan(&root, TARGET, &[], 0, false, &quick()).unwrap();
     let got: Vec<_> = paths
@@ -129,15 +103,17 @@ fn present_lun_is_rescanned_and_identified() {
             (Hctl::new(6, 0, 0, 0), "sdd", "8:48".to_owned())
         ]
     );
-    assert_eq!(paths[0].dev_path, dir.join("dev/sdc"));
+    assert_eq!(paths[0].dev_path, dir.path().join("dev/sdc"));
     assert_eq!(
         paths[0].wwid.as_ref().unwrap().to_multipath(),
         "3600a098038303053453f463045727a41"
     );
-    let rescan = dir.join("sys/class/scsi_device/5:0:0:0/device/rescan");
+    let rescan = dir
+        .path()
+        .join("sys/class/scsi_device/5:0:0:0/device/rescan");
     assert_eq!(fs::read_to_string(rescan).unwrap(), "1");
     assert_eq!(
-        scan_file(&dir, 5),
+        scan_file(dir.path(), 5),
         "",
         "a present LUN is rescanned, not scanned"
     );
@@ -160,46 +136,44 @@ fn present_lun_is_rescanned_and_identified() {
             && msg.contains("naa.600a098038303053453f463045727a41"),
         "{msg}"
     );
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn missing_node_times_out_naming_the_device() {
-    let dir = writable_fixture("timeout");
-    let root = Root::new(&dir);
+    let dir = Scratch::with_fixture("fc", "scan-timeout");
+    let root = Root::new(dir.path());
     let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &quick()).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(err.to_string().contains("block device of 5:0:0:0"), "{err}");
     let err = lunkit::scsi::scan(&root, Hctl::new(9, 0, 0, 0), &quick()).unwrap_err();
     assert!(err.to_string().contains("SCSI host9 not found"), "{err}");
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn iscsi_scan_writes_to_every_session_of_the_target_only() {
-    let dir = writable_copy("iscsi-multipath", "iscsi");
-    let root = Root::new(&dir);
+    let dir = Scratch::with_fixture("iscsi-multipath", "scan-iscsi");
+    let root = Root::new(dir.path());
     let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
     let scan_files = |d: &Path| -> Vec<String> { (0..=7).map(|h| scan_file(d, h)).collect() };
 
     let err = lunkit::iscsi::scan(&root, iqn, &[], 7, &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
-    assert_eq!(scan_files(&dir)[6], "0 0 7");
+    assert_eq!(scan_files(dir.path())[6], "0 0 7");
     assert!(
-        scan_files(&dir)[..6].iter().all(String::is_empty),
+        scan_files(dir.path())[..6].iter().all(String::is_empty),
         "non-iSCSI hosts untouched"
     );
 
     // Restricted to the second portal, only session2's host (host7) is scanned.
-    let dir2 = writable_copy("iscsi-multipath", "iscsi-portal");
-    let root2 = Root::new(&dir2);
+    let dir2 = Scratch::with_fixture("iscsi-multipath", "scan-iscsi-portal");
+    let root2 = Root::new(dir2.path());
     let _ = lunkit::iscsi::scan(&root2, iqn, &["127.0.0.2:3260".into()], 7, &quick()).unwrap_err();
-    let f = scan_files(&dir2);
+    let f = scan_files(dir2.path());
     assert_eq!((f[6].as_str(), f[7].as_str()), ("", "0 0 7"));
 
     // Another target, a malformed name: nothing written.
-    let dir3 = writable_copy("iscsi-multipath", "iscsi-other");
-    let root3 = Root::new(&dir3);
+    let dir3 = Scratch::with_fixture("iscsi-multipath", "scan-iscsi-other");
+    let root3 = Root::new(dir3.path());
     let err =
         lunkit::iscsi::scan(&root3, "iqn.2003-01.org.example:other", &[], 0, &quick()).unwrap_err();
     assert!(
@@ -209,8 +183,5 @@ fn iscsi_scan_writes_to_every_session_of_the_target_only() {
     );
     let err = lunkit::iscsi::scan(&root3, "iqn../../x y", &[], 0, &quick()).unwrap_err();
     assert!(matches!(err, Error::Invalid { .. }), "{err}");
-    assert!(scan_files(&dir3).iter().all(String::is_empty));
-    for d in [dir, dir2, dir3] {
-        fs::remove_dir_all(d).unwrap();
-    }
+    assert!(scan_files(dir3.path()).iter().all(String::is_empty));
 }

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use lunkit::{Hctl, Root, Topology, Transport};
 
+mod common;
+use common::Scratch;
+
 fn root(name: &str) -> Root {
     Root::new(
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -71,6 +74,39 @@ fn iscsi_sessions_hosts_and_portals() {
     assert_eq!(
         iscsi_hosts,
         [(6, Some("iscsi_tcp")), (7, Some("iscsi_tcp"))]
+    );
+}
+
+/// multipathd builds maps in parallel, so `mpatha` may well be dm-1: the maps are listed by
+/// name all the same (a CI run failed on exactly this before they were).
+#[test]
+fn multipath_maps_are_in_name_order_whatever_their_dm_numbers() {
+    let s = Scratch::with_fixture("iscsi-multipath", "topology-swapped-maps");
+    let dm = |n: &str| {
+        s.path()
+            .join(format!("sys/devices/virtual/block/{n}/dm/name"))
+    };
+    std::fs::write(dm("dm-0"), "mpathb\n").unwrap();
+    std::fs::write(dm("dm-1"), "mpatha\n").unwrap();
+    let t = Topology::read(&Root::new(s.path())).unwrap();
+    let maps: Vec<_> = t
+        .multipath_maps()
+        .map(|m| (m.name, m.dm, m.paths.to_vec()))
+        .collect();
+    assert_eq!(
+        maps,
+        [
+            (
+                Some("mpatha"),
+                "dm-1",
+                vec!["sdb".to_owned(), "sdd".to_owned()]
+            ),
+            (
+                Some("mpathb"),
+                "dm-0",
+                vec!["sda".to_owned(), "sdc".to_owned()]
+            ),
+        ]
     );
 }
 
