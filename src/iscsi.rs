@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
 use crate::scsi::{self, PathDevice, ScanOptions, ScanTarget};
-use crate::sysfs::iscsi::{IscsiSession, sessions};
+use crate::sysfs::iscsi::{IscsiSession, sessions_to};
 
 /// Checks an IQN/EUI target name: printable, no spaces or `/`, at most 223 bytes (RFC 3720).
 pub fn check_target_name(name: &str) -> Result<()> {
@@ -33,9 +33,8 @@ pub fn scannable_sessions(
     portals: &[String],
 ) -> Result<Vec<IscsiSession>> {
     check_target_name(target)?;
-    let found: Vec<IscsiSession> = sessions(root)?
+    let found: Vec<IscsiSession> = sessions_to(root, target)?
         .into_iter()
-        .filter(|s| s.target.as_deref() == Some(target))
         .filter(|s| portals.is_empty() || s.portal().is_some_and(|p| portals.contains(&p)))
         .filter(|s| s.state.as_deref() == Some("LOGGED_IN"))
         .filter(|s| s.host.is_some() && s.target_id.is_some())

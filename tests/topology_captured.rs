@@ -191,3 +191,40 @@ fn scsi_debug_two_hosts_four_luns() {
     assert_eq!(t.multipath_maps().count(), 0);
     assert!(t.iscsi_sessions.is_empty());
 }
+
+#[test]
+fn sessions_to_one_target_leave_the_others_out() {
+    let s = Scratch::with_fixture("iscsi-multipath", "topology-sessions-to");
+    let session2 = s
+        .path()
+        .join("sys/devices/platform/host7/session2/iscsi_session/session2");
+    std::fs::write(
+        session2.join("targetname"),
+        "iqn.2003-01.org.example:other\n",
+    )
+    .unwrap();
+    let root = Root::new(s.path());
+    let sids = |target: &str| -> Vec<(u32, Option<String>, usize)> {
+        lunkit::sysfs::iscsi::sessions_to(&root, target)
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.sid, s.portal(), s.connections.len()))
+            .collect()
+    };
+    assert_eq!(
+        sids("iqn.2003-01.org.linux-iscsi.lunkit:lab"),
+        [(1, Some("127.0.0.1:3260".to_owned()), 1)]
+    );
+    assert_eq!(
+        sids("iqn.2003-01.org.example:other"),
+        [(2, Some("127.0.0.2:3260".to_owned()), 1)]
+    );
+    assert!(sids("iqn.2003-01.org.example:none").is_empty());
+    // The full read agrees with the filtered ones.
+    let all = lunkit::sysfs::iscsi::sessions(&root).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        all[1].target.as_deref(),
+        Some("iqn.2003-01.org.example:other")
+    );
+}

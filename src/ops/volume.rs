@@ -162,9 +162,8 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
             crate::iscsi::check_target_name(target)?;
             // Every session to the target, logged in or not: a session in recovery still has
             // its devices.
-            let addresses = crate::sysfs::iscsi::sessions(root)?
+            let addresses = crate::sysfs::iscsi::sessions_to(root, target)?
                 .into_iter()
-                .filter(|s| s.target.as_deref() == Some(target.as_str()))
                 .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
                 .collect();
             by_addresses(root, addresses)

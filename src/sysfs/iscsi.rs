@@ -66,9 +66,22 @@ pub fn format_portal(addr: &str, port: u16) -> String {
 
 /// Reads every iSCSI session with its connections, in sid order.
 pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
+    read_sessions(root, None)
+}
+
+/// Reads the sessions to `target` only, with their connections, in sid order.
+///
+/// A session to another target costs one read (its `targetname`), not the dozen attributes of
+/// a full session: the scan path asks this on nodes logged in to many targets.
+pub fn sessions_to(root: &Root, target: &str) -> Result<Vec<IscsiSession>> {
+    read_sessions(root, Some(target))
+}
+
+fn read_sessions(root: &Root, only_target: Option<&str>) -> Result<Vec<IscsiSession>> {
     let class = root.sys("class/iscsi_session");
     let conn_class = root.sys("class/iscsi_connection");
-    let conns = entries(&conn_class)?;
+    // Listed once, and only when a session needs its connections.
+    let mut conns: Option<Vec<String>> = None;
     let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&class)? {
@@ -78,6 +91,10 @@ pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
         let Some(dir) = confine.dir(&class.join(&name)) else {
             continue;
         };
+        let target = attr(&dir, "targetname");
+        if only_target.is_some_and(|want| target.as_deref() != Some(want)) {
+            continue;
+        }
         // The session device sits directly below its host: .../hostM/sessionN.
         let session_dev = resolve(root, &dir.join("device"));
         let host = session_dev
@@ -95,6 +112,10 @@ pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
                 decimal(t.rsplit(':').next()?)
             })
         });
+        let conns = match &mut conns {
+            Some(c) => c,
+            None => conns.insert(entries(&conn_class)?),
+        };
         let prefix = format!("connection{sid}:");
         let connections = conns
             .iter()
@@ -113,7 +134,7 @@ pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
             .collect();
         out.push(IscsiSession {
             sid,
-            target: attr(&dir, "targetname"),
+            target,
             tpgt: attr_parse(&dir, "tpgt"),
             state: attr(&dir, "state"),
             host,
