@@ -23,7 +23,7 @@ use crate::hctl::Hctl;
 use crate::mountinfo;
 use crate::root::Root;
 use crate::sysfs::block::DevNum;
-use crate::sysfs::{self, attr, attr_parse, entries};
+use crate::sysfs::{self, attr_parse, entries};
 
 /// A block device found on the node: a whole disk, a partition or a dm device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -456,29 +456,87 @@ pub fn parse_swaps(text: &[u8]) -> Vec<PathBuf> {
 
 /// Processes with one of `numbers` open: `(pid, comm, device)`, from `/proc/*/fd`. Processes
 /// that vanish or whose fds cannot be read (another user's, without root) are skipped.
+///
+/// This walk is the costliest part of an in-use check (one `stat` per open file on the
+/// node), so it looks up each fd relative to its process's `fd/` directory rather than by
+/// full path, and splits the processes between threads when there are CPUs for them.
 fn openers(root: &Root, numbers: &[DevNum], ignore: &[&str]) -> Result<Vec<(u32, String, DevNum)>> {
     let proc_dir = root.proc("");
-    let rd = match std::fs::read_dir(&proc_dir) {
-        Ok(rd) => rd,
-        Err(e) => return Err(Error::io(&proc_dir, e)),
+    let proc_fd = rustix::fs::open(
+        &proc_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(&proc_dir, e.into()))?;
+    let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
+        .map_err(|e| Error::io(&proc_dir, e))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(crate::hctl::decimal::<u32>))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, OPENER_THREADS_MAX)
+        .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
+    let mut out: Vec<(u32, String, DevNum)> = if threads == 1 {
+        openers_among(&proc_fd, &pids, numbers, ignore)
+    } else {
+        let proc_fd = &proc_fd;
+        std::thread::scope(|s| {
+            let workers: Vec<_> = pids
+                .chunks(pids.len().div_ceil(threads))
+                .map(|chunk| s.spawn(move || openers_among(proc_fd, chunk, numbers, ignore)))
+                .collect();
+            workers
+                .into_iter()
+                // A worker only reads; if one panicked, its processes count as unreadable.
+                .flat_map(|w| w.join().unwrap_or_default())
+                .collect()
+        })
     };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// At most this many threads walk `/proc` for [`openers`].
+const OPENER_THREADS_MAX: usize = 4;
+/// Below this many processes per thread another thread costs more than it saves.
+const OPENER_PIDS_PER_THREAD: usize = 64;
+
+/// [`openers`] for the processes `pids`, with `/proc` open as `proc_fd`.
+fn openers_among(
+    proc_fd: &OwnedFd,
+    pids: &[u32],
+    numbers: &[DevNum],
+    ignore: &[&str],
+) -> Vec<(u32, String, DevNum)> {
     let mut out = Vec::new();
-    for entry in rd.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(crate::hctl::decimal::<u32>)
-        else {
+    for &pid in pids {
+        let Ok(fd_dir) = rustix::fs::openat(
+            proc_fd,
+            format!("{pid}/fd"),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
             continue;
         };
-        let fd_dir = entry.path().join("fd");
-        let Ok(fds) = std::fs::read_dir(&fd_dir) else {
+        // `Dir::new` reads through this very fd (`read_from` would open another).
+        let Ok(mut dir) = rustix::fs::Dir::new(fd_dir) else {
             continue;
         };
-        let mut comm = None;
-        for fd in fds.flatten() {
-            // stat follows the magic link to the open file itself.
-            let Ok(st) = rustix::fs::stat(fd.path()) else {
+        let mut fds = Vec::new();
+        while let Some(Ok(entry)) = dir.read() {
+            if !entry.file_name().to_bytes().starts_with(b".") {
+                fds.push(entry.file_name().to_owned());
+            }
+        }
+        let Ok(fd_dir) = dir.fd() else {
+            continue;
+        };
+        let mut comm: Option<String> = None;
+        for name in &fds {
+            // statat follows the magic link to the open file itself.
+            let Ok(st) = rustix::fs::statat(fd_dir, name, rustix::fs::AtFlags::empty()) else {
                 continue;
             };
             if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice {
@@ -492,18 +550,30 @@ fn openers(root: &Root, numbers: &[DevNum], ignore: &[&str]) -> Result<Vec<(u32,
                 continue;
             }
             let c = comm
-                .get_or_insert_with(|| attr(&entry.path(), "comm").unwrap_or_default())
+                .get_or_insert_with(|| process_comm(proc_fd, pid))
                 .clone();
             if ignore.contains(&c.as_str()) {
                 break;
             }
-            if !out.contains(&(pid, c.clone(), d)) {
-                out.push((pid, c, d));
-            }
+            out.push((pid, c, d));
         }
     }
-    out.sort();
-    Ok(out)
+    out
+}
+
+/// `/proc/PID/comm` without its newline; empty when the process is gone.
+fn process_comm(proc_fd: &OwnedFd, pid: u32) -> String {
+    let Ok(fd) = rustix::fs::openat(
+        proc_fd,
+        format!("{pid}/comm"),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return String::new();
+    };
+    let mut buf = [0u8; 64];
+    let n = rustix::io::read(&fd, &mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).trim_end().to_owned()
 }
 
 #[cfg(test)]

@@ -177,6 +177,21 @@ fn resolve_by_path_name_and_number_agree() {
     assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
 }
 
+/// Polls `f` for up to 10 s (children take a moment to open what their script opens).
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "timed out"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn usage_names_mounts_openers_and_swap() {
     require_root!();
@@ -202,6 +217,42 @@ fn usage_names_mounts_openers_and_swap() {
         "{u}"
     );
     drop(f);
+
+    // With hundreds of processes the walk is split between threads: openers in several of
+    // them, the newest pids last, are all found, each once, and ignored names stay ignored.
+    let mut kids: Vec<std::process::Child> = (0..200)
+        .map(|i| {
+            let script = if i % 50 == 49 {
+                format!("exec 3<{}; exec sleep 60", lo.dev)
+            } else {
+                "exec sleep 60".to_owned()
+            };
+            Command::new("sh").args(["-c", &script]).spawn().unwrap()
+        })
+        .collect();
+    let holders: Vec<u32> = kids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 50 == 49)
+        .map(|(_, k)| k.id())
+        .collect();
+    let found = |u: &block::Usage| -> Vec<u32> { u.openers.iter().map(|o| o.pid).collect() };
+    let u = wait_for(|| {
+        let u = block::usage(&root, std::slice::from_ref(&node), &scope).unwrap();
+        (found(&u).len() == holders.len()).then_some(u)
+    });
+    assert_eq!(found(&u), holders, "{u}");
+    assert!(u.openers.iter().all(|o| o.comm == "sleep"), "{u}");
+    let ignoring = UsageScope {
+        ignore_openers: &["sleep"],
+        ..UsageScope::default()
+    };
+    let u = block::usage(&root, std::slice::from_ref(&node), &ignoring).unwrap();
+    assert!(u.openers.is_empty(), "{u}");
+    for k in &mut kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
 
     // A mount, matched by device number, with a space in the mount point.
     run("mkfs.ext4", &["-q", "-F", &lo.dev]);
