@@ -56,6 +56,12 @@ fn detach_ok(spec: &[&str]) -> Value {
     let (code, doc, out) = detach(spec);
     assert_eq!(code, Some(0), "detach {spec:?}: {}", describe(&out));
     assert_eq!(doc["ok"], true, "{doc}");
+    // `elapsed_us` (scan's name for it) is the call's own time: within the process's, and
+    // the same as `duration_ms`.
+    let us = doc["elapsed_us"].as_u64().expect("elapsed_us");
+    assert!(Duration::from_micros(us) <= t0.elapsed(), "{doc}");
+    let ms = doc["duration_ms"].as_f64().expect("duration_ms");
+    assert!((us as f64 / 1e3 - ms).abs() < 5.0, "{doc}");
     eprintln!(
         "detach {spec:?}: {:?}, {} round(s)",
         t0.elapsed(),

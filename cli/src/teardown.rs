@@ -159,6 +159,8 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
             "error": result.as_ref().err().map(ToString::to_string),
             "rounds": rounds,
             "duration_ms": t0.elapsed().as_secs_f64() * 1e3,
+            // The same measure under the name `scan --json` uses, for scripts timing both.
+            "elapsed_us": u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
             "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
         });
         println!("{doc}");
