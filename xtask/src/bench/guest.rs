@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::listener::Listener;
 use super::model::{Measurement, Recorder, Run, State};
 use super::proc::{self, subcommand_available};
+use super::sys;
 use super::{GROUPS, LISTING_HOSTS, LISTING_LUNS};
 use crate::Result;
 use crate::support::iscsi::{self, Session};
@@ -774,6 +775,7 @@ fn force_remove(v: &Volume) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Teardown {
     Lunkit,
+    Floor,
     Shell,
 }
 
@@ -801,6 +803,31 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.rss_kib = Some(out.rss_kib);
+            }
+            Teardown::Floor => {
+                // The kernel work every teardown has to wait for, issued straight from this
+                // process: no spawn, no lookups, no checks, the paths deleted side by side.
+                let t0 = Instant::now();
+                sys::flush_buffers(&format!("/dev/{}", v.map.dm))?;
+                sys::dm_remove(&v.map.name)?;
+                std::thread::scope(|s| -> Result<()> {
+                    let deletes: Vec<_> = v
+                        .map
+                        .paths
+                        .iter()
+                        .map(|p| {
+                            s.spawn(move || -> std::io::Result<()> {
+                                sys::flush_buffers(&format!("/dev/{p}"))?;
+                                fs::write(format!("/sys/block/{p}/device/delete"), "1")
+                            })
+                        })
+                        .collect();
+                    for d in deletes {
+                        d.join().map_err(|_| "a path delete panicked")??;
+                    }
+                    Ok(())
+                })?;
+                run.wall_us = t0.elapsed().as_micros() as u64;
             }
             Teardown::Shell => {
                 let t0 = Instant::now();
@@ -868,7 +895,15 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
          nodes checked at once and every 0.5 s (os-brick's wait_for_volumes_removal) until \
          gone.",
     );
-    let mut list = vec![(Teardown::Shell, shell)];
+    let floor = Measurement::new(
+        "teardown",
+        "floor",
+        "kernel floor",
+        "from the benchmark process: `BLKFLSBUF` on the map, `DM_DEV_REMOVE` of it, then for \
+         each path at once `BLKFLSBUF` and `1` written to its device/delete, which returns when \
+         the kernel has removed the disk and its node. No spawn, no lookup, no check.",
+    );
+    let mut list = vec![(Teardown::Floor, floor), (Teardown::Shell, shell)];
     match subcommand_available(&ctx.lunkit, "detach") {
         Ok(()) => list.insert(0, (Teardown::Lunkit, lunkit)),
         Err(why) => unavailable(ctx, lunkit, why)?,

@@ -1,6 +1,8 @@
-//! The two system calls the benchmark needs that std does not offer, declared by hand (xtask
-//! has no dependencies): a kernel-uevent netlink socket for the independent listener, and
-//! `wait4` for a child's peak RSS. 64-bit Linux only, like the lab.
+//! The system calls the benchmark needs that std does not offer, declared by hand (xtask has
+//! no dependencies, and the floors must not go through lunkit's own code): a kernel-uevent
+//! netlink socket for the independent listener, `wait4` for a child's peak RSS, and the
+//! `BLKFLSBUF` and `DM_DEV_REMOVE` ioctls for the teardown floor. 64-bit Linux only, like the
+//! lab.
 
 use std::ffi::{c_int, c_long, c_void};
 use std::io;
@@ -46,8 +48,32 @@ struct Rlimit {
 }
 const _: () = assert!(size_of::<SockaddrNl>() == 12);
 
-// SAFETY: these are glibc's declarations of socket(2), bind(2), setsockopt(2), recvfrom(2)
-// and wait4(2) for 64-bit Linux, with the argument and struct layouts asserted above.
+/// `BLKFLSBUF`, `_IO(0x12, 97)` in <linux/fs.h>.
+const BLKFLSBUF: u64 = 0x1261;
+/// `DM_DEV_REMOVE`, `_IOWR(0xfd, 4, struct dm_ioctl)` in <linux/dm-ioctl.h>.
+const DM_DEV_REMOVE: u64 = (3 << 30) | ((size_of::<DmIoctl>() as u64) << 16) | (0xfd << 8) | 4;
+
+/// `struct dm_ioctl` (<linux/dm-ioctl.h>), the header of every device-mapper ioctl.
+#[repr(C)]
+struct DmIoctl {
+    version: [u32; 3],
+    data_size: u32,
+    data_start: u32,
+    target_count: u32,
+    open_count: i32,
+    flags: u32,
+    event_nr: u32,
+    padding: u32,
+    dev: u64,
+    name: [u8; 128],
+    uuid: [u8; 129],
+    data: [u8; 7],
+}
+const _: () = assert!(size_of::<DmIoctl>() == 312);
+
+// SAFETY: these are glibc's declarations of socket(2), bind(2), setsockopt(2), recvfrom(2),
+// wait4(2), getrlimit(2), setrlimit(2) and ioctl(2) for 64-bit Linux, with the argument and
+// struct layouts asserted above.
 unsafe extern "C" {
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
     fn bind(fd: c_int, addr: *const SockaddrNl, len: u32) -> c_int;
@@ -62,6 +88,7 @@ unsafe extern "C" {
     ) -> isize;
     fn wait4(pid: c_int, status: *mut c_int, options: c_int, rusage: *mut Rusage) -> c_int;
     fn getrlimit(resource: c_int, rlim: *mut Rlimit) -> c_int;
+    fn ioctl(fd: c_int, request: u64, ...) -> c_int;
     fn setrlimit(resource: c_int, rlim: *const Rlimit) -> c_int;
 }
 
@@ -196,4 +223,48 @@ pub fn wait_rusage(child: &Child) -> io::Result<(ExitStatus, u64)> {
         ExitStatus::from_raw(status),
         u64::try_from(ru.ru_maxrss).unwrap_or(0),
     ))
+}
+
+/// `BLKFLSBUF` on the block device at `path`: write back and drop its page cache (what
+/// `blockdev --flushbufs` does).
+pub fn flush_buffers(path: &str) -> io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    // SAFETY: BLKFLSBUF takes no argument; the fd is open for the duration of the call.
+    if unsafe { ioctl(f.as_raw_fd(), BLKFLSBUF, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `DM_DEV_REMOVE` of the device-mapper device `name` through /dev/mapper/control: the
+/// ioctl `dmsetup remove` and `multipath -f` end with.
+pub fn dm_remove(name: &str) -> io::Result<()> {
+    let mut req = DmIoctl {
+        version: [4, 0, 0],
+        data_size: size_of::<DmIoctl>() as u32,
+        data_start: size_of::<DmIoctl>() as u32,
+        target_count: 0,
+        open_count: 0,
+        flags: 0,
+        event_nr: 0,
+        padding: 0,
+        dev: 0,
+        name: [0; 128],
+        uuid: [0; 129],
+        data: [0; 7],
+    };
+    if name.is_empty() || name.len() >= req.name.len() || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad dm name {name:?}"),
+        ));
+    }
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    let control = std::fs::File::open("/dev/mapper/control")?;
+    // SAFETY: `req` is a valid, initialised dm_ioctl whose data_size covers exactly it, and
+    // it outlives the call; the kernel writes back into it.
+    if unsafe { ioctl(control.as_raw_fd(), DM_DEV_REMOVE, &raw mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
