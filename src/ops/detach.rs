@@ -195,17 +195,21 @@ pub fn detach_with(
             });
         }
         rounds += 1;
-        let err = match run.round(&state, &mut busy_since) {
+        let (again, err) = match run.round(&state, &mut busy_since) {
             // Look again: multipathd may have re-created the map, a path may have come back.
             Ok(()) if Instant::now() < deadline => continue,
-            Ok(()) => Error::Timeout {
-                what: String::new(),
-                waited: start.elapsed(),
-            },
-            Err(e) => e,
+            Ok(()) => (
+                false,
+                Error::Timeout {
+                    what: String::new(),
+                    waited: start.elapsed(),
+                },
+            ),
+            Err(Stop::Again(e)) => (true, e),
+            Err(Stop::Fail(e)) => (false, e),
         };
         let now = Instant::now();
-        if !retryable(&err) || now >= deadline {
+        if !again || now >= deadline {
             return Err(match err {
                 Error::Timeout { what, .. } => {
                     let left = volume::locate(root, &identity)
@@ -229,8 +233,28 @@ pub fn detach_with(
     }
 }
 
-/// Errors after which another round may succeed: something was busy for a moment, or
-/// vanished under our feet. A refusal because the volume is in use is not one of them.
+/// Why a round ended early.
+enum Stop {
+    /// Another round may succeed: something was busy for a moment, or vanished under our feet.
+    /// The error is what the caller gets if no time is left for one.
+    Again(Error),
+    /// Another round would not help: the volume is in use, or something is broken.
+    Fail(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        if retryable(&e) {
+            Stop::Again(e)
+        } else {
+            Stop::Fail(e)
+        }
+    }
+}
+
+/// Kernel and lookup errors after which another round may succeed. A refusal because the
+/// volume is in use is not one of them; the two waits that are ([`OPENER_GRACE`], a map open
+/// for a moment) say so with [`Stop::Again`] themselves.
 fn retryable(e: &Error) -> bool {
     match e {
         Error::Busy { .. } => false,
@@ -306,12 +330,16 @@ impl Run<'_> {
     }
 
     /// One take-down round over what `state` found.
-    fn round(&mut self, state: &VolumeState, busy_since: &mut Option<Instant>) -> Result<()> {
+    fn round(
+        &mut self,
+        state: &VolumeState,
+        busy_since: &mut Option<Instant>,
+    ) -> std::result::Result<(), Stop> {
         let unreachable_maps = self.check_in_use(state, busy_since)?;
         for map in &state.maps {
             self.take_down_map(map, unreachable_maps.contains(&map.name))?;
         }
-        self.take_down_paths(&state.paths, !state.maps.is_empty())
+        Ok(self.take_down_paths(&state.paths, !state.maps.is_empty())?)
     }
 
     /// Refuses (or, forced, records) use of the volume. Returns the maps that have no active
@@ -320,7 +348,7 @@ impl Run<'_> {
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
-    ) -> Result<Vec<String>> {
+    ) -> std::result::Result<Vec<String>, Stop> {
         let root = self.root;
         let own = state.own_dm();
         let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
@@ -346,7 +374,7 @@ impl Run<'_> {
                     Outcome::Failed(e.to_string()),
                     t0.elapsed(),
                 );
-                return Err(e);
+                return Err(e.into());
             }
         };
         let mut problems = Vec::new();
@@ -408,11 +436,10 @@ impl Run<'_> {
                 Outcome::Failed(format!("{reason} (waiting for it to close)")),
                 t0.elapsed(),
             );
-            return Err(Error::Ioctl {
-                op: "open",
-                target: target.clone(),
-                source: std::io::Error::from_raw_os_error(libc::EBUSY),
-            });
+            return Err(Stop::Again(Error::Busy {
+                device: target,
+                reason,
+            }));
         }
         let err = Error::Busy {
             device: target.clone(),
@@ -424,10 +451,14 @@ impl Run<'_> {
             Outcome::Failed(err.to_string()),
             t0.elapsed(),
         );
-        Err(err)
+        Err(Stop::Fail(err))
     }
 
-    fn take_down_map(&mut self, map: &MapDevice, unreachable: bool) -> Result<()> {
+    fn take_down_map(
+        &mut self,
+        map: &MapDevice,
+        unreachable: bool,
+    ) -> std::result::Result<(), Stop> {
         let label = format!("{} ({})", map.name, map.node.name);
         let deadline = self.deadline;
         let node = map.node.clone();
@@ -460,14 +491,14 @@ impl Run<'_> {
             match multipath::remove(root, &name, &opts) {
                 Ok(_) => Ok(Outcome::Done),
                 Err(e) if e.kind() == ErrorKind::NotFound => Ok(Outcome::AlreadyGone),
-                // Open for a moment (udev probing it after the flush): another round retries.
-                Err(Error::Busy { device, reason }) => Err(Error::Ioctl {
-                    op: "DM_DEV_REMOVE",
-                    target: format!("{device}: {reason}"),
-                    source: std::io::Error::from_raw_os_error(libc::EBUSY),
-                }),
                 Err(e) => Err(e),
             }
+        })
+        .map_err(|e| match e {
+            // The check above found it free, so this is an opener of a moment (udev probing
+            // the map after its flush): another round retries.
+            Error::Busy { .. } => Stop::Again(e),
+            e => e.into(),
         })
     }
 
