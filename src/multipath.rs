@@ -14,6 +14,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::{Duration, Instant};
 
+use crate::block::{self, UsageScope};
 use crate::dm::{Control, DevId, DeviceInfo, Removed, Suspend, Target};
 use crate::error::{Error, Result};
 use crate::root::Root;
@@ -894,27 +895,15 @@ fn busy_reason(
     Ok(Some(reason))
 }
 
-/// `, holders: dm-3, mounted at /mnt` for a device: what a person needs to act on a refusal.
+/// `: dm-3 mounted at /mnt; dm-3 open by pid 812 (dd)` for a device: what a person needs to
+/// act on a refusal, as [`block::usage`] finds it (mounts, holders, swap, openers). Empty
+/// when the device is gone or nothing more can be said.
 fn users(root: &Root, dev: DevNum) -> String {
-    let mut s = String::new();
-    let holders =
-        crate::sysfs::entries(&root.sys(format!("dev/block/{dev}/holders"))).unwrap_or_default();
-    if !holders.is_empty() {
-        s.push_str(", holders: ");
-        s.push_str(&holders.join(" "));
+    let Ok(Some(node)) = block::by_number(root, dev) else {
+        return String::new();
+    };
+    match block::usage(root, &[node], &UsageScope::default()) {
+        Ok(u) if !u.is_empty() => format!(": {u}"),
+        _ => String::new(),
     }
-    let mounts = mount_points(root, dev);
-    if !mounts.is_empty() {
-        s.push_str(", mounted at ");
-        s.push_str(&mounts.join(" "));
-    }
-    s
-}
-
-/// Mount points of `dev`, from `/proc/self/mountinfo`.
-fn mount_points(root: &Root, dev: DevNum) -> Vec<String> {
-    let mounts = crate::mountinfo::read(root).unwrap_or_default();
-    crate::mountinfo::on_devices(&mounts, &[dev])
-        .map(|m| crate::mountinfo::show(&m.mount_point))
-        .collect()
 }

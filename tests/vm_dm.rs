@@ -256,6 +256,11 @@ fn mpath_remove_open_fd_is_busy_and_untouched() {
         msg.contains(&lab.name) && msg.contains("open count 2"),
         "{msg}"
     );
+    // And it names who: this process, by pid.
+    assert!(
+        msg.contains(&format!("open by pid {}", std::process::id())),
+        "{msg}"
+    );
     // Untouched: both maps there, not suspended, still queueing.
     assert!(lab.present(&ctl, &lab.part));
     let info = ctl.info(&DevId::Name(&lab.name)).unwrap();
