@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -535,16 +535,8 @@ fn openers_among(
         };
         let mut comm: Option<String> = None;
         for name in &fds {
-            // statat follows the magic link to the open file itself.
-            let Ok(st) = rustix::fs::statat(fd_dir, name, rustix::fs::AtFlags::empty()) else {
+            let Some(d) = open_block_device(fd_dir, name) else {
                 continue;
-            };
-            if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice {
-                continue;
-            }
-            let d = DevNum {
-                major: rustix::fs::major(st.st_rdev),
-                minor: rustix::fs::minor(st.st_rdev),
             };
             if !numbers.contains(&d) {
                 continue;
@@ -559,6 +551,32 @@ fn openers_among(
         }
     }
     out
+}
+
+/// The block device an entry of a `/proc/PID/fd` directory refers to, if it is one.
+///
+/// `statx` follows the magic link to the open file itself, asking for its type and device
+/// number only, with `AT_STATX_DONT_SYNC`: a file open on NFS, CIFS or FUSE would otherwise
+/// cost a round trip to its server, and a process may hold thousands. Where `statx` is
+/// refused (old seccomp profiles), plain `stat` does the same job, slower.
+fn open_block_device(fd_dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<DevNum> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    match rustix::fs::statx(fd_dir, name, AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE) {
+        Ok(st) => (FileType::from_raw_mode(st.stx_mode.into()) == FileType::BlockDevice).then_some(
+            DevNum {
+                major: st.stx_rdev_major,
+                minor: st.stx_rdev_minor,
+            },
+        ),
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+            let st = rustix::fs::statat(fd_dir, name, AtFlags::empty()).ok()?;
+            (FileType::from_raw_mode(st.st_mode) == FileType::BlockDevice).then(|| DevNum {
+                major: rustix::fs::major(st.st_rdev),
+                minor: rustix::fs::minor(st.st_rdev),
+            })
+        }
+        Err(_) => None,
+    }
 }
 
 /// `/proc/PID/comm` without its newline; empty when the process is gone.
