@@ -72,7 +72,7 @@ struct DmIoctl {
 const _: () = assert!(size_of::<DmIoctl>() == 312);
 
 // SAFETY: these are glibc's declarations of socket(2), bind(2), setsockopt(2), recvfrom(2),
-// wait4(2), getrlimit(2), setrlimit(2) and ioctl(2) for 64-bit Linux, with the argument and
+// wait4(2), getrlimit(2), setrlimit(2), ioctl(2) and mmap(2) for 64-bit Linux, with the argument and
 // struct layouts asserted above.
 unsafe extern "C" {
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
@@ -89,6 +89,14 @@ unsafe extern "C" {
     fn wait4(pid: c_int, status: *mut c_int, options: c_int, rusage: *mut Rusage) -> c_int;
     fn getrlimit(resource: c_int, rlim: *mut Rlimit) -> c_int;
     fn ioctl(fd: c_int, request: u64, ...) -> c_int;
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        offset: i64,
+    ) -> *mut c_void;
     fn setrlimit(resource: c_int, rlim: *const Rlimit) -> c_int;
 }
 
@@ -264,6 +272,32 @@ pub fn dm_remove(name: &str) -> io::Result<()> {
     // SAFETY: `req` is a valid, initialised dm_ioctl whose data_size covers exactly it, and
     // it outlives the call; the kernel writes back into it.
     if unsafe { ioctl(control.as_raw_fd(), DM_DEV_REMOVE, &raw mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+const PROT_READ: c_int = 1;
+const MAP_SHARED: c_int = 1;
+const MAP_FAILED: *mut c_void = !0 as *mut c_void;
+
+/// Maps the first byte of `file` read-only and never unmaps it: the mapping keeps the file
+/// (and so 9p's cache of it) alive without an open descriptor, which every process's
+/// `/proc/PID/fd` would show to lunkit's in-use check.
+pub fn pin_mapped(file: &std::fs::File) -> io::Result<()> {
+    // SAFETY: a fresh read-only shared mapping of one byte at an address the kernel picks;
+    // nothing in this process reads or writes it, and it is intentionally leaked.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            1,
+            PROT_READ,
+            MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
     Ok(())
