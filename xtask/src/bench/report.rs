@@ -390,13 +390,26 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
         1.2,
         "1 LUN",
     ));
-    t.push(at_least(
+    let mut teardown = at_least(
         "teardown",
         "teardown: at least 5× faster than the shell sequence",
         median(all, "teardown.shell"),
         median(all, "teardown.lunkit"),
         5.0,
-    ));
+    );
+    // No tool can beat the shell sequence by more than the shell's own multiple of the kernel
+    // work both must wait for: say what that ceiling was in this run.
+    if let (Some(shell), Some(floor)) =
+        (median(all, "teardown.shell"), median(all, "teardown.floor"))
+    {
+        teardown.detail.push_str(&format!(
+            "; the shell sequence itself is {:.2}× the kernel floor, so no tool could be more \
+             than {:.2}× faster here",
+            shell / floor,
+            shell / floor
+        ));
+    }
+    t.push(teardown);
     t.push(at_least(
         "listing",
         "listing: at least 3× faster than lsblk + lsscsi + multipath -ll",
@@ -627,6 +640,25 @@ mod tests {
         assert!(md.contains("1.6× lunkit"), "{md}");
         let j = json(&all, &Meta::default());
         assert!(j.contains("\"id\": \"scan.lunkit\""));
+    }
+
+    #[test]
+    fn teardown_target_states_the_ceiling_the_floor_sets() {
+        let all = vec![
+            m("teardown.lunkit", &[200_000], None, 19),
+            m("teardown.floor", &[100_000], None, 19),
+            m("teardown.shell", &[300_000], None, 19),
+        ];
+        let t = targets(&all);
+        let td = t.iter().find(|t| t.id == "teardown").unwrap();
+        assert_eq!(td.verdict, Verdict::Missed);
+        assert!(td.detail.contains("1.5× faster"), "{}", td.detail);
+        assert!(
+            td.detail
+                .contains("no tool could be more than 3.00× faster"),
+            "{}",
+            td.detail
+        );
     }
 
     #[test]
