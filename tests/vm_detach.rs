@@ -61,7 +61,7 @@ fn detach_ok(spec: &[&str]) -> Value {
     let us = doc["elapsed_us"].as_u64().expect("elapsed_us");
     assert!(Duration::from_micros(us) <= t0.elapsed(), "{doc}");
     let ms = doc["duration_ms"].as_f64().expect("duration_ms");
-    assert!((us as f64 / 1e3 - ms).abs() < 5.0, "{doc}");
+    assert!((us as f64 / 1e3 - ms).abs() < 0.001, "{doc}");
     eprintln!(
         "detach {spec:?}: {:?}, {} round(s)",
         t0.elapsed(),

@@ -150,6 +150,8 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
             Ok(r) => (Some(&r.identity), r.rounds),
             Err(_) => (None, 0),
         };
+        // One reading for both figures, so they agree to the microsecond.
+        let elapsed = t0.elapsed();
         let doc = serde_json::json!({
             "version": 1,
             "volume": spec.to_string(),
@@ -158,9 +160,9 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
             "ok": result.is_ok(),
             "error": result.as_ref().err().map(ToString::to_string),
             "rounds": rounds,
-            "duration_ms": t0.elapsed().as_secs_f64() * 1e3,
+            "duration_ms": elapsed.as_secs_f64() * 1e3,
             // The same measure under the name `scan --json` uses, for scripts timing both.
-            "elapsed_us": u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
             "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
         });
         println!("{doc}");
