@@ -141,17 +141,22 @@ fn stat_node(root: &Root, spec: &str) -> Result<Option<DevNum>> {
         ));
     }
     let st = rustix::fs::stat(&real).map_err(|e| Error::io(&real, e.into()))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice {
-        return Err(Error::invalid(
+    match block_number(&st) {
+        Some(dev) => Ok(Some(dev)),
+        None => Err(Error::invalid(
             "block device",
             spec,
             "not a block device node",
-        ));
+        )),
     }
-    Ok(Some(DevNum {
+}
+
+/// The device number of what `st` describes, if it is a block device.
+fn block_number(st: &rustix::fs::Stat) -> Option<DevNum> {
+    (FileType::from_raw_mode(st.st_mode) == FileType::BlockDevice).then(|| DevNum {
         major: rustix::fs::major(st.st_rdev),
         minor: rustix::fs::minor(st.st_rdev),
-    }))
+    })
 }
 
 /// Opens the node read-only and checks it is the device it claims to be.
@@ -166,11 +171,7 @@ fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
     )
     .map_err(|e| Error::io(&node.path, e.into()))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(&node.path, e.into()))?;
-    let dev = DevNum {
-        major: rustix::fs::major(st.st_rdev),
-        minor: rustix::fs::minor(st.st_rdev),
-    };
-    if FileType::from_raw_mode(st.st_mode) != FileType::BlockDevice || dev != node.dev {
+    if block_number(&st) != Some(node.dev) {
         return Err(Error::Invalid {
             kind: "device node",
             input: node.path.display().to_string(),
@@ -423,11 +424,7 @@ fn is_claimed(node: &BlockNode) -> bool {
 /// The device number of a node path as written in `/proc/swaps`, looked up below the root.
 fn node_number(root: &Root, path: &Path) -> Option<DevNum> {
     let p = root.path().join(path.strip_prefix("/").unwrap_or(path));
-    let st = rustix::fs::stat(&p).ok()?;
-    (FileType::from_raw_mode(st.st_mode) == FileType::BlockDevice).then(|| DevNum {
-        major: rustix::fs::major(st.st_rdev),
-        minor: rustix::fs::minor(st.st_rdev),
-    })
+    block_number(&rustix::fs::stat(&p).ok()?)
 }
 
 /// The active swap areas in `<root>/proc/swaps`. An absent file (no swap support) is none.
@@ -569,11 +566,7 @@ fn open_block_device(fd_dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<De
             },
         ),
         Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
-            let st = rustix::fs::statat(fd_dir, name, AtFlags::empty()).ok()?;
-            (FileType::from_raw_mode(st.st_mode) == FileType::BlockDevice).then(|| DevNum {
-                major: rustix::fs::major(st.st_rdev),
-                minor: rustix::fs::minor(st.st_rdev),
-            })
+            block_number(&rustix::fs::statat(fd_dir, name, AtFlags::empty()).ok()?)
         }
         Err(_) => None,
     }
