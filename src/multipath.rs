@@ -868,10 +868,8 @@ fn busy_reason(
     for p in parts {
         match ctl.info(&DevId::Name(&p.name)) {
             Ok(i) if i.open_count > 0 => open_parts.push(format!(
-                "partition map {} open {} time(s){}",
-                p.name,
-                i.open_count,
-                users(root, i.dev)
+                "partition map {} open {} time(s)",
+                p.name, i.open_count
             )),
             Ok(_) => {}
             Err(e) if e.errno() == Some(libc::ENXIO) => {}
@@ -886,7 +884,7 @@ fn busy_reason(
         "open count {} ({} partition map(s)){}",
         info.open_count,
         parts.len(),
-        users(root, info.dev)
+        users(root, info.dev, parts)
     );
     for p in open_parts {
         reason.push_str("; ");
@@ -895,14 +893,24 @@ fn busy_reason(
     Ok(Some(reason))
 }
 
-/// `: dm-3 mounted at /mnt; dm-3 open by pid 812 (dd)` for a device: what a person needs to
-/// act on a refusal, as [`block::usage`] finds it (mounts, holders, swap, openers). Empty
-/// when the device is gone or nothing more can be said.
-fn users(root: &Root, dev: DevNum) -> String {
+/// `: dm-3 mounted at /mnt; dm-0 open by pid 812 (dd)` for a map: what a person needs to act
+/// on a refusal, as [`block::usage`] finds it (mounts, holders, swap, openers) for the map and
+/// its partition maps in one walk. The partition maps are its own, not users by themselves.
+/// Empty when the map is gone or nothing more can be said.
+fn users(root: &Root, dev: DevNum, parts: &[PartitionMap]) -> String {
     let Ok(Some(node)) = block::by_number(root, dev) else {
         return String::new();
     };
-    match block::usage(root, &[node], &UsageScope::default()) {
+    let own: Vec<String> = parts
+        .iter()
+        .filter_map(|p| block::by_number(root, p.dev).ok().flatten())
+        .map(|n| n.name)
+        .collect();
+    let scope = UsageScope {
+        own: &own,
+        ignore_openers: &[],
+    };
+    match block::usage(root, &[node], &scope) {
         Ok(u) if !u.is_empty() => format!(": {u}"),
         _ => String::new(),
     }
