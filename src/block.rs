@@ -317,6 +317,11 @@ impl fmt::Display for Usage {
     }
 }
 
+/// How long a device held only by open file descriptors (no mount, holder or swap) is given
+/// to let go before a take-down refuses: udev's probes open every new or changed disk and map
+/// for a moment, and under load that moment lasts seconds.
+pub const OPENER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// What [`usage`] should not count as a user.
 #[derive(Debug, Clone, Default)]
 pub struct UsageScope<'a> {

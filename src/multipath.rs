@@ -618,7 +618,8 @@ pub struct RemoveReport {
 /// 2. No active path while `queue_if_no_path` is set: refused with [`Error::Busy`] unless
 ///    `force` (then `fail_if_no_path` fails the queued I/O first).
 /// 3. Open beyond its own partition maps, or a partition map open: [`Error::Busy`] naming the
-///    open count, holders and mount points (unless `deferred`).
+///    open count and who uses it (unless `deferred`). A map held by nothing but processes is
+///    given [`block::OPENER_GRACE`] first: udev probes a map after every reload.
 /// 4. multipathd running: `del map NAME`; otherwise, or if it fails: `fail_if_no_path` if the
 ///    table queues, remove partition maps, suspend with flush, remove, retrying `EBUSY` with
 ///    backoff until the deadline (resuming between tries), and on failure restore
@@ -667,29 +668,32 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
 
     let parts = partition_maps(&ctl, &map)?;
     if !opts.deferred {
-        let check = || busy_reason(&ctl, root, &map, &parts);
-        let busy = if queue_disabled {
-            // Give the failed I/O until the deadline to unwind.
-            let mut last = None;
-            let gone = crate::wait::until(
-                None,
-                opts.deadline,
-                &|| format!("{} to be released", map.label()),
-                &|_| false,
-                || {
-                    last = check()?;
-                    Ok(last.is_none().then_some(()))
-                },
-            );
-            match gone {
-                Ok(()) => None,
-                Err(Error::Timeout { .. }) => last,
-                Err(e) => return Err(e),
-            }
+        // Failed I/O gets until the deadline to unwind. Otherwise only a map held by nothing
+        // but processes is waited for, briefly: udev probes a map after every reload.
+        let until = if queue_disabled {
+            opts.deadline
         } else {
-            check()?
+            (Instant::now() + block::OPENER_GRACE).min(opts.deadline)
         };
-        if let Some(reason) = busy {
+        let mut last = None;
+        let settled = crate::wait::until(
+            None,
+            until,
+            &|| format!("{} to be released", map.label()),
+            &|_| false,
+            || {
+                last = busy_reason(&ctl, root, &map, &parts)?;
+                Ok(match &last {
+                    Some(b) if queue_disabled || b.transient => None,
+                    _ => Some(()),
+                })
+            },
+        );
+        match settled {
+            Ok(()) | Err(Error::Timeout { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(Busy { reason, .. }) = last {
             restore_queueing(&ctl, &by_name, queue_disabled);
             return Err(Error::Busy {
                 device: map.label(),
@@ -855,6 +859,13 @@ fn restore_queueing(ctl: &Control, id: &DevId<'_>, disabled: bool) {
     }
 }
 
+/// Why a map cannot be removed now.
+struct Busy {
+    reason: String,
+    /// Only processes hold it, or nothing is to be seen any more: it may pass on its own.
+    transient: bool,
+}
+
 /// Why the map cannot be removed now, or `None`: it is open beyond its partition maps, or a
 /// partition map is open (multipath-tools' `mpath_in_use`).
 fn busy_reason(
@@ -862,7 +873,7 @@ fn busy_reason(
     root: &Root,
     map: &Map,
     parts: &[PartitionMap],
-) -> Result<Option<String>> {
+) -> Result<Option<Busy>> {
     let info = ctl.info(&DevId::Name(map.name()))?;
     let mut open_parts = Vec::new();
     for p in parts {
@@ -880,27 +891,31 @@ fn busy_reason(
     if own <= 0 && open_parts.is_empty() {
         return Ok(None);
     }
+    let users = users(root, info.dev, parts);
     let mut reason = format!(
-        "open count {} ({} partition map(s)){}",
+        "open count {} ({} partition map(s))",
         info.open_count,
         parts.len(),
-        users(root, info.dev, parts)
     );
+    if let Some(u) = users.as_ref().filter(|u| !u.is_empty()) {
+        reason.push_str(&format!(": {u}"));
+    }
     for p in open_parts {
         reason.push_str("; ");
         reason.push_str(&p);
     }
-    Ok(Some(reason))
+    Ok(Some(Busy {
+        reason,
+        transient: users.is_none_or(|u| u.is_empty() || u.only_openers()),
+    }))
 }
 
-/// `: dm-3 mounted at /mnt; dm-0 open by pid 812 (dd)` for a map: what a person needs to act
-/// on a refusal, as [`block::usage`] finds it (mounts, holders, swap, openers) for the map and
-/// its partition maps in one walk. The partition maps are its own, not users by themselves.
-/// Empty when the map is gone or nothing more can be said.
-fn users(root: &Root, dev: DevNum, parts: &[PartitionMap]) -> String {
-    let Ok(Some(node)) = block::by_number(root, dev) else {
-        return String::new();
-    };
+/// Who uses a map (mounts, holders, swap, openers), as [`block::usage`] finds it for the map
+/// and its partition maps in one walk: what a person needs to act on a refusal. The partition
+/// maps are its own, not users by themselves. `None` when the map is gone or cannot be looked
+/// at.
+fn users(root: &Root, dev: DevNum, parts: &[PartitionMap]) -> Option<block::Usage> {
+    let node = block::by_number(root, dev).ok()??;
     let own: Vec<String> = parts
         .iter()
         .filter_map(|p| block::by_number(root, p.dev).ok().flatten())
@@ -910,8 +925,5 @@ fn users(root: &Root, dev: DevNum, parts: &[PartitionMap]) -> String {
         own: &own,
         ignore_openers: &[],
     };
-    match block::usage(root, &[node], &scope) {
-        Ok(u) if !u.is_empty() => format!(": {u}"),
-        _ => String::new(),
-    }
+    block::usage(root, &[node], &scope).ok()
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::lock;
 use super::volume::{self, Identity, MapDevice, VolumePath, VolumeSpec, VolumeState};
-use crate::block::{self, UsageScope};
+use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::multipath::{self, RemoveOptions};
@@ -23,10 +23,6 @@ use crate::scsi::{self, Deleted, PATH_MANAGERS};
 
 /// Default time a detach may take.
 pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How long a volume held only by open file descriptors (no mount, no holder) is given to
-/// let go before the detach is refused: udev's probes open every new disk for a moment.
-const OPENER_GRACE: Duration = Duration::from_secs(3);
 
 /// How [`detach`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
