@@ -60,7 +60,7 @@ pub fn parse_links(db: &str) -> impl Iterator<Item = &str> {
 
 /// Waits until udevd has processed every device in `devs` (database record present, every link
 /// it lists exists), or reports [`UdevState::NotRunning`] at once. Ends with
-/// [`Error::Timeout`] at `deadline`.
+/// [`Error::Timeout`](crate::Error::Timeout) at `deadline`.
 pub fn wait_processed(
     root: &Root,
     devs: &[(String, DevNum)],
