@@ -1,5 +1,5 @@
 //! The workflows a CSI node plugin calls, built from everything below: taking a volume off
-//! the node ([`detach`]), with per-volume locking ([`lock`]) and volume discovery
+//! the node ([`detach()`]), with per-volume locking ([`lock`]) and volume discovery
 //! ([`volume`]). Bringing one in is [`crate::scsi::scan`], [`crate::iscsi::scan`] and
 //! [`crate::fc::scan`].
 //!
