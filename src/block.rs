@@ -242,6 +242,10 @@ pub struct Usage {
     pub swaps: Vec<String>,
     /// Processes holding one of them open.
     pub openers: Vec<Opener>,
+    /// Open file descriptors of the processes [`UsageScope::ignore_openers`] names (udev's
+    /// probes, multipathd): not users, but listed so that a caller can tell whether they
+    /// explain a device's whole open count.
+    pub managers: Vec<Opener>,
     /// Devices an `O_EXCL` open finds claimed, where nothing above explains the claim.
     pub claimed: Vec<String>,
 }
@@ -264,6 +268,9 @@ pub struct Opener {
     pub comm: String,
     /// The device it has open.
     pub device: String,
+    /// The descriptor was opened read-only (`O_RDONLY` in `/proc/PID/fdinfo/FD`): it cannot
+    /// have written anything. `false` when it is writable or its mode could not be read.
+    pub read_only: bool,
 }
 
 impl Usage {
@@ -394,14 +401,19 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
             }
         }
     }
-    usage.openers = openers(root, &numbers, scope.ignore_openers)?
-        .into_iter()
-        .map(|(pid, comm, d)| Opener {
-            pid,
-            comm,
-            device: name_of(d),
-        })
-        .collect();
+    for o in openers(root, &numbers)? {
+        let opener = Opener {
+            pid: o.pid,
+            device: name_of(o.dev),
+            read_only: o.read_only,
+            comm: o.comm,
+        };
+        if scope.ignore_openers.contains(&opener.comm.as_str()) {
+            usage.managers.push(opener);
+        } else {
+            usage.openers.push(opener);
+        }
+    }
     // The probe explains nothing by itself, so only ask it about devices nothing above
     // accounts for: tops of stacks that are not mounted or swap.
     for n in &family {
@@ -456,13 +468,22 @@ pub fn parse_swaps(text: &[u8]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Processes with one of `numbers` open: `(pid, comm, device)`, from `/proc/*/fd`. Processes
-/// that vanish or whose fds cannot be read (another user's, without root) are skipped.
+/// One open file descriptor of a block device, as `/proc/PID/fd` and `fdinfo` show it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct OpenFd {
+    pid: u32,
+    comm: String,
+    dev: DevNum,
+    read_only: bool,
+}
+
+/// Every descriptor that has one of `numbers` open, from `/proc/*/fd`. Processes that vanish
+/// or whose fds cannot be read (another user's, without root) are skipped.
 ///
 /// This walk is the costliest part of an in-use check (one `stat` per open file on the
 /// node), so it looks up each fd relative to its process's `fd/` directory rather than by
 /// full path, and splits the processes between threads when there are CPUs for them.
-fn openers(root: &Root, numbers: &[DevNum], ignore: &[&str]) -> Result<Vec<(u32, String, DevNum)>> {
+fn openers(root: &Root, numbers: &[DevNum]) -> Result<Vec<OpenFd>> {
     let proc_dir = root.proc("");
     let proc_fd = rustix::fs::open(
         &proc_dir,
@@ -479,14 +500,14 @@ fn openers(root: &Root, numbers: &[DevNum], ignore: &[&str]) -> Result<Vec<(u32,
         .map_or(1, usize::from)
         .clamp(1, OPENER_THREADS_MAX)
         .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
-    let mut out: Vec<(u32, String, DevNum)> = if threads == 1 {
-        openers_among(&proc_fd, &pids, numbers, ignore)
+    let mut out: Vec<OpenFd> = if threads == 1 {
+        openers_among(&proc_fd, &pids, numbers)
     } else {
         let proc_fd = &proc_fd;
         std::thread::scope(|s| {
             let workers: Vec<_> = pids
                 .chunks(pids.len().div_ceil(threads))
-                .map(|chunk| s.spawn(move || openers_among(proc_fd, chunk, numbers, ignore)))
+                .map(|chunk| s.spawn(move || openers_among(proc_fd, chunk, numbers)))
                 .collect();
             workers
                 .into_iter()
@@ -495,6 +516,8 @@ fn openers(root: &Root, numbers: &[DevNum], ignore: &[&str]) -> Result<Vec<(u32,
                 .collect()
         })
     };
+    // One entry per process, device and mode: descriptors dup'ed from one open share one
+    // open count, so counting each would explain more of a device's opens than it should.
     out.sort();
     out.dedup();
     Ok(out)
@@ -506,12 +529,7 @@ const OPENER_THREADS_MAX: usize = 4;
 const OPENER_PIDS_PER_THREAD: usize = 64;
 
 /// [`openers`] for the processes `pids`, with `/proc` open as `proc_fd`.
-fn openers_among(
-    proc_fd: &OwnedFd,
-    pids: &[u32],
-    numbers: &[DevNum],
-    ignore: &[&str],
-) -> Vec<(u32, String, DevNum)> {
+fn openers_among(proc_fd: &OwnedFd, pids: &[u32], numbers: &[DevNum]) -> Vec<OpenFd> {
     let mut out = Vec::new();
     for &pid in pids {
         let Ok(fd_dir) = rustix::fs::openat(
@@ -543,13 +561,15 @@ fn openers_among(
             if !numbers.contains(&d) {
                 continue;
             }
-            let c = comm
+            let comm = comm
                 .get_or_insert_with(|| process_comm(proc_fd, pid))
                 .clone();
-            if ignore.contains(&c.as_str()) {
-                break;
-            }
-            out.push((pid, c, d));
+            out.push(OpenFd {
+                pid,
+                comm,
+                dev: d,
+                read_only: opened_read_only(proc_fd, pid, name),
+            });
         }
     }
     out
@@ -575,6 +595,32 @@ fn open_block_device(fd_dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<De
         }
         Err(_) => None,
     }
+}
+
+/// Whether descriptor `fd` of `pid` was opened read-only: the access mode in the octal
+/// `flags:` line of `/proc/PID/fdinfo/FD`. Unreadable counts as writable.
+fn opened_read_only(proc_fd: &OwnedFd, pid: u32, fd: &std::ffi::CStr) -> bool {
+    let path = format!("{pid}/fdinfo/{}", fd.to_string_lossy());
+    let Ok(file) = rustix::fs::openat(
+        proc_fd,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 256];
+    let n = rustix::io::read(&file, &mut buf).unwrap_or(0);
+    fdinfo_access_mode(&buf[..n]) == Some(libc::O_RDONLY)
+}
+
+/// The access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) in `fdinfo` text: its `flags:` line
+/// holds the open flags in octal.
+fn fdinfo_access_mode(text: &[u8]) -> Option<i32> {
+    let text = std::str::from_utf8(text).ok()?;
+    let flags = text.lines().find_map(|l| l.strip_prefix("flags:"))?.trim();
+    let flags = i32::from_str_radix(flags, 8).ok()?;
+    Some(flags & libc::O_ACCMODE)
 }
 
 /// `/proc/PID/comm` without its newline; empty when the process is gone.
@@ -622,6 +668,13 @@ mod tests {
                 pid: 42,
                 comm: "dd".into(),
                 device: "sdc".into(),
+                read_only: false,
+            }],
+            managers: vec![Opener {
+                pid: 7,
+                comm: "(udev-worker)".into(),
+                device: "sdc".into(),
+                read_only: true,
             }],
             claimed: vec![],
         };
@@ -632,5 +685,19 @@ mod tests {
         assert!(!u.is_empty());
         assert!(!u.only_openers());
         assert_eq!(Usage::default().to_string(), "not in use");
+    }
+
+    #[test]
+    fn fdinfo_access_modes() {
+        let ro = b"pos:\t0\nflags:\t0100000\nmnt_id:\t22\nino:\t5\n";
+        assert_eq!(fdinfo_access_mode(ro), Some(libc::O_RDONLY));
+        assert_eq!(
+            fdinfo_access_mode(b"pos:\t0\nflags:\t02100002\n"),
+            Some(libc::O_RDWR)
+        );
+        assert_eq!(fdinfo_access_mode(b"flags:\t01\n"), Some(libc::O_WRONLY));
+        assert_eq!(fdinfo_access_mode(b"pos:\t0\n"), None);
+        assert_eq!(fdinfo_access_mode(b"flags:\t9z\n"), None);
+        assert_eq!(fdinfo_access_mode(b"flags:\t0\xff\n"), None);
     }
 }
