@@ -7,6 +7,29 @@
 //! map that multipathd re-creates, a path that reappears or a removal that races with udev is
 //! taken down by the next round. Every step boundary is a valid state to stop and start again
 //! from, so a detach killed halfway is finished by the next one.
+//!
+//! # When no path can serve the map
+//!
+//! With the target unreachable, every path is blocked (the transport is recovering) or
+//! failed, and a map that queues I/O holds whatever is sent to it. udev probes the map on
+//! every change (blkid), and such a probe's read then blocks and keeps the map open.
+//! `multipath -f` refuses such a map ("map in use") until multipathd's `no_path_retry` runs
+//! out and fails the queue. A detach tells the cases apart instead:
+//!
+//! - a user holds it (a mount, a holder, any process that is not udev's or multipathd's):
+//!   refused, as any volume in use;
+//! - only udev's read-only probes hold it, and they explain its whole open count: it has
+//!   nothing to write, so the detach disables queueing (`disable-queueing`), deletes the
+//!   paths (a blocked path fails the read it holds only when deleted), and removes the map,
+//!   unflushed;
+//! - it is open more often than those probes explain (a writer's last close waits for its
+//!   data to go out, and its descriptor no longer shows in `/proc`): the detach waits, round
+//!   after round, for a path to come back, and then flushes as usual. At the deadline it
+//!   fails with [`Error::Timeout`] naming the map; nothing was changed.
+//!
+//! One case is not seen: data a writer left in the map's page cache when it closed while a
+//! probe already held the map (so its close was not the last and wrote nothing back). Kernels
+//! before 6.5 have no per-file dirty page count (`cachestat`) to find it.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -30,8 +53,8 @@ pub struct DetachOptions {
     /// How long the whole detach may take, lock wait included.
     pub timeout: Duration,
     /// Go on past refusals and errors: a volume in use is taken away anyway (its I/O fails),
-    /// queued I/O of a map without paths is failed, a flush that fails is passed over. Every
-    /// step skipped this way is in the report.
+    /// queued I/O of a map no path can serve is failed (and what it held is lost), a flush
+    /// that fails is passed over. Every step skipped this way is in the report.
     pub force: bool,
     /// Where the cross-process lock files go; `None` locks within this process only.
     pub lock_dir: Option<PathBuf>,
@@ -62,6 +85,9 @@ pub enum StepKind {
     Lock,
     /// Check that nothing uses the volume.
     CheckInUse,
+    /// Make a map that no path can serve fail its I/O instead of queueing it (multipathd's
+    /// `disablequeueing`, dm's `fail_if_no_path`), so readers stuck on it let go.
+    DisableQueueing,
     /// Flush the multipath map.
     FlushMap,
     /// Remove the multipath map.
@@ -81,6 +107,7 @@ impl StepKind {
             StepKind::Identify => "identify",
             StepKind::Lock => "lock",
             StepKind::CheckInUse => "check-in-use",
+            StepKind::DisableQueueing => "disable-queueing",
             StepKind::FlushMap => "flush-map",
             StepKind::RemoveMap => "remove-map",
             StepKind::FlushPath => "flush-path",
@@ -326,25 +353,53 @@ impl Run<'_> {
     }
 
     /// One take-down round over what `state` found.
+    ///
+    /// Normally the maps go first, then the paths (a path deleted under a map that queues
+    /// would leave its I/O hanging). A map that no path can serve goes the other way round:
+    /// its queueing is disabled first, then its paths are deleted, which fails the reads
+    /// udev's probes have stuck on them (a blocked path keeps them until it is deleted), and
+    /// then the map, no longer open, is removed.
     fn round(
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
     ) -> std::result::Result<(), Stop> {
-        let unreachable_maps = self.check_in_use(state, busy_since)?;
-        for map in &state.maps {
-            self.take_down_map(map, unreachable_maps.contains(&map.name))?;
+        let unreachable = self.check_in_use(state, busy_since)?;
+        let maps = || state.maps.iter().zip(&unreachable);
+        for (map, _) in maps().filter(|(_, why)| why.is_none()) {
+            self.take_down_map(map, None)?;
         }
-        Ok(self.take_down_paths(&state.paths, !state.maps.is_empty())?)
+        let stuck: Vec<_> = maps()
+            .filter_map(|(m, why)| Some((m, why.as_deref()?)))
+            .collect();
+        for (map, _) in &stuck {
+            self.disable_queueing(map)?;
+        }
+        self.take_down_paths(&state.paths, !state.maps.is_empty())?;
+        for (map, why) in stuck {
+            self.take_down_map(map, Some(why))?;
+        }
+        Ok(())
     }
 
-    /// Refuses (or, forced, records) use of the volume. Returns the maps that have no active
-    /// path and must be taken down without a flush.
+    /// Refuses (or, forced, records) use of the volume. Returns, per map of `state`, why no
+    /// path can serve it (`None` for a map that can still write): such a map is taken down
+    /// unflushed, which this check has made sure loses nothing, unless forced.
+    ///
+    /// A map that no path can serve is one of three cases:
+    /// - a user has it (mount, holder, a process that is not udev's or multipathd's):
+    ///   refused at once, as any volume in use;
+    /// - nothing has it open but udev's read-only probes (blkid stuck on a read the map
+    ///   queues or a blocked path holds), and its open count says there is nobody else: it
+    ///   has nothing to write, so its queued reads are failed and it is taken down;
+    /// - it is open more often than those probes explain (a writer's last close syncing, a
+    ///   holder in another namespace): data may be waiting in it, so the detach waits for a
+    ///   path to come back, round after round until the deadline, and then flushes it.
     fn check_in_use(
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
-    ) -> std::result::Result<Vec<String>, Stop> {
+    ) -> std::result::Result<Vec<Option<String>>, Stop> {
         let root = self.root;
         let own = state.own_dm();
         let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
@@ -353,16 +408,24 @@ impl Run<'_> {
         let force = self.opts.force;
         let deadline = self.deadline;
         let t0 = Instant::now();
-        let usage = block::usage(
+        let checked = block::usage(
             root,
             &devices,
             &UsageScope {
                 own: &own,
                 ignore_openers: PATH_MANAGERS,
             },
-        );
-        let usage = match usage {
-            Ok(u) => u,
+        )
+        .and_then(|usage| {
+            let reach = state
+                .maps
+                .iter()
+                .map(|m| map_reach(root, m, &state.paths))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((usage, reach))
+        });
+        let (usage, reach) = match checked {
+            Ok(v) => v,
             Err(e) => {
                 self.record(
                     StepKind::CheckInUse,
@@ -377,55 +440,60 @@ impl Run<'_> {
         if !usage.is_empty() {
             problems.push(usage.to_string());
         }
-        // A map that queues I/O with no path left would hang the flush, and its dirty data
-        // cannot reach the storage: that is a refusal too, unless forced.
-        let mut dead_maps = Vec::new();
         let mut unreachable = Vec::new();
-        for m in &state.maps {
-            match map_reach(root, m)? {
-                Reach::Active => {}
-                // Nobody has it open, so nothing is cached above it: there is nothing to
-                // write, only a flush that would queue forever. It is taken down unflushed.
-                Reach::NoPathIdle => unreachable.push(m.name.clone()),
-                Reach::NoPathOpen => {
-                    problems.push(format!(
-                        "map {} has no active path and queues I/O while open: its dirty data \
-                         cannot reach the storage",
-                        m.name
-                    ));
-                    dead_maps.push(m.name.clone());
-                }
+        let mut stuck = Vec::new();
+        for (m, r) in state.maps.iter().zip(reach) {
+            let Reach::Unreachable { why, open } = r else {
+                unreachable.push(None);
+                continue;
+            };
+            let probes = usage
+                .managers
+                .iter()
+                .filter(|o| o.device == m.node.name && o.read_only)
+                .count();
+            if !force && usage.is_empty() && open > probes {
+                stuck.push(format!(
+                    "map {} has no path that can take I/O ({why}) and is open {open} time(s), \
+                     {probes} of them by udev's read-only probes: data may be waiting in it",
+                    m.name
+                ));
             }
+            unreachable.push(Some(why));
         }
-        if problems.is_empty() {
+        if problems.is_empty() && stuck.is_empty() {
             *busy_since = None;
             self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
             return Ok(unreachable);
         }
+        if problems.is_empty() {
+            // Nobody uses it, but it may hold writes no path can take: wait for one to come
+            // back (the transport recovers on its own), then flush as usual.
+            let what = format!("a path to come back: {}", stuck.join("; "));
+            self.record(
+                StepKind::CheckInUse,
+                &target,
+                Outcome::Failed(format!("waiting for {what}")),
+                t0.elapsed(),
+            );
+            return Err(Stop::Again(Error::Timeout {
+                what,
+                waited: Duration::ZERO,
+            }));
+        }
         let reason = problems.join("; ");
         if force {
-            // Fail the queued I/O now so the flushes below return instead of hanging.
-            if let Ok(ctl) = Control::open(root) {
-                for name in &dead_maps {
-                    let _ = ctl.message(&DevId::Name(name), 0, "fail_if_no_path");
-                }
-            }
             self.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Skipped(format!("forced past: in use: {reason}")),
                 t0.elapsed(),
             );
-            unreachable.extend(dead_maps);
             return Ok(unreachable);
         }
         // Processes alone may be udev's probes, which let go by themselves: wait a little.
         let since = *busy_since.get_or_insert(t0);
-        if usage.only_openers()
-            && dead_maps.is_empty()
-            && t0 - since < OPENER_GRACE
-            && t0 < deadline
-        {
+        if usage.only_openers() && t0 - since < OPENER_GRACE && t0 < deadline {
             self.record(
                 StepKind::CheckInUse,
                 &target,
@@ -450,19 +518,58 @@ impl Run<'_> {
         Err(Stop::Fail(err))
     }
 
+    /// Makes a map that no path can serve fail its I/O instead of queueing it: through
+    /// multipathd when it runs (`disablequeueing map NAME`, so that its own reloads of the
+    /// map, after each path removal, keep it that way), and with dm's `fail_if_no_path`
+    /// message on the table as it is now.
+    fn disable_queueing(&mut self, map: &MapDevice) -> std::result::Result<(), Stop> {
+        let label = format!("{} ({})", map.name, map.node.name);
+        let root = self.root;
+        let deadline = self.deadline;
+        let use_multipathd = self.opts.use_multipathd;
+        let name = map.name.clone();
+        self.step_or_force(StepKind::DisableQueueing, &label, || {
+            if use_multipathd {
+                if let Some(mut d) = multipath::Multipathd::connect(root)? {
+                    // A multipathd that does not know the map answers "fail": the message
+                    // below still does the job.
+                    let _ = d.command(&format!("disablequeueing map {name}"), deadline);
+                }
+            }
+            let ctl = Control::open(root)?;
+            match ctl.message(&DevId::Name(&name), 0, "fail_if_no_path") {
+                Ok(_) => Ok(Outcome::Done),
+                Err(e) if e.errno() == Some(libc::ENXIO) => Ok(Outcome::AlreadyGone),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(Stop::from)
+    }
+
+    /// Flushes and removes one map. `unreachable` says why no path can serve it: then it
+    /// is not flushed (the check found nothing waiting to be written, or the detach is
+    /// forced) and its queued I/O is failed.
     fn take_down_map(
         &mut self,
         map: &MapDevice,
-        unreachable: bool,
+        unreachable: Option<&str>,
     ) -> std::result::Result<(), Stop> {
         let label = format!("{} ({})", map.name, map.node.name);
         let deadline = self.deadline;
         let node = map.node.clone();
-        if unreachable {
+        if let Some(why) = unreachable {
+            let outcome = if self.opts.force {
+                format!("no path can take I/O ({why}); forced: whatever it held is lost")
+            } else {
+                format!(
+                    "no path can take I/O ({why}); only udev's read-only probes had it open, \
+                     so nothing was waiting to be written"
+                )
+            };
             self.record(
                 StepKind::FlushMap,
                 &label,
-                Outcome::Skipped("no active path; the map is not open, nothing to write".into()),
+                Outcome::Skipped(outcome),
                 Duration::ZERO,
             );
         } else {
@@ -478,8 +585,9 @@ impl Run<'_> {
         let opts = RemoveOptions {
             deadline,
             deferred: false,
-            // An unreachable map checked idle above: failing its (absent) queued I/O is safe.
-            force: self.opts.force || unreachable,
+            // A map no path can serve was checked to hold nothing: failing its queued I/O
+            // (udev's stuck reads) is safe.
+            force: self.opts.force || unreachable.is_some(),
             use_multipathd: self.opts.use_multipathd,
         };
         let name = map.name.clone();
@@ -618,38 +726,70 @@ fn gone(e: &Error) -> bool {
 
 /// Whether a map can still write to its storage.
 enum Reach {
-    /// It has an active path, or does not queue (I/O fails instead of hanging).
-    Active,
-    /// No active path, it queues, and nothing has it open beyond its own partition maps.
-    NoPathIdle,
-    /// No active path, it queues, and it is open: dirty data may be stuck above or in it.
-    NoPathOpen,
+    /// A path can take I/O now, or the map has no active path and does not queue (its I/O
+    /// fails at once instead of hanging, so a flush returns).
+    Usable,
+    /// No path can take I/O now: none is active in the map and it queues, or every active
+    /// one is a SCSI device that is not running (blocked in transport recovery, offline), so
+    /// I/O sent to it waits there.
+    Unreachable {
+        /// Which, for messages: `no active path`, `sdc blocked, sdd transport-offline`.
+        why: String,
+        /// How often the map is open beyond its own partition maps.
+        open: usize,
+    },
 }
 
-/// Reads the map's table, status and open count (a map that vanished meanwhile is Active:
-/// the next round will not find it).
-fn map_reach(root: &Root, map: &MapDevice) -> Result<Reach> {
+/// Reads the map's table, status and open count, and the states of its paths' devices (a
+/// map that vanished meanwhile is Usable: the next round will not find it).
+fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach> {
     let ctl = Control::open(root)?;
     let id = DevId::Name(&map.name);
     let gone = |e: &Error| e.errno() == Some(libc::ENXIO);
     let (table, status, info) = match (ctl.table(&id), ctl.status(&id), ctl.info(&id)) {
         (Ok(t), Ok(s), Ok(i)) => (t, s, i),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) if gone(&e) => return Ok(Reach::Active),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) if gone(&e) => return Ok(Reach::Usable),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(e),
     };
     let (Some(t), Some(s)) = (table.first(), status.first()) else {
-        return Ok(Reach::Active);
+        return Ok(Reach::Usable);
     };
     if t.target_type != "multipath" || s.target_type != "multipath" {
-        return Ok(Reach::Active);
+        return Ok(Reach::Usable);
     }
     let queues = multipath::Table::parse(&t.params)?.queue_if_no_path();
-    let active = multipath::Status::parse(&s.params)?.active_paths();
-    Ok(if !queues || active > 0 {
-        Reach::Active
-    } else if i64::from(info.open_count) > map.partitions.len() as i64 {
-        Reach::NoPathOpen
-    } else {
-        Reach::NoPathIdle
+    let status = multipath::Status::parse(&s.params)?;
+    let open = usize::try_from(info.open_count)
+        .unwrap_or(0)
+        .saturating_sub(map.partitions.len());
+    let active: Vec<_> = status.paths().filter(|p| p.active).collect();
+    if active.is_empty() {
+        return Ok(if queues {
+            Reach::Unreachable {
+                why: "no active path".into(),
+                open,
+            }
+        } else {
+            Reach::Usable
+        });
+    }
+    // A path device the volume's paths do not list (not SCSI, or not found by WWID) is
+    // taken as able to serve: the normal flush is the safe way for it.
+    let mut stopped = Vec::new();
+    for p in &active {
+        let volume_path = paths
+            .iter()
+            .find(|vp| vp.disk.as_ref().is_some_and(|d| d.dev == p.dev));
+        match volume_path.and_then(|vp| Some((vp, vp.state.as_deref()?))) {
+            Some((vp, state)) if state != "running" => {
+                let name = vp.disk.as_ref().map_or("?", |d| d.name.as_str());
+                stopped.push(format!("{name} {state}"));
+            }
+            _ => return Ok(Reach::Usable),
+        }
+    }
+    Ok(Reach::Unreachable {
+        why: stopped.join(", "),
+        open,
     })
 }
