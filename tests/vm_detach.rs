@@ -14,7 +14,7 @@ mod support;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -590,48 +590,373 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
     vol.assert_gone();
 }
 
+/// The target's portal group switched off (LIO closes the sessions and turns logins away),
+/// switched on again on drop so a failing assertion does not leave the lab without a target.
+struct TargetDown {
+    enable: String,
+}
+
+impl TargetDown {
+    fn now() -> TargetDown {
+        let enable = format!("/sys/kernel/config/target/iscsi/{IQN}/tpgt_1/enable");
+        std::fs::write(&enable, "0").expect("disable the TPG");
+        TargetDown { enable }
+    }
+}
+
+impl Drop for TargetDown {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.enable, "1");
+    }
+}
+
+/// Every packet on `lo` lost (netem): the iSCSI connections stall, the sessions go into
+/// recovery and keep retrying, so the paths block and come back when the loss ends, as on a
+/// network outage. Ended on drop.
+struct LinkLoss;
+
+impl LinkLoss {
+    fn start() -> LinkLoss {
+        cmd::run("modprobe", &["sch_netem"]).expect("load sch_netem");
+        cmd::run(
+            "tc",
+            &["qdisc", "add", "dev", "lo", "root", "netem", "loss", "100%"],
+        )
+        .expect("netem loss on lo");
+        LinkLoss
+    }
+
+    fn end(self) {}
+}
+
+impl Drop for LinkLoss {
+    fn drop(&mut self) {
+        cmd::run_ignoring_failure("tc", &["qdisc", "del", "dev", "lo", "root"]);
+    }
+}
+
+/// The scsi_device states of the volume's paths.
+fn path_states(vol: &Volume) -> Vec<String> {
+    vol.hctls
+        .iter()
+        .map(|h| {
+            sysfs::attr(format!("/sys/class/scsi_device/{h}/device/state"))
+                .unwrap_or_else(|| "gone".into())
+        })
+        .collect()
+}
+
+/// Waits until every path of `vol` has left `running` (the transport is down for them).
+fn wait_paths_stopped(vol: &Volume, timeout: Duration) {
+    let mut states = Vec::new();
+    wait::until_true("every path to stop running", timeout, || {
+        states = path_states(vol);
+        states.iter().all(|s| s != "running")
+    })
+    .unwrap_or_else(|e| panic!("{e}: path states {states:?}"));
+}
+
+/// The state letter of a process (`R`, `S`, `D`...), `None` once it has exited.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Whether process `pid` has the block device `dev` (`dm-0`) open.
+fn has_open(pid: u32, dev: &str) -> bool {
+    let target = Path::new("/dev").join(dev);
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == target))
+        })
+        .unwrap_or(false)
+}
+
+/// A child watched against a deadline: its exit status.
+fn wait_exit(child: &mut std::process::Child, what: &str, timeout: Duration) -> ExitStatus {
+    wait::until(what, timeout, || Ok(child.try_wait().expect("try_wait")))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn detach_while_the_target_is_unreachable_ends_within_its_deadline() {
+fn target_down_a_map_a_stuck_udev_probe_holds_is_kept_until_forced() {
     require_vm();
     let lab = lab(vec![1], 4, true);
     let vol = Volume::of(&lab, 1);
     let map = wait_map(&vol, 2);
-    write_buffered(&format!("/dev/{}", map.dm), 0, &random(1 << 20, 9));
-    // Flush it now: what this test checks is that the teardown never hangs, not the data.
+    let data = random(1 << 20, 9);
+    write_buffered(&format!("/dev/{}", map.dm), 0, &data);
     let out = lunkit(&["flush", &format!("/dev/{}", map.dm)]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 
-    // The target stops answering: both sessions drop into recovery, their devices block.
-    let tpg = format!("/sys/kernel/config/target/iscsi/{IQN}/tpgt_1/enable");
-    std::fs::write(&tpg, "0").unwrap();
-    let blocked = wait::until_true("a path to block", Duration::from_secs(30), || {
-        vol.hctls.iter().any(|h| {
-            sysfs::attr(format!("/sys/class/scsi_device/{h}/device/state")).as_deref()
-                != Some("running")
-        })
+    let target = TargetDown::now();
+    wait_paths_stopped(&vol, Duration::from_secs(30));
+    // What blkid does when udev probes the map now: a read-only open and a read that no
+    // path can serve, so it blocks, holding the map. The stand-in is dd run under the
+    // command name of udev's worker processes, which is what lunkit goes by.
+    let dir = Path::new("/tmp/lunkit-probe");
+    std::fs::create_dir_all(dir).unwrap();
+    let probe_bin = dir.join("(udev-worker)");
+    std::fs::copy("/usr/bin/dd", &probe_bin).unwrap();
+    let mut probe = Command::new(&probe_bin)
+        .args([
+            &format!("if=/dev/{}", map.dm),
+            "of=/dev/null",
+            "bs=4096",
+            "count=1",
+            "skip=100",
+            "iflag=direct",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait::until_true(
+        "the probe to block on the map",
+        Duration::from_secs(20),
+        || process_state(probe.id()) == Some('D') && has_open(probe.id(), &map.dm),
+    )
+    .unwrap_or_else(|e| {
+        let _ = probe.kill();
+        panic!("{e}: probe state {:?}", process_state(probe.id()))
     });
-    eprintln!("paths blocked: {}", blocked.is_ok());
 
-    let t0 = Instant::now();
-    let (code, doc, out) = detach(&["--wwid", &vol.mpath_wwid(), "--timeout", "20"]);
-    let took = t0.elapsed();
-    eprintln!("detach with the target down: exit {code:?} in {took:?}: {doc}");
+    // The probe may hold writes a writer left behind it: a detach waits for a path, and
+    // at its deadline says so, with nothing changed.
+    let (code, doc, out) = detach(&["--wwid", &vol.mpath_wwid(), "--timeout", "10"]);
+    eprintln!("detach with the target down: {doc}");
+    assert_eq!(code, Some(5), "a timeout: {}", describe(&out));
+    let err = doc["error"].as_str().unwrap_or_default().to_owned();
     assert!(
-        took < Duration::from_secs(30),
-        "detach overran its 20 s deadline: {took:?}"
+        err.contains(&format!("map {} has no path that can take I/O", map.name))
+            && err.contains("1 by udev's read-only probes"),
+        "the error names the map and why: {err}"
     );
     assert!(
-        matches!(code, Some(0 | 4 | 5)),
-        "done or a typed refusal/timeout: {}",
-        describe(&out)
+        steps(&doc, "disable-queueing").is_empty()
+            && steps(&doc, "remove-map").is_empty()
+            && steps(&doc, "delete-path").is_empty(),
+        "nothing was changed: {doc}"
     );
-    if code == Some(0) {
-        vol.assert_gone();
-    }
+    assert!(vol.map().is_some(), "the map is still there");
+    vol.assert_present();
+    assert_eq!(
+        process_state(probe.id()),
+        Some('D'),
+        "the probe still waits"
+    );
 
-    // The target comes back; whatever is left goes now.
-    std::fs::write(&tpg, "1").unwrap();
+    // Forced, its queued I/O is failed: the paths go first (a blocked path fails the read
+    // it holds only when deleted), then the map.
+    let (code, doc, out) = detach(&["--wwid", &vol.mpath_wwid(), "--timeout", "30", "--force"]);
+    eprintln!("forced detach with the target down: {doc}");
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let disabled = steps(&doc, "disable-queueing");
+    assert!(
+        disabled.len() == 1 && disabled[0]["outcome"] == "done",
+        "queueing disabled once: {doc}"
+    );
+    let flush = steps(&doc, "flush-map");
+    assert!(
+        flush.len() == 1
+            && flush[0]["outcome"] == "skipped"
+            && flush[0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("no path can take I/O")),
+        "the map is not flushed, and the report says why: {doc}"
+    );
+    vol.assert_gone();
+    // The probe's read failed instead of hanging, and it let go.
+    let status = wait_exit(&mut probe, "the probe to exit", Duration::from_secs(20));
+    assert!(!status.success(), "the probe's read cannot have succeeded");
+    // What was flushed before the target went away is on the target.
+    assert_eq!(read_file(&vol.backing(), 0, data.len()), data);
+
+    drop(target);
+    let doc = detach_ok(&["--wwid", &vol.mpath_wwid()]);
+    assert_eq!(doc["rounds"], 0, "nothing left for a second detach: {doc}");
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn target_down_a_map_a_process_holds_is_refused_and_untouched() {
+    require_vm();
+    let lab = lab(vec![1], 4, true);
+    let vol = Volume::of(&lab, 1);
+    let map = wait_map(&vol, 2);
+    let target = TargetDown::now();
+    wait_paths_stopped(&vol, Duration::from_secs(30));
+    // A user that holds the map without reading: nothing of it blocks, it just is there.
+    let mut holder = Command::new("sh")
+        .args(["-c", &format!("exec 3</dev/{} && exec sleep 600", map.dm)])
+        .spawn()
+        .unwrap();
+    wait::until_true(
+        "the holder to open the map",
+        Duration::from_secs(10),
+        || process_state(holder.id()).is_some() && has_open(holder.id(), &map.dm),
+    )
+    .unwrap();
+
+    let (code, doc, out) = detach(&["--wwid", &vol.mpath_wwid(), "--timeout", "30"]);
+    eprintln!("detach of a held map, target down: {doc}");
+    assert_eq!(code, Some(4), "refused as in use: {}", describe(&out));
+    let err = doc["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        err.contains(&format!("open by pid {} (sleep)", holder.id())),
+        "the refusal names the holder: {err}"
+    );
+    assert!(
+        steps(&doc, "disable-queueing").is_empty()
+            && steps(&doc, "remove-map").is_empty()
+            && steps(&doc, "delete-path").is_empty(),
+        "nothing was changed: {doc}"
+    );
+    assert!(vol.map().is_some(), "the map is still there");
+    vol.assert_present();
+
+    let _ = holder.kill();
+    let _ = holder.wait();
+    drop(target);
     detach_ok(&["--wwid", &vol.mpath_wwid()]);
     vol.assert_gone();
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn link_down_detach_waits_for_the_paths_and_flushes_what_was_waiting() {
+    require_vm();
+    let lab = lab(vec![1], 4, true);
+    let vol = Volume::of(&lab, 1);
+    let map = wait_map(&vol, 2);
+    let data = random(1 << 20, 11);
+
+    let loss = LinkLoss::start();
+    wait_paths_stopped(&vol, Duration::from_secs(90));
+    // A writer whose data cannot go anywhere now: dd writes into the page cache, then its
+    // close (the map's last) writes back and waits. Its descriptor is gone from /proc by
+    // then; only the map's open count still shows it. Its input comes through a pipe, so
+    // the test knows it has the map open before it gets anything to write.
+    let mut writer = Command::new("dd")
+        .args([
+            &format!("of=/dev/{}", map.dm),
+            "bs=1M",
+            "count=1",
+            "iflag=fullblock",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait::until_true(
+        "the writer to open the map",
+        Duration::from_secs(30),
+        || has_open(writer.id(), &map.dm),
+    )
+    .unwrap();
+    writer.stdin.take().unwrap().write_all(&data).unwrap();
+    // Its data now sits in the map: either its close (the map's last) is writing it back
+    // and waits, or a udev probe stuck on the map since the paths failed made that close
+    // not the last, and it returned leaving the data cached. Both must survive the detach.
+    let wrote = Instant::now();
+    wait::until_true(
+        "the writer to be done writing",
+        Duration::from_secs(30),
+        || {
+            let closing =
+                process_state(writer.id()) == Some('D') && !has_open(writer.id(), &map.dm);
+            closing || matches!(writer.try_wait(), Ok(Some(st)) if st.success())
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e} after {:?}: writer state {:?}; paths {:?}",
+            wrote.elapsed(),
+            process_state(writer.id()),
+            path_states(&vol),
+        )
+    });
+    eprintln!(
+        "writer: {}; map: {:?}",
+        if process_state(writer.id()) == Some('D') {
+            "blocked in its close"
+        } else {
+            "exited, its data cached"
+        },
+        cmd::run("dmsetup", &["info", "-c", "-o", "name,open"]),
+    );
+
+    // Detach through the library, watching its steps as they happen.
+    let (tx, rx) = std::sync::mpsc::channel::<lunkit::ops::Step>();
+    let wwid: lunkit::Wwid = vol.mpath_wwid().parse().unwrap();
+    let detacher = std::thread::spawn(move || {
+        let root = lunkit::Root::default();
+        let mut opts = lunkit::ops::DetachOptions::new(&root);
+        opts.timeout = Duration::from_secs(180);
+        lunkit::ops::detach_with(
+            &root,
+            &lunkit::ops::VolumeSpec::Wwid(wwid),
+            &opts,
+            &mut |s| {
+                let _ = tx.send(s.clone());
+            },
+        )
+    });
+    let mut seen = Vec::new();
+    let waiting = wait::until(
+        "detach to wait for a path",
+        Duration::from_secs(60),
+        || match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(s) => {
+                let hit = s.kind == lunkit::ops::StepKind::CheckInUse
+                    && s.outcome
+                        .to_string()
+                        .contains("waiting for a path to come back");
+                seen.push(s);
+                Ok(hit.then_some(()))
+            }
+            Err(_) => Ok(None),
+        },
+    );
+    assert!(waiting.is_ok(), "{waiting:?}; steps so far: {seen:#?}");
+    assert!(
+        seen.iter().all(|s| !matches!(
+            s.kind,
+            lunkit::ops::StepKind::RemoveMap | lunkit::ops::StepKind::DeletePath
+        )),
+        "nothing taken down while data waits: {seen:#?}"
+    );
+    assert!(vol.map().is_some(), "the map is still there");
+
+    // The link comes back: the sessions recover, the writer's data goes out, and the
+    // detach goes on with a normal flush.
+    loss.end();
+    let report = detacher
+        .join()
+        .expect("detach thread")
+        .unwrap_or_else(|e| panic!("detach after the link came back: {e}"));
+    eprintln!(
+        "detach waited {} round(s): {:#?}",
+        report.rounds, report.steps
+    );
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.kind == lunkit::ops::StepKind::FlushMap
+                && s.outcome == lunkit::ops::Outcome::Done),
+        "the map was flushed once a path was back: {:#?}",
+        report.steps
+    );
+    vol.assert_gone();
+    let status = wait_exit(&mut writer, "the writer to finish", Duration::from_secs(60));
+    assert!(status.success(), "the writer's data went out: {status}");
+    assert_eq!(
+        read_file(&vol.backing(), 0, data.len()),
+        data,
+        "what the writer wrote during the outage is on the target"
+    );
 }

@@ -18,18 +18,16 @@
 //!
 //! - a user holds it (a mount, a holder, any process that is not udev's or multipathd's):
 //!   refused, as any volume in use;
-//! - only udev's read-only probes hold it, and they explain its whole open count: it has
-//!   nothing to write, so the detach disables queueing (`disable-queueing`), deletes the
-//!   paths (a blocked path fails the read it holds only when deleted), and removes the map,
-//!   unflushed;
-//! - it is open more often than those probes explain (a writer's last close waits for its
-//!   data to go out, and its descriptor no longer shows in `/proc`): the detach waits, round
-//!   after round, for a path to come back, and then flushes as usual. At the deadline it
-//!   fails with [`Error::Timeout`] naming the map; nothing was changed.
-//!
-//! One case is not seen: data a writer left in the map's page cache when it closed while a
-//! probe already held the map (so its close was not the last and wrote nothing back). Kernels
-//! before 6.5 have no per-file dirty page count (`cachestat`) to find it.
+//! - nothing has it open: its last close wrote back what it could, so it has nothing to
+//!   write. The detach disables queueing (`disable-queueing`), deletes the paths, and removes
+//!   the map unflushed;
+//! - udev's probes, or something `/proc` does not show (a writer's last close writing back),
+//!   have it open: data may be cached in it, since a writer that closed while a probe held
+//!   the map wrote nothing back (its close was not the last). Only a path can take that
+//!   data, so the detach waits, round after round, for one to come back, and then flushes as
+//!   usual. At the deadline it fails with [`Error::Timeout`] naming the map; nothing was
+//!   changed. `force` fails the queued I/O instead: deletes the paths (which fails the reads
+//!   a blocked path holds), then removes the map, and what it cached is lost.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -388,13 +386,14 @@ impl Run<'_> {
     ///
     /// A map that no path can serve is one of three cases:
     /// - a user has it (mount, holder, a process that is not udev's or multipathd's):
-    ///   refused at once, as any volume in use;
-    /// - nothing has it open but udev's read-only probes (blkid stuck on a read the map
-    ///   queues or a blocked path holds), and its open count says there is nobody else: it
-    ///   has nothing to write, so its queued reads are failed and it is taken down;
-    /// - it is open more often than those probes explain (a writer's last close syncing, a
-    ///   holder in another namespace): data may be waiting in it, so the detach waits for a
-    ///   path to come back, round after round until the deadline, and then flushes it.
+    ///   refused, as any volume in use;
+    /// - nothing has it open: its last close wrote everything back (or failed to, and the
+    ///   data is gone already), so it has nothing to write and is taken down unflushed;
+    /// - only udev's probes have it open (blkid stuck on a read the map queues or a blocked
+    ///   path holds), or something this check cannot see (a writer's last close writing
+    ///   back): data may be cached in it, because a writer that closed while a probe held
+    ///   the map wrote nothing back. The detach waits, round after round until the deadline,
+    ///   for a path to come back, and then flushes it.
     fn check_in_use(
         &mut self,
         state: &VolumeState,
@@ -452,10 +451,13 @@ impl Run<'_> {
                 .iter()
                 .filter(|o| o.device == m.node.name && o.read_only)
                 .count();
-            if !force && usage.is_empty() && open > probes {
+            // Open at all, it may cache writes: a writer that closed while a probe held the
+            // map did not write back (its close was not the last). Only a path can take them.
+            if !force && usage.is_empty() && open > 0 {
                 stuck.push(format!(
-                    "map {} has no path that can take I/O ({why}) and is open {open} time(s), \
-                     {probes} of them by udev's read-only probes: data may be waiting in it",
+                    "map {} has no path that can take I/O ({why}) and is open {open} time(s) \
+                     ({probes} by udev's read-only probes): what it caches can only be written \
+                     through a path",
                     m.name
                 ));
             }
@@ -561,10 +563,7 @@ impl Run<'_> {
             let outcome = if self.opts.force {
                 format!("no path can take I/O ({why}); forced: whatever it held is lost")
             } else {
-                format!(
-                    "no path can take I/O ({why}); only udev's read-only probes had it open, \
-                     so nothing was waiting to be written"
-                )
+                format!("no path can take I/O ({why}); nothing had it open, so nothing waits")
             };
             self.record(
                 StepKind::FlushMap,
