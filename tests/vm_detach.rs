@@ -673,6 +673,19 @@ fn has_open(pid: u32, dev: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A detach that ended without changing anything: no step that takes something down ran,
+/// and the map and every path are still there.
+fn assert_untouched(vol: &Volume, doc: &Value) {
+    assert!(
+        steps(doc, "disable-queueing").is_empty()
+            && steps(doc, "remove-map").is_empty()
+            && steps(doc, "delete-path").is_empty(),
+        "nothing was changed: {doc}"
+    );
+    assert!(vol.map().is_some(), "the map is still there");
+    vol.assert_present();
+}
+
 /// A child watched against a deadline: its exit status.
 fn wait_exit(child: &mut std::process::Child, what: &str, timeout: Duration) -> ExitStatus {
     wait::until(what, timeout, || Ok(child.try_wait().expect("try_wait")))
@@ -734,14 +747,7 @@ fn target_down_a_map_a_stuck_udev_probe_holds_is_kept_until_forced() {
             && err.contains("1 by udev's read-only probes"),
         "the error names the map and why: {err}"
     );
-    assert!(
-        steps(&doc, "disable-queueing").is_empty()
-            && steps(&doc, "remove-map").is_empty()
-            && steps(&doc, "delete-path").is_empty(),
-        "nothing was changed: {doc}"
-    );
-    assert!(vol.map().is_some(), "the map is still there");
-    vol.assert_present();
+    assert_untouched(&vol, &doc);
     assert_eq!(
         process_state(probe.id()),
         Some('D'),
@@ -808,14 +814,7 @@ fn target_down_a_map_a_process_holds_is_refused_and_untouched() {
         err.contains(&format!("open by pid {} (sleep)", holder.id())),
         "the refusal names the holder: {err}"
     );
-    assert!(
-        steps(&doc, "disable-queueing").is_empty()
-            && steps(&doc, "remove-map").is_empty()
-            && steps(&doc, "delete-path").is_empty(),
-        "nothing was changed: {doc}"
-    );
-    assert!(vol.map().is_some(), "the map is still there");
-    vol.assert_present();
+    assert_untouched(&vol, &doc);
 
     let _ = holder.kill();
     let _ = holder.wait();
