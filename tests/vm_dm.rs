@@ -331,7 +331,19 @@ fn mpath_remove_no_active_path_with_dirty_data() {
         })();
         let _ = tx.send(r);
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Until its write-back is queued in the map: a fixed sleep raced the writer under load,
+    // and a test that asserted before its I/O queued left the writer blocked forever.
+    support::wait::until_true(
+        "the writer's I/O to queue in the map",
+        Duration::from_secs(60),
+        || {
+            ctl.status(&id)
+                .ok()
+                .and_then(|s| Status::parse(&s[0].params).ok())
+                .is_some_and(|st| st.queue_io)
+        },
+    )
+    .expect("the writer's write-back queues in the map");
 
     // Without force: refused within the timeout, map present and still queueing.
     let t0 = Instant::now();
