@@ -8,10 +8,14 @@ mod bench;
 mod capture;
 mod guest;
 mod host;
+mod labstate;
+mod overlay;
 mod paths;
 mod process;
 mod provision;
+mod testrun;
 mod vm;
+mod vmtests;
 
 // The lab recipe shared with the VM tests (std only).
 #[path = "../../tests/vm/support/mod.rs"]
@@ -23,7 +27,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
   test [--vm-only] [FILTER]
-                          fmt check, clippy, host tests, then all VM tests in one boot
+                          fmt check, clippy, host tests, then the VM tests (names
+                          containing FILTER), each alone with a checked lab reset
+                          between them, a fresh boot when the reset cannot clean
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there
   vm [--timeout S] -- CMD...
                           run CMD as root in the guest, return its exit code
