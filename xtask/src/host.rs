@@ -103,17 +103,30 @@ pub fn lab(args: &[String]) -> Result<u8> {
     Ok(exit_code(status))
 }
 
-/// `xtask test [--vm-only] [FILTER]`: fmt, clippy, host tests, then the VM tests, each
-/// alone with a checked lab reset between them (vmtests.rs). `--vm-only` skips the host
-/// steps and FILTER selects VM tests by name, for the edit loop on VM tests; CI runs the
-/// whole thing.
+/// `xtask test [--vm-only] [--repeat N] [FILTER]`: fmt, clippy, host tests, then the VM
+/// tests, each alone with a checked lab reset between them (vmtests.rs). `--vm-only` skips
+/// the host steps and FILTER selects VM tests by name, for the edit loop on VM tests;
+/// `--repeat N` (VM tests only) runs them N times from fresh boots and reports flakes. CI
+/// runs the whole thing.
 pub fn test(args: &[String]) -> Result<u8> {
-    let usage = "usage: cargo xtask test [--vm-only] [FILTER]";
+    let usage = "usage: cargo xtask test [--vm-only] [--repeat N] [FILTER]";
     let mut vm_only = false;
+    let mut repeat = None;
     let mut filter = None;
-    for a in args {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
         match a.as_str() {
             "--vm-only" => vm_only = true,
+            "--repeat" => {
+                let n = it.next().ok_or(usage)?;
+                let n: usize = n
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--repeat needs a positive count, not {n:?}"))?;
+                repeat = Some(n);
+                vm_only = true;
+            }
             _ if !a.starts_with('-') && filter.is_none() => filter = Some(a.clone()),
             _ => return Err(usage.into()),
         }
@@ -151,6 +164,9 @@ pub fn test(args: &[String]) -> Result<u8> {
         });
     }
     let lunkit = paths::lunkit_bin();
+    if let Some(times) = repeat {
+        return vmtests::repeat(&lab, &lunkit, &tests, times);
+    }
     let run = vmtests::run_suite(&lab, &lunkit, &tests)?;
     run.print();
     let (passed, failed) = run.counts();

@@ -1,7 +1,7 @@
 //! The host side of the VM test runner: list every VM test on the host, boot a guest that
 //! runs them one at a time with a checked lab reset between them (testrun.rs), and boot a
-//! fresh guest for the rest when a reset cannot clean; and the fixed lines the guest reports
-//! in ([`Line`]).
+//! fresh guest for the rest when a reset cannot clean. Also the flake detector
+//! (`--repeat N`), and the fixed lines the guest reports in ([`Line`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -417,6 +417,64 @@ pub fn run_suite(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun>
 /// guest is killed sooner (the idle limit).
 fn boot_limit(tests: usize) -> Duration {
     Duration::from_secs(600) + (TEST_LIMIT + Duration::from_secs(120)) * tests as u32
+}
+
+/// `--repeat N`: runs the tests N times, each time from fresh boots, and prints per test how
+/// often it passed and why it failed. Exit code 1 when any run failed.
+pub fn repeat(lab: &Lab, lunkit: &Path, tests: &[VmTest], times: usize) -> Result<u8> {
+    let mut per_test: BTreeMap<String, Vec<Outcome>> = BTreeMap::new();
+    let mut lab_secs = Vec::new();
+    for r in 1..=times {
+        eprintln!("xtask: repeat {r} of {times}");
+        let run = run_suite(lab, lunkit, tests)?;
+        run.print();
+        lab_secs.extend(run.lab_secs);
+        for o in run.outcomes {
+            per_test.entry(o.key.clone()).or_default().push(o);
+        }
+    }
+    let width = tests.iter().map(|t| t.key.len()).max().unwrap_or(4).max(4);
+    println!(
+        "xtask test: flake report, {times} run{} of {} VM test{} (each run from a fresh boot):",
+        if times == 1 { "" } else { "s" },
+        tests.len(),
+        if tests.len() == 1 { "" } else { "s" }
+    );
+    println!("  {:<width$}  passes  failure reasons (first line)", "test");
+    let (mut passed, mut failed) = (0, 0);
+    for t in tests {
+        let outcomes = per_test.get(&t.key).map(Vec::as_slice).unwrap_or_default();
+        let ok = outcomes.iter().filter(|o| o.passed()).count();
+        passed += ok;
+        failed += times - ok;
+        let mut reasons: Vec<(String, usize)> = Vec::new();
+        for o in outcomes.iter().filter(|o| !o.passed()) {
+            let why = format!(
+                "{}: {}",
+                o.label(),
+                o.reason.as_deref().unwrap_or("no reason reported")
+            );
+            match reasons.iter_mut().find(|(r, _)| *r == why) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((why, 1)),
+            }
+        }
+        let reasons: Vec<String> = reasons
+            .into_iter()
+            .map(|(r, n)| if n == 1 { r } else { format!("{n}x {r}") })
+            .collect();
+        println!(
+            "  {:<width$}  {:>6}  {}",
+            t.key,
+            format!("{ok}/{times}"),
+            reasons.join(" | ")
+        );
+    }
+    if let Some(med) = median(&lab_secs) {
+        println!("xtask test: lab check+reset after each test: median {med:.1} s");
+    }
+    println!("vm: {passed} passed, {failed} failed");
+    Ok(if failed == 0 { 0 } else { 1 })
 }
 
 fn median(v: &[f64]) -> Option<f64> {
