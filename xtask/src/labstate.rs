@@ -52,7 +52,6 @@ pub struct Snapshot {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Process {
-    comm: String,
     ppid: u32,
     cmdline: String,
 }
@@ -299,17 +298,10 @@ fn processes() -> BTreeMap<u32, Process> {
                 .trim_end_matches('\0')
                 .replace('\0', " ");
             let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let (head, rest) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1.to_owned();
+            // `PID (COMM) STATE PPID ...`; COMM may hold spaces and parentheses.
+            let (_, rest) = stat.rsplit_once(')')?;
             let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
-            Some((
-                pid,
-                Process {
-                    comm,
-                    ppid,
-                    cmdline,
-                },
-            ))
+            Some((pid, Process { ppid, cmdline }))
         })
         .collect()
 }
@@ -777,4 +769,85 @@ fn write_bounded(path: &Path, value: &str, limit: Duration) -> Result<(), String
             start.elapsed()
         )
     })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Snapshot {
+        let mut s = Snapshot::default();
+        s.daemons.insert("multipathd", vec![]);
+        s.daemons.insert("iscsid", vec![]);
+        s.daemons.insert(UDEVD, vec![116]);
+        s.scsi_devices.insert("2:0:0:0".into(), "sr0".into());
+        s.block.insert("sr0".into());
+        s.mounts.insert("/".into(), "9p /dev/root".into());
+        s
+    }
+
+    #[test]
+    fn a_clean_lab_has_no_leaks() {
+        let mut now = base();
+        // udevd restarted by a test: another pid, still running.
+        now.daemons.insert(UDEVD, vec![900]);
+        assert_eq!(now.leaks(&base()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn leaks_name_each_thing() {
+        let mut now = base();
+        now.daemons.insert("multipathd", vec![412]);
+        now.daemons.insert("iscsid", vec![300, 301]);
+        now.daemons.insert(UDEVD, vec![]);
+        now.dm.insert("dm-0".into(), "mpatha".into());
+        now.sessions.insert(
+            "session1".into(),
+            "iqn.2003-01.org.linux-iscsi.lunkit:lab".into(),
+        );
+        now.configfs.insert("target/core/fileio_0/lun0".into());
+        now.scsi_debug = true;
+        now.scsi_devices.insert("6:0:0:0".into(), "sda".into());
+        now.block.insert("sda".into());
+        now.block.insert("nbd0".into());
+        now.loops.insert("loop0".into(), "/tmp/x.img".into());
+        now.mounts.insert("/mnt".into(), "ext4 /dev/dm-0".into());
+        now.swaps.insert("/dev/sdb".into());
+        assert_eq!(
+            now.leaks(&base()),
+            [
+                "iscsid pids 300, 301 running",
+                "multipathd pid 412 running",
+                "systemd-udevd not running (it ran at the baseline)",
+                "dm devices mpatha (dm-0)",
+                "iSCSI sessions session1 (iqn.2003-01.org.linux-iscsi.lunkit:lab)",
+                "configfs entries target/core/fileio_0/lun0",
+                "scsi_debug loaded",
+                "SCSI devices 6:0:0:0 (sda)",
+                "block devices nbd0",
+                "loop devices loop0 (/tmp/x.img)",
+                "mounts /mnt (ext4 /dev/dm-0)",
+                "swaps /dev/sdb",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_process_left_behind_is_a_leak_but_daemon_children_are_not() {
+        let me = std::process::id();
+        let proc_ = |cmdline: &str, ppid: u32| Process {
+            ppid,
+            cmdline: cmdline.into(),
+        };
+        let mut b = base();
+        b.processes.insert(me, proc_("xtask", 1));
+        b.processes.insert(116, proc_("systemd-udevd", 1));
+        let mut now = b.clone();
+        now.processes.insert(500, proc_("(udev-worker)", 116));
+        now.processes.insert(501, proc_("scsi_id", 500));
+        now.processes.insert(502, proc_("modprobe", 2));
+        now.processes.insert(503, proc_("dmsetup", me));
+        now.processes.insert(600, proc_("sleep", 1));
+        assert_eq!(now.leaks(&b), ["processes 600 `sleep`"]);
+    }
 }
