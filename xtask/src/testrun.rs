@@ -35,8 +35,16 @@ pub fn run_tests(lunkit: &Path, plan: &Path) -> Result<u8> {
         let (status, checked_in) = run_checked(lunkit, test, &base);
         all_passed &= status == Status::Passed;
         let t0 = Instant::now();
-        let left = reset(&base, &overlays);
+        reset(&base, &overlays);
+        let reset_in = t0.elapsed();
+        let left = still_dirty(&base, &overlays);
         let clean = left.is_empty();
+        println!(
+            "xtask guest: lab check {:.2} s, reset {:.2} s, check again {:.2} s",
+            checked_in.as_secs_f64(),
+            reset_in.as_secs_f64(),
+            (t0.elapsed() - reset_in).as_secs_f64()
+        );
         println!(
             "{}",
             Line::Lab {
@@ -174,9 +182,8 @@ pub fn failure_reason(lines: &[String]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Resets the lab and the overlays, logs what it did, and returns what is still not as at
-/// the baseline (empty when clean).
-fn reset(base: &Snapshot, overlays: &[Overlay]) -> Vec<String> {
+/// Resets the lab and the overlays and logs what it did.
+fn reset(base: &Snapshot, overlays: &[Overlay]) {
     let mut actions = labstate::reset(base);
     for o in overlays {
         let changes = o.changes();
@@ -194,6 +201,10 @@ fn reset(base: &Snapshot, overlays: &[Overlay]) -> Vec<String> {
     for a in &actions {
         println!("xtask guest: reset: {a}");
     }
+}
+
+/// What is still not as at the baseline, lab and overlays (empty when clean).
+fn still_dirty(base: &Snapshot, overlays: &[Overlay]) -> Vec<String> {
     let mut left = labstate::check(base);
     for o in overlays {
         let changes = o.changes();
