@@ -121,8 +121,9 @@ pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
             break Some(status);
         }
         if killed.is_none() {
-            let idle =
-                start.elapsed() - Duration::from_millis(last_output_ms.load(Ordering::Relaxed));
+            // Saturating: a reader may store a time later than the `elapsed` read here.
+            let last = Duration::from_millis(last_output_ms.load(Ordering::Relaxed));
+            let idle = start.elapsed().saturating_sub(last);
             let why = match (opts.timeout, opts.idle_timeout) {
                 (Some(t), _) if start.elapsed() >= t => Some(format!("timed out after {t:?}")),
                 (_, Some(t)) if idle >= t => Some(format!("printed nothing for {t:?}")),
