@@ -31,7 +31,7 @@ pub fn run_tests(lunkit: &Path, plan: &Path) -> Result<u8> {
     let base = Snapshot::take();
     println!("xtask guest: lab baseline: {}", base.summary());
     let mut all_passed = true;
-    for test in &tests {
+    for (i, test) in tests.iter().enumerate() {
         let (status, checked_in) = run_checked(lunkit, test, &base);
         all_passed &= status == Status::Passed;
         let t0 = Instant::now();
@@ -43,7 +43,7 @@ pub fn run_tests(lunkit: &Path, plan: &Path) -> Result<u8> {
             "xtask guest: lab check {:.2} s, reset {:.2} s, check again {:.2} s",
             checked_in.as_secs_f64(),
             reset_in.as_secs_f64(),
-            (t0.elapsed() - reset_in).as_secs_f64()
+            t0.elapsed().saturating_sub(reset_in).as_secs_f64()
         );
         println!(
             "{}",
@@ -62,6 +62,15 @@ pub fn run_tests(lunkit: &Path, plan: &Path) -> Result<u8> {
             println!(
                 "{}",
                 diag::report(&format!("unclean lab after {}", test.key))
+            );
+            let not_run: Vec<&str> = tests[i + 1..].iter().map(|t| t.key.as_str()).collect();
+            println!(
+                "xtask guest: not run in this boot, left for a fresh one: {}",
+                if not_run.is_empty() {
+                    "none".to_owned()
+                } else {
+                    not_run.join(", ")
+                }
             );
             println!(
                 "{}",
