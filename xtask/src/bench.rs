@@ -111,6 +111,7 @@ pub fn main(args: &[String]) -> Result<u8> {
         let boot = Boot {
             rwdirs: vec![dir.clone()],
             timeout: Some(Duration::from_secs(3600)),
+            idle_timeout: None,
         };
         match boot.run(&lab, &argv) {
             Ok((status, _)) => ok &= status.success(),

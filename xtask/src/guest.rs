@@ -2,15 +2,15 @@
 //! loads modules and starts daemons on whatever machine it runs on, so it insists on
 //! LUNKIT_VM=1, which only the host side sets.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::process::{self, Counts};
+use crate::process;
 use crate::support::lab::{IscsiLab, LabConfig};
 use crate::support::scsi_debug::ScsiDebug;
 use crate::support::{VM_ENV, iscsi, multipath, udev};
-use crate::{Result, capture, paths};
+use crate::{Result, capture, testrun};
 
 /// The fixture scenarios `cargo xtask fixtures` captures, by directory name.
 pub const SCENARIOS: &[&str] = &["scsi-debug", "iscsi-multipath"];
@@ -36,16 +36,10 @@ pub fn main(args: &[String]) -> Result<u8> {
             lab(Path::new(lunkit), cmd)
         }
         "run-tests" => {
-            let usage = "usage: guest run-tests LUNKIT_BIN [--filter=F] TEST_BIN...";
-            let (lunkit, mut bins) = rest.split_first().ok_or(usage)?;
-            let mut filter = None;
-            if let Some((f, more)) = bins.split_first() {
-                if let Some(f) = f.strip_prefix("--filter=") {
-                    filter = Some(f);
-                    bins = more;
-                }
-            }
-            run_tests(Path::new(lunkit), filter, bins)
+            let [lunkit, plan] = rest else {
+                return Err("usage: guest run-tests LUNKIT_BIN PLAN_FILE".into());
+            };
+            testrun::run_tests(Path::new(lunkit), Path::new(plan))
         }
         other => Err(format!("unknown guest command {other:?}").into()),
     }
@@ -199,36 +193,4 @@ fn run_shown(cmd: &mut Command) -> Result<bool> {
         println!("lab: `{}` failed ({status})", process::describe(cmd));
     }
     Ok(status.success())
-}
-
-/// Runs every VM test binary's ignored tests, one at a time, in this one boot.
-fn run_tests(lunkit: &Path, filter: Option<&str>, bins: &[String]) -> Result<u8> {
-    let mut total = Counts::default();
-    let mut failed_bins = Vec::new();
-    for bin in bins {
-        println!("xtask guest: running {bin}");
-        let mut cmd = Command::new(bin);
-        cmd.args(["--ignored", "--test-threads=1", "--show-output"])
-            .args(filter)
-            .env(VM_ENV, "1")
-            .env("LUNKIT_BIN", lunkit)
-            // cargo runs tests from the package root; do the same.
-            .current_dir(paths::root());
-        let (status, lines) = process::run_tee(&mut cmd, Some(Duration::from_secs(2400)))?;
-        let counts = Counts::from_lines(&lines);
-        if !status.success() || counts.binaries == 0 {
-            failed_bins.push(PathBuf::from(bin));
-        }
-        total.passed += counts.passed;
-        total.failed += counts.failed;
-        total.ignored += counts.ignored;
-        total.binaries += 1;
-    }
-    if failed_bins.is_empty() {
-        println!("xtask guest: VM tests ok: {total}");
-        Ok(0)
-    } else {
-        println!("xtask guest: VM tests FAILED: {total}; failing binaries: {failed_bins:?}");
-        Ok(1)
-    }
 }

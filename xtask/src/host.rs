@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::guest::SCENARIOS;
 use crate::process::{self, Counts, cargo};
 use crate::vm::Boot;
-use crate::{Result, paths, provision};
+use crate::{Result, paths, provision, vmtests};
 
 /// `xtask vm [--timeout S] -- CMD...`
 pub fn vm(args: &[String]) -> Result<u8> {
@@ -62,6 +62,7 @@ pub fn fixtures(args: &[String]) -> Result<u8> {
         let boot = Boot {
             rwdirs: vec![staging.clone()],
             timeout: Some(Duration::from_secs(600)),
+            idle_timeout: None,
         };
         let (status, _) = boot.run(
             &lab,
@@ -102,16 +103,30 @@ pub fn lab(args: &[String]) -> Result<u8> {
     Ok(exit_code(status))
 }
 
-/// `xtask test [--vm-only] [FILTER]`: fmt, clippy, host tests, then every VM test in one
-/// boot. `--vm-only` skips the host steps and FILTER selects VM tests by name, for the edit
-/// loop on VM tests; CI runs the whole thing.
+/// `xtask test [--vm-only] [--repeat N] [FILTER]`: fmt, clippy, host tests, then the VM
+/// tests, each alone with a checked lab reset between them (vmtests.rs). `--vm-only` skips
+/// the host steps and FILTER selects VM tests by name, for the edit loop on VM tests;
+/// `--repeat N` (VM tests only) runs them N times from fresh boots and reports flakes. CI
+/// runs the whole thing.
 pub fn test(args: &[String]) -> Result<u8> {
-    let usage = "usage: cargo xtask test [--vm-only] [FILTER]";
+    let usage = "usage: cargo xtask test [--vm-only] [--repeat N] [FILTER]";
     let mut vm_only = false;
+    let mut repeat = None;
     let mut filter = None;
-    for a in args {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
         match a.as_str() {
             "--vm-only" => vm_only = true,
+            "--repeat" => {
+                let n = it.next().ok_or(usage)?;
+                let n: usize = n
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--repeat needs a positive count, not {n:?}"))?;
+                repeat = Some(n);
+                vm_only = true;
+            }
             _ if !a.starts_with('-') && filter.is_none() => filter = Some(a.clone()),
             _ => return Err(usage.into()),
         }
@@ -141,35 +156,34 @@ pub fn test(args: &[String]) -> Result<u8> {
     if bins.is_empty() {
         return Err("no VM test binaries (tests/vm_*.rs) were built".into());
     }
-    let mut argv = vec![
-        "run-tests".to_owned(),
-        paths::lunkit_bin().to_string_lossy().into_owned(),
-    ];
-    if let Some(f) = filter {
-        argv.push(format!("--filter={f}"));
+    let tests = vmtests::list(&bins, filter.as_deref())?;
+    if tests.is_empty() {
+        return Err(match &filter {
+            Some(f) => format!("no VM test name contains {f:?}").into(),
+            None => "the VM test binaries list no tests".into(),
+        });
     }
-    argv.extend(bins.iter().map(|b| b.to_string_lossy().into_owned()));
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let boot = Boot {
-        // The whole suite in one boot: about 15 min on a quiet machine, twice that when other
-        // guests share the CPUs; CI allows 90 min for everything.
-        timeout: Some(Duration::from_secs(3000)),
-        ..Boot::default()
-    };
-    let (status, lines) = boot.run(&lab, &guest_argv(&argv)?)?;
-    let vm = Counts::from_lines(&lines);
-    let ok = status.success() && vm.failed == 0 && vm.binaries == bins.len() as u64;
+    let lunkit = paths::lunkit_bin();
+    if let Some(times) = repeat {
+        return vmtests::repeat(&lab, &lunkit, &tests, times);
+    }
+    let run = vmtests::run_suite(&lab, &lunkit, &tests)?;
+    run.print();
+    let (passed, failed) = run.counts();
+    let ok = failed == 0;
     let host = host.map_or_else(|| "skipped".to_owned(), |c| c.to_string());
     println!(
-        "xtask test: {}: host tests {host}; VM tests {vm}",
+        "xtask test: {}: host tests {host}; VM tests {passed} passed, {failed} failed",
         if ok { "ok" } else { "FAILED" }
     );
+    // The line CI reads, alone at the end.
+    println!("vm: {passed} passed, {failed} failed");
     Ok(if ok { 0 } else { 1 })
 }
 
-/// Builds the root crate's tests and returns the executables of `tests/vm_*.rs`, from
-/// cargo's JSON messages (their file names carry a hash only cargo knows).
-fn vm_test_binaries() -> Result<Vec<PathBuf>> {
+/// Builds the root crate's tests and returns `(crate name, executable)` of each
+/// `tests/vm_*.rs`, from cargo's JSON messages (the file names carry a hash only cargo knows).
+fn vm_test_binaries() -> Result<Vec<(String, PathBuf)>> {
     let out = cargo()
         .args([
             "test",
@@ -195,13 +209,13 @@ fn vm_test_binaries() -> Result<Vec<PathBuf>> {
             continue;
         };
         let src = Path::new(&src);
-        let is_vm = src.parent() == Some(tests_dir.as_path())
-            && src
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vm_") && n.ends_with(".rs"));
-        if is_vm {
-            bins.push(PathBuf::from(exe));
+        let vm_crate = src
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| n.starts_with("vm_"))
+            .and_then(|n| n.strip_suffix(".rs"));
+        if let (true, Some(name)) = (src.parent() == Some(tests_dir.as_path()), vm_crate) {
+            bins.push((name.to_owned(), PathBuf::from(exe)));
         }
     }
     bins.sort();
@@ -231,7 +245,7 @@ fn json_str(line: &str, key: &str) -> Option<String> {
 
 /// The command line that runs this xtask binary inside the guest. The guest does not inherit
 /// our environment, hence `env`.
-fn guest_argv(args: &[&str]) -> Result<Vec<String>> {
+pub fn guest_argv(args: &[&str]) -> Result<Vec<String>> {
     let me = std::env::current_exe()?;
     let mut argv = vec![
         "env".to_owned(),

@@ -8,10 +8,14 @@ mod bench;
 mod capture;
 mod guest;
 mod host;
+mod labstate;
+mod overlay;
 mod paths;
 mod process;
 mod provision;
+mod testrun;
 mod vm;
+mod vmtests;
 
 // The lab recipe shared with the VM tests (std only).
 #[path = "../../tests/vm/support/mod.rs"]
@@ -22,8 +26,12 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage: cargo xtask <command>
 
-  test [--vm-only] [FILTER]
-                          fmt check, clippy, host tests, then all VM tests in one boot
+  test [--vm-only] [--repeat N] [FILTER]
+                          fmt check, clippy, host tests, then the VM tests (names
+                          containing FILTER), each alone with a checked lab reset
+                          between them, a fresh boot when the reset cannot clean;
+                          --repeat N: VM tests only, N times from fresh boots, with a
+                          flake report
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there
   vm [--timeout S] -- CMD...
                           run CMD as root in the guest, return its exit code

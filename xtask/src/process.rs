@@ -1,12 +1,13 @@
 //! Running programs from xtask: status with a clear error, tee of stdout, and a deadline that
 //! kills the whole process group (vng -> virtme-run -> qemu).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::Result;
 
@@ -28,67 +29,189 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 
 /// Runs with stdout piped through to ours line by line, and returns the status and the lines
 /// (the caller reads test counts from them). With a timeout, the command runs in its own
-/// process group which is killed when time is up.
+/// process group which is killed when time is up, and that is an error.
 pub fn run_tee(cmd: &mut Command, timeout: Option<Duration>) -> Result<(ExitStatus, Vec<String>)> {
+    let tee = tee(
+        cmd,
+        &TeeOptions {
+            timeout,
+            ..TeeOptions::default()
+        },
+    )?;
+    match (tee.status, tee.killed) {
+        (Some(status), None) => Ok((status, tee.lines)),
+        (_, why) => Err(format!(
+            "`{}` {}",
+            describe(cmd),
+            why.unwrap_or_else(|| "was not reaped".into())
+        )
+        .into()),
+    }
+}
+
+/// How [`tee`] runs a command.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TeeOptions {
+    /// Kill the command's process group after this long.
+    pub timeout: Option<Duration>,
+    /// Kill it when it has printed nothing (stdout or stderr) for this long.
+    pub idle_timeout: Option<Duration>,
+    /// Forward stderr to our stdout and keep its lines too, in arrival order with stdout's
+    /// (a test's panic message is on stderr); otherwise stderr goes to our stderr unkept.
+    pub merge_stderr: bool,
+}
+
+/// What [`tee`] saw.
+#[derive(Debug)]
+pub struct Tee {
+    /// `None` when it was killed and did not go away within a grace period (a process stuck in
+    /// the kernel dies only when the kernel lets go).
+    pub status: Option<ExitStatus>,
+    pub lines: Vec<String>,
+    /// Why it was killed, if it was (`timed out after 600s`, `printed nothing for 900s`).
+    pub killed: Option<String>,
+}
+
+/// Runs `cmd` with its output forwarded line by line as it comes and kept; a run past its
+/// limits is killed (its whole process group) and reported as such, with the lines printed
+/// until then, which a caller needs to tell how far it got.
+pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
     // Both streams go through pipes: virtme-ng reopens the stdio it is given (truncating a
     // log file the caller redirected us to), so it must never see our own descriptors.
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    if timeout.is_some() {
+    let limited = opts.timeout.is_some() || opts.idle_timeout.is_some();
+    if limited {
         cmd.process_group(0);
     }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", describe(cmd)))?;
-    let pid = child.id();
-    let done = Arc::new(AtomicBool::new(false));
-    let timed_out = Arc::new(AtomicBool::new(false));
-    if let Some(timeout) = timeout {
-        let (done, timed_out) = (done.clone(), timed_out.clone());
-        std::thread::spawn(move || {
-            let step = Duration::from_millis(200);
-            let mut waited = Duration::ZERO;
-            while waited < timeout {
-                if done.load(Ordering::Relaxed) {
-                    return;
-                }
-                std::thread::sleep(step);
-                waited += step;
-            }
-            if !done.load(Ordering::Relaxed) {
-                timed_out.store(true, Ordering::Relaxed);
-                eprintln!("xtask: timed out after {timeout:?}, killing process group {pid}");
+    let start = Instant::now();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let last_output_ms = Arc::new(AtomicU64::new(0));
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut readers = vec![forward_lines(
+        stdout,
+        Sink::Stdout,
+        Some(Arc::clone(&lines)),
+        start,
+        Arc::clone(&last_output_ms),
+    )];
+    readers.push(if opts.merge_stderr {
+        forward_lines(
+            stderr,
+            Sink::Stdout,
+            Some(Arc::clone(&lines)),
+            start,
+            Arc::clone(&last_output_ms),
+        )
+    } else {
+        forward_lines(
+            stderr,
+            Sink::Stderr,
+            None,
+            start,
+            Arc::clone(&last_output_ms),
+        )
+    });
+    let mut killed = None;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if killed.is_none() {
+            // Saturating: a reader may store a time later than the `elapsed` read here.
+            let last = Duration::from_millis(last_output_ms.load(Ordering::Relaxed));
+            let idle = start.elapsed().saturating_sub(last);
+            let why = match (opts.timeout, opts.idle_timeout) {
+                (Some(t), _) if start.elapsed() >= t => Some(format!("timed out after {t:?}")),
+                (_, Some(t)) if idle >= t => Some(format!("printed nothing for {t:?}")),
+                _ => None,
+            };
+            if let Some(why) = why {
+                eprintln!(
+                    "xtask: {why}, killing process group {} ({})",
+                    child.id(),
+                    describe(cmd)
+                );
                 // Our own child's group only: -PGID.
                 let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
                     .status();
+                killed = Some((why, Instant::now()));
             }
-        });
+        } else if killed
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() > KILL_GRACE)
+        {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // A process that escaped the group may hold the pipes: wait a little, not forever.
+    let grace = Instant::now() + Duration::from_secs(2);
+    while !readers.iter().all(JoinHandle::is_finished) && Instant::now() < grace {
+        std::thread::sleep(Duration::from_millis(10));
     }
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let forward_err = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut stderr, &mut std::io::stderr());
-    });
-    let mut lines = Vec::new();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-        lines.push(line);
-    }
-    let status = child.wait()?;
-    let _ = forward_err.join();
-    done.store(true, Ordering::Relaxed);
-    if timed_out.load(Ordering::Relaxed) {
-        return Err(format!(
-            "`{}` timed out after {:?}",
-            describe(cmd),
-            timeout.unwrap_or_default()
-        )
-        .into());
-    }
-    Ok((status, lines))
+    let lines = lines.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(Tee {
+        status,
+        lines,
+        killed: killed.map(|(why, _)| why),
+    })
+}
+
+/// How long a killed process group gets to go away before we stop waiting for it.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy)]
+enum Sink {
+    Stdout,
+    Stderr,
+}
+
+/// Copies `pipe` line by line to `sink` (flushed per line, so the log is live), keeps the
+/// lines in `keep`, and notes when the last one came.
+fn forward_lines(
+    pipe: impl Read + Send + 'static,
+    sink: Sink,
+    keep: Option<Arc<Mutex<Vec<String>>>>,
+    start: Instant,
+    last_output_ms: Arc<AtomicU64>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(pipe);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+            last_output_ms.store(ms, Ordering::Relaxed);
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim_end_matches(['\n', '\r']);
+            match sink {
+                Sink::Stdout => {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+                Sink::Stderr => {
+                    let mut err = std::io::stderr().lock();
+                    let _ = writeln!(err, "{line}");
+                    let _ = err.flush();
+                }
+            }
+            if let Some(keep) = &keep {
+                keep.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(line.to_owned());
+            }
+        }
+    })
 }
 
 /// The command line, for error messages.

@@ -18,6 +18,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "udev",
     "lsscsi",
     "busybox-static",
+    // tc (netem) for the link-loss detach test.
+    "iproute2",
     // Debian's python3 makes no venv (no ensurepip) without it; virtme-ng lives in a venv.
     "python3-venv",
     // lunkit-sys's ABI test compiles C against <linux/dm-ioctl.h> and <linux/fs.h>.
@@ -41,6 +43,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("udevadm", "udev"),
     ("lsscsi", "lsscsi"),
     ("busybox", "busybox-static"),
+    ("tc", "iproute2"),
     ("gcc", "gcc"),
 ];
 

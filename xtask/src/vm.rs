@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::process::{Tee, TeeOptions};
 use crate::provision::Lab;
 use crate::{Result, process};
 
@@ -15,12 +16,27 @@ pub struct Boot {
     pub rwdirs: Vec<PathBuf>,
     /// Kill the VM after this long.
     pub timeout: Option<Duration>,
+    /// Kill the VM when it has printed nothing for this long (a hung guest).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Boot {
     /// Boots, runs `argv` as root in the guest, streams its stdout (stderr goes straight
-    /// through) and returns its exit status with the stdout lines.
+    /// through) and returns its exit status with the stdout lines. A guest killed at a limit
+    /// is an error.
     pub fn run(&self, lab: &Lab, argv: &[String]) -> Result<(ExitStatus, Vec<String>)> {
+        let tee = self.run_tee(lab, argv)?;
+        match (tee.status, tee.killed) {
+            (Some(status), None) => Ok((status, tee.lines)),
+            (_, why) => {
+                Err(format!("the guest {}", why.unwrap_or_else(|| "was killed".into())).into())
+            }
+        }
+    }
+
+    /// [`run`](Self::run), but a guest killed at a limit is reported in the result, with
+    /// the lines it printed until then.
+    pub fn run_tee(&self, lab: &Lab, argv: &[String]) -> Result<Tee> {
         if argv.is_empty() {
             return Err("no command to run in the guest".into());
         }
@@ -50,7 +66,14 @@ impl Boot {
             lab.kernel_version
         );
         let start = Instant::now();
-        let out = process::run_tee(&mut vng, self.timeout);
+        let out = process::tee(
+            &mut vng,
+            &TeeOptions {
+                timeout: self.timeout,
+                idle_timeout: self.idle_timeout,
+                merge_stderr: false,
+            },
+        );
         eprintln!(
             "xtask: guest finished after {:.1} s",
             start.elapsed().as_secs_f64()

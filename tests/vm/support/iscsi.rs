@@ -21,8 +21,9 @@ pub struct Session {
 }
 
 /// Sets the manual scan default for new node records and starts iscsid unless it runs. /etc
-/// is an overlay in the guest, so the host's configuration is not touched.
-pub fn ensure_iscsid() -> Result<()> {
+/// is an overlay in the guest, so the host's configuration is not touched. Returns whether it
+/// started iscsid, so the caller can [`stop_iscsid`] what it started.
+pub fn ensure_iscsid() -> Result<bool> {
     let conf = fs::read_to_string(ISCSID_CONF).unwrap_or_default();
     let mut out: String = conf
         .lines()
@@ -31,14 +32,37 @@ pub fn ensure_iscsid() -> Result<()> {
         .collect();
     out.push_str("node.session.scan = manual\n");
     fs::write(ISCSID_CONF, out).map_err(|e| format!("write {ISCSID_CONF}: {e}"))?;
-    if !cmd::process_running("iscsid") {
-        cmd::run("modprobe", &["iscsi_tcp"])?;
-        cmd::run("iscsid", &[])?;
-        wait::until_true("iscsid to start", Duration::from_secs(10), || {
-            cmd::process_running("iscsid")
-        })?;
+    if cmd::process_running("iscsid") {
+        return Ok(false);
     }
-    Ok(())
+    cmd::run("modprobe", &["iscsi_tcp"])?;
+    cmd::run("iscsid", &[])?;
+    wait::until_true("iscsid to start", Duration::from_secs(10), || {
+        cmd::process_running("iscsid")
+    })?;
+    Ok(true)
+}
+
+/// Stops iscsid (`iscsiadm -k 0`, then SIGKILL if it lingers) and waits until it is gone. It
+/// does not log sessions out: call [`logout_all`] first. A daemon left running would outlive
+/// the test that started it and answer for the next one.
+pub fn stop_iscsid() -> Result<()> {
+    if !cmd::process_running("iscsid") {
+        return Ok(());
+    }
+    cmd::run_bounded("iscsiadm", &["-k", "0"], Duration::from_secs(10));
+    let gone = || !cmd::process_running("iscsid");
+    if wait::until_true("iscsid to exit", Duration::from_secs(10), gone).is_ok() {
+        return Ok(());
+    }
+    for pid in cmd::pids_of("iscsid") {
+        cmd::run_ignoring_failure("kill", &["-KILL", &pid.to_string()]);
+    }
+    wait::until_true(
+        "iscsid to exit after SIGKILL",
+        Duration::from_secs(10),
+        gone,
+    )
 }
 
 /// SendTargets discovery through `portal`; creates node records for every portal advertised.

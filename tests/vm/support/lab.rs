@@ -30,7 +30,7 @@ impl Default for LabConfig {
 }
 
 /// The running lab. Dropping it tears everything down in the safe order: maps, sessions,
-/// target.
+/// iscsid (if the lab started it), target.
 #[derive(Debug)]
 pub struct IscsiLab {
     pub config: LabConfig,
@@ -40,6 +40,8 @@ pub struct IscsiLab {
     pub maps: Vec<Map>,
     multipathd: Option<Multipathd>,
     target: Option<LioTarget>,
+    /// The lab started iscsid (it was not running before), so teardown stops it.
+    started_iscsid: bool,
 }
 
 impl IscsiLab {
@@ -51,8 +53,9 @@ impl IscsiLab {
             maps: Vec::new(),
             multipathd: None,
             target: Some(target),
+            started_iscsid: false,
         };
-        iscsi::ensure_iscsid()?;
+        lab.started_iscsid = iscsi::ensure_iscsid()?;
         let iqn = lab.config.target.iqn.clone();
         for portal in lab.config.target.portals.clone() {
             iscsi::discover(&portal)?;
@@ -101,6 +104,11 @@ impl IscsiLab {
         // the guest has no iSCSI sessions but the lab's.
         iscsi::logout_all();
         self.sessions.clear();
+        if std::mem::take(&mut self.started_iscsid) {
+            if let Err(e) = iscsi::stop_iscsid() {
+                first_err.get_or_insert(e);
+            }
+        }
         if let Some(target) = self.target.take() {
             if let Err(e) = target.teardown() {
                 first_err.get_or_insert(e);

@@ -15,6 +15,7 @@
 
 pub mod child;
 pub mod cmd;
+pub mod diag;
 pub mod iscsi;
 pub mod lab;
 pub mod lio;
@@ -36,10 +37,26 @@ pub const VM_ENV: &str = "LUNKIT_VM";
 
 /// Panics unless we run inside the xtask guest: these fixtures load kernel modules and start
 /// daemons, which must never happen on a developer's machine by accident.
+///
+/// In the guest it also installs (once per process) a panic hook that prints
+/// [`diag::dump`] right after the panic message: at that moment the lab is still as the
+/// failure left it, while the fixtures' `Drop` runs only after the hook and tears it down.
 pub fn require_vm() {
     if std::env::var_os(VM_ENV).is_none_or(|v| v != "1") {
         panic!(
             "VM test: run it with `cargo xtask test` (it needs {VM_ENV}=1 inside the QEMU guest)"
         );
     }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            let thread = std::thread::current();
+            diag::dump_once(&format!(
+                "panic in thread '{}'",
+                thread.name().unwrap_or("<unnamed>")
+            ));
+        }));
+    });
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::{Result, cmd, sysfs, udev, wait};
 
-const LOG: &str = "/tmp/lunkit-multipathd.log";
+/// Where [`Multipathd`] has multipathd log (read by [`log`] and the diagnostics).
+pub const LOG: &str = "/tmp/lunkit-multipathd.log";
 
 /// The smallest useful configuration: mpathN names, and every path with a WWID gets a map
 /// (find_multipaths no), so a map appears as soon as its paths are scanned.

@@ -1,0 +1,564 @@
+//! The host side of the VM test runner: list every VM test on the host, boot a guest that
+//! runs them one at a time with a checked lab reset between them (testrun.rs), and boot a
+//! fresh guest for the rest when a reset cannot clean. Also the flake detector
+//! (`--repeat N`), and the fixed lines the guest reports in ([`Line`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::provision::Lab;
+use crate::vm::Boot;
+use crate::{Result, host, paths};
+
+/// How long one VM test may run in the guest before it is killed and counted as failed. The
+/// longest test (vm_detach's fifty cycles) took 935 s on a 2-core machine shared with another
+/// TCG guest, about three times its time alone; a hang costs at most this much CI time.
+pub const TEST_LIMIT: Duration = Duration::from_secs(1800);
+
+/// The prefix of every line the guest runner reports in.
+const MARK: &str = "xtask-vm-test:";
+
+/// One VM test: `name` in the test binary `bin`, known as `key` (`vm_dm::name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmTest {
+    pub key: String,
+    pub bin: PathBuf,
+    pub name: String,
+}
+
+impl VmTest {
+    /// The plan file the guest reads: `KEY<TAB>BIN<TAB>NAME` per line. A file rather than
+    /// arguments, because the guest's command line goes through the kernel's, which is short.
+    pub fn plan(tests: &[VmTest]) -> String {
+        tests
+            .iter()
+            .map(|t| format!("{}\t{}\t{}\n", t.key, t.bin.display(), t.name))
+            .collect()
+    }
+
+    pub fn parse_plan(text: &str) -> Result<Vec<VmTest>> {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let mut f = l.split('\t');
+                match (f.next(), f.next(), f.next(), f.next()) {
+                    (Some(key), Some(bin), Some(name), None) => Ok(VmTest {
+                        key: key.to_owned(),
+                        bin: PathBuf::from(bin),
+                        name: name.to_owned(),
+                    }),
+                    _ => Err(format!("bad test plan line {l:?}").into()),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Lists the ignored tests of each VM test binary (`BIN --list --ignored`, no VM needed), as
+/// `(crate name, executable)`, keeping those whose key contains `filter`.
+pub fn list(bins: &[(String, PathBuf)], filter: Option<&str>) -> Result<Vec<VmTest>> {
+    let mut tests = Vec::new();
+    for (krate, bin) in bins {
+        let out = Command::new(bin)
+            .args(["--list", "--ignored"])
+            .current_dir(paths::root())
+            .output()
+            .map_err(|e| format!("cannot run {} --list: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`{} --list --ignored` failed ({}): {}",
+                bin.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+            .into());
+        }
+        tests.extend(parse_list(
+            krate,
+            bin,
+            &String::from_utf8_lossy(&out.stdout),
+        ));
+    }
+    tests.retain(|t| filter.is_none_or(|f| t.key.contains(f)));
+    Ok(tests)
+}
+
+/// libtest's `--list` output: `NAME: test` lines (benchmarks and the summary are skipped).
+fn parse_list(krate: &str, bin: &Path, stdout: &str) -> Vec<VmTest> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(|name| VmTest {
+            key: format!("{krate}::{name}"),
+            bin: bin.to_path_buf(),
+            name: name.to_owned(),
+        })
+        .collect()
+}
+
+/// How a test ended in the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Passed,
+    /// Its assertions failed (or it crashed, or overran [`TEST_LIMIT`]).
+    Failed,
+    /// It passed, but left something running or configured that the baseline did not have.
+    Leaked,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::Leaked => "leaked",
+        })
+    }
+}
+
+impl Status {
+    fn parse(s: &str) -> Option<Status> {
+        match s {
+            "passed" => Some(Status::Passed),
+            "failed" => Some(Status::Failed),
+            "leaked" => Some(Status::Leaked),
+            _ => None,
+        }
+    }
+}
+
+/// A line the guest runner prints for the host to read, e.g.
+/// `xtask-vm-test: RESULT vm_dm::mpath_remove_map_and_partition_map passed 12.3`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// The runner started, this long after the guest kernel did.
+    Booted {
+        uptime: f64,
+    },
+    Start {
+        key: String,
+    },
+    Result {
+        key: String,
+        status: Status,
+        secs: f64,
+    },
+    /// The first line of why a test failed or what it leaked.
+    Reason {
+        key: String,
+        text: String,
+    },
+    /// The check and reset after a test took `secs`; `clean` tells if the lab is at the
+    /// baseline again.
+    Lab {
+        key: String,
+        secs: f64,
+        clean: bool,
+    },
+    /// The runner stops: the tests not run yet need a fresh guest.
+    Stop {
+        why: String,
+    },
+}
+
+impl fmt::Display for Line {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Line::Booted { uptime } => write!(f, "{MARK} BOOTED {uptime:.1}"),
+            Line::Start { key } => write!(f, "{MARK} START {key}"),
+            Line::Result { key, status, secs } => {
+                write!(f, "{MARK} RESULT {key} {status} {secs:.1}")
+            }
+            Line::Reason { key, text } => {
+                let one_line = text.lines().next().unwrap_or_default();
+                write!(f, "{MARK} REASON {key} {one_line}")
+            }
+            Line::Lab { key, secs, clean } => write!(
+                f,
+                "{MARK} LAB {key} {secs:.2} {}",
+                if *clean { "clean" } else { "dirty" }
+            ),
+            Line::Stop { why } => write!(f, "{MARK} STOP {why}"),
+        }
+    }
+}
+
+impl Line {
+    pub fn parse(line: &str) -> Option<Line> {
+        let rest = line.trim_end().strip_prefix(MARK)?.trim_start();
+        let (kind, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        match (kind, words.as_slice()) {
+            ("BOOTED", [uptime]) => Some(Line::Booted {
+                uptime: uptime.parse().ok()?,
+            }),
+            ("START", [key]) => Some(Line::Start {
+                key: (*key).to_owned(),
+            }),
+            ("RESULT", [key, status, secs]) => Some(Line::Result {
+                key: (*key).to_owned(),
+                status: Status::parse(status)?,
+                secs: secs.parse().ok()?,
+            }),
+            ("REASON", [key, ..]) => Some(Line::Reason {
+                key: (*key).to_owned(),
+                text: rest.trim_start()[key.len()..].trim().to_owned(),
+            }),
+            ("LAB", [key, secs, state]) => Some(Line::Lab {
+                key: (*key).to_owned(),
+                secs: secs.parse().ok()?,
+                clean: match *state {
+                    "clean" => true,
+                    "dirty" => false,
+                    _ => return None,
+                },
+            }),
+            ("STOP", _) => Some(Line::Stop {
+                why: rest.trim().to_owned(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// How one test ended, as the host saw it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub key: String,
+    /// `None`: no result, because the guest died during the test or never got to it.
+    pub status: Option<Status>,
+    pub secs: Option<f64>,
+    pub reason: Option<String>,
+    /// Which boot of the run it ran in (1-based).
+    pub boot: usize,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.status == Some(Status::Passed)
+    }
+
+    fn label(&self) -> &'static str {
+        match self.status {
+            Some(Status::Passed) => "passed",
+            Some(Status::Failed) => "FAILED",
+            Some(Status::Leaked) => "LEAKED",
+            None => "NOT RUN",
+        }
+    }
+}
+
+/// One run of a set of VM tests, over as many boots as it took.
+#[derive(Debug, Default)]
+pub struct SuiteRun {
+    /// In the order of the tests given.
+    pub outcomes: Vec<Outcome>,
+    pub boots: usize,
+    /// Guest uptime when the runner started, per boot (the cost of a fresh boot).
+    pub uptimes: Vec<f64>,
+    /// Check + reset after each test.
+    pub lab_secs: Vec<f64>,
+    pub wall: Duration,
+}
+
+impl SuiteRun {
+    pub fn counts(&self) -> (usize, usize) {
+        let passed = self.outcomes.iter().filter(|o| o.passed()).count();
+        (passed, self.outcomes.len() - passed)
+    }
+
+    /// The per-test table and the timing line.
+    pub fn print(&self) {
+        println!(
+            "xtask test: VM test results ({} boot{}, {}):",
+            self.boots,
+            if self.boots == 1 { "" } else { "s" },
+            minutes(self.wall)
+        );
+        for o in &self.outcomes {
+            let secs = o
+                .secs
+                .map_or_else(|| "-".to_owned(), |s| format!("{s:.1}s"));
+            let reason = o
+                .reason
+                .as_deref()
+                .filter(|_| !o.passed())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            println!(
+                "  {:<8} {secs:>8}  boot {}  {}{reason}",
+                o.label(),
+                o.boot,
+                o.key
+            );
+        }
+        if let (Some(med), Some(max)) = (median(&self.lab_secs), max(&self.lab_secs)) {
+            println!(
+                "xtask test: lab check+reset after each test: median {med:.1} s, max {max:.1} s \
+                 ({} tests); a fresh guest was up after {:.1} s (median of {} boots)",
+                self.lab_secs.len(),
+                median(&self.uptimes).unwrap_or(0.0),
+                self.uptimes.len()
+            );
+        }
+    }
+}
+
+/// Runs `tests`, each alone, with a checked lab reset between them; a guest whose lab cannot
+/// be reset stops, and a fresh one runs the rest.
+pub fn run_suite(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun> {
+    let start = Instant::now();
+    let mut run = SuiteRun::default();
+    let mut results: BTreeMap<String, Outcome> = BTreeMap::new();
+    let mut remaining: Vec<VmTest> = tests.to_vec();
+    let plan_dir = paths::target_dir().join("xtask-vm");
+    std::fs::create_dir_all(&plan_dir)?;
+    while !remaining.is_empty() {
+        run.boots += 1;
+        let boot_no = run.boots;
+        let plan = plan_dir.join(format!("plan-{}-{boot_no}.txt", std::process::id()));
+        std::fs::write(&plan, VmTest::plan(&remaining))
+            .map_err(|e| format!("cannot write {}: {e}", plan.display()))?;
+        eprintln!(
+            "xtask: boot {boot_no}: {} VM test{} to run",
+            remaining.len(),
+            if remaining.len() == 1 { "" } else { "s" }
+        );
+        let boot = Boot {
+            timeout: Some(boot_limit(remaining.len())),
+            idle_timeout: Some(TEST_LIMIT + Duration::from_secs(300)),
+            ..Boot::default()
+        };
+        let argv = host::guest_argv(&[
+            "run-tests",
+            &lunkit.to_string_lossy(),
+            &plan.to_string_lossy(),
+        ])?;
+        let tee = boot.run_tee(lab, &argv)?;
+        let _ = std::fs::remove_file(&plan);
+        let guest_end = tee.killed.clone().unwrap_or_else(|| {
+            tee.status
+                .map_or_else(|| "was not reaped".to_owned(), |s| format!("exited ({s})"))
+        });
+        let mut started = None;
+        let mut ran = 0;
+        for line in tee.lines.iter().filter_map(|l| Line::parse(l)) {
+            match line {
+                Line::Booted { uptime } => run.uptimes.push(uptime),
+                Line::Start { key } => started = Some(key),
+                Line::Result { key, status, secs } => {
+                    started = None;
+                    ran += 1;
+                    results.insert(
+                        key.clone(),
+                        Outcome {
+                            key,
+                            status: Some(status),
+                            secs: Some(secs),
+                            reason: None,
+                            boot: boot_no,
+                        },
+                    );
+                }
+                Line::Reason { key, text } => {
+                    if let Some(o) = results.get_mut(&key) {
+                        o.reason = Some(text);
+                    }
+                }
+                Line::Lab { secs, .. } => run.lab_secs.push(secs),
+                Line::Stop { why } => eprintln!("xtask: boot {boot_no} stopped early: {why}"),
+            }
+        }
+        // A test the guest died in counts as failed and is not run again.
+        if let Some(key) = started {
+            ran += 1;
+            results.insert(
+                key.clone(),
+                Outcome {
+                    key,
+                    status: Some(Status::Failed),
+                    secs: None,
+                    reason: Some(format!("the guest ended during the test: it {guest_end}")),
+                    boot: boot_no,
+                },
+            );
+        }
+        remaining.retain(|t| !results.contains_key(&t.key));
+        if ran == 0 && !remaining.is_empty() {
+            for t in &remaining {
+                results.insert(
+                    t.key.clone(),
+                    Outcome {
+                        key: t.key.clone(),
+                        status: None,
+                        secs: None,
+                        reason: Some(format!("not run: the guest ran no test and {guest_end}")),
+                        boot: boot_no,
+                    },
+                );
+            }
+            eprintln!(
+                "xtask: boot {boot_no} ran none of its {} tests (the guest {guest_end}); giving up",
+                remaining.len()
+            );
+            break;
+        }
+    }
+    run.outcomes = tests
+        .iter()
+        .filter_map(|t| results.remove(&t.key))
+        .collect();
+    run.wall = start.elapsed();
+    Ok(run)
+}
+
+/// The whole guest's backstop; each test has its own limit in the guest, and a silent
+/// guest is killed sooner (the idle limit).
+fn boot_limit(tests: usize) -> Duration {
+    Duration::from_secs(600) + (TEST_LIMIT + Duration::from_secs(120)) * tests as u32
+}
+
+/// `--repeat N`: runs the tests N times, each time from fresh boots, and prints per test how
+/// often it passed and why it failed. Exit code 1 when any run failed.
+pub fn repeat(lab: &Lab, lunkit: &Path, tests: &[VmTest], times: usize) -> Result<u8> {
+    let mut per_test: BTreeMap<String, Vec<Outcome>> = BTreeMap::new();
+    let mut lab_secs = Vec::new();
+    for r in 1..=times {
+        eprintln!("xtask: repeat {r} of {times}");
+        let run = run_suite(lab, lunkit, tests)?;
+        run.print();
+        lab_secs.extend(run.lab_secs);
+        for o in run.outcomes {
+            per_test.entry(o.key.clone()).or_default().push(o);
+        }
+    }
+    let width = tests.iter().map(|t| t.key.len()).max().unwrap_or(4).max(4);
+    println!(
+        "xtask test: flake report, {times} run{} of {} VM test{} (each run from a fresh boot):",
+        if times == 1 { "" } else { "s" },
+        tests.len(),
+        if tests.len() == 1 { "" } else { "s" }
+    );
+    println!("  {:<width$}  passes  failure reasons (first line)", "test");
+    let (mut passed, mut failed) = (0, 0);
+    for t in tests {
+        let outcomes = per_test.get(&t.key).map(Vec::as_slice).unwrap_or_default();
+        let ok = outcomes.iter().filter(|o| o.passed()).count();
+        passed += ok;
+        failed += times - ok;
+        let mut reasons: Vec<(String, usize)> = Vec::new();
+        for o in outcomes.iter().filter(|o| !o.passed()) {
+            let why = format!(
+                "{}: {}",
+                o.label(),
+                o.reason.as_deref().unwrap_or("no reason reported")
+            );
+            match reasons.iter_mut().find(|(r, _)| *r == why) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((why, 1)),
+            }
+        }
+        let reasons: Vec<String> = reasons
+            .into_iter()
+            .map(|(r, n)| if n == 1 { r } else { format!("{n}x {r}") })
+            .collect();
+        println!(
+            "  {:<width$}  {:>6}  {}",
+            t.key,
+            format!("{ok}/{times}"),
+            reasons.join(" | ")
+        );
+    }
+    if let Some(med) = median(&lab_secs) {
+        println!("xtask test: lab check+reset after each test: median {med:.1} s");
+    }
+    println!("vm: {passed} passed, {failed} failed");
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied()
+}
+
+fn max(v: &[f64]) -> Option<f64> {
+    v.iter().copied().max_by(f64::total_cmp)
+}
+
+fn minutes(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}m{:02}s", s / 60, s % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let lines = [
+            Line::Booted { uptime: 21.5 },
+            Line::Start {
+                key: "vm_dm::a_b".into(),
+            },
+            Line::Result {
+                key: "vm_dm::a_b".into(),
+                status: Status::Leaked,
+                secs: 12.5,
+            },
+            Line::Reason {
+                key: "vm_dm::a_b".into(),
+                text: "LEAK: multipathd pid 412 running; dm devices mpatha (dm-0)".into(),
+            },
+            Line::Lab {
+                key: "vm_dm::a_b".into(),
+                secs: 1.25,
+                clean: false,
+            },
+            Line::Stop {
+                why: "lab not clean after vm_dm::a_b".into(),
+            },
+        ];
+        for l in lines {
+            assert_eq!(Line::parse(&l.to_string()), Some(l.clone()), "{l}");
+        }
+        assert_eq!(Line::parse("test result: ok. 1 passed"), None);
+        assert_eq!(Line::parse("xtask-vm-test: RESULT k maybe 1.0"), None);
+    }
+
+    #[test]
+    fn reason_keeps_the_first_line_only() {
+        let l = Line::Reason {
+            key: "k::t".into(),
+            text: "assertion failed: x\nmore".into(),
+        };
+        assert_eq!(
+            l.to_string(),
+            "xtask-vm-test: REASON k::t assertion failed: x"
+        );
+    }
+
+    #[test]
+    fn parses_libtest_lists() {
+        let out = "a_test: test\nother: test\nbench_x: benchmark\n\n2 tests, 1 benchmark\n";
+        let t = parse_list("vm_x", Path::new("/t/vm_x-1"), out);
+        let keys: Vec<&str> = t.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys, ["vm_x::a_test", "vm_x::other"]);
+        assert_eq!(t[0].name, "a_test");
+    }
+
+    #[test]
+    fn plans_round_trip() {
+        let tests = vec![VmTest {
+            key: "vm_x::a".into(),
+            bin: PathBuf::from("/w/target/debug/deps/vm_x-1"),
+            name: "a".into(),
+        }];
+        assert_eq!(VmTest::parse_plan(&VmTest::plan(&tests)).unwrap(), tests);
+        assert!(VmTest::parse_plan("just one field\n").is_err());
+    }
+}
