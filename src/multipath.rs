@@ -1,7 +1,7 @@
 //! dm-multipath maps: parse their table and status, find them, and take them down safely.
 //!
 //! [`remove`] is `multipath -f MAP` without the tool, following multipath-tools 0.9's
-//! `_dm_flush_map` (see DESIGN.md, "Removing a multipath map"), plus one refusal the tool
+//! `_dm_flush_map` (docs/DESIGN.md, "Removing a multipath map"), plus one refusal the tool
 //! does not make: a map with no active path that queues I/O cannot write its dirty data
 //! anywhere, so removing it would drop that data; it is refused unless the caller forces.
 //!

@@ -7,7 +7,7 @@
 //!
 //! No udev cookie is ever passed (`event_nr` is 0): a caller that must know when the device
 //! node is gone waits for the kernel's `remove` uevent of `dm-N` instead of a SysV semaphore
-//! that udev rules would release (see DESIGN.md, "device-mapper").
+//! that udev rules would release (docs/DESIGN.md, "device-mapper").
 //!
 //! Every command needs `CAP_SYS_ADMIN`. A failed command comes back as [`Error::Ioctl`] naming
 //! the command, the device and the errno; the kernel copies nothing else back on failure, so a

@@ -1,4 +1,4 @@
-//! `cargo xtask`: builds, provisions and boots the QEMU lab (DESIGN.md, "Testing").
+//! `cargo xtask`: builds, provisions and boots the QEMU lab (docs/DESIGN.md, "Testing").
 //!
 //! Host commands boot a guest with virtme-ng (TCG: /dev/kvm hangs on these machines) sharing
 //! the host root read-only; the guest runs this same binary (`xtask guest ...`) to build the

@@ -18,8 +18,9 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The virtme-ng venv (DESIGN.md: under `target/`), whose `bin/` must be on PATH because
-/// `vng` runs `virtme-run` from there.
+/// The virtme-ng venv, kept under `target/` so each checkout has its own and `cargo clean`
+/// removes it. Its `bin/` must be on PATH because `vng` runs `virtme-run` from there
+/// (docs/DESIGN.md, "QEMU facts on these machines").
 pub fn venv() -> PathBuf {
     target_dir().join("vng-venv")
 }

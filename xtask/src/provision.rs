@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::{Result, paths, process};
 
-/// Debian packages the lab needs (DESIGN.md, "Testing"), always installed together.
+/// Debian packages the lab needs (docs/DESIGN.md, "Testing"), always installed together.
 pub const APT_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "linux-image-amd64",

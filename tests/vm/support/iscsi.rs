@@ -1,6 +1,6 @@
 //! The open-iscsi initiator: iscsid, sendtargets discovery and logins with
 //! `node.session.scan = manual`, so that logging in creates a session and a SCSI host but no
-//! LUN: tests scan exactly the LUNs they want (DESIGN.md, lesson 1).
+//! LUN: tests scan exactly the LUNs they want (docs/DESIGN.md, lesson 1).
 
 use std::fs;
 use std::time::Duration;

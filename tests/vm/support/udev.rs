@@ -1,6 +1,6 @@
 //! udevd in the guest. virtme-ng's init already starts `systemd-udevd`, so usually there is
 //! nothing to do; multipathd needs it (it reads path WWIDs from the udev database). Tests of
-//! lunkit without udev (DESIGN.md: "udev is optional") can [`stop`] it.
+//! lunkit without udev (docs/DESIGN.md, "udev is optional") can [`stop`] it.
 
 use std::path::Path;
 use std::time::Duration;
