@@ -22,6 +22,9 @@
 // `unsafe` is denied everywhere but in `ioctl`, the one module that issues raw ioctls.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml, `package.metadata.docs.rs`) and
+// marks feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod block;
 pub mod dm;
@@ -38,6 +41,7 @@ pub mod scsi;
 pub mod sysfs;
 pub mod topology;
 #[cfg(feature = "udev")]
+#[cfg_attr(docsrs, doc(cfg(feature = "udev")))]
 pub mod udev;
 pub mod uevent;
 pub mod wait;
