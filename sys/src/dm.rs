@@ -370,6 +370,10 @@ pub const DM_SUBSYSTEM_UDEV_FLAG7: u32 = 0x8000;
 // architecture. Alignment follows the C ABI's alignment of __u64, which is 4 on i386 (and
 // Rust's u64 matches it there), so the one size that depends on tail padding,
 // sizeof(struct dm_name_list), is 16 on 64-bit ABIs but 12 on i386.
+#[allow(
+    dead_code,
+    reason = "used only by the asserts below; rustc 1.85 does not count those"
+)]
 const U64_ALIGN: usize = align_of::<u64>();
 const _: () = assert!(size_of::<dm_ioctl>() == 312);
 const _: () = assert!(align_of::<dm_ioctl>() == U64_ALIGN);

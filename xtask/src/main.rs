@@ -6,6 +6,7 @@
 
 mod bench;
 mod capture;
+mod checks;
 mod guest;
 mod host;
 mod labstate;
@@ -26,12 +27,14 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage: cargo xtask <command>
 
-  test [--vm-only] [--repeat N] [FILTER]
-                          fmt check, clippy, host tests, then the VM tests (names
-                          containing FILTER), each alone with a checked lab reset
-                          between them, a fresh boot when the reset cannot clean;
-                          --repeat N: VM tests only, N times from fresh boots, with a
-                          flake report
+  test [--host-only | --vm-only] [--repeat N] [FILTER]
+                          fmt check, clippy, docs (rustdoc warnings denied), cargo
+                          check at the declared rust-version, host tests, then the
+                          VM tests (names containing FILTER), each alone with a
+                          checked lab reset between them, a fresh boot when the
+                          reset cannot clean; --host-only: stop before the VM;
+                          --repeat N: VM tests only, N times from fresh boots, with
+                          a flake report
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there
   vm [--timeout S] -- CMD...
                           run CMD as root in the guest, return its exit code

@@ -1,0 +1,138 @@
+//! The host steps of `xtask test`, before any VM boots: formatting, clippy, the library docs,
+//! a check at the declared MSRV, and the host tests. Each one fails the run.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::process::{self, Counts, cargo};
+use crate::{Result, paths};
+
+/// Runs every host step in order and returns the host tests' counts.
+pub fn run() -> Result<Counts> {
+    process::run(cargo().args(["fmt", "--all", "--check"]))?;
+    process::run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    docs()?;
+    msrv()?;
+    let (status, lines) = process::run_tee(cargo().args(["test", "--workspace"]), None)?;
+    let counts = Counts::from_lines(&lines);
+    if !status.success() {
+        return Err(format!("host tests failed: {counts}").into());
+    }
+    Ok(counts)
+}
+
+/// The packages whose docs users read (docs.rs builds these): the binaries' doc comments
+/// are their `--help` text, not rustdoc.
+const DOC_PACKAGES: &[&str] = &["lunkit", "lunkit-sys"];
+
+/// `cargo doc --no-deps` with rustdoc warnings denied (a broken intra-doc link fails), once
+/// with the default features and once with all of them, so a link that only resolves with
+/// (or without) `udev` is caught either way.
+fn docs() -> Result<()> {
+    let mut flags = std::env::var("RUSTDOCFLAGS").unwrap_or_default();
+    flags.push_str(" -D warnings");
+    for features in [None, Some("--all-features")] {
+        let mut cmd = cargo();
+        cmd.args(["doc", "--no-deps"])
+            .env("RUSTDOCFLAGS", flags.trim());
+        for p in DOC_PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        cmd.args(features);
+        process::run(&mut cmd)?;
+    }
+    Ok(())
+}
+
+/// `cargo check` of the whole workspace (every target, every feature, the committed
+/// Cargo.lock) with the toolchain of the declared `rust-version`, so that the MSRV is built,
+/// not only declared. rustup installs that toolchain once if it is missing (the minimal
+/// profile: rustc, cargo, std). Its own target directory keeps the two toolchains' builds
+/// apart. Only errors fail the step: an older rustc's lints are not the ones clippy judges.
+fn msrv() -> Result<()> {
+    let manifest = paths::root().join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let msrv = declared_msrv(&text).ok_or_else(|| {
+        format!(
+            "no rust-version in [workspace.package] of {}",
+            manifest.display()
+        )
+    })?;
+    let installed = Command::new("rustup")
+        .args(["run", &msrv, "rustc", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("the MSRV check runs Rust {msrv} through rustup, which failed: {e}"))?
+        .success();
+    if !installed {
+        eprintln!("xtask: installing Rust {msrv} (the declared rust-version) with rustup");
+        process::run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            &msrv,
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    process::run(&mut msrv_check(&msrv, &paths::target_dir().join("msrv")))
+}
+
+/// `rustup run MSRV cargo check ...`, cleared of what the outer cargo set for us: `RUSTC`,
+/// `RUSTDOC` or `RUSTUP_TOOLCHAIN` would otherwise pick the current toolchain's tools.
+fn msrv_check(msrv: &str, target_dir: &Path) -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", msrv, "cargo", "check"])
+        .args(["--workspace", "--all-targets", "--all-features", "--locked"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(paths::root());
+    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN"] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// The `rust-version` of `[workspace.package]` in the root manifest's text.
+fn declared_msrv(manifest: &str) -> Option<String> {
+    let mut in_section = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_section = line == "[workspace.package]";
+        } else if in_section {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() == "rust-version" {
+                let v = value.trim().strip_prefix('"')?.strip_suffix('"')?;
+                return Some(v.to_owned());
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::declared_msrv;
+
+    #[test]
+    fn reads_the_workspace_rust_version() {
+        let manifest = "[workspace]\nmembers = [\".\"]\n\n[workspace.package]\nedition = \"2024\"\n\
+                        rust-version = \"1.85\"\n\n[package]\nrust-version = \"1.99\"\n";
+        assert_eq!(declared_msrv(manifest).as_deref(), Some("1.85"));
+        assert_eq!(declared_msrv("[package]\nrust-version = \"1.85\"\n"), None);
+        let ours = std::fs::read_to_string(crate::paths::root().join("Cargo.toml")).unwrap();
+        assert!(
+            declared_msrv(&ours).is_some(),
+            "Cargo.toml declares no MSRV"
+        );
+    }
+}
