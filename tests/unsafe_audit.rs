@@ -23,6 +23,7 @@ const MANIFESTS: &[&str] = &[
     "sys/Cargo.toml",
     "cli/Cargo.toml",
     "xtask/Cargo.toml",
+    "tests/vm/support/Cargo.toml",
 ];
 
 fn repo() -> PathBuf {

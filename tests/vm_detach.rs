@@ -8,8 +8,7 @@
 // The tests run the lunkit CLI, mkfs, mount and iscsiadm; the fixtures build the lab.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "vm/support/mod.rs"]
-mod support;
+use lunkit_lab as support;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};

@@ -8,8 +8,7 @@
 // The fixtures load modules with modprobe.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "vm/support/mod.rs"]
-mod support;
+use lunkit_lab as support;
 
 use std::fs::OpenOptions;
 use std::io::Write;

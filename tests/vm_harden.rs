@@ -16,8 +16,7 @@
 // The tests run the lunkit CLI and the fixtures' tools.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "vm/support/mod.rs"]
-mod support;
+use lunkit_lab as support;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;

@@ -6,8 +6,7 @@
 // The tests run the lunkit CLI; the fixtures build the lab with real tools.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "vm/support/mod.rs"]
-mod support;
+use lunkit_lab as support;
 
 use std::collections::BTreeSet;
 use std::process::Command;

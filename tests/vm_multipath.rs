@@ -8,8 +8,7 @@
 // The tests run the lunkit CLI, mkfs and mount; the fixtures build the lab with real tools.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "vm/support/mod.rs"]
-mod support;
+use lunkit_lab as support;
 
 use std::path::Path;
 use std::process::{Command, Output};

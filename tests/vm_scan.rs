@@ -7,8 +7,7 @@
 // The tests run the lunkit CLI; the fixtures build the lab with real tools.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "vm/support/mod.rs"]
-mod support;
+use lunkit_lab as support;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

@@ -6,10 +6,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use lunkit_lab::lab::{IscsiLab, LabConfig};
+use lunkit_lab::scsi_debug::ScsiDebug;
+use lunkit_lab::{VM_ENV, iscsi, multipath, udev};
+
 use crate::process;
-use crate::support::lab::{IscsiLab, LabConfig};
-use crate::support::scsi_debug::ScsiDebug;
-use crate::support::{VM_ENV, iscsi, multipath, udev};
 use crate::{Result, capture, testrun};
 
 /// The fixture scenarios `cargo xtask fixtures` captures, by directory name.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::support::{cmd, iscsi, multipath, sysfs, udev, wait};
+use lunkit_lab::{cmd, iscsi, multipath, sysfs, udev, wait};
 
 /// The daemons the lab starts. udevd runs at the baseline (virtme-ng's init starts it);
 /// the others must not outlive the test that started them.

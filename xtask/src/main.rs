@@ -2,7 +2,7 @@
 //!
 //! Host commands boot a guest with virtme-ng (TCG: /dev/kvm hangs on these machines) sharing
 //! the host root read-only; the guest runs this same binary (`xtask guest ...`) to build the
-//! lab with the fixtures in tests/vm/support, which the VM tests use too.
+//! lab with the fixtures of the `lunkit-lab` crate (tests/vm/support), which the VM tests use too.
 
 mod bench;
 mod capture;
@@ -17,10 +17,6 @@ mod provision;
 mod testrun;
 mod vm;
 mod vmtests;
-
-// The lab recipe shared with the VM tests (std only).
-#[path = "../../tests/vm/support/mod.rs"]
-mod support;
 
 use std::process::ExitCode;
 

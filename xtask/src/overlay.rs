@@ -18,8 +18,9 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use lunkit_lab::cmd;
+
 use crate::Result;
-use crate::support::cmd;
 
 /// Where the root filesystem is bind-mounted (without the mounts on top of it) so that the
 /// overlays' lower directories can be read.

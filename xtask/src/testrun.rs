@@ -7,10 +7,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lunkit_lab::{VM_ENV, diag};
+
 use crate::labstate::{self, Snapshot};
 use crate::overlay::Overlay;
 use crate::process::{self, TeeOptions};
-use crate::support::{VM_ENV, diag};
 use crate::vmtests::{Line, Status, TEST_LIMIT, VmTest};
 use crate::{Result, paths};
 

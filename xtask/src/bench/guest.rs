@@ -13,19 +13,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lunkit_lab::iscsi::{self, Session};
+use lunkit_lab::lab::{IscsiLab, LabConfig};
+use lunkit_lab::lio::LioConfig;
+use lunkit_lab::lio_extra::ExtraTarget;
+use lunkit_lab::multipath::{self, Map, Multipathd};
+use lunkit_lab::scsi_debug::ScsiDebug;
+use lunkit_lab::{VM_ENV, sysfs, udev, wait};
+
 use super::listener::Listener;
 use super::model::{Measurement, Recorder, Run, State};
 use super::proc::{self, subcommand_available};
 use super::sys;
 use super::{GROUPS, LISTING_HOSTS, LISTING_LUNS};
 use crate::Result;
-use crate::support::iscsi::{self, Session};
-use crate::support::lab::{IscsiLab, LabConfig};
-use crate::support::lio::LioConfig;
-use crate::support::lio_extra::ExtraTarget;
-use crate::support::multipath::{self, Map, Multipathd};
-use crate::support::scsi_debug::ScsiDebug;
-use crate::support::{VM_ENV, sysfs, udev, wait};
 
 /// How long the kernel listener must hear nothing before the system counts as quiet.
 const QUIET: Duration = Duration::from_millis(500);
@@ -781,7 +782,7 @@ fn volume_gone(v: &Volume) -> bool {
 
 /// Whatever a failed teardown left: the map (through multipath -f) and the paths.
 fn force_remove(v: &Volume) {
-    crate::support::cmd::run_ignoring_failure("multipath", &["-f", &v.map.name]);
+    lunkit_lab::cmd::run_ignoring_failure("multipath", &["-f", &v.map.name]);
     let _ = delete_devices(&v.hctls);
 }
 

@@ -1,8 +1,9 @@
 //! Fixtures for the VM tests: they build a storage lab inside the QEMU guest (scsi_debug, an
 //! LIO iSCSI target through configfs, the open-iscsi initiator, multipathd) and tear it down.
 //!
-//! Only std, so that `xtask` can compile the same files (`#[path]`) for `cargo xtask lab` and
-//! for capturing the sysfs fixture trees: the lab, the captures and the tests share one recipe.
+//! A crate of its own (`lunkit-lab`, a dev-dependency of the root crate and a dependency of
+//! xtask), std only, so that `cargo xtask lab`, the captures of the sysfs fixture trees and the
+//! tests share one recipe.
 //!
 //! Everything here expects to run as root inside the guest booted by `cargo xtask`; call
 //! [`require_vm`] first so a test run on a developer's host fails instead of loading modules.
@@ -10,8 +11,6 @@
 // Test fixtures build the lab with the real tools (modprobe, iscsiadm, multipathd): the
 // no-process rule is for the library, not for the lab around it.
 #![allow(clippy::disallowed_methods)]
-// Each test binary (and xtask) uses a different part of the fixtures.
-#![allow(dead_code)]
 
 pub mod child;
 pub mod cmd;
