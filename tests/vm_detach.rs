@@ -207,14 +207,10 @@ fn wait_map_where(
     paths: impl Fn(usize) -> bool,
 ) -> support::multipath::Map {
     let mut last = None;
-    wait::until(
-        &format!("the map of LUN {} with {what}", vol.lun),
-        Duration::from_secs(60),
-        || {
-            last = vol.map();
-            Ok(last.clone().filter(|m| paths(m.paths.len())))
-        },
-    )
+    support::multipath::wait_for(&format!("the map of LUN {} with {what}", vol.lun), || {
+        last = vol.map();
+        last.clone().filter(|m| paths(m.paths.len()))
+    })
     .unwrap_or_else(|e| panic!("{e}; last {last:?}; log:\n{}", support::multipath::log()))
 }
 

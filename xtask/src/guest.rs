@@ -147,7 +147,7 @@ fn lab(lunkit: &Path, cmd: &[String]) -> Result<u8> {
     println!("lab: $ lunkit scan iscsi --target {iqn} --lun 1");
     ok &= run_shown(Command::new(lunkit).args(["scan", "iscsi", "--target", &iqn, "--lun", "1"]))?;
     // Attach is done; write through the map multipathd builds, then take the volume off.
-    let maps = multipath::wait_maps(2, lab.sessions.len(), Duration::from_secs(60))?;
+    let maps = multipath::wait_maps(2, lab.sessions.len())?;
     let wwid1 = std::fs::read_to_string(format!(
         "/sys/class/scsi_device/{}:0:0:1/device/wwid",
         lab.sessions[0].host

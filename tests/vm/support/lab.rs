@@ -3,8 +3,6 @@
 //! with a map per scanned LUN. `cargo xtask lab`, the sysfs capture and the tests build it
 //! with this one recipe.
 
-use std::time::Duration;
-
 use super::iscsi::{self, Session};
 use super::lio::{LioConfig, LioTarget};
 use super::multipath::{self, Map, Multipathd};
@@ -68,11 +66,7 @@ impl IscsiLab {
         }
         if lab.config.multipath {
             lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF)?);
-            lab.maps = multipath::wait_maps(
-                lab.config.scan.len(),
-                lab.sessions.len(),
-                Duration::from_secs(60),
-            )?;
+            lab.maps = multipath::wait_maps(lab.config.scan.len(), lab.sessions.len())?;
         }
         Ok(lab)
     }

@@ -122,18 +122,38 @@ pub fn maps() -> Vec<Map> {
 }
 
 /// Waits until there are `count` multipath maps with `paths` paths each.
-pub fn wait_maps(count: usize, paths: usize, timeout: Duration) -> Result<Vec<Map>> {
+pub fn wait_maps(count: usize, paths: usize) -> Result<Vec<Map>> {
     let mut last = Vec::new();
-    wait::until(
+    wait_for(
         &format!("{count} multipath maps with {paths} paths each"),
-        timeout,
         || {
             last = maps();
-            Ok(
-                (last.len() == count && last.iter().all(|m| m.paths.len() == paths))
-                    .then(|| last.clone()),
-            )
+            (last.len() == count && last.iter().all(|m| m.paths.len() == paths))
+                .then(|| last.clone())
         },
     )
     .map_err(|e| format!("{e}; maps now: {last:?}; multipathd log:\n{}", log()).into())
+}
+
+/// How long multipathd and udev may both look idle while a wait for maps goes on.
+pub const STALL: Duration = Duration::from_secs(60);
+
+/// Waits until `probe` sees the maps it wants, for as long as multipathd or udev is at work
+/// ([`activity`]), failing after [`STALL`] without progress or 10 minutes in all.
+///
+/// Not one fixed deadline: multipathd builds maps one uevent at a time, and it holds a new
+/// map's reloads until udev has processed the map's creation (up to `uev_wait_timeout`,
+/// 30 s). A burst of devices under TCG fills udev's queue, and then a map can take minutes
+/// while every daemon is busy and nothing is wrong (CI saw a 60 s deadline run out so).
+pub fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Result<T> {
+    wait::until_progressing(what, STALL, Duration::from_secs(600), activity, || {
+        Ok(probe())
+    })
+}
+
+/// What changes while multipathd and udev work: the length of multipathd's log, the maps
+/// and their paths, and udev's queue (`/run/udev/queue` exists while events are pending).
+pub fn activity() -> (u64, Vec<Map>, bool) {
+    let log_len = fs::metadata(LOG).map_or(0, |m| m.len());
+    (log_len, maps(), Path::new("/run/udev/queue").exists())
 }

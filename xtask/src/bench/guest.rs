@@ -891,7 +891,7 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
 fn teardown_row(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
     let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
     // LUN 0 is on both sessions: multipathd maps it first; let that finish.
-    multipath::wait_maps(1, sessions.len(), TIMEOUT)?;
+    multipath::wait_maps(1, sessions.len())?;
     settle(ctx)?;
     let lunkit = Measurement::new(
         "teardown",
