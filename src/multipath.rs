@@ -588,7 +588,7 @@ impl RemoveOptions {
     /// Defaults with a deadline `timeout` from now.
     pub fn with_timeout(timeout: Duration) -> RemoveOptions {
         RemoveOptions {
-            deadline: Instant::now() + timeout,
+            deadline: crate::wait::deadline_after(timeout),
             deferred: false,
             force: false,
             use_multipathd: true,
@@ -673,7 +673,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         let until = if queue_disabled {
             opts.deadline
         } else {
-            (Instant::now() + block::OPENER_GRACE).min(opts.deadline)
+            crate::wait::deadline_after(block::OPENER_GRACE).min(opts.deadline)
         };
         let mut last = None;
         let settled = crate::wait::until(

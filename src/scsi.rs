@@ -92,7 +92,7 @@ pub(crate) fn scan_targets(
     targets: &[ScanTarget],
     opts: &ScanOptions,
 ) -> Result<Vec<PathDevice>> {
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = wait::deadline_after(opts.timeout);
     // Subscribe before acting so the block device's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
     for t in targets {
@@ -247,7 +247,7 @@ impl DeleteOptions {
     /// Not forced, with a deadline `timeout` from now.
     pub fn with_timeout(timeout: Duration) -> DeleteOptions {
         DeleteOptions {
-            deadline: Instant::now() + timeout,
+            deadline: wait::deadline_after(timeout),
             force: false,
         }
     }

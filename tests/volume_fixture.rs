@@ -109,3 +109,16 @@ fn a_device_at_the_address_with_another_wwid_is_left_alone() {
     assert_eq!(state.strangers, hctls(&["6:0:0:1"]));
     assert!(state.paths.iter().all(|p| p.hctl.lun == 0), "{state:?}");
 }
+
+#[test]
+fn a_timeout_too_long_for_a_clock_does_not_panic() {
+    // `Instant + Duration::MAX` panics; a detach must saturate its deadline instead.
+    let opts = lunkit::ops::DetachOptions {
+        timeout: std::time::Duration::MAX,
+        lock_dir: None,
+        ..lunkit::ops::DetachOptions::new(&root())
+    };
+    let report =
+        lunkit::ops::detach(&root(), &VolumeSpec::Device("9:0:0:3".into()), &opts).unwrap();
+    assert_eq!(report.rounds, 0);
+}

@@ -121,7 +121,11 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
     let udev = if common.wait_udev {
         let devs: Vec<(String, lunkit::DevNum)> =
             paths.iter().map(|p| (p.name.clone(), p.dev)).collect();
-        let states = lunkit::udev::wait_processed(root, &devs, start + opts.timeout)?;
+        let states = lunkit::udev::wait_processed(
+            root,
+            &devs,
+            lunkit::wait::deadline_from(start, opts.timeout),
+        )?;
         Some(
             states
                 .into_iter()

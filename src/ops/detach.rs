@@ -180,7 +180,7 @@ pub fn detach_with(
     on_step: &mut dyn FnMut(&Step),
 ) -> Result<DetachReport> {
     let start = Instant::now();
-    let deadline = start + opts.timeout;
+    let deadline = crate::wait::deadline_from(start, opts.timeout);
     let mut run = Run {
         root,
         opts,
