@@ -63,6 +63,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// Nothing was found using the device, but the check could not look everywhere (a
+    /// process whose open files or mount table could not be read, without root or
+    /// `CAP_SYS_PTRACE`): refused, since "not found" is not "not in use".
+    #[error("{device} may be in use: {reason}")]
+    Unverified {
+        /// The device (`/dev/sdc`, `mpatha (dm-0)`).
+        device: String,
+        /// What could not be checked, and why.
+        reason: String,
+    },
+
     /// A wait passed its deadline.
     #[error("timed out after {waited:.1?} waiting for {what}")]
     Timeout {
@@ -96,6 +107,8 @@ pub enum ErrorKind {
     PermissionDenied,
     /// Refused because the device is in use.
     Busy,
+    /// Refused because whether the device is in use could not be checked completely.
+    Unverified,
     /// A deadline passed.
     Timeout,
     /// Anything else.
@@ -139,6 +152,7 @@ impl Error {
             Error::Invalid { .. } => ErrorKind::Invalid,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Busy { .. } => ErrorKind::Busy,
+            Error::Unverified { .. } => ErrorKind::Unverified,
             Error::Ioctl { source, .. } => match source.raw_os_error() {
                 Some(libc::ENXIO | libc::ENODEV | libc::ENOENT) => ErrorKind::NotFound,
                 Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,

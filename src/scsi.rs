@@ -282,11 +282,15 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
                 ignore_openers: PATH_MANAGERS,
             };
             let usage = block::usage(root, std::slice::from_ref(node), &scope)?;
-            if !usage.is_empty() {
-                return Err(Error::Busy {
-                    device: format!("{node} ({hctl})"),
-                    reason: busy_reason(root, &usage),
-                });
+            match usage.refusal(&format!("{node} ({hctl})")) {
+                Some(Error::Busy { device, .. }) => {
+                    return Err(Error::Busy {
+                        device,
+                        reason: busy_reason(root, &usage),
+                    });
+                }
+                Some(e) => return Err(e),
+                None => {}
             }
         }
         match block::flush(node, opts.deadline) {

@@ -95,7 +95,7 @@ fn exit_code(e: &lunkit::Error) -> u8 {
     match e.kind() {
         ErrorKind::NotFound => exit::NOT_FOUND,
         ErrorKind::Invalid => exit::USAGE,
-        ErrorKind::Busy => exit::BUSY,
+        ErrorKind::Busy | ErrorKind::Unverified => exit::BUSY,
         ErrorKind::Timeout => exit::TIMEOUT,
         _ => exit::OTHER,
     }

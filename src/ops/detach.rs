@@ -16,14 +16,14 @@
 //! `multipath -f` refuses such a map ("map in use") until multipathd's `no_path_retry` runs
 //! out and fails the queue. A detach tells the cases apart instead:
 //!
-//! - a user holds it (a mount, a holder, any process that is not udev's or multipathd's):
-//!   refused, as any volume in use;
+//! - a user holds it (a mount, a loop device, a holder, any process, udev's probes
+//!   included: the path-manager exception covers path devices only): refused, as any volume
+//!   in use (a probe that lets go within [`OPENER_GRACE`] is waited for);
 //! - nothing has it open: its last close wrote back what it could, so it has nothing to
 //!   write. The detach disables queueing (`disable-queueing`), deletes the paths, and removes
 //!   the map unflushed;
-//! - udev's probes, or something `/proc` does not show (a writer's last close writing back),
-//!   have it open: data may be cached in it, since a writer that closed while a probe held
-//!   the map wrote nothing back (its close was not the last). Only a path can take that
+//! - something `/proc` does not show has it open (a writer's last close writing back, or a
+//!   partition map held the same way): data may be cached in it. Only a path can take that
 //!   data, so the detach waits, round after round, for one to come back, and then flushes as
 //!   usual. At the deadline it fails with [`Error::Timeout`] naming the map; nothing was
 //!   changed. `force` fails the queued I/O instead: deletes the paths (which fails the reads
@@ -278,7 +278,7 @@ impl From<Error> for Stop {
 /// for a moment) say so with [`Stop::Again`] themselves.
 fn retryable(e: &Error) -> bool {
     match e {
-        Error::Busy { .. } => false,
+        Error::Busy { .. } | Error::Unverified { .. } => false,
         Error::Ioctl { .. } | Error::Io { .. } => matches!(
             e.errno(),
             Some(libc::EBUSY | libc::ENXIO | libc::ENODEV | libc::ENOENT | libc::EAGAIN)
@@ -384,16 +384,10 @@ impl Run<'_> {
     /// path can serve it (`None` for a map that can still write): such a map is taken down
     /// unflushed, which this check has made sure loses nothing, unless forced.
     ///
-    /// A map that no path can serve is one of three cases:
-    /// - a user has it (mount, holder, a process that is not udev's or multipathd's):
-    ///   refused, as any volume in use;
-    /// - nothing has it open: its last close wrote everything back (or failed to, and the
-    ///   data is gone already), so it has nothing to write and is taken down unflushed;
-    /// - only udev's probes have it open (blkid stuck on a read the map queues or a blocked
-    ///   path holds), or something this check cannot see (a writer's last close writing
-    ///   back): data may be cached in it, because a writer that closed while a probe held
-    ///   the map wrote nothing back. The detach waits, round after round until the deadline,
-    ///   for a path to come back, and then flushes it.
+    /// A map that no path can serve is one of three cases (see the module docs): a user
+    /// has it (refused), nothing has it open (taken down unflushed), or something this check
+    /// cannot see has it open (wait, round after round until the deadline, for a path to
+    /// come back, and then flush it).
     fn check_in_use(
         &mut self,
         state: &VolumeState,
@@ -435,10 +429,6 @@ impl Run<'_> {
                 return Err(e.into());
             }
         };
-        let mut problems = Vec::new();
-        if !usage.is_empty() {
-            problems.push(usage.to_string());
-        }
         let mut unreachable = Vec::new();
         let mut stuck = Vec::new();
         for (m, r) in state.maps.iter().zip(reach) {
@@ -446,31 +436,28 @@ impl Run<'_> {
                 unreachable.push(None);
                 continue;
             };
-            let probes = usage
-                .managers
-                .iter()
-                .filter(|o| o.device == m.node.name && o.read_only)
-                .count();
-            // Open at all, it may cache writes: a writer that closed while a probe held the
-            // map did not write back (its close was not the last). Only a path can take them.
+            // Open at all, it may cache writes: a writer that closed while another opener
+            // held the map did not write back (its close was not the last). Only a path can
+            // take them.
             if !force && usage.is_empty() && open > 0 {
                 stuck.push(format!(
                     "map {} has no path that can take I/O ({why}) and is open {open} time(s) \
-                     ({probes} by udev's read-only probes): what it caches can only be written \
-                     through a path",
+                     by nothing /proc shows (a writer's last close writing back): what it \
+                     caches can only be written through a path",
                     m.name
                 ));
             }
             unreachable.push(Some(why));
         }
-        if problems.is_empty() && stuck.is_empty() {
-            *busy_since = None;
-            self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
-            return Ok(unreachable);
-        }
-        if problems.is_empty() {
+        let Some(err) = usage.refusal(&target) else {
+            if stuck.is_empty() {
+                *busy_since = None;
+                self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
+                return Ok(unreachable);
+            }
             // Nobody uses it, but it may hold writes no path can take: wait for one to come
             // back (the transport recovers on its own), then flush as usual.
+            let since = *busy_since.get_or_insert(t0);
             let what = format!("a path to come back: {}", stuck.join("; "));
             self.record(
                 StepKind::CheckInUse,
@@ -480,15 +467,14 @@ impl Run<'_> {
             );
             return Err(Stop::Again(Error::Timeout {
                 what,
-                waited: Duration::ZERO,
+                waited: since.elapsed(),
             }));
-        }
-        let reason = problems.join("; ");
+        };
         if force {
             self.record(
                 StepKind::CheckInUse,
                 &target,
-                Outcome::Skipped(format!("forced past: in use: {reason}")),
+                Outcome::Skipped(format!("forced past: {err}")),
                 t0.elapsed(),
             );
             return Ok(unreachable);
@@ -499,18 +485,11 @@ impl Run<'_> {
             self.record(
                 StepKind::CheckInUse,
                 &target,
-                Outcome::Failed(format!("{reason} (waiting for it to close)")),
+                Outcome::Failed(format!("{usage} (waiting for it to close)")),
                 t0.elapsed(),
             );
-            return Err(Stop::Again(Error::Busy {
-                device: target,
-                reason,
-            }));
+            return Err(Stop::Again(err));
         }
-        let err = Error::Busy {
-            device: target.clone(),
-            reason,
-        };
         self.record(
             StepKind::CheckInUse,
             &target,
