@@ -713,9 +713,24 @@ enum Reach {
     Unreachable {
         /// Which, for messages: `no active path`, `sdc blocked, sdd transport-offline`.
         why: String,
-        /// How often the map is open beyond its own partition maps.
+        /// How often the map is open beyond its own idle partition maps (an open partition
+        /// map counts with its own opens).
         open: usize,
     },
+}
+
+/// How often a map is open by anything but its own idle partition maps: each partition
+/// map opens the map once, and counts as the map's own only while nothing has the
+/// partition map itself open. `part_opens` are the partition maps' open counts.
+fn open_beyond_partitions(map_open: i32, partitions: usize, part_opens: &[i32]) -> usize {
+    let own = usize::try_from(map_open)
+        .unwrap_or(0)
+        .saturating_sub(partitions);
+    let through_partitions: usize = part_opens
+        .iter()
+        .map(|&n| usize::try_from(n).unwrap_or(0))
+        .sum();
+    own + through_partitions
 }
 
 /// Reads the map's table, status and open count, and the states of its paths' devices (a
@@ -737,9 +752,20 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
     }
     let queues = multipath::Table::parse(&t.params)?.queue_if_no_path();
     let status = multipath::Status::parse(&s.params)?;
-    let open = usize::try_from(info.open_count)
-        .unwrap_or(0)
-        .saturating_sub(map.partitions.len());
+    // Each partition map opens the map once; whether those partition maps are themselves
+    // open is asked of each (by number: `partitions` holds kernel names).
+    let mut part_opens = Vec::new();
+    for p in &map.partitions {
+        let Some(node) = block::by_name(root, p)? else {
+            continue;
+        };
+        match ctl.info(&DevId::Dev(node.dev)) {
+            Ok(i) => part_opens.push(i.open_count),
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let open = open_beyond_partitions(info.open_count, map.partitions.len(), &part_opens);
     let active: Vec<_> = status.paths().filter(|p| p.active).collect();
     if active.is_empty() {
         return Ok(if queues {
@@ -770,4 +796,23 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         why: stopped.join(", "),
         open,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_partition_map_keeps_its_map_busy() {
+        // mpatha with one partition map: the partition map's open of the map is its own.
+        assert_eq!(open_beyond_partitions(1, 1, &[0]), 0);
+        // The partition map is open (mounted, a loop on it): the map is in use through it,
+        // although its own open count equals its partition-map count.
+        assert_eq!(open_beyond_partitions(1, 1, &[1]), 1);
+        assert_eq!(open_beyond_partitions(2, 2, &[0, 2]), 2);
+        // Opened directly as well.
+        assert_eq!(open_beyond_partitions(3, 1, &[0]), 2);
+        // A partition map that vanished meanwhile is not counted either way.
+        assert_eq!(open_beyond_partitions(0, 1, &[]), 0);
+    }
 }
