@@ -74,6 +74,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// A step of a workflow failed: which step, on what, and why.
+    #[error("{step} {target}: {source}")]
+    Step {
+        /// The step (`flush-path`, `remove-map`: [`crate::ops::StepKind::as_str`]).
+        step: &'static str,
+        /// What it acted on (`mpatha (dm-0)`, `7:0:0:1 (sdc)`).
+        target: String,
+        /// Why it failed.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// lunkit itself failed (a helper thread panicked); a bug, reported instead of a panic.
+    #[error("internal error: {what}")]
+    Internal {
+        /// What went wrong, and where.
+        what: String,
+    },
+
     /// A wait passed its deadline.
     #[error("timed out after {waited:.1?} waiting for {what}")]
     Timeout {
@@ -141,6 +160,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } | Error::Ioctl { source, .. } => source.raw_os_error(),
+            Error::Step { source, .. } => source.errno(),
             _ => None,
         }
     }
@@ -159,7 +179,8 @@ impl Error {
                 Some(libc::EBUSY) => ErrorKind::Busy,
                 _ => ErrorKind::Other,
             },
-            Error::WwidMismatch { .. } => ErrorKind::Other,
+            Error::WwidMismatch { .. } | Error::Internal { .. } => ErrorKind::Other,
+            Error::Step { source, .. } => source.kind(),
             Error::Io { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => ErrorKind::NotFound,
                 io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,

@@ -279,12 +279,30 @@ impl From<Error> for Stop {
 fn retryable(e: &Error) -> bool {
     match e {
         Error::Busy { .. } | Error::Unverified { .. } => false,
+        Error::Step { source, .. } => retryable(source),
         Error::Ioctl { .. } | Error::Io { .. } => matches!(
             e.errno(),
             Some(libc::EBUSY | libc::ENXIO | libc::ENODEV | libc::ENOENT | libc::EAGAIN)
         ),
         Error::NotFound { .. } => true,
         _ => false,
+    }
+}
+
+/// `e` as the error of step `kind` on `target`, so that the caller learns which step failed
+/// on what. Refusals (which name the device and say why) and timeouts (which name what was
+/// awaited, and which [`detach_with`] completes with what is left) stay as they are.
+fn step_error(kind: StepKind, target: &str, e: Error) -> Error {
+    match e {
+        Error::Busy { .. }
+        | Error::Unverified { .. }
+        | Error::Timeout { .. }
+        | Error::Step { .. } => e,
+        e => Error::Step {
+            step: kind.as_str(),
+            target: target.to_owned(),
+            source: Box::new(e),
+        },
     }
 }
 
@@ -324,7 +342,7 @@ impl Run<'_> {
             }
             Err(e) => {
                 self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
-                Err(e)
+                Err(step_error(kind, target, e))
             }
         }
     }
@@ -343,7 +361,7 @@ impl Run<'_> {
             Err(e) if self.opts.force => Outcome::Skipped(format!("forced past: {e}")),
             Err(e) => {
                 self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
-                return Err(e);
+                return Err(step_error(kind, target, e));
             }
         };
         self.record(kind, target, outcome, t0.elapsed());
@@ -426,7 +444,7 @@ impl Run<'_> {
                     Outcome::Failed(e.to_string()),
                     t0.elapsed(),
                 );
-                return Err(e.into());
+                return Err(step_error(StepKind::CheckInUse, &target, e).into());
             }
         };
         let mut unreachable = Vec::new();
@@ -589,44 +607,45 @@ impl Run<'_> {
         let deadline = self.deadline;
         let force = self.opts.force;
         // Each delete blocks on its device's cache flush and teardown: do them side by side.
-        let results: Vec<(Duration, Result<Outcome>, Duration, Result<Outcome>)> =
-            std::thread::scope(|s| {
-                let handles: Vec<_> = paths
-                    .iter()
-                    .map(|p| {
-                        s.spawn(move || {
-                            let t0 = Instant::now();
-                            let flushed = flush_path(p, behind_map, deadline);
-                            let flush_time = t0.elapsed();
-                            let t1 = Instant::now();
-                            let deleted = match (&flushed, force) {
-                                (Err(_), false) => Err(Error::NotFound {
-                                    what: "(not attempted: the flush failed)".into(),
-                                }),
-                                _ => scsi::remove_device(root, p.hctl, p.disk.as_ref(), deadline)
-                                    .map(|d| match d {
+        type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
+        let results: Vec<PathResult> = std::thread::scope(|s| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|p| {
+                    s.spawn(move || {
+                        let t0 = Instant::now();
+                        let flushed = flush_path(p, behind_map, deadline);
+                        let flush_time = t0.elapsed();
+                        let t1 = Instant::now();
+                        // A path whose flush failed is not deleted (unless forced): `None`.
+                        let deleted = match (&flushed, force) {
+                            (Err(_), false) => None,
+                            _ => Some(
+                                scsi::remove_device(root, p.hctl, p.disk.as_ref(), deadline).map(
+                                    |d| match d {
                                         Deleted::Now => Outcome::Done,
                                         Deleted::AlreadyGone => Outcome::AlreadyGone,
-                                    }),
-                            };
-                            (flush_time, flushed, t1.elapsed(), deleted)
-                        })
+                                    },
+                                ),
+                            ),
+                        };
+                        (flush_time, flushed, t1.elapsed(), deleted)
                     })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            let e = || {
-                                Err(Error::NotFound {
-                                    what: "(path worker panicked)".into(),
-                                })
-                            };
-                            (Duration::ZERO, e(), Duration::ZERO, e())
-                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    // Its flush may or may not have run; its delete did not finish.
+                    h.join().unwrap_or_else(|_| {
+                        let e = Error::Internal {
+                            what: "the thread flushing and deleting this path panicked".into(),
+                        };
+                        (Duration::ZERO, Err(e), Duration::ZERO, None)
                     })
-                    .collect()
-            });
+                })
+                .collect()
+        });
         let mut first_err = None;
         for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
             let target = p.to_string();
@@ -646,22 +665,24 @@ impl Run<'_> {
                         Outcome::Failed(e.to_string()),
                         ft,
                     );
-                    first_err.get_or_insert(e);
+                    first_err.get_or_insert(step_error(StepKind::FlushPath, &target, e));
                 }
             }
             if flush_failed && !force {
                 continue;
             }
             match deleted {
-                Ok(o) => self.record(StepKind::DeletePath, &target, o, dt),
-                Err(e) => {
+                // Not attempted: its flush failed (recorded above).
+                None => {}
+                Some(Ok(o)) => self.record(StepKind::DeletePath, &target, o, dt),
+                Some(Err(e)) => {
                     self.record(
                         StepKind::DeletePath,
                         &target,
                         Outcome::Failed(e.to_string()),
                         dt,
                     );
-                    first_err.get_or_insert(e);
+                    first_err.get_or_insert(step_error(StepKind::DeletePath, &target, e));
                 }
             }
         }
