@@ -1021,6 +1021,7 @@ struct KubeletLayout {
 
 impl KubeletLayout {
     fn build(node: &str, pv: &str, pod_uid: &str) -> KubeletLayout {
+        load_loop_driver();
         let created_kubelet_dir = !Path::new(KUBELET).exists();
         let plugin = format!("{KUBELET}/plugins/kubernetes.io/csi/volumeDevices");
         let mut l = KubeletLayout {
@@ -1090,11 +1091,18 @@ impl Drop for KubeletLayout {
     }
 }
 
+/// The guest's kernel has loop as a module. Unbound loop devices are no leak (the runner
+/// checks bound ones).
+fn load_loop_driver() {
+    cmd::run("modprobe", &["loop"]).unwrap();
+}
+
 /// A loop device straight on a node (`losetup -f --show /dev/dm-N`), detached on drop.
 struct LoopOn(String);
 
 impl LoopOn {
     fn new(node: &str) -> LoopOn {
+        load_loop_driver();
         LoopOn(
             cmd::run("losetup", &["-f", "--show", node])
                 .unwrap()
