@@ -21,7 +21,7 @@ pub enum Scan {
         /// Target IQN.
         #[arg(long)]
         target: String,
-        /// Only sessions through this portal (ADDR:PORT, [V6]:PORT); repeatable.
+        /// Only sessions through this portal (ADDR:PORT, an IPv6 address in brackets); repeatable.
         #[arg(long = "portal", value_name = "ADDR:PORT")]
         portals: Vec<String>,
         /// LUN number.
