@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -163,7 +163,7 @@ fn block_number(st: &rustix::fs::Stat) -> Option<DevNum> {
 ///
 /// Read-only on purpose: udev watches disks for a close after a write and answers with a
 /// synthetic `change` event, which would make multipathd re-create a map being taken down.
-fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
+pub(crate) fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
     let fd = rustix::fs::open(
         &node.path,
         OFlags::RDONLY | OFlags::CLOEXEC | extra,
@@ -234,29 +234,111 @@ pub fn logical_block_size(node: &BlockNode) -> Result<u32> {
 /// notice the devices going away.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Filesystems mounted from the devices, their partitions or anything stacked on them.
+    /// Filesystems mounted from the devices, their partitions or anything stacked on them,
+    /// and bind mounts of their device nodes, in every mount namespace found.
     pub mounts: Vec<MountUse>,
+    /// Loop devices whose backing file is one of the devices' nodes (through any path or
+    /// bind mount: kubelet's raw-block "descriptor lock"), or a file on a filesystem on one.
+    pub loops: Vec<LoopUse>,
     /// Devices stacked on them that are not part of the volume (LVM, md, a foreign dm map).
     pub holders: Vec<String>,
     /// Active swap areas on them.
     pub swaps: Vec<String>,
     /// Processes holding one of them open.
     pub openers: Vec<Opener>,
-    /// Open file descriptors of the processes [`UsageScope::ignore_openers`] names (udev's
-    /// probes, multipathd): not users, but listed so that a caller can tell whether they
-    /// explain a device's whole open count.
+    /// Open file descriptors of path managers on the path devices (udev's probes,
+    /// multipathd; see [`UsageScope::ignore_openers`]): not users, but listed so that a
+    /// caller can tell whether they explain a device's whole open count.
     pub managers: Vec<Opener>,
     /// Devices an `O_EXCL` open finds claimed, where nothing above explains the claim.
     pub claimed: Vec<String>,
+    /// What could not be looked at (a process whose fds or mount table could not be read, a
+    /// loop device whose backing could not be read): the check is partial, so the devices
+    /// cannot be called unused.
+    pub unchecked: Vec<Unchecked>,
+    /// Mount table lines that did not parse and were passed over (see
+    /// [`mountinfo::parse_table`]); one whose device field names one of the devices is in
+    /// `unchecked` as well.
+    pub mountinfo_skipped: usize,
+}
+
+/// How a device is mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+    /// A filesystem on the device.
+    Filesystem,
+    /// The device's node itself, bind-mounted onto a file (how kubelet publishes a raw
+    /// block volume into a pod).
+    DeviceNode,
+}
+
+/// The mount namespace a mount was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountNamespace {
+    /// Its `ns/mnt` inode, when it could be read.
+    pub inode: Option<u64>,
+    /// A process in it whose table was read; `None` for this process's own.
+    pub pid: Option<u32>,
+}
+
+impl fmt::Display for MountNamespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pid {
+            Some(pid) => write!(f, "mount namespace of pid {pid}")?,
+            None => f.write_str("this process's mount namespace")?,
+        }
+        if let Some(i) = self.inode {
+            write!(f, " mnt:[{i}]")?;
+        }
+        Ok(())
+    }
 }
 
 /// A mount of one of the devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountUse {
-    /// The device the filesystem is on (`sdc1`, `dm-0`).
+    /// The device mounted (`sdc1`, `dm-0`).
     pub device: String,
-    /// Where it is mounted.
+    /// Where it is mounted, as its namespace sees it.
     pub mount_point: PathBuf,
+    /// A filesystem, or a bind mount of the node.
+    pub kind: MountKind,
+    /// Where the mount was seen.
+    pub namespace: MountNamespace,
+}
+
+impl fmt::Display for MountUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = mountinfo::show(&self.mount_point);
+        match self.kind {
+            MountKind::Filesystem => write!(f, "{} mounted at {at}", self.device)?,
+            MountKind::DeviceNode => {
+                write!(f, "node /dev/{} bind-mounted at {at}", self.device)?;
+            }
+        }
+        write!(f, " ({})", self.namespace)
+    }
+}
+
+/// A loop device backed by one of the devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopUse {
+    /// The loop device (`loop0`).
+    pub loop_device: String,
+    /// Its backing file as sysfs names it (the binder's path: a bind mount of the node, the
+    /// node itself, or a file on a filesystem on the device).
+    pub backing_file: PathBuf,
+    /// The device behind it (`dm-0`).
+    pub device: String,
+}
+
+/// Something the check could not look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unchecked {
+    /// What: `pid 42`, `loop3`, `mount table of pid 1`.
+    pub what: String,
+    /// Why, with the errno.
+    pub reason: String,
 }
 
 /// A process with one of the devices open.
@@ -274,13 +356,19 @@ pub struct Opener {
 }
 
 impl Usage {
-    /// Nothing uses the devices.
+    /// Nothing uses the devices, and everything that could use them was looked at.
     pub fn is_empty(&self) -> bool {
-        self.mounts.is_empty()
+        !self.has_users() && self.unchecked.is_empty()
+    }
+
+    /// A user was found: a mount, loop device, holder, swap, opener or exclusive claim.
+    pub fn has_users(&self) -> bool {
+        !(self.mounts.is_empty()
+            && self.loops.is_empty()
             && self.holders.is_empty()
             && self.swaps.is_empty()
             && self.openers.is_empty()
-            && self.claimed.is_empty()
+            && self.claimed.is_empty())
     }
 
     /// Only processes hold the devices open: a state that may pass on its own (udev's
@@ -288,9 +376,30 @@ impl Usage {
     pub fn only_openers(&self) -> bool {
         !self.openers.is_empty()
             && self.mounts.is_empty()
+            && self.loops.is_empty()
             && self.holders.is_empty()
             && self.swaps.is_empty()
             && self.claimed.is_empty()
+            && self.unchecked.is_empty()
+    }
+
+    /// The refusal to take `device` away, or `None` when nothing uses it:
+    /// [`Error::Busy`] when a user was found, [`Error::Unverified`] when none was but the
+    /// check could not look everywhere.
+    pub fn refusal(&self, device: &str) -> Option<Error> {
+        if self.has_users() {
+            Some(Error::Busy {
+                device: device.to_owned(),
+                reason: self.to_string(),
+            })
+        } else if !self.unchecked.is_empty() {
+            Some(Error::Unverified {
+                device: device.to_owned(),
+                reason: self.to_string(),
+            })
+        } else {
+            None
+        }
     }
 }
 
@@ -298,10 +407,14 @@ impl fmt::Display for Usage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         for m in &self.mounts {
+            parts.push(m.to_string());
+        }
+        for l in &self.loops {
             parts.push(format!(
-                "{} mounted at {}",
-                m.device,
-                mountinfo::show(&m.mount_point)
+                "loop device {} is backed by {} (backing file {})",
+                l.loop_device,
+                l.device,
+                mountinfo::show(&l.backing_file)
             ));
         }
         if !self.holders.is_empty() {
@@ -315,6 +428,9 @@ impl fmt::Display for Usage {
         }
         for c in &self.claimed {
             parts.push(format!("{c} claimed exclusively (O_EXCL open gives EBUSY)"));
+        }
+        for u in &self.unchecked {
+            parts.push(format!("could not check {}: {}", u.what, u.reason));
         }
         if parts.is_empty() {
             f.write_str("not in use")
@@ -335,17 +451,174 @@ pub struct UsageScope<'a> {
     /// Kernel names of devices that belong to the volume being taken down (its multipath map
     /// and partition maps): holders among them are not users, but their own users are.
     pub own: &'a [String],
-    /// Command names whose open file descriptors do not count: the daemon that manages the
-    /// devices and lets go of them when they are removed (`multipathd` checks every path).
+    /// Command names whose open file descriptors on a *path device* (a SCSI disk among the
+    /// devices asked about, not a map or partition) do not count: the daemon that manages
+    /// paths and lets go of them when they are removed (`multipathd` checks every path),
+    /// and udev's probes.
+    ///
+    /// A command name is whatever a process sets (`PR_SET_NAME`), so it is not enough: the
+    /// process must also run as root and be one of [`MANAGER_EXES`] (`/proc/PID/exe`), or be
+    /// a child of udevd (a worker forked from it).
     pub ignore_openers: &'a [&'a str],
 }
 
-/// Who uses `devices`, their partitions, and whatever is stacked on them (followed up through
-/// `holders/`). Reads sysfs, `/proc/self/mountinfo`, `/proc/swaps` and `/proc/*/fd`; issues
-/// one `O_EXCL` open on each device at the top of a stack.
+/// Executables (`/proc/PID/exe` file names) whose processes may be path managers. On
+/// current systemd `systemd-udevd` is a link to `udevadm`, which is what `exe` shows.
+pub const MANAGER_EXES: &[&str] = &["multipathd", "systemd-udevd", "udevd", "udevadm"];
+
+/// Executables of udevd, whose children (its workers) may be path managers.
+const UDEVD_EXES: &[&str] = &["systemd-udevd", "udevd", "udevadm"];
+
+/// The devices asked about, their partitions and everything stacked on them.
+struct Family {
+    nodes: Vec<BlockNode>,
+}
+
+impl Family {
+    fn numbers(&self) -> Vec<DevNum> {
+        self.nodes.iter().map(|n| n.dev).collect()
+    }
+
+    fn name_of(&self, d: DevNum) -> String {
+        self.nodes
+            .iter()
+            .find(|n| n.dev == d)
+            .map_or_else(|| d.to_string(), |n| n.name.clone())
+    }
+
+    /// The family member a devtmpfs bind mount's root (`/dm-0`, `/mapper/mpatha`) is the
+    /// node of: by name, or failing that by the number of the node at that path below the
+    /// root's `/dev` (a node udev or dm created under another name).
+    fn of_node(&self, root: &Root, node: &Path) -> Option<String> {
+        let rel = node.strip_prefix("/").unwrap_or(node);
+        if let Some(n) = self.nodes.iter().find(|n| Path::new(&n.name) == rel) {
+            return Some(n.name.clone());
+        }
+        let st = rustix::fs::stat(root.dev(rel)).ok()?;
+        let d = block_number(&st)?;
+        self.nodes
+            .iter()
+            .find(|n| n.dev == d)
+            .map(|n| n.name.clone())
+    }
+
+    /// The family's mounts in one mount table, into `usage`.
+    fn mounts_in(
+        &self,
+        root: &Root,
+        table: &mountinfo::MountTable,
+        ns: MountNamespace,
+        usage: &mut Usage,
+    ) {
+        let numbers = self.numbers();
+        for m in &table.mounts {
+            let found = if numbers.contains(&m.dev) {
+                Some((self.name_of(m.dev), MountKind::Filesystem))
+            } else {
+                m.device_node()
+                    .and_then(|node| self.of_node(root, node))
+                    .map(|name| (name, MountKind::DeviceNode))
+            };
+            if let Some((device, kind)) = found {
+                let u = MountUse {
+                    device,
+                    mount_point: m.mount_point.clone(),
+                    kind,
+                    namespace: ns,
+                };
+                if !usage.mounts.contains(&u) {
+                    usage.mounts.push(u);
+                }
+            }
+        }
+        usage.mountinfo_skipped += table.skipped.len();
+        for line in &table.skipped {
+            if let Some(d) = line.dev.filter(|d| numbers.contains(d)) {
+                usage.unchecked.push(Unchecked {
+                    what: format!("line {} of the mount table ({ns})", line.number),
+                    reason: format!(
+                        "it is a mount of {} and did not parse: {}",
+                        self.name_of(d),
+                        line.reason
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// The mount namespaces whose tables were read, so that each is read once.
 ///
-/// Process file descriptors of other users are visible only to root; without root that part
-/// of the check sees only the caller's own processes.
+/// A namespace is known by its `ns/mnt` inode. Where that link cannot be read (it needs
+/// ptrace access to the process, which root without `CAP_SYS_PTRACE` lacks for processes
+/// with more capabilities, pid 1 among them), the table itself still can be, and its first
+/// line names the namespace's root mount, whose id no other namespace shares.
+#[derive(Debug, Default)]
+struct SeenNamespaces {
+    inodes: std::collections::HashSet<u64>,
+    root_mounts: std::collections::HashSet<u32>,
+}
+
+impl SeenNamespaces {
+    /// Claims namespace `inode` for reading; `false` if it was claimed before.
+    fn claim_inode(&mut self, inode: u64) -> bool {
+        self.inodes.insert(inode)
+    }
+
+    /// Claims a table just read by its root mount; `false` if that namespace was read
+    /// before (through another process whose `ns/mnt` could not be read, or could).
+    fn claim_table(&mut self, table: &mountinfo::MountTable) -> bool {
+        table
+            .mounts
+            .first()
+            .is_none_or(|m| self.root_mounts.insert(m.id))
+    }
+}
+
+/// Locks `seen`; a poisoned lock only means another worker panicked, and the sets are still
+/// valid.
+fn lock_seen(seen: &std::sync::Mutex<SeenNamespaces>) -> std::sync::MutexGuard<'_, SeenNamespaces> {
+    seen.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The inode of `<root>/proc/<who>/ns/mnt` (`mnt:[4026531841]`): equal inodes, one mount
+/// namespace. `Err` with the errno when the link cannot be read.
+fn mnt_ns(proc_fd: BorrowedFd<'_>, who: &str) -> std::result::Result<u64, rustix::io::Errno> {
+    let link = rustix::fs::readlinkat(proc_fd, format!("{who}/ns/mnt"), Vec::new())?;
+    link.to_bytes()
+        .strip_prefix(b"mnt:[")
+        .and_then(|r| r.strip_suffix(b"]"))
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(crate::hctl::decimal::<u64>)
+        .ok_or(rustix::io::Errno::INVAL)
+}
+
+/// Whether an errno on a `/proc/PID/...` file means the process is gone (not a gap in the
+/// check).
+fn process_gone(e: rustix::io::Errno) -> bool {
+    matches!(e, rustix::io::Errno::NOENT | rustix::io::Errno::SRCH)
+}
+
+/// Who uses `devices`, their partitions, and whatever is stacked on them (followed up through
+/// `holders/`), cheapest and most exact checks first:
+///
+/// 1. sysfs: `holders/` (stacked devices);
+/// 2. the mount tables of the host (`<root>/proc/1/mountinfo`) and of this process: mounts
+///    by device number, and bind mounts of the devices' nodes (devtmpfs, by mount root);
+/// 3. `/proc/swaps`;
+/// 4. bound loop devices backed by the devices (`LOOP_GET_STATUS64`);
+///
+/// and, only when none of those found a user (a refusal needs one reason, not all):
+///
+/// 5. every process (`/proc/*`, split between threads): its open fds (`fd/`, or each
+///    thread's `task/*/fd/` when the main thread has exited), and the mount table of every
+///    mount namespace not read yet (deduplicated by `ns/mnt` inode);
+/// 6. one `O_EXCL` open on each device at the top of a stack that nothing above explains.
+///
+/// A process whose fds or mount table cannot be read (`EACCES` without root or
+/// `CAP_SYS_PTRACE`) lands in [`Usage::unchecked`]: the answer is then "could not check",
+/// never "not in use".
 pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Result<Usage> {
     let mut usage = Usage::default();
     // Every device whose users count: the devices, their partitions, and foreign stacks on
@@ -380,35 +653,112 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
         }
     }
     usage.holders = foreign_holders.into_iter().collect();
-    let numbers: Vec<DevNum> = family.iter().map(|n| n.dev).collect();
-    let name_of = |d: DevNum| {
-        family
-            .iter()
-            .find(|n| n.dev == d)
-            .map_or_else(|| d.to_string(), |n| n.name.clone())
+    let family = Family {
+        nodes: family.into_iter().collect(),
     };
+    let numbers = family.numbers();
+    // The devices the path-manager rule applies to: SCSI disks asked about, not maps (a
+    // `dm/` directory) nor partitions.
+    let paths: Vec<DevNum> = devices
+        .iter()
+        .filter(|n| {
+            let dir = root.sys("class/block").join(&n.name);
+            !dir.join("dm").exists() && !dir.join("partition").exists()
+        })
+        .map(|n| n.dev)
+        .collect();
 
-    for m in mountinfo::on_devices(&mountinfo::read(root)?, &numbers) {
-        usage.mounts.push(MountUse {
-            device: name_of(m.dev),
-            mount_point: m.mount_point.clone(),
-        });
+    let proc_dir = root.proc("");
+    let proc_fd = rustix::fs::open(
+        &proc_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(&proc_dir, e.into()))?;
+
+    // The host's mount table, then this process's if it is another namespace.
+    let seen = std::sync::Mutex::new(SeenNamespaces::default());
+    let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
+    if let Some(i) = host_ns {
+        lock_seen(&seen).claim_inode(i);
+    }
+    match mountinfo::read_of(root, 1) {
+        Ok(table) => {
+            lock_seen(&seen).claim_table(&table);
+            let ns = MountNamespace {
+                inode: host_ns,
+                pid: Some(1),
+            };
+            family.mounts_in(root, &table, ns, &mut usage);
+        }
+        // A tree without pid 1 (a fixture): this process's table stands for it.
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => {}
+        Err(e) => usage.unchecked.push(Unchecked {
+            what: "the mount table of pid 1".into(),
+            reason: e.to_string(),
+        }),
+    }
+    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
+    if self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i)) {
+        let table = mountinfo::read(root)?;
+        if lock_seen(&seen).claim_table(&table) {
+            let ns = MountNamespace {
+                inode: self_ns,
+                pid: None,
+            };
+            family.mounts_in(root, &table, ns, &mut usage);
+        }
     }
     for s in swaps(root)? {
         if let Some(d) = node_number(root, &s) {
             if numbers.contains(&d) {
-                usage.swaps.push(name_of(d));
+                usage.swaps.push(family.name_of(d));
             }
         }
     }
-    for o in openers(root, &numbers)? {
+    for lo in crate::loopdev::bound(root)? {
+        match crate::loopdev::backing(root, &lo) {
+            Ok(Some(b)) => {
+                if let Some(d) = b.uses_any(&numbers) {
+                    usage.loops.push(LoopUse {
+                        loop_device: lo.node.name.clone(),
+                        backing_file: lo.backing_file.clone(),
+                        device: family.name_of(d),
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => usage.unchecked.push(Unchecked {
+                what: format!("loop device {}", lo.node.name),
+                reason: format!("its backing {}: {e}", lo.backing_file.display()),
+            }),
+        }
+    }
+    if usage.has_users() {
+        return Ok(usage);
+    }
+
+    let scan = scan_processes(root, &proc_fd, &family, &seen)?;
+    usage.unchecked.extend(scan.unchecked);
+    usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
+    for m in scan.usage.mounts {
+        if !usage.mounts.contains(&m) {
+            usage.mounts.push(m);
+        }
+    }
+    usage.unchecked.extend(scan.usage.unchecked);
+    for o in scan.openers {
+        let on_path = paths.contains(&o.dev);
         let opener = Opener {
             pid: o.pid,
-            device: name_of(o.dev),
+            device: family.name_of(o.dev),
             read_only: o.read_only,
             comm: o.comm,
         };
-        if scope.ignore_openers.contains(&opener.comm.as_str()) {
+        if on_path
+            && scope.ignore_openers.contains(&opener.comm.as_str())
+            && is_path_manager(&proc_fd, opener.pid)
+        {
             usage.managers.push(opener);
         } else {
             usage.openers.push(opener);
@@ -416,7 +766,7 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
     }
     // The probe explains nothing by itself, so only ask it about devices nothing above
     // accounts for: tops of stacks that are not mounted or swap.
-    for n in &family {
+    for n in &family.nodes {
         let top = sysfs::sub_entries(&root.sys("class/block").join(&n.name), "holders")?.is_empty();
         let explained = usage.mounts.iter().any(|m| m.device == n.name)
             || usage.swaps.contains(&n.name)
@@ -426,6 +776,66 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
         }
     }
     Ok(usage)
+}
+
+/// Whether process `pid`, found with a path open under a path manager's command name, is
+/// one: it runs as root (real and effective uid 0 in `status`), and its executable is one
+/// of [`MANAGER_EXES`] or its parent's is udevd's (a worker udevd forked). A command name
+/// alone is set by any process with `PR_SET_NAME`.
+fn is_path_manager(proc_fd: &OwnedFd, pid: u32) -> bool {
+    let Some(status) = read_small(proc_fd, &format!("{pid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>())
+    };
+    let root_uid = field("Uid:").is_some_and(|u| u.len() >= 2 && u[0] == "0" && u[1] == "0");
+    if !root_uid {
+        return false;
+    }
+    if exe_name(proc_fd, pid).is_some_and(|e| MANAGER_EXES.contains(&e.as_str())) {
+        return true;
+    }
+    field("PPid:")
+        .and_then(|p| p.first().and_then(|p| crate::hctl::decimal::<u32>(p)))
+        .and_then(|ppid| exe_name(proc_fd, ppid))
+        .is_some_and(|e| UDEVD_EXES.contains(&e.as_str()))
+}
+
+/// The file name of `/proc/PID/exe`, without the ` (deleted)` the kernel appends when the
+/// binary was replaced (a package upgrade).
+fn exe_name(proc_fd: &OwnedFd, pid: u32) -> Option<String> {
+    let link = rustix::fs::readlinkat(proc_fd, format!("{pid}/exe"), Vec::new()).ok()?;
+    let link = link.to_string_lossy();
+    let link = link.strip_suffix(" (deleted)").unwrap_or(&link);
+    Path::new(link)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+/// A small `/proc` file (`status`, `stat`, `comm`) below `proc_fd`, as text.
+fn read_small(proc_fd: &OwnedFd, path: &str) -> Option<String> {
+    let fd = rustix::fs::openat(
+        proc_fd,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::read(&fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Whether an `O_EXCL` open of the node fails with `EBUSY`: a filesystem, swap, dm, md or
@@ -477,20 +887,29 @@ struct OpenFd {
     read_only: bool,
 }
 
-/// Every descriptor that has one of `numbers` open, from `/proc/*/fd`. Processes that vanish
-/// or whose fds cannot be read (another user's, without root) are skipped.
+/// What the walk over the processes found.
+#[derive(Default)]
+struct ProcScan {
+    openers: Vec<OpenFd>,
+    /// Mounts (and unreadable lines) in the namespaces not read before the walk.
+    usage: Usage,
+    unchecked: Vec<Unchecked>,
+}
+
+/// Every descriptor that has one of the family's devices open (from `/proc/*/fd`), and the
+/// family's mounts in every mount namespace not in `seen_ns`. Processes that vanish are
+/// skipped; those that cannot be read are [`Unchecked`].
 ///
 /// This walk is the costliest part of an in-use check (one `stat` per open file on the
 /// node), so it looks up each fd relative to its process's `fd/` directory rather than by
 /// full path, and splits the processes between threads when there are CPUs for them.
-fn openers(root: &Root, numbers: &[DevNum]) -> Result<Vec<OpenFd>> {
+fn scan_processes(
+    root: &Root,
+    proc_fd: &OwnedFd,
+    family: &Family,
+    seen: &std::sync::Mutex<SeenNamespaces>,
+) -> Result<ProcScan> {
     let proc_dir = root.proc("");
-    let proc_fd = rustix::fs::open(
-        &proc_dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(&proc_dir, e.into()))?;
     let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
         .map_err(|e| Error::io(&proc_dir, e))?
         .flatten()
@@ -500,107 +919,261 @@ fn openers(root: &Root, numbers: &[DevNum]) -> Result<Vec<OpenFd>> {
         .map_or(1, usize::from)
         .clamp(1, OPENER_THREADS_MAX)
         .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
-    let mut out: Vec<OpenFd> = if threads == 1 {
-        openers_among(&proc_fd, &pids, numbers)
+    let numbers = family.numbers();
+    let ctx = ScanCtx {
+        root,
+        proc_fd,
+        family,
+        numbers: &numbers,
+        seen,
+    };
+    let mut scans: Vec<ProcScan> = if threads == 1 {
+        vec![ctx.among(&pids)]
     } else {
-        let proc_fd = &proc_fd;
+        let ctx = &ctx;
         std::thread::scope(|s| {
             let workers: Vec<_> = pids
                 .chunks(pids.len().div_ceil(threads))
-                .map(|chunk| s.spawn(move || openers_among(proc_fd, chunk, numbers)))
+                .map(|chunk| (chunk, s.spawn(move || ctx.among(chunk))))
                 .collect();
             workers
                 .into_iter()
-                // A worker only reads; if one panicked, its processes count as unreadable.
-                .flat_map(|w| w.join().unwrap_or_default())
+                .map(|(chunk, w)| {
+                    w.join().unwrap_or_else(|_| ProcScan {
+                        unchecked: vec![Unchecked {
+                            what: format!(
+                                "pids {}..={}",
+                                chunk.first().unwrap_or(&0),
+                                chunk.last().unwrap_or(&0)
+                            ),
+                            reason: "the thread reading them panicked".into(),
+                        }],
+                        ..ProcScan::default()
+                    })
+                })
                 .collect()
         })
     };
+    let mut out = scans.pop().unwrap_or_default();
+    for s in scans {
+        out.openers.extend(s.openers);
+        out.unchecked.extend(s.unchecked);
+        out.usage.mounts.extend(s.usage.mounts);
+        out.usage.unchecked.extend(s.usage.unchecked);
+        out.usage.mountinfo_skipped += s.usage.mountinfo_skipped;
+    }
     // One entry per process, device and mode: descriptors dup'ed from one open share one
     // open count, so counting each would explain more of a device's opens than it should.
-    out.sort();
-    out.dedup();
+    out.openers.sort();
+    out.openers.dedup();
     Ok(out)
 }
 
-/// At most this many threads walk `/proc` for [`openers`].
+/// At most this many threads walk `/proc` for [`scan_processes`].
 const OPENER_THREADS_MAX: usize = 4;
 /// Below this many processes per thread another thread costs more than it saves.
 const OPENER_PIDS_PER_THREAD: usize = 64;
 
-/// [`openers`] for the processes `pids`, with `/proc` open as `proc_fd`.
-fn openers_among(proc_fd: &OwnedFd, pids: &[u32], numbers: &[DevNum]) -> Vec<OpenFd> {
-    let mut out = Vec::new();
-    for &pid in pids {
-        let Ok(fd_dir) = rustix::fs::openat(
-            proc_fd,
-            format!("{pid}/fd"),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
+/// What each worker of [`scan_processes`] shares.
+struct ScanCtx<'a> {
+    root: &'a Root,
+    proc_fd: &'a OwnedFd,
+    family: &'a Family,
+    numbers: &'a [DevNum],
+    /// Mount namespaces whose table was read (or is being read by another worker).
+    seen: &'a std::sync::Mutex<SeenNamespaces>,
+}
+
+impl ScanCtx<'_> {
+    /// [`scan_processes`] for the processes `pids`.
+    fn among(&self, pids: &[u32]) -> ProcScan {
+        let mut out = ProcScan::default();
+        for &pid in pids {
+            self.namespace_of(pid, &mut out);
+            self.fds_of(pid, &mut out);
+        }
+        out
+    }
+
+    /// Reads the mount table of `pid`'s namespace if no other process's was.
+    fn namespace_of(&self, pid: u32, out: &mut ProcScan) {
+        let inode = match mnt_ns(self.proc_fd.as_fd(), &pid.to_string()) {
+            Ok(i) => Some(i),
+            // Gone, or a tree without namespace links (a fixture): nothing to read.
+            Err(e) if process_gone(e) => return,
+            // Not allowed to see which namespace: read its table, which may be allowed.
+            Err(_) => None,
         };
-        // `Dir::new` reads through this very fd (`read_from` would open another).
-        let Ok(mut dir) = rustix::fs::Dir::new(fd_dir) else {
-            continue;
-        };
-        let mut fds = Vec::new();
-        while let Some(Ok(entry)) = dir.read() {
-            if !entry.file_name().to_bytes().starts_with(b".") {
-                fds.push(entry.file_name().to_owned());
+        if let Some(i) = inode {
+            if !lock_seen(self.seen).claim_inode(i) {
+                return;
             }
         }
-        let Ok(fd_dir) = dir.fd() else {
-            continue;
+        match mountinfo::read_of(self.root, pid) {
+            Ok(table) => {
+                if !lock_seen(self.seen).claim_table(&table) {
+                    return;
+                }
+                let ns = MountNamespace {
+                    inode,
+                    pid: Some(pid),
+                };
+                self.family.mounts_in(self.root, &table, ns, &mut out.usage);
+            }
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => {
+                // It exited meanwhile: let another process of the namespace read it.
+                if let Some(i) = inode {
+                    lock_seen(self.seen).inodes.remove(&i);
+                }
+            }
+            Err(e) => out.unchecked.push(Unchecked {
+                what: format!("pid {pid}"),
+                reason: format!("its mount table: {e}"),
+            }),
+        }
+    }
+
+    /// The open fds of `pid` on the family's devices: `fd/`, or, when that is empty because
+    /// the main thread has exited (a zombie leader), every other thread's `task/TID/fd/`.
+    fn fds_of(&self, pid: u32, out: &mut ProcScan) {
+        let base = pid.to_string();
+        let found = match self.fd_dir(&base, pid, out) {
+            Some(n) => n,
+            None => return,
+        };
+        if found > 0 {
+            return;
+        }
+        let leader_exited = read_small(self.proc_fd, &format!("{pid}/stat"))
+            .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()))
+            .is_some_and(|state| state == 'Z');
+        if !leader_exited {
+            return;
+        }
+        let Ok(tasks) = std::fs::read_dir(self.root.proc(format!("{pid}/task"))) else {
+            return;
+        };
+        for t in tasks.flatten() {
+            let tid = t.file_name();
+            let Some(tid) = tid.to_str().filter(|t| *t != base) else {
+                continue;
+            };
+            self.fd_dir(&format!("{pid}/task/{tid}"), pid, out);
+        }
+    }
+
+    /// Scans `<dir>/fd/` (`dir` is `PID` or `PID/task/TID`) for the family's devices, into
+    /// `out`. The number of fds it holds, `None` when the process is gone or unreadable.
+    fn fd_dir(&self, dir: &str, pid: u32, out: &mut ProcScan) -> Option<usize> {
+        let unreadable = |e: rustix::io::Errno, out: &mut ProcScan| {
+            if !process_gone(e) {
+                out.unchecked.push(Unchecked {
+                    what: format!("pid {pid}"),
+                    reason: format!("its open files ({dir}/fd): {e}"),
+                });
+            }
+        };
+        let fd_dir = match rustix::fs::openat(
+            self.proc_fd,
+            format!("{dir}/fd"),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                unreadable(e, out);
+                return None;
+            }
+        };
+        // `Dir::new` reads through this very fd (`read_from` would open another).
+        let mut d = match rustix::fs::Dir::new(fd_dir) {
+            Ok(d) => d,
+            Err(e) => {
+                unreadable(e, out);
+                return None;
+            }
+        };
+        let mut fds = Vec::new();
+        while let Some(entry) = d.read() {
+            match entry {
+                Ok(entry) => {
+                    if !entry.file_name().to_bytes().starts_with(b".") {
+                        fds.push(entry.file_name().to_owned());
+                    }
+                }
+                Err(e) => {
+                    unreadable(e, out);
+                    return None;
+                }
+            }
+        }
+        let Ok(fd_dir) = d.fd() else {
+            return None;
         };
         let mut comm: Option<String> = None;
         for name in &fds {
-            let Some(d) = open_block_device(fd_dir, name) else {
-                continue;
+            let dev = match open_block_device(fd_dir, name) {
+                Ok(Some(dev)) => dev,
+                Ok(None) => continue,
+                // Closed meanwhile, or the process is gone.
+                Err(e) if process_gone(e) => continue,
+                Err(e) => {
+                    out.unchecked.push(Unchecked {
+                        what: format!("pid {pid}"),
+                        reason: format!("its open file {dir}/fd/{}: {e}", name.to_string_lossy()),
+                    });
+                    continue;
+                }
             };
-            if !numbers.contains(&d) {
+            if !self.numbers.contains(&dev) {
                 continue;
             }
             let comm = comm
-                .get_or_insert_with(|| process_comm(proc_fd, pid))
+                .get_or_insert_with(|| process_comm(self.proc_fd, pid))
                 .clone();
-            out.push(OpenFd {
+            out.openers.push(OpenFd {
                 pid,
                 comm,
-                dev: d,
-                read_only: opened_read_only(proc_fd, pid, name),
+                dev,
+                read_only: opened_read_only(self.proc_fd, dir, name),
             });
         }
+        Some(fds.len())
     }
-    out
 }
 
-/// The block device an entry of a `/proc/PID/fd` directory refers to, if it is one.
+/// The block device an entry of a `/proc/PID/fd` directory refers to, if it is one; the
+/// errno when the entry cannot be looked at (`EACCES` without ptrace access to the process).
 ///
 /// `statx` follows the magic link to the open file itself, asking for its type and device
 /// number only, with `AT_STATX_DONT_SYNC`: a file open on NFS, CIFS or FUSE would otherwise
 /// cost a round trip to its server, and a process may hold thousands. Where `statx` is
 /// refused (old seccomp profiles), plain `stat` does the same job, slower.
-fn open_block_device(fd_dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<DevNum> {
+fn open_block_device(
+    fd_dir: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> std::result::Result<Option<DevNum>, rustix::io::Errno> {
     use rustix::fs::{AtFlags, StatxFlags};
     match rustix::fs::statx(fd_dir, name, AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE) {
-        Ok(st) => (FileType::from_raw_mode(st.stx_mode.into()) == FileType::BlockDevice).then_some(
-            DevNum {
-                major: st.stx_rdev_major,
-                minor: st.stx_rdev_minor,
-            },
+        Ok(st) => Ok(
+            (FileType::from_raw_mode(st.stx_mode.into()) == FileType::BlockDevice).then_some(
+                DevNum {
+                    major: st.stx_rdev_major,
+                    minor: st.stx_rdev_minor,
+                },
+            ),
         ),
-        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
-            block_number(&rustix::fs::statat(fd_dir, name, AtFlags::empty()).ok()?)
-        }
-        Err(_) => None,
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => Ok(block_number(
+            &rustix::fs::statat(fd_dir, name, AtFlags::empty())?,
+        )),
+        Err(e) => Err(e),
     }
 }
 
-/// Whether descriptor `fd` of `pid` was opened read-only: the access mode in the octal
-/// `flags:` line of `/proc/PID/fdinfo/FD`. Unreadable counts as writable.
-fn opened_read_only(proc_fd: &OwnedFd, pid: u32, fd: &std::ffi::CStr) -> bool {
-    let path = format!("{pid}/fdinfo/{}", fd.to_string_lossy());
+/// Whether descriptor `fd` of `dir` (`PID` or `PID/task/TID`) was opened read-only: the
+/// access mode in the octal `flags:` line of `fdinfo/FD`. Unreadable counts as writable.
+fn opened_read_only(proc_fd: &OwnedFd, dir: &str, fd: &std::ffi::CStr) -> bool {
+    let path = format!("{dir}/fdinfo/{}", fd.to_string_lossy());
     let Ok(file) = rustix::fs::openat(
         proc_fd,
         path,
@@ -658,9 +1231,31 @@ mod tests {
     #[test]
     fn usage_message_names_every_user() {
         let u = Usage {
-            mounts: vec![MountUse {
-                device: "sdc1".into(),
-                mount_point: "/mnt/a b".into(),
+            mounts: vec![
+                MountUse {
+                    device: "sdc1".into(),
+                    mount_point: "/mnt/a b".into(),
+                    kind: MountKind::Filesystem,
+                    namespace: MountNamespace {
+                        inode: Some(4026531840),
+                        pid: Some(1),
+                    },
+                },
+                MountUse {
+                    device: "sdc".into(),
+                    mount_point: "/var/lib/kubelet/pods/p/volumeDevices/kubernetes.io~csi/pv"
+                        .into(),
+                    kind: MountKind::DeviceNode,
+                    namespace: MountNamespace {
+                        inode: None,
+                        pid: None,
+                    },
+                },
+            ],
+            loops: vec![LoopUse {
+                loop_device: "loop0".into(),
+                backing_file: "/var/lib/kubelet/plugins/x/dev/p".into(),
+                device: "sdc".into(),
             }],
             holders: vec!["dm-3".into()],
             swaps: vec!["sdc2".into()],
@@ -677,10 +1272,20 @@ mod tests {
                 read_only: true,
             }],
             claimed: vec![],
+            unchecked: vec![Unchecked {
+                what: "pid 77".into(),
+                reason: "its open files (77/fd): Permission denied".into(),
+            }],
+            mountinfo_skipped: 0,
         };
         assert_eq!(
             u.to_string(),
-            "sdc1 mounted at /mnt/a b; held by dm-3; active swap on sdc2; sdc open by pid 42 (dd)"
+            "sdc1 mounted at /mnt/a b (mount namespace of pid 1 mnt:[4026531840]); \
+             node /dev/sdc bind-mounted at /var/lib/kubelet/pods/p/volumeDevices/kubernetes.io~csi/pv \
+             (this process's mount namespace); \
+             loop device loop0 is backed by sdc (backing file /var/lib/kubelet/plugins/x/dev/p); \
+             held by dm-3; active swap on sdc2; sdc open by pid 42 (dd); \
+             could not check pid 77: its open files (77/fd): Permission denied"
         );
         assert!(!u.is_empty());
         assert!(!u.only_openers());

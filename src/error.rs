@@ -63,6 +63,36 @@ pub enum Error {
         reason: String,
     },
 
+    /// Nothing was found using the device, but the check could not look everywhere (a
+    /// process whose open files or mount table could not be read, without root or
+    /// `CAP_SYS_PTRACE`): refused, since "not found" is not "not in use".
+    #[error("{device} may be in use: {reason}")]
+    Unverified {
+        /// The device (`/dev/sdc`, `mpatha (dm-0)`).
+        device: String,
+        /// What could not be checked, and why.
+        reason: String,
+    },
+
+    /// A step of a workflow failed: which step, on what, and why.
+    #[error("{step} {target}: {source}")]
+    Step {
+        /// The step (`flush-path`, `remove-map`: [`crate::ops::StepKind::as_str`]).
+        step: &'static str,
+        /// What it acted on (`mpatha (dm-0)`, `7:0:0:1 (sdc)`).
+        target: String,
+        /// Why it failed.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// lunkit itself failed (a helper thread panicked); a bug, reported instead of a panic.
+    #[error("internal error: {what}")]
+    Internal {
+        /// What went wrong, and where.
+        what: String,
+    },
+
     /// A wait passed its deadline.
     #[error("timed out after {waited:.1?} waiting for {what}")]
     Timeout {
@@ -96,6 +126,8 @@ pub enum ErrorKind {
     PermissionDenied,
     /// Refused because the device is in use.
     Busy,
+    /// Refused because whether the device is in use could not be checked completely.
+    Unverified,
     /// A deadline passed.
     Timeout,
     /// Anything else.
@@ -128,6 +160,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } | Error::Ioctl { source, .. } => source.raw_os_error(),
+            Error::Step { source, .. } => source.errno(),
             _ => None,
         }
     }
@@ -139,13 +172,15 @@ impl Error {
             Error::Invalid { .. } => ErrorKind::Invalid,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Busy { .. } => ErrorKind::Busy,
+            Error::Unverified { .. } => ErrorKind::Unverified,
             Error::Ioctl { source, .. } => match source.raw_os_error() {
                 Some(libc::ENXIO | libc::ENODEV | libc::ENOENT) => ErrorKind::NotFound,
                 Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,
                 Some(libc::EBUSY) => ErrorKind::Busy,
                 _ => ErrorKind::Other,
             },
-            Error::WwidMismatch { .. } => ErrorKind::Other,
+            Error::WwidMismatch { .. } | Error::Internal { .. } => ErrorKind::Other,
+            Error::Step { source, .. } => source.kind(),
             Error::Io { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => ErrorKind::NotFound,
                 io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,

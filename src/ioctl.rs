@@ -10,6 +10,7 @@ use std::os::fd::AsFd;
 
 use lunkit_sys::block::{BLKFLSBUF, BLKGETSIZE64, BLKRRPART, BLKSSZGET};
 use lunkit_sys::dm::dm_ioctl;
+use lunkit_sys::loop_dev::{LOOP_GET_STATUS64, loop_info64};
 use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, ioctl};
 
 /// `ioctl(fd, BLKFLSBUF)` — writes back the block device's page cache (or syncs the mounted
@@ -53,6 +54,18 @@ pub(crate) fn blksszget(fd: impl AsFd) -> io::Result<u32> {
     // SAFETY: the getter hands the kernel a pointer to a c_int it owns.
     let size = unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
     u32::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// `ioctl(fd, LOOP_GET_STATUS64, &loop_info64)` on an open `/dev/loopN` — what backs the loop
+/// device: the backing file's filesystem device (`lo_device`), inode (`lo_inode`) and, when
+/// the backing file is a device node, that device's number (`lo_rdevice`). `ENXIO` when no
+/// file is bound.
+pub(crate) fn loop_get_status64(fd: impl AsFd) -> io::Result<loop_info64> {
+    // SAFETY: LOOP_GET_STATUS64 writes exactly one `struct loop_info64` through its pointer
+    // argument; lunkit-sys checks the struct's size and layout against the C header.
+    let req = unsafe { Getter::<{ LOOP_GET_STATUS64 as Opcode }, loop_info64>::new() };
+    // SAFETY: the getter hands the kernel a pointer to a loop_info64 it owns.
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)
 }
 
 /// An 8-byte aligned, zero-initialised byte buffer for device-mapper ioctls.

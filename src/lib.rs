@@ -33,6 +33,7 @@ pub mod fc;
 pub mod hctl;
 mod ioctl;
 pub mod iscsi;
+pub mod loopdev;
 pub mod mountinfo;
 pub mod multipath;
 pub mod ops;

@@ -1,4 +1,5 @@
-//! `/proc/self/mountinfo`: which filesystems are mounted from which device numbers.
+//! `/proc/PID/mountinfo`: which filesystems are mounted from which device numbers, and which
+//! device nodes are bind-mounted where.
 //!
 //! The parser is pure ([`parse`], [`parse_line`]) and works on bytes, because mount points are
 //! file names and need not be UTF-8; [`read`] does the file access. Mounts are matched to
@@ -54,6 +55,14 @@ pub struct MountEntry {
 }
 
 impl MountEntry {
+    /// For a bind mount of a device *node* (a file of devtmpfs, not a filesystem on the
+    /// device): the node's path below `/dev` (`/sdc`, `/mapper/mpatha`). Kubelet publishes
+    /// raw block volumes this way. Field 3 is devtmpfs's own number (`0:5`), so such a
+    /// mount is found by its root, never by device number.
+    pub fn device_node(&self) -> Option<&Path> {
+        (self.fs_type == "devtmpfs" && self.root != Path::new("/")).then_some(self.root.as_path())
+    }
+
     /// The line as the kernel writes it (without the trailing newline); [`parse_line`] reads
     /// it back to an equal entry.
     ///
@@ -207,8 +216,9 @@ pub fn parse_line(line: &[u8]) -> Result<MountEntry> {
     })
 }
 
-/// Parses a whole mountinfo file; blank lines are skipped, any malformed line fails it all
-/// (a table we cannot read completely cannot prove a device unmounted).
+/// Parses a whole mountinfo file strictly; blank lines are skipped, any malformed line fails
+/// it all. For checks on a live table use [`parse_table`], which cannot be made to fail by
+/// one odd line.
 pub fn parse(text: &[u8]) -> Result<Vec<MountEntry>> {
     text.split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
@@ -216,11 +226,69 @@ pub fn parse(text: &[u8]) -> Result<Vec<MountEntry>> {
         .collect()
 }
 
+/// A mount table as a check reads it: every line that parses, and the ones that did not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountTable {
+    /// The lines that parsed.
+    pub mounts: Vec<MountEntry>,
+    /// The lines that did not (a filesystem's options that are not UTF-8, a line cut short).
+    pub skipped: Vec<SkippedLine>,
+}
+
+/// A mountinfo line [`parse_table`] could not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedLine {
+    /// Its line number, from 1.
+    pub number: usize,
+    /// Its device field (field 3), when that much of it could be read: a caller that finds
+    /// its own device here knows it is mounted without knowing where.
+    pub dev: Option<DevNum>,
+    /// Why it did not parse.
+    pub reason: String,
+}
+
+/// Parses a whole mountinfo file, skipping (and keeping count of) lines that do not parse.
+///
+/// One FUSE filesystem with non-UTF-8 options, or a line a fuzzer mangled, must not make
+/// every other mount unreadable: a check that failed on the whole table would refuse every
+/// device on the node (or, worse, be skipped). The caller decides what a skipped line on
+/// its own device means.
+pub fn parse_table(text: &[u8]) -> MountTable {
+    let mut table = MountTable::default();
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match parse_line(line) {
+            Ok(m) => table.mounts.push(m),
+            Err(e) => table.skipped.push(SkippedLine {
+                number: i + 1,
+                dev: line
+                    .split(|&b| b == b' ')
+                    .nth(2)
+                    .and_then(|f| std::str::from_utf8(f).ok())
+                    .and_then(|f| f.parse().ok()),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    table
+}
+
 /// Reads and parses `<root>/proc/self/mountinfo`: the mounts visible to this process.
-pub fn read(root: &Root) -> Result<Vec<MountEntry>> {
-    let path = root.proc("self/mountinfo");
-    let text = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    parse(&text)
+pub fn read(root: &Root) -> Result<MountTable> {
+    read_path(&root.proc("self/mountinfo"))
+}
+
+/// Reads and parses the mount table of process `pid`'s mount namespace
+/// (`<root>/proc/PID/mountinfo`; pid 1's is the host's when `<root>/proc` is the host's).
+pub fn read_of(root: &Root, pid: u32) -> Result<MountTable> {
+    read_path(&root.proc(format!("{pid}/mountinfo")))
+}
+
+fn read_path(path: &Path) -> Result<MountTable> {
+    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    Ok(parse_table(&text))
 }
 
 /// The mounts whose filesystem is on one of `devs`.
@@ -316,6 +384,48 @@ mod tests {
         ] {
             assert!(parse_line(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn a_table_skips_and_counts_lines_that_do_not_parse() {
+        let text = b"22 1 8:2 / / rw - ext4 /dev/sda2 rw\n\
+50 22 0:50 / /fuse rw - fuse.x src rw,opt=\xff\n\
+\n\
+51 22 8:33 / /mnt rw\n\
+52 22 8:32 / /data rw - xfs /dev/sdc rw\n";
+        assert!(parse(text).is_err(), "the strict parser fails the table");
+        let t = parse_table(text);
+        let points: Vec<_> = t.mounts.iter().map(|m| show(&m.mount_point)).collect();
+        assert_eq!(points, ["/", "/data"]);
+        assert_eq!(t.skipped.len(), 2);
+        assert_eq!(t.skipped[0].number, 2);
+        assert_eq!(
+            t.skipped[0].dev,
+            Some(DevNum {
+                major: 0,
+                minor: 50
+            })
+        );
+        assert_eq!(t.skipped[1].number, 4);
+        assert_eq!(
+            t.skipped[1].dev,
+            Some(DevNum {
+                major: 8,
+                minor: 33
+            })
+        );
+        assert!(parse_table(b"").mounts.is_empty());
+    }
+
+    #[test]
+    fn device_node_binds_are_devtmpfs_mounts_of_a_file() {
+        let t = parse_table(
+            b"25 22 0:5 / /dev rw - devtmpfs udev rw\n\
+90 22 0:5 /dm-0 /var/lib/kubelet/x rw - devtmpfs udev rw\n\
+91 22 0:45 /dm-0 /y rw - tmpfs tmpfs rw\n",
+        );
+        let nodes: Vec<_> = t.mounts.iter().map(|m| m.device_node()).collect();
+        assert_eq!(nodes, [None, Some(Path::new("/dm-0")), None]);
     }
 
     #[test]

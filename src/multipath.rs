@@ -515,6 +515,7 @@ impl Multipathd {
 
     /// Sends `command` and returns the reply text, waiting at most until `deadline`.
     pub fn command(&mut self, command: &str, deadline: Instant) -> Result<String> {
+        let start = Instant::now();
         let sock = || std::path::PathBuf::from("multipathd socket");
         let io_err = |e: std::io::Error| {
             if matches!(
@@ -523,7 +524,7 @@ impl Multipathd {
             ) {
                 Error::Timeout {
                     what: format!("multipathd's reply to {command:?}"),
-                    waited: Duration::ZERO,
+                    waited: start.elapsed(),
                 }
             } else {
                 Error::io(sock(), e)
@@ -588,7 +589,7 @@ impl RemoveOptions {
     /// Defaults with a deadline `timeout` from now.
     pub fn with_timeout(timeout: Duration) -> RemoveOptions {
         RemoveOptions {
-            deadline: Instant::now() + timeout,
+            deadline: crate::wait::deadline_after(timeout),
             deferred: false,
             force: false,
             use_multipathd: true,
@@ -673,7 +674,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         let until = if queue_disabled {
             opts.deadline
         } else {
-            (Instant::now() + block::OPENER_GRACE).min(opts.deadline)
+            crate::wait::deadline_after(block::OPENER_GRACE).min(opts.deadline)
         };
         let mut last = None;
         let settled = crate::wait::until(
@@ -795,6 +796,7 @@ fn flush_and_remove(
         }
     }
 
+    let removing_since = Instant::now();
     let mut backoff = Duration::from_millis(50);
     let mut last_open = 0;
     loop {
@@ -844,7 +846,7 @@ fn flush_and_remove(
                     "removal of {} (still open, open count {last_open})",
                     map.label()
                 ),
-                waited: Duration::ZERO,
+                waited: removing_since.elapsed(),
             }));
         }
         std::thread::sleep(backoff.min(opts.deadline - now));

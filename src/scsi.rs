@@ -92,7 +92,7 @@ pub(crate) fn scan_targets(
     targets: &[ScanTarget],
     opts: &ScanOptions,
 ) -> Result<Vec<PathDevice>> {
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = wait::deadline_after(opts.timeout);
     // Subscribe before acting so the block device's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
     for t in targets {
@@ -247,7 +247,7 @@ impl DeleteOptions {
     /// Not forced, with a deadline `timeout` from now.
     pub fn with_timeout(timeout: Duration) -> DeleteOptions {
         DeleteOptions {
-            deadline: Instant::now() + timeout,
+            deadline: wait::deadline_after(timeout),
             force: false,
         }
     }
@@ -282,11 +282,15 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
                 ignore_openers: PATH_MANAGERS,
             };
             let usage = block::usage(root, std::slice::from_ref(node), &scope)?;
-            if !usage.is_empty() {
-                return Err(Error::Busy {
-                    device: format!("{node} ({hctl})"),
-                    reason: busy_reason(root, &usage),
-                });
+            match usage.refusal(&format!("{node} ({hctl})")) {
+                Some(Error::Busy { device, .. }) => {
+                    return Err(Error::Busy {
+                        device,
+                        reason: busy_reason(root, &usage),
+                    });
+                }
+                Some(e) => return Err(e),
+                None => {}
             }
         }
         match block::flush(node, opts.deadline) {

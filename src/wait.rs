@@ -18,6 +18,25 @@ const BOUNDED_MIN_WAIT: Duration = Duration::from_millis(10);
 /// Longest interval between re-checks.
 const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
+/// The instant `timeout` after `start`, never panicking: a timeout too long for [`Instant`]
+/// (`Duration::MAX`, `1e19` seconds) waits as long as one can, about a century.
+///
+/// `Instant + Duration` panics on overflow, and timeouts come from users; every deadline in
+/// lunkit is made here.
+pub fn deadline_from(start: Instant, timeout: Duration) -> Instant {
+    /// Longer than any wait can matter, short enough for every clock to represent.
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    start
+        .checked_add(timeout)
+        .or_else(|| start.checked_add(CENTURY))
+        .unwrap_or(start)
+}
+
+/// [`deadline_from`] now.
+pub fn deadline_after(timeout: Duration) -> Instant {
+    deadline_from(Instant::now(), timeout)
+}
+
 /// Waits until `check` returns `Some`, or `deadline` passes.
 ///
 /// `monitor` should have been opened before the action whose effect is awaited; `None` (the
@@ -71,7 +90,7 @@ pub fn until_with<T>(
                 waited: now - start,
             });
         }
-        let wake = (now + backoff).min(deadline);
+        let wake = deadline_from(now, backoff).min(deadline);
         backoff = (backoff * 2).min(BACKOFF_MAX);
         sleep(wake)?;
     }
@@ -166,6 +185,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, Error::NotFound { .. }));
+    }
+
+    #[test]
+    fn deadlines_of_huge_timeouts_do_not_panic() {
+        let t0 = Instant::now();
+        assert!(deadline_from(t0, Duration::MAX) > t0 + Duration::from_secs(86_400 * 365));
+        assert!(deadline_from(t0, Duration::from_secs_f64(1e19)) > t0);
+        assert_eq!(
+            deadline_from(t0, Duration::from_secs(5)),
+            t0 + Duration::from_secs(5)
+        );
     }
 
     #[test]

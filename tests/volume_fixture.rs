@@ -109,3 +109,38 @@ fn a_device_at_the_address_with_another_wwid_is_left_alone() {
     assert_eq!(state.strangers, hctls(&["6:0:0:1"]));
     assert!(state.paths.iter().all(|p| p.hctl.lun == 0), "{state:?}");
 }
+
+#[test]
+fn a_timeout_too_long_for_a_clock_does_not_panic() {
+    // `Instant + Duration::MAX` panics; a detach must saturate its deadline instead.
+    let opts = lunkit::ops::DetachOptions {
+        timeout: std::time::Duration::MAX,
+        lock_dir: None,
+        ..lunkit::ops::DetachOptions::new(&root())
+    };
+    let report =
+        lunkit::ops::detach(&root(), &VolumeSpec::Device("9:0:0:3".into()), &opts).unwrap();
+    assert_eq!(report.rounds, 0);
+}
+
+#[test]
+fn a_failed_step_names_the_step_and_the_device() {
+    // The fixture has no /dev/mapper/control: the check of the map cannot read it. The
+    // error says which step failed on what, not only the file.
+    let opts = lunkit::ops::DetachOptions {
+        timeout: std::time::Duration::from_millis(300),
+        lock_dir: None,
+        ..lunkit::ops::DetachOptions::new(&root())
+    };
+    let err =
+        lunkit::ops::detach(&root(), &VolumeSpec::Device("mpatha".into()), &opts).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("check-in-use ")
+            && msg.contains("map mpatha")
+            && msg.contains("mapper/control"),
+        "{msg}"
+    );
+    // Its kind is the cause's: a missing file.
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{msg}");
+}

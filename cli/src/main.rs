@@ -95,14 +95,25 @@ fn exit_code(e: &lunkit::Error) -> u8 {
     match e.kind() {
         ErrorKind::NotFound => exit::NOT_FOUND,
         ErrorKind::Invalid => exit::USAGE,
-        ErrorKind::Busy => exit::BUSY,
+        ErrorKind::Busy | ErrorKind::Unverified => exit::BUSY,
         ErrorKind::Timeout => exit::TIMEOUT,
         _ => exit::OTHER,
     }
 }
 
-/// Parses a `--timeout` in seconds (fractions allowed).
+/// The longest `--timeout` accepted: one day. A detach, scan or flush that has not finished
+/// in a day is stuck, and a caller who asks for more has most likely typed a wrong unit.
+pub(crate) const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// Parses a `--timeout` in seconds (fractions allowed), at most [`MAX_TIMEOUT_SECS`].
 pub(crate) fn seconds(s: f64) -> lunkit::Result<std::time::Duration> {
+    if s > MAX_TIMEOUT_SECS {
+        return Err(lunkit::Error::invalid(
+            "timeout",
+            &s.to_string(),
+            "must be at most 86400 seconds (one day)",
+        ));
+    }
     std::time::Duration::try_from_secs_f64(s).map_err(|_| {
         lunkit::Error::invalid(
             "timeout",

@@ -21,7 +21,7 @@ pub enum Scan {
         /// Target IQN.
         #[arg(long)]
         target: String,
-        /// Only sessions through this portal (ADDR:PORT, [V6]:PORT); repeatable.
+        /// Only sessions through this portal (ADDR:PORT, an IPv6 address in brackets); repeatable.
         #[arg(long = "portal", value_name = "ADDR:PORT")]
         portals: Vec<String>,
         /// LUN number.
@@ -121,7 +121,11 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
     let udev = if common.wait_udev {
         let devs: Vec<(String, lunkit::DevNum)> =
             paths.iter().map(|p| (p.name.clone(), p.dev)).collect();
-        let states = lunkit::udev::wait_processed(root, &devs, start + opts.timeout)?;
+        let states = lunkit::udev::wait_processed(
+            root,
+            &devs,
+            lunkit::wait::deadline_from(start, opts.timeout),
+        )?;
         Some(
             states
                 .into_iter()

@@ -64,7 +64,7 @@ pub struct Detach {
 }
 
 pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
-    let deadline = Instant::now() + crate::seconds(cmd.timeout)?;
+    let deadline = lunkit::wait::deadline_after(crate::seconds(cmd.timeout)?);
     let node = block::resolve(root, &cmd.device)?.ok_or_else(|| Error::NotFound {
         what: format!("block device {}", cmd.device),
     })?;

@@ -131,6 +131,44 @@ fn nonsense_timeouts_are_usage_errors() {
 }
 
 #[test]
+fn timeouts_beyond_a_day_are_usage_errors_not_panics() {
+    // 1e19 s fits a Duration but not an Instant: `Instant + Duration` used to panic on it.
+    for timeout in ["1e19", "86400.5", "1e10"] {
+        let root = fixture("iscsi-multipath");
+        assert_usage_error(&root, &["detach", "9:0:0:3", "--timeout", timeout]);
+        assert_usage_error(
+            &root,
+            &[
+                "detach",
+                "--wwid",
+                "naa.60014055e7a100000000000000000000",
+                "--timeout",
+                timeout,
+            ],
+        );
+        assert_usage_error(&root, &["delete", "9:0:0:3", "--timeout", timeout]);
+        assert_usage_error(&root, &["flush", "sdzz", "--timeout", timeout]);
+        assert_usage_error(&root, &["scan", "hctl", "5:0:0:0", "--timeout", timeout]);
+    }
+    // A day is the limit, and allowed.
+    let out = lunkit(&[
+        "--root",
+        fixture("iscsi-multipath").to_str().unwrap(),
+        "detach",
+        "9:0:0:3",
+        "--no-lock-file",
+        "--timeout",
+        "86400",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn list_of_a_tree_with_links_out_of_it_shows_only_the_tree() {
     // A scratch copy of the FC fixture, with class entries that lead outside it.
     let base = std::env::temp_dir().join(format!("lunkit-cli-badinput-{}", std::process::id()));

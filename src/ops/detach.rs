@@ -16,14 +16,14 @@
 //! `multipath -f` refuses such a map ("map in use") until multipathd's `no_path_retry` runs
 //! out and fails the queue. A detach tells the cases apart instead:
 //!
-//! - a user holds it (a mount, a holder, any process that is not udev's or multipathd's):
-//!   refused, as any volume in use;
+//! - a user holds it (a mount, a loop device, a holder, any process, udev's probes
+//!   included: the path-manager exception covers path devices only): refused, as any volume
+//!   in use (a probe that lets go within [`OPENER_GRACE`] is waited for);
 //! - nothing has it open: its last close wrote back what it could, so it has nothing to
 //!   write. The detach disables queueing (`disable-queueing`), deletes the paths, and removes
 //!   the map unflushed;
-//! - udev's probes, or something `/proc` does not show (a writer's last close writing back),
-//!   have it open: data may be cached in it, since a writer that closed while a probe held
-//!   the map wrote nothing back (its close was not the last). Only a path can take that
+//! - something `/proc` does not show has it open (a writer's last close writing back, or a
+//!   partition map held the same way): data may be cached in it. Only a path can take that
 //!   data, so the detach waits, round after round, for one to come back, and then flushes as
 //!   usual. At the deadline it fails with [`Error::Timeout`] naming the map; nothing was
 //!   changed. `force` fails the queued I/O instead: deletes the paths (which fails the reads
@@ -180,7 +180,7 @@ pub fn detach_with(
     on_step: &mut dyn FnMut(&Step),
 ) -> Result<DetachReport> {
     let start = Instant::now();
-    let deadline = start + opts.timeout;
+    let deadline = crate::wait::deadline_from(start, opts.timeout);
     let mut run = Run {
         root,
         opts,
@@ -278,13 +278,31 @@ impl From<Error> for Stop {
 /// for a moment) say so with [`Stop::Again`] themselves.
 fn retryable(e: &Error) -> bool {
     match e {
-        Error::Busy { .. } => false,
+        Error::Busy { .. } | Error::Unverified { .. } => false,
+        Error::Step { source, .. } => retryable(source),
         Error::Ioctl { .. } | Error::Io { .. } => matches!(
             e.errno(),
             Some(libc::EBUSY | libc::ENXIO | libc::ENODEV | libc::ENOENT | libc::EAGAIN)
         ),
         Error::NotFound { .. } => true,
         _ => false,
+    }
+}
+
+/// `e` as the error of step `kind` on `target`, so that the caller learns which step failed
+/// on what. Refusals (which name the device and say why) and timeouts (which name what was
+/// awaited, and which [`detach_with`] completes with what is left) stay as they are.
+fn step_error(kind: StepKind, target: &str, e: Error) -> Error {
+    match e {
+        Error::Busy { .. }
+        | Error::Unverified { .. }
+        | Error::Timeout { .. }
+        | Error::Step { .. } => e,
+        e => Error::Step {
+            step: kind.as_str(),
+            target: target.to_owned(),
+            source: Box::new(e),
+        },
     }
 }
 
@@ -324,7 +342,7 @@ impl Run<'_> {
             }
             Err(e) => {
                 self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
-                Err(e)
+                Err(step_error(kind, target, e))
             }
         }
     }
@@ -343,7 +361,7 @@ impl Run<'_> {
             Err(e) if self.opts.force => Outcome::Skipped(format!("forced past: {e}")),
             Err(e) => {
                 self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
-                return Err(e);
+                return Err(step_error(kind, target, e));
             }
         };
         self.record(kind, target, outcome, t0.elapsed());
@@ -384,16 +402,10 @@ impl Run<'_> {
     /// path can serve it (`None` for a map that can still write): such a map is taken down
     /// unflushed, which this check has made sure loses nothing, unless forced.
     ///
-    /// A map that no path can serve is one of three cases:
-    /// - a user has it (mount, holder, a process that is not udev's or multipathd's):
-    ///   refused, as any volume in use;
-    /// - nothing has it open: its last close wrote everything back (or failed to, and the
-    ///   data is gone already), so it has nothing to write and is taken down unflushed;
-    /// - only udev's probes have it open (blkid stuck on a read the map queues or a blocked
-    ///   path holds), or something this check cannot see (a writer's last close writing
-    ///   back): data may be cached in it, because a writer that closed while a probe held
-    ///   the map wrote nothing back. The detach waits, round after round until the deadline,
-    ///   for a path to come back, and then flushes it.
+    /// A map that no path can serve is one of three cases (see the module docs): a user
+    /// has it (refused), nothing has it open (taken down unflushed), or something this check
+    /// cannot see has it open (wait, round after round until the deadline, for a path to
+    /// come back, and then flush it).
     fn check_in_use(
         &mut self,
         state: &VolumeState,
@@ -432,13 +444,9 @@ impl Run<'_> {
                     Outcome::Failed(e.to_string()),
                     t0.elapsed(),
                 );
-                return Err(e.into());
+                return Err(step_error(StepKind::CheckInUse, &target, e).into());
             }
         };
-        let mut problems = Vec::new();
-        if !usage.is_empty() {
-            problems.push(usage.to_string());
-        }
         let mut unreachable = Vec::new();
         let mut stuck = Vec::new();
         for (m, r) in state.maps.iter().zip(reach) {
@@ -446,31 +454,28 @@ impl Run<'_> {
                 unreachable.push(None);
                 continue;
             };
-            let probes = usage
-                .managers
-                .iter()
-                .filter(|o| o.device == m.node.name && o.read_only)
-                .count();
-            // Open at all, it may cache writes: a writer that closed while a probe held the
-            // map did not write back (its close was not the last). Only a path can take them.
+            // Open at all, it may cache writes: a writer that closed while another opener
+            // held the map did not write back (its close was not the last). Only a path can
+            // take them.
             if !force && usage.is_empty() && open > 0 {
                 stuck.push(format!(
                     "map {} has no path that can take I/O ({why}) and is open {open} time(s) \
-                     ({probes} by udev's read-only probes): what it caches can only be written \
-                     through a path",
+                     by nothing /proc shows (a writer's last close writing back): what it \
+                     caches can only be written through a path",
                     m.name
                 ));
             }
             unreachable.push(Some(why));
         }
-        if problems.is_empty() && stuck.is_empty() {
-            *busy_since = None;
-            self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
-            return Ok(unreachable);
-        }
-        if problems.is_empty() {
+        let Some(err) = usage.refusal(&target) else {
+            if stuck.is_empty() {
+                *busy_since = None;
+                self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
+                return Ok(unreachable);
+            }
             // Nobody uses it, but it may hold writes no path can take: wait for one to come
             // back (the transport recovers on its own), then flush as usual.
+            let since = *busy_since.get_or_insert(t0);
             let what = format!("a path to come back: {}", stuck.join("; "));
             self.record(
                 StepKind::CheckInUse,
@@ -480,15 +485,14 @@ impl Run<'_> {
             );
             return Err(Stop::Again(Error::Timeout {
                 what,
-                waited: Duration::ZERO,
+                waited: since.elapsed(),
             }));
-        }
-        let reason = problems.join("; ");
+        };
         if force {
             self.record(
                 StepKind::CheckInUse,
                 &target,
-                Outcome::Skipped(format!("forced past: in use: {reason}")),
+                Outcome::Skipped(format!("forced past: {err}")),
                 t0.elapsed(),
             );
             return Ok(unreachable);
@@ -499,18 +503,11 @@ impl Run<'_> {
             self.record(
                 StepKind::CheckInUse,
                 &target,
-                Outcome::Failed(format!("{reason} (waiting for it to close)")),
+                Outcome::Failed(format!("{usage} (waiting for it to close)")),
                 t0.elapsed(),
             );
-            return Err(Stop::Again(Error::Busy {
-                device: target,
-                reason,
-            }));
+            return Err(Stop::Again(err));
         }
-        let err = Error::Busy {
-            device: target.clone(),
-            reason,
-        };
         self.record(
             StepKind::CheckInUse,
             &target,
@@ -610,44 +607,45 @@ impl Run<'_> {
         let deadline = self.deadline;
         let force = self.opts.force;
         // Each delete blocks on its device's cache flush and teardown: do them side by side.
-        let results: Vec<(Duration, Result<Outcome>, Duration, Result<Outcome>)> =
-            std::thread::scope(|s| {
-                let handles: Vec<_> = paths
-                    .iter()
-                    .map(|p| {
-                        s.spawn(move || {
-                            let t0 = Instant::now();
-                            let flushed = flush_path(p, behind_map, deadline);
-                            let flush_time = t0.elapsed();
-                            let t1 = Instant::now();
-                            let deleted = match (&flushed, force) {
-                                (Err(_), false) => Err(Error::NotFound {
-                                    what: "(not attempted: the flush failed)".into(),
-                                }),
-                                _ => scsi::remove_device(root, p.hctl, p.disk.as_ref(), deadline)
-                                    .map(|d| match d {
+        type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
+        let results: Vec<PathResult> = std::thread::scope(|s| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|p| {
+                    s.spawn(move || {
+                        let t0 = Instant::now();
+                        let flushed = flush_path(p, behind_map, deadline);
+                        let flush_time = t0.elapsed();
+                        let t1 = Instant::now();
+                        // A path whose flush failed is not deleted (unless forced): `None`.
+                        let deleted = match (&flushed, force) {
+                            (Err(_), false) => None,
+                            _ => Some(
+                                scsi::remove_device(root, p.hctl, p.disk.as_ref(), deadline).map(
+                                    |d| match d {
                                         Deleted::Now => Outcome::Done,
                                         Deleted::AlreadyGone => Outcome::AlreadyGone,
-                                    }),
-                            };
-                            (flush_time, flushed, t1.elapsed(), deleted)
-                        })
+                                    },
+                                ),
+                            ),
+                        };
+                        (flush_time, flushed, t1.elapsed(), deleted)
                     })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            let e = || {
-                                Err(Error::NotFound {
-                                    what: "(path worker panicked)".into(),
-                                })
-                            };
-                            (Duration::ZERO, e(), Duration::ZERO, e())
-                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    // Its flush may or may not have run; its delete did not finish.
+                    h.join().unwrap_or_else(|_| {
+                        let e = Error::Internal {
+                            what: "the thread flushing and deleting this path panicked".into(),
+                        };
+                        (Duration::ZERO, Err(e), Duration::ZERO, None)
                     })
-                    .collect()
-            });
+                })
+                .collect()
+        });
         let mut first_err = None;
         for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
             let target = p.to_string();
@@ -667,22 +665,24 @@ impl Run<'_> {
                         Outcome::Failed(e.to_string()),
                         ft,
                     );
-                    first_err.get_or_insert(e);
+                    first_err.get_or_insert(step_error(StepKind::FlushPath, &target, e));
                 }
             }
             if flush_failed && !force {
                 continue;
             }
             match deleted {
-                Ok(o) => self.record(StepKind::DeletePath, &target, o, dt),
-                Err(e) => {
+                // Not attempted: its flush failed (recorded above).
+                None => {}
+                Some(Ok(o)) => self.record(StepKind::DeletePath, &target, o, dt),
+                Some(Err(e)) => {
                     self.record(
                         StepKind::DeletePath,
                         &target,
                         Outcome::Failed(e.to_string()),
                         dt,
                     );
-                    first_err.get_or_insert(e);
+                    first_err.get_or_insert(step_error(StepKind::DeletePath, &target, e));
                 }
             }
         }
@@ -734,9 +734,24 @@ enum Reach {
     Unreachable {
         /// Which, for messages: `no active path`, `sdc blocked, sdd transport-offline`.
         why: String,
-        /// How often the map is open beyond its own partition maps.
+        /// How often the map is open beyond its own idle partition maps (an open partition
+        /// map counts with its own opens).
         open: usize,
     },
+}
+
+/// How often a map is open by anything but its own idle partition maps: each partition
+/// map opens the map once, and counts as the map's own only while nothing has the
+/// partition map itself open. `part_opens` are the partition maps' open counts.
+fn open_beyond_partitions(map_open: i32, partitions: usize, part_opens: &[i32]) -> usize {
+    let own = usize::try_from(map_open)
+        .unwrap_or(0)
+        .saturating_sub(partitions);
+    let through_partitions: usize = part_opens
+        .iter()
+        .map(|&n| usize::try_from(n).unwrap_or(0))
+        .sum();
+    own + through_partitions
 }
 
 /// Reads the map's table, status and open count, and the states of its paths' devices (a
@@ -758,9 +773,20 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
     }
     let queues = multipath::Table::parse(&t.params)?.queue_if_no_path();
     let status = multipath::Status::parse(&s.params)?;
-    let open = usize::try_from(info.open_count)
-        .unwrap_or(0)
-        .saturating_sub(map.partitions.len());
+    // Each partition map opens the map once; whether those partition maps are themselves
+    // open is asked of each (by number: `partitions` holds kernel names).
+    let mut part_opens = Vec::new();
+    for p in &map.partitions {
+        let Some(node) = block::by_name(root, p)? else {
+            continue;
+        };
+        match ctl.info(&DevId::Dev(node.dev)) {
+            Ok(i) => part_opens.push(i.open_count),
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let open = open_beyond_partitions(info.open_count, map.partitions.len(), &part_opens);
     let active: Vec<_> = status.paths().filter(|p| p.active).collect();
     if active.is_empty() {
         return Ok(if queues {
@@ -791,4 +817,23 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         why: stopped.join(", "),
         open,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_partition_map_keeps_its_map_busy() {
+        // mpatha with one partition map: the partition map's open of the map is its own.
+        assert_eq!(open_beyond_partitions(1, 1, &[0]), 0);
+        // The partition map is open (mounted, a loop on it): the map is in use through it,
+        // although its own open count equals its partition-map count.
+        assert_eq!(open_beyond_partitions(1, 1, &[1]), 1);
+        assert_eq!(open_beyond_partitions(2, 2, &[0, 2]), 2);
+        // Opened directly as well.
+        assert_eq!(open_beyond_partitions(3, 1, &[0]), 2);
+        // A partition map that vanished meanwhile is not counted either way.
+        assert_eq!(open_beyond_partitions(0, 1, &[]), 0);
+    }
 }
