@@ -246,9 +246,10 @@ pub struct Usage {
     pub swaps: Vec<String>,
     /// Processes holding one of them open.
     pub openers: Vec<Opener>,
-    /// Open file descriptors of path managers on the path devices (udev's probes,
-    /// multipathd; see [`UsageScope::ignore_openers`]): not users, but listed so that a
-    /// caller can tell whether they explain a device's whole open count.
+    /// Open file descriptors of path managers (see [`UsageScope::ignore_openers`]): any of
+    /// theirs on a path device (multipathd's checkers, udev's probes), and only read-only
+    /// ones (udev's probes) on a map or partition. Not users, but listed so that a caller
+    /// can tell whether they explain a device's whole open count.
     pub managers: Vec<Opener>,
     /// Devices an `O_EXCL` open finds claimed, where nothing above explains the claim.
     pub claimed: Vec<String>,
@@ -452,9 +453,11 @@ pub struct UsageScope<'a> {
     /// and partition maps): holders among them are not users, but their own users are.
     pub own: &'a [String],
     /// Command names whose open file descriptors on a *path device* (a SCSI disk among the
-    /// devices asked about, not a map or partition) do not count: the daemon that manages
-    /// paths and lets go of them when they are removed (`multipathd` checks every path),
-    /// and udev's probes.
+    /// devices asked about), and whose read-only ones on a map or partition, do not count:
+    /// the daemon that manages paths and lets go of them when they are removed
+    /// (`multipathd` checks every path), and udev's probes. A map's removal still fails
+    /// while a probe holds it, so such a probe delays a take-down but never lets one lose
+    /// data.
     ///
     /// A command name is whatever a process sets (`PR_SET_NAME`), so it is not enough: the
     /// process must also run as root and be one of [`MANAGER_EXES`] (`/proc/PID/exe`), or be
@@ -755,7 +758,11 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
             read_only: o.read_only,
             comm: o.comm,
         };
-        if on_path
+        // On a path a manager's descriptor is not a use: multipathd checks every path, and
+        // udev probes it. On a map or a partition only a read-only one is (udev's blkid), and
+        // it is listed, not ignored: the map's removal still waits for it to close, and a map
+        // no path can serve is not taken down while it is open (ops::detach).
+        if (on_path || opener.read_only)
             && scope.ignore_openers.contains(&opener.comm.as_str())
             && is_path_manager(&proc_fd, opener.pid)
         {

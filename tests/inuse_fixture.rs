@@ -296,19 +296,28 @@ fn path_managers_are_recognised_by_executable_not_by_name() {
 }
 
 #[test]
-fn path_managers_are_users_of_maps() {
+fn on_maps_only_a_genuine_udev_probes_read_only_open_is_not_a_use() {
     let (node, dev) = host_block_device_or_skip!();
+    let node = node.to_str().unwrap();
     let t = Tree::new("inuse-map-manager", SDC);
     t.disk("dm-0", dev, true);
-    // udev's probe of the map, a genuine worker: the map is still in use while it reads.
-    t.process(
-        98,
-        "(udev-worker)",
-        "/usr/bin/udevadm",
-        &[("3", node.to_str().unwrap())],
-    );
+    // udev's probe of the map (blkid opens it read-only), a genuine worker: listed, not a
+    // user. The map's removal still waits for it (dm refuses an open map).
+    t.process(98, "(udev-worker)", "/usr/bin/udevadm", &[("3", node)]);
     let u = t.usage(&["dm-0"], &[]);
-    assert!(!u.is_empty(), "the path rule was applied to a map");
+    assert!(u.is_empty(), "a read-only probe refused the map: {u}");
+    assert_eq!(u.managers.len(), 1, "{:?}", u.managers);
+    assert!(u.managers[0].read_only);
+    // The same worker with the map open for writing: a user.
+    t.write("proc/98/fdinfo/3", b"pos:\t0\nflags:\t0100002\n");
+    let u = t.usage(&["dm-0"], &[]);
+    assert!(!u.is_empty(), "a writing opener of a map was excused");
+    assert!(u.to_string().contains("open by pid 98"), "{u}");
+    // A read-only opener under the worker's name but another executable: a user.
+    t.write("proc/98/fdinfo/3", b"pos:\t0\nflags:\t0100000\n");
+    fs::remove_file(t.path("proc/98/exe")).unwrap();
+    t.link("proc/98/exe", "/usr/bin/dd");
+    let u = t.usage(&["dm-0"], &[]);
     assert!(u.to_string().contains("open by pid 98"), "{u}");
 }
 

@@ -721,7 +721,7 @@ fn wait_exit(child: &mut std::process::Child, what: &str, timeout: Duration) -> 
 
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn target_down_a_map_a_stuck_udev_probe_holds_is_kept_until_forced() {
+fn target_down_a_map_a_process_named_like_a_udev_probe_holds_is_refused_until_forced() {
     require_vm();
     let lab = lab(vec![1], 4, true);
     let vol = Volume::of(&lab, 1);
@@ -735,8 +735,9 @@ fn target_down_a_map_a_stuck_udev_probe_holds_is_kept_until_forced() {
     wait_paths_stopped(&vol, Duration::from_secs(30));
     // What blkid does when udev probes the map now: a read-only open and a read that no
     // path can serve, so it blocks, holding the map. The stand-in is dd run under the
-    // command name of udev's worker processes. Neither that name (which any process can
-    // take) nor a real udev worker excuses an opener of a map: only paths have managers.
+    // command name of udev's worker processes, but its executable is dd and its parent is
+    // not udevd: a name any process can take excuses nothing, so this is a user. (A real
+    // worker's probe is waited for instead: link_down_detach_waits_for_the_paths_...)
     let dir = Path::new("/tmp/lunkit-probe");
     std::fs::create_dir_all(dir).unwrap();
     let probe_bin = dir.join("(udev-worker)");

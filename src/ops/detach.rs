@@ -16,18 +16,24 @@
 //! `multipath -f` refuses such a map ("map in use") until multipathd's `no_path_retry` runs
 //! out and fails the queue. A detach tells the cases apart instead:
 //!
-//! - a user holds it (a mount, a loop device, a holder, any process, udev's probes
-//!   included: the path-manager exception covers path devices only): refused, as any volume
-//!   in use (a probe that lets go within [`OPENER_GRACE`] is waited for);
+//! - a user holds it (a mount, a loop device, a holder, any process that is not a verified
+//!   udev worker with the map open read-only): refused, as any volume in use (an opener
+//!   that lets go within [`OPENER_GRACE`] is waited for);
 //! - nothing has it open: its last close wrote back what it could, so it has nothing to
 //!   write. The detach disables queueing (`disable-queueing`), deletes the paths, and removes
 //!   the map unflushed;
-//! - something `/proc` does not show has it open (a writer's last close writing back, or a
-//!   partition map held the same way): data may be cached in it. Only a path can take that
-//!   data, so the detach waits, round after round, for one to come back, and then flushes as
-//!   usual. At the deadline it fails with [`Error::Timeout`] naming the map; nothing was
-//!   changed. `force` fails the queued I/O instead: deletes the paths (which fails the reads
-//!   a blocked path holds), then removes the map, and what it cached is lost.
+//! - udev's read-only probes, or something `/proc` does not show (a writer's last close
+//!   writing back, a partition map held the same way), have it open: data may be cached in
+//!   it, since a writer that closed while a probe held the map did not write back (its close
+//!   was not the last). Only a path can take that data, so the detach waits, round after
+//!   round, for one to come back (the probe's read then ends too), and then flushes as
+//!   usual. At the deadline it fails with [`Error::Timeout`] naming the map and its probes;
+//!   nothing was changed. `force` fails the queued I/O instead: deletes the paths (which
+//!   fails the reads a blocked path holds), then removes the map, and what it cached is
+//!   lost.
+//!
+//! A udev worker counts as one only when `/proc` confirms it (root, udevd's executable or
+//! udevd as parent; see [`block::UsageScope::ignore_openers`]), not by its command name.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -454,14 +460,19 @@ impl Run<'_> {
                 unreachable.push(None);
                 continue;
             };
+            let probes = usage
+                .managers
+                .iter()
+                .filter(|o| o.device == m.node.name && o.read_only)
+                .count();
             // Open at all, it may cache writes: a writer that closed while another opener
-            // held the map did not write back (its close was not the last). Only a path can
-            // take them.
+            // (a udev probe stuck in a queued read, say) held the map did not write back (its
+            // close was not the last). Only a path can take them.
             if !force && usage.is_empty() && open > 0 {
                 stuck.push(format!(
                     "map {} has no path that can take I/O ({why}) and is open {open} time(s) \
-                     by nothing /proc shows (a writer's last close writing back): what it \
-                     caches can only be written through a path",
+                     ({probes} by udev's read-only probes, the rest by nothing /proc shows): \
+                     what it caches can only be written through a path",
                     m.name
                 ));
             }
