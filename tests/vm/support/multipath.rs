@@ -151,9 +151,10 @@ pub fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Result<T
     })
 }
 
-/// What changes while multipathd and udev work: the length of multipathd's log, the maps
-/// and their paths, and udev's queue (`/run/udev/queue` exists while events are pending).
-pub fn activity() -> (u64, Vec<Map>, bool) {
+/// What changes while multipathd and udev work: the length of multipathd's log (it logs
+/// every map it adds or reloads and every path it adds, so the maps need no second walk
+/// here) and udev's queue (`/run/udev/queue` exists while events are pending).
+pub fn activity() -> (u64, bool) {
     let log_len = fs::metadata(LOG).map_or(0, |m| m.len());
-    (log_len, maps(), Path::new("/run/udev/queue").exists())
+    (log_len, Path::new("/run/udev/queue").exists())
 }

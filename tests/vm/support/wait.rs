@@ -9,21 +9,9 @@ use super::Result;
 pub fn until<T>(
     what: &str,
     timeout: Duration,
-    mut probe: impl FnMut() -> Result<Option<T>>,
+    probe: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        if let Some(v) = probe()? {
-            return Ok(v);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(format!("timed out after {timeout:?} waiting for {what}").into());
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(200));
-    }
+    until_progressing(what, timeout, timeout, || (), probe)
 }
 
 /// [`until`] for a condition without a value.
@@ -43,6 +31,7 @@ pub fn until_progressing<T, A: PartialEq>(
     mut probe: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
     let start = Instant::now();
+    let deadline = start + cap;
     let mut last = activity();
     let mut since = start;
     let mut pause = Duration::from_millis(10);
@@ -51,6 +40,9 @@ pub fn until_progressing<T, A: PartialEq>(
             return Ok(v);
         }
         let now = Instant::now();
+        if now >= deadline {
+            return Err(format!("timed out after {cap:?} waiting for {what}").into());
+        }
         let seen = activity();
         if seen != last {
             (last, since) = (seen, now);
@@ -62,10 +54,7 @@ pub fn until_progressing<T, A: PartialEq>(
             )
             .into());
         }
-        if now - start >= cap {
-            return Err(format!("timed out after {cap:?} waiting for {what}").into());
-        }
-        std::thread::sleep(pause);
+        std::thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
