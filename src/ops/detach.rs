@@ -409,9 +409,9 @@ impl Run<'_> {
     /// unflushed, which this check has made sure loses nothing, unless forced.
     ///
     /// A map that no path can serve is one of three cases (see the module docs): a user
-    /// has it (refused), nothing has it open (taken down unflushed), or something this check
-    /// cannot see has it open (wait, round after round until the deadline, for a path to
-    /// come back, and then flush it).
+    /// has it (refused), nothing has it open (taken down unflushed), or udev's read-only
+    /// probes or something this check cannot see have it open (wait, round after round
+    /// until the deadline, for a path to come back, and then flush it).
     fn check_in_use(
         &mut self,
         state: &VolumeState,
