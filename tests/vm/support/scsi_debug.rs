@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Result, cmd, sysfs, wait};
+use super::{Result, cmd, sysfs, udev, wait};
 
 const DRIVER: &str = "/sys/bus/pseudo/drivers/scsi_debug";
 
@@ -91,8 +91,13 @@ fn hosts() -> Vec<u32> {
     hosts
 }
 
-/// `modprobe -r` fails while a device is still open (udev probing it): retry for a while.
+/// `modprobe -r` fails while a device is still open, and udev's workers open every new disk
+/// (blkid, scsi_id). A burst of disks under TCG keeps them busy longer than a fixed wait
+/// allows (seen: 30 s of "Module scsi_debug is in use" right after 8 disks appeared), so let
+/// udev's queue drain first (`udevadm settle` waits on the queue, not on a guess), then
+/// retry for a while. A settle that fails (udevd stopped by the test) is only reported.
 fn unload_module() -> Result<()> {
+    let settled = udev::settle(Duration::from_secs(120));
     let mut last = String::new();
     wait::until(
         "scsi_debug to unload",
@@ -105,5 +110,5 @@ fn unload_module() -> Result<()> {
             }
         },
     )
-    .map_err(|e| format!("{e}: {last}").into())
+    .map_err(|e| format!("{e}: {last} (udev settle before: {settled:?})").into())
 }
