@@ -62,10 +62,19 @@ fn detach_ok(spec: &[&str]) -> Value {
     assert!(Duration::from_micros(us) <= t0.elapsed(), "{doc}");
     let ms = doc["duration_ms"].as_f64().expect("duration_ms");
     assert!((us as f64 / 1e3 - ms).abs() < 0.001, "{doc}");
+    // The slow steps, so a log shows where a detach's time went.
+    let slow: Vec<String> = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["duration_ms"].as_f64().unwrap_or(0.0) >= 100.0)
+        .map(|s| format!("{} {:.0} ms", s["step"], s["duration_ms"].as_f64().unwrap()))
+        .collect();
     eprintln!(
-        "detach {spec:?}: {:?}, {} round(s)",
+        "detach {spec:?}: {:?}, {} round(s); slow steps: {}",
         t0.elapsed(),
-        doc["rounds"]
+        doc["rounds"],
+        slow.join(", ")
     );
     doc
 }
@@ -218,6 +227,7 @@ fn wait_map_where(
 /// Scans LUN `lun` on every session with lunkit and waits for multipathd's map.
 fn attach(lab: &IscsiLab, lun: u32) -> (Volume, support::multipath::Map) {
     let l = lun.to_string();
+    let t0 = Instant::now();
     let out = lunkit(&[
         "scan",
         "iscsi",
@@ -229,8 +239,17 @@ fn attach(lab: &IscsiLab, lun: u32) -> (Volume, support::multipath::Map) {
         "30",
     ]);
     assert_eq!(out.status.code(), Some(0), "scan: {}", describe(&out));
+    let scanned = t0.elapsed();
     let vol = Volume::of(lab, lun);
+    let created = wait_map_created(&vol);
+    let first = t0.elapsed();
     let map = wait_map(&vol, lab.sessions.len());
+    eprintln!(
+        "attach LUN {lun}: scan {scanned:?} (process), map {} after {first:?}, all {} paths after {:?}",
+        created.name,
+        lab.sessions.len(),
+        t0.elapsed()
+    );
     (vol, map)
 }
 
@@ -315,6 +334,7 @@ fn fifty_attach_write_detach_cycles_end_clean() {
     let lab = lab(vec![], 4, true);
     let mut times = Vec::new();
     for cycle in 0..50u64 {
+        let cycle_start = Instant::now();
         let (vol, map) = attach(&lab, 2);
         let data = random(256 << 10, cycle + 100);
         let offset = (cycle * (256 << 10)) % (12 << 20);
@@ -339,6 +359,7 @@ fn fifty_attach_write_detach_cycles_end_clean() {
         );
         let left = vol.leftovers();
         assert!(left.is_empty(), "cycle {cycle} ({spec:?}) left {left:?}");
+        eprintln!("cycle {cycle}: {:?}", cycle_start.elapsed());
     }
     times.sort();
     eprintln!(
