@@ -102,6 +102,24 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// Fewer paths of a LUN came than were wanted ([`crate::ScanOptions::min_paths`]);
+    /// every path's outcome is here, so a caller can tell a masked path from a slow one.
+    #[error(
+        "{what}: {found} of {} path(s) came, {wanted} wanted: {}",
+        paths.len(),
+        crate::scan::describe_paths(paths)
+    )]
+    MissingPaths {
+        /// The LUN (`LUN 3 of iSCSI target iqn…`).
+        what: String,
+        /// How many paths came.
+        found: usize,
+        /// How many were wanted.
+        wanted: usize,
+        /// Every path, scanned or skipped, with its outcome.
+        paths: Vec<crate::scan::PathScan>,
+    },
+
     /// The LUN at an address is not the volume the caller expected: a LUN number was reused.
     #[error("{device} has WWID {actual}, expected {expected}")]
     WwidMismatch {
@@ -180,6 +198,7 @@ impl Error {
                 _ => ErrorKind::Other,
             },
             Error::WwidMismatch { .. } | Error::Internal { .. } => ErrorKind::Other,
+            Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
             Error::Io { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => ErrorKind::NotFound,
@@ -188,6 +207,25 @@ impl Error {
             },
         }
     }
+}
+
+/// A timed-out path makes the whole a timeout (waiting longer may help); else the first
+/// failed path's kind (a permission problem stays one); else not found.
+fn missing_paths_kind(paths: &[crate::scan::PathScan]) -> ErrorKind {
+    use crate::scan::PathOutcome;
+    if paths
+        .iter()
+        .any(|p| matches!(p.outcome, PathOutcome::TimedOut))
+    {
+        return ErrorKind::Timeout;
+    }
+    paths
+        .iter()
+        .find_map(|p| match &p.outcome {
+            PathOutcome::Failed(e) => Some(e.kind()),
+            _ => None,
+        })
+        .unwrap_or(ErrorKind::NotFound)
 }
 
 #[cfg(test)]

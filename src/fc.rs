@@ -8,7 +8,8 @@
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
-use crate::scsi::{self, PathDevice, ScanOptions, ScanTarget};
+use crate::scan::{Candidate, ScanOptions, ScanReport};
+use crate::scsi::ScanTarget;
 use crate::sysfs::fc::{FcRemotePort, hosts, remote_ports};
 use crate::wwn::Wwn;
 
@@ -20,46 +21,108 @@ pub fn target_ports(root: &Root, target: Wwn, initiators: &[Wwn]) -> Result<Vec<
     let found: Vec<FcRemotePort> = remote_ports(root)?
         .into_iter()
         .filter(|r| r.port_name == Some(target) && r.is_fcp_target() && r.scsi_target_id.is_some())
-        .filter(|r| matches!(r.port_state.as_deref(), Some("Online" | "Marginal")))
-        .filter(|r| {
-            initiators.is_empty()
-                || local.iter().any(|h| {
-                    h.host == r.host && h.port_name.is_some_and(|p| initiators.contains(&p))
-                })
-        })
+        .filter(online)
+        .filter(|r| through(r, &local, initiators))
         .collect();
     if found.is_empty() {
-        return Err(Error::NotFound {
-            what: format!("online FC target port {target}"),
-        });
+        return Err(no_port(target));
     }
     Ok(found)
 }
 
-/// Scans LUN `lun` through every port that leads to `target` and returns one path device per
-/// port. With `wildcard`, writes `- - L` (every channel and target of the host) instead of the
-/// exact `C T L`; only the paths of `target` are waited for and returned either way.
-pub fn scan(
-    root: &Root,
-    target: Wwn,
-    initiators: &[Wwn],
-    lun: u64,
-    wildcard: bool,
-    opts: &ScanOptions,
-) -> Result<Vec<PathDevice>> {
-    let targets: Vec<ScanTarget> = target_ports(root, target, initiators)?
-        .iter()
-        .filter_map(|r| {
-            let hctl = Hctl::new(r.host, r.channel, r.scsi_target_id?, lun);
-            Some(if wildcard {
-                ScanTarget {
+fn no_port(target: Wwn) -> Error {
+    Error::NotFound {
+        what: format!("online FC target port {target}"),
+    }
+}
+
+/// Which LUN an FC scan brings in, and through which ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FcLun {
+    /// The target port name (WWPN).
+    pub wwpn: Wwn,
+    /// Only through these local ports (initiator WWPNs); empty for every port.
+    pub initiators: Vec<Wwn>,
+    /// The LUN.
+    pub lun: u64,
+    /// Write `- - L` (every channel and target of each host) instead of the exact `C T L`;
+    /// only this target's paths are waited for and reported either way.
+    pub wildcard: bool,
+}
+
+impl FcLun {
+    /// LUN `lun` behind `wwpn`, through every local port, with exact scans.
+    pub fn new(wwpn: Wwn, lun: u64) -> FcLun {
+        FcLun {
+            wwpn,
+            initiators: Vec::new(),
+            lun,
+            wildcard: false,
+        }
+    }
+}
+
+/// Scans the LUN through every remote port that leads to its target, all at once, and
+/// reports every port's outcome; ports the kernel would not scan (not Online or Marginal, no
+/// SCSI target id) are listed as skipped and never written to.
+///
+/// It succeeds when [`ScanOptions::min_paths`] ports brought the LUN; see [`crate::scan`]
+/// for the outcomes and errors.
+pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> {
+    let local = hosts(root)?;
+    let candidates: Vec<Candidate> = remote_ports(root)?
+        .into_iter()
+        .filter(|r| r.port_name == Some(lun.wwpn) && r.is_fcp_target())
+        .filter(|r| through(r, &local, &lun.initiators))
+        .map(|r| {
+            let via = format!("host{} {}", r.host, r.name);
+            let hctl = r
+                .scsi_target_id
+                .map(|t| Hctl::new(r.host, r.channel, t, lun.lun));
+            match (online(&r), hctl) {
+                (true, Some(hctl)) => Candidate::Scan {
+                    via,
+                    target: if lun.wildcard {
+                        ScanTarget {
+                            hctl,
+                            request: format!("- - {}", lun.lun),
+                        }
+                    } else {
+                        ScanTarget::exact(hctl)
+                    },
+                },
+                (_, hctl) => Candidate::Skip {
+                    via,
                     hctl,
-                    request: format!("- - {lun}"),
-                }
-            } else {
-                ScanTarget::exact(hctl)
-            })
+                    why: match (&r.port_state, hctl) {
+                        (_, None) => "the port has no SCSI target id".into(),
+                        (Some(st), _) => format!("port state {st}"),
+                        (None, _) => "the port state cannot be read".into(),
+                    },
+                },
+            }
         })
         .collect();
-    scsi::scan_targets(root, &targets, opts)
+    // The same error as target_ports when no port can be scanned.
+    if !candidates
+        .iter()
+        .any(|c| matches!(c, Candidate::Scan { .. }))
+    {
+        return Err(no_port(lun.wwpn));
+    }
+    let what = format!("LUN {} of FC target {}", lun.lun, lun.wwpn);
+    crate::scan::scan_paths(root, &what, candidates, opts)
+}
+
+/// The port states in which the kernel's `fc_user_scan` scans a remote port.
+fn online(r: &FcRemotePort) -> bool {
+    matches!(r.port_state.as_deref(), Some("Online" | "Marginal"))
+}
+
+/// Whether `r` hangs off one of the local ports `initiators` (any, when empty).
+fn through(r: &FcRemotePort, local: &[crate::FcHost], initiators: &[Wwn]) -> bool {
+    initiators.is_empty()
+        || local
+            .iter()
+            .any(|h| h.host == r.host && h.port_name.is_some_and(|p| initiators.contains(&p)))
 }

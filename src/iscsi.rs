@@ -6,7 +6,8 @@
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
-use crate::scsi::{self, PathDevice, ScanOptions, ScanTarget};
+use crate::scan::{Candidate, ScanOptions, ScanReport};
+use crate::scsi::ScanTarget;
 use crate::sysfs::iscsi::{IscsiSession, sessions_to};
 
 /// Checks an IQN/EUI target name: printable, no spaces or `/`, at most 223 bytes (RFC 3720).
@@ -40,31 +41,91 @@ pub fn scannable_sessions(
         .filter(|s| s.host.is_some() && s.target_id.is_some())
         .collect();
     if found.is_empty() {
-        let via = if portals.is_empty() {
-            String::new()
-        } else {
-            format!(" through {}", portals.join(", "))
-        };
-        return Err(Error::NotFound {
-            what: format!("logged-in iSCSI session to {target}{via}"),
-        });
+        return Err(no_session(target, portals));
     }
     Ok(found)
 }
 
-/// Scans LUN `lun` on every logged-in session to `target` (optionally only through `portals`)
-/// and returns one path device per session, in session order. Sessions to other targets are
-/// never touched.
-pub fn scan(
-    root: &Root,
-    target: &str,
-    portals: &[String],
-    lun: u64,
-    opts: &ScanOptions,
-) -> Result<Vec<PathDevice>> {
-    let targets: Vec<ScanTarget> = scannable_sessions(root, target, portals)?
-        .iter()
-        .filter_map(|s| Some(ScanTarget::exact(Hctl::new(s.host?, 0, s.target_id?, lun))))
+fn no_session(target: &str, portals: &[String]) -> Error {
+    let via = if portals.is_empty() {
+        String::new()
+    } else {
+        format!(" through {}", portals.join(", "))
+    };
+    Error::NotFound {
+        what: format!("logged-in iSCSI session to {target}{via}"),
+    }
+}
+
+/// Which LUN an iSCSI scan brings in, and through which sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiLun {
+    /// The target IQN.
+    pub target: String,
+    /// Only sessions through these portals (`addr:port`, `[v6]:port`); empty for every session.
+    pub portals: Vec<String>,
+    /// The LUN.
+    pub lun: u64,
+}
+
+impl IscsiLun {
+    /// LUN `lun` of `target`, on every session.
+    pub fn new(target: impl Into<String>, lun: u64) -> IscsiLun {
+        IscsiLun {
+            target: target.into(),
+            portals: Vec::new(),
+            lun,
+        }
+    }
+}
+
+/// Scans the LUN on every logged-in session to its target (optionally only through some
+/// portals), all sessions at once, and reports every session's outcome; sessions in
+/// recovery are listed as skipped. Sessions to other targets are never touched.
+///
+/// It succeeds when [`ScanOptions::min_paths`] sessions brought the LUN; see
+/// [`crate::scan`] for the outcomes and errors.
+pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanReport> {
+    check_target_name(&lun.target)?;
+    let sessions: Vec<IscsiSession> = sessions_to(root, &lun.target)?
+        .into_iter()
+        .filter(|s| lun.portals.is_empty() || s.portal().is_some_and(|p| lun.portals.contains(&p)))
         .collect();
-    scsi::scan_targets(root, &targets, opts)
+    let candidates: Vec<Candidate> = sessions
+        .iter()
+        .map(|s| {
+            let via = match s.portal() {
+                Some(p) => format!("session{} ({p})", s.sid),
+                None => format!("session{}", s.sid),
+            };
+            let hctl = s
+                .host
+                .zip(s.target_id)
+                .map(|(h, t)| Hctl::new(h, 0, t, lun.lun));
+            match (s.state.as_deref(), hctl) {
+                (Some("LOGGED_IN"), Some(hctl)) => Candidate::Scan {
+                    via,
+                    target: ScanTarget::exact(hctl),
+                },
+                (state, hctl) => Candidate::Skip {
+                    via,
+                    hctl,
+                    why: match (state, hctl) {
+                        (_, None) => "the session has no SCSI host or target yet".into(),
+                        (Some(st), _) => format!("session state {st}, not LOGGED_IN"),
+                        (None, _) => "the session state cannot be read".into(),
+                    },
+                },
+            }
+        })
+        .collect();
+    // The same error as scannable_sessions when no session can be scanned.
+    if !candidates
+        .iter()
+        .any(|c| matches!(c, Candidate::Scan { .. }))
+    {
+        return Err(no_session(&lun.target, &lun.portals));
+    }
+    let what = format!("LUN {} of iSCSI target {}", lun.lun, lun.target);
+    crate::scan::scan_paths(root, &what, candidates, opts)
 }

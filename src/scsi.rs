@@ -16,14 +16,14 @@ use crate::block::{self, BlockNode, UsageScope};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
+use crate::scan::{Candidate, ScanReport};
 use crate::sysfs::block::DevNum;
 use crate::sysfs::{self, attr, attr_parse};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 use crate::wwid::Wwid;
 
-/// Default time a scan waits for its block devices.
-pub const DEFAULT_SCAN_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::scan::{DEFAULT_SCAN_TIMEOUT, ScanOptions};
 
 /// One path to a LUN: the SCSI device and the disk `sd` made of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,25 +38,6 @@ pub struct PathDevice {
     pub dev: DevNum,
     /// Its WWID, absent when the LUN has no VPD page 0x83.
     pub wwid: Option<Wwid>,
-}
-
-/// How a scan behaves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScanOptions {
-    /// How long to wait for every block device to appear and open.
-    pub timeout: Duration,
-    /// The WWID the volume must have; a path with another one is rejected with
-    /// [`Error::WwidMismatch`] (a reused LUN number is not the old volume).
-    pub expect_wwid: Option<Wwid>,
-}
-
-impl Default for ScanOptions {
-    fn default() -> Self {
-        ScanOptions {
-            timeout: DEFAULT_SCAN_TIMEOUT,
-            expect_wwid: None,
-        }
-    }
 }
 
 /// What to write where: the LUN expected at `hctl`, brought in by writing `request` to
@@ -76,60 +57,40 @@ impl ScanTarget {
     }
 }
 
+/// What a scan write found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Triggered {
+    /// The SCSI device exists now (made by this write, or already there and rescanned).
+    Present,
+    /// The target did not report the LUN: the kernel made no SCSI device.
+    NotReported,
+}
+
 /// Scans the LUN at `hctl` and waits until its block device exists and its `/dev` node opens.
 ///
 /// A LUN that is already present is rescanned (its `rescan` attribute: capacity and VPD are
-/// re-read) and returned after the same checks.
+/// re-read) and returned after the same checks. A LUN the target does not report is
+/// [`Error::NotFound`]; one whose disk does not open in time is [`Error::Timeout`].
 pub fn scan(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<PathDevice> {
-    let mut v = scan_targets(root, &[ScanTarget::exact(hctl)], opts)?;
-    Ok(v.remove(0))
+    scan_report(root, hctl, opts)?
+        .into_devices()
+        .pop()
+        .ok_or_else(|| Error::Internal {
+            what: format!("scan of {hctl} succeeded without a device"),
+        })
 }
 
-/// Scans every target, then waits for all their block devices together, so the asynchronous
-/// `sd` probes of several paths overlap.
-pub(crate) fn scan_targets(
-    root: &Root,
-    targets: &[ScanTarget],
-    opts: &ScanOptions,
-) -> Result<Vec<PathDevice>> {
-    let deadline = wait::deadline_after(opts.timeout);
-    // Subscribe before acting so the block device's `add` cannot slip past.
-    let mut monitor = Monitor::open().ok();
-    for t in targets {
-        trigger(root, t, deadline)?;
-    }
-    let hctls: Vec<Hctl> = targets.iter().map(|t| t.hctl).collect();
-    let what = || {
-        let list: Vec<String> = hctls.iter().map(ToString::to_string).collect();
-        format!("block device of {} to appear and open", list.join(", "))
+/// [`scan`], with the path's outcome and timing as a [`ScanReport`].
+pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanReport> {
+    let candidate = Candidate::Scan {
+        via: format!("host{}", hctl.host),
+        target: ScanTarget::exact(hctl),
     };
-    let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
-    let paths = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        let mut found = Vec::with_capacity(hctls.len());
-        for &h in &hctls {
-            match ready_path(root, h, deadline)? {
-                Some(p) => found.push(p),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(found))
-    })?;
-    if let Some(want) = &opts.expect_wwid {
-        for p in &paths {
-            if p.wwid.as_ref() != Some(want) {
-                return Err(Error::WwidMismatch {
-                    device: format!("{} ({})", p.name, p.hctl),
-                    expected: want.to_string(),
-                    actual: p.wwid.as_ref().map_or("none".into(), ToString::to_string),
-                });
-            }
-        }
-    }
-    Ok(paths)
+    crate::scan::scan_paths(root, &format!("LUN {hctl}"), vec![candidate], opts)
 }
 
-/// Writes the scan (or rescan) for one target and checks that the SCSI device now exists.
-fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<()> {
+/// Writes the scan (or rescan) for one target and says whether the SCSI device now exists.
+pub(crate) fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<Triggered> {
     let h = t.hctl;
     // Class entries are symlinks: below a --root they must not lead the write out of it.
     let confine = sysfs::Confine::new(root);
@@ -141,7 +102,8 @@ fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<()> {
             });
         };
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
-        return write_within(dev_dir.join("rescan"), "1", deadline);
+        write_within(dev_dir.join("rescan"), "1", deadline)?;
+        return Ok(Triggered::Present);
     }
     let host_dir = confine
         .dir(&root.sys("class/scsi_host").join(format!("host{}", h.host)))
@@ -151,15 +113,11 @@ fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<()> {
         })?;
     write_within(host_dir.join("scan"), &t.request, deadline)?;
     // The scsi_device is added before the write returns, or never: nothing to wait for.
-    if !dev_dir.exists() {
-        return Err(Error::NotFound {
-            what: format!(
-                "LUN {} behind host{} channel {} target {} (the target did not report it)",
-                h.lun, h.host, h.channel, h.target
-            ),
-        });
-    }
-    Ok(())
+    Ok(if dev_dir.exists() {
+        Triggered::Present
+    } else {
+        Triggered::NotReported
+    })
 }
 
 fn scsi_device_dir(root: &Root, h: Hctl) -> PathBuf {
@@ -169,7 +127,7 @@ fn scsi_device_dir(root: &Root, h: Hctl) -> PathBuf {
 }
 
 /// The path device at `hctl` once `sd` has bound it and its node opens; `None` before that.
-fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<Option<PathDevice>> {
+pub(crate) fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<Option<PathDevice>> {
     let dir = scsi_device_dir(root, hctl);
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.

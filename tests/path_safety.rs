@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use lunkit::dm::DevId;
 use lunkit::dm::buffer::{Request, check_name, check_uuid, write_request};
+use lunkit::iscsi::IscsiLun;
 use lunkit::sysfs::{block, fc, iscsi, nvme, scsi};
 use lunkit::{Error, Hctl, Root, ScanOptions, Topology, Wwid, Wwn};
 
@@ -222,7 +223,7 @@ fn iscsi_target_names_with_path_tricks_are_invalid_before_sysfs_is_read() {
     let nowhere = Root::new("/nonexistent/lunkit-path-safety");
     let opts = ScanOptions {
         timeout: Duration::from_millis(10),
-        expect_wwid: None,
+        ..ScanOptions::default()
     };
     let long = format!("iqn.2003-01.org.example:{}", "x".repeat(200));
     for bad in [
@@ -234,11 +235,18 @@ fn iscsi_target_names_with_path_tricks_are_invalid_before_sysfs_is_read() {
         long.as_str(),
     ] {
         assert_invalid(lunkit::iscsi::check_target_name(bad), bad);
-        assert_invalid(lunkit::iscsi::scan(&nowhere, bad, &[], 0, &opts), bad);
+        assert_invalid(
+            lunkit::iscsi::scan(&nowhere, &IscsiLun::new(bad, 0), &opts),
+            bad,
+        );
     }
     // A good name gets past the check and then finds no sysfs at all.
-    let err =
-        lunkit::iscsi::scan(&nowhere, "iqn.2003-01.org.example:x", &[], 0, &opts).unwrap_err();
+    let err = lunkit::iscsi::scan(
+        &nowhere,
+        &IscsiLun::new("iqn.2003-01.org.example:x", 0),
+        &opts,
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
 }
 
@@ -249,7 +257,7 @@ fn scan_of_the_largest_address_is_not_found_and_writes_nothing() {
     let before = list_tree(s.path());
     let opts = ScanOptions {
         timeout: Duration::from_millis(10),
-        expect_wwid: None,
+        ..ScanOptions::default()
     };
     let max = Hctl::new(u32::MAX, u32::MAX, u32::MAX, u64::MAX);
     let err = lunkit::scsi::scan(&Root::new(s.path()), max, &opts).unwrap_err();
@@ -410,7 +418,7 @@ fn scan_does_not_write_through_an_attribute_link_leading_outside() {
     symlink(outside.join("scan"), &scan).unwrap();
     let opts = ScanOptions {
         timeout: Duration::from_millis(10),
-        expect_wwid: None,
+        ..ScanOptions::default()
     };
     let err = lunkit::scsi::scan(&Root::new(&root_dir), Hctl::new(5, 0, 0, 3), &opts).unwrap_err();
     assert!(
@@ -435,7 +443,7 @@ fn scan_does_not_write_through_a_host_link_leading_outside() {
     );
     let opts = ScanOptions {
         timeout: Duration::from_millis(10),
-        expect_wwid: None,
+        ..ScanOptions::default()
     };
     for host in [42, 43] {
         let r = lunkit::scsi::scan(&Root::new(&root_dir), Hctl::new(host, 0, 0, 3), &opts);

@@ -5,7 +5,9 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use lunkit::{Error, Hctl, Root, ScanOptions, Wwn};
+use lunkit::fc::FcLun;
+use lunkit::iscsi::IscsiLun;
+use lunkit::{Error, ErrorKind, Hctl, PathOutcome, Root, ScanOptions, Wwn};
 
 mod common;
 use common::Scratch;
@@ -17,7 +19,23 @@ fn scan_file(root: &Path, host: u32) -> String {
 fn quick() -> ScanOptions {
     ScanOptions {
         timeout: Duration::from_millis(200),
-        expect_wwid: None,
+        ..ScanOptions::default()
+    }
+}
+
+fn fc(wwpn: Wwn, initiators: &[Wwn], lun: u64, wildcard: bool) -> FcLun {
+    FcLun {
+        wwpn,
+        initiators: initiators.to_vec(),
+        lun,
+        wildcard,
+    }
+}
+
+fn iscsi(target: &str, portals: &[&str], lun: u64) -> IscsiLun {
+    IscsiLun {
+        portals: portals.iter().map(ToString::to_string).collect(),
+        ..IscsiLun::new(target, lun)
     }
 }
 
@@ -27,17 +45,40 @@ const TARGET: Wwn = Wwn(0x500a098188a8b1c1);
 fn fc_scan_writes_only_to_hosts_with_matching_online_target_ports() {
     let dir = Scratch::with_fixture("fc", "scan-fc-match");
     let root = Root::new(dir.path());
-    // LUN 3 does not exist in the tree, so after the writes the scan reports it missing.
-    let err = lunkit::fc::scan(&root, TARGET, &[], 3, false, &quick()).unwrap_err();
-    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    // LUN 3 does not exist in the tree, so after the writes the scan reports it missing on
+    // both paths: every path is scanned, a missing one does not stop the others.
+    let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 3, false), &quick()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let Error::MissingPaths { found, paths, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*found, 0);
+    let outcomes: Vec<_> = paths
+        .iter()
+        .map(|p| (p.via.as_str(), p.hctl, p.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (
+                "host5 rport-5:0-0",
+                Some(Hctl::new(5, 0, 0, 3)),
+                "not-reported"
+            ),
+            (
+                "host6 rport-6:0-0",
+                Some(Hctl::new(6, 0, 0, 3)),
+                "not-reported"
+            ),
+        ]
+    );
     assert!(
         err.to_string()
-            .contains("LUN 3 behind host5 channel 0 target 0"),
+            .contains("LUN 3 of FC target 0x500a098188a8b1c1: 0 of 2 path(s) came"),
         "{err}"
     );
     assert_eq!(scan_file(dir.path(), 5), "0 0 3");
-    // The first missing LUN stops the scan before host6 is written: one error, no half-state.
-    assert_eq!(scan_file(dir.path(), 6), "");
+    assert_eq!(scan_file(dir.path(), 6), "0 0 3");
     assert_eq!(
         scan_file(dir.path(), 7),
         "",
@@ -50,8 +91,13 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
     let dir = Scratch::with_fixture("fc", "scan-fc-filter");
     let root = Root::new(dir.path());
     let host6 = Wwn(0x21000024ff3a0002);
-    let err = lunkit::fc::scan(&root, TARGET, &[host6], 3, false, &quick()).unwrap_err();
+    let err = lunkit::fc::scan(&root, &fc(TARGET, &[host6], 3, false), &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("LUN 3 behind host6 channel 0 target 0"),
+        "one path scanned, so its own error: {err}"
+    );
     assert_eq!(
         scan_file(dir.path(), 5),
         "",
@@ -61,7 +107,7 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
 
     // rport-5:0-2 leads to this WWPN but is Blocked: the kernel would skip it, so do we.
     let blocked = Wwn(0x500a098188a8b1c2);
-    let err = lunkit::fc::scan(&root, blocked, &[], 0, false, &quick()).unwrap_err();
+    let err = lunkit::fc::scan(&root, &fc(blocked, &[], 0, false), &quick()).unwrap_err();
     assert!(
         err.to_string()
             .contains("online FC target port 0x500a098188a8b1c2"),
@@ -69,7 +115,7 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
     );
     // An initiator-only rport is never a scan target.
     let err =
-        lunkit::fc::scan(&root, Wwn(0x10000090fa3b0001), &[], 0, false, &quick()).unwrap_err();
+        lunkit::fc::scan(&root, &fc(Wwn(0x10000090fa3b0001), &[], 0, false), &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }));
     assert_eq!(scan_file(dir.path(), 5), "");
 }
@@ -78,8 +124,9 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
 fn fc_wildcard_only_when_asked() {
     let dir = Scratch::with_fixture("fc", "scan-fc-wild");
     let root = Root::new(dir.path());
-    let _ = lunkit::fc::scan(&root, TARGET, &[], 3, true, &quick()).unwrap_err();
+    let _ = lunkit::fc::scan(&root, &fc(TARGET, &[], 3, true), &quick()).unwrap_err();
     assert_eq!(scan_file(dir.path(), 5), "- - 3");
+    assert_eq!(scan_file(dir.path(), 6), "- - 3");
 }
 
 #[test]
@@ -91,7 +138,8 @@ fn present_lun_is_rescanned_and_identified() {
     fs::write(dir.path().join("dev/sdc"), "").unwrap();
     fs::write(dir.path().join("dev/sdd"), "").unwrap();
 
-    let paths = lunkit::fc::scan(&root, TARGET, &[], 0, false, &quick()).unwrap();
+    let report = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &quick()).unwrap();
+    let paths: Vec<_> = report.devices().collect();
     let got: Vec<_> = paths
         .iter()
         .map(|p| (p.hctl, p.name.as_str(), p.dev.to_string()))
@@ -156,9 +204,10 @@ fn iscsi_scan_writes_to_every_session_of_the_target_only() {
     let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
     let scan_files = |d: &Path| -> Vec<String> { (0..=7).map(|h| scan_file(d, h)).collect() };
 
-    let err = lunkit::iscsi::scan(&root, iqn, &[], 7, &quick()).unwrap_err();
-    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let err = lunkit::iscsi::scan(&root, &iscsi(iqn, &[], 7), &quick()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert_eq!(scan_files(dir.path())[6], "0 0 7");
+    assert_eq!(scan_files(dir.path())[7], "0 0 7");
     assert!(
         scan_files(dir.path())[..6].iter().all(String::is_empty),
         "non-iSCSI hosts untouched"
@@ -167,21 +216,152 @@ fn iscsi_scan_writes_to_every_session_of_the_target_only() {
     // Restricted to the second portal, only session2's host (host7) is scanned.
     let dir2 = Scratch::with_fixture("iscsi-multipath", "scan-iscsi-portal");
     let root2 = Root::new(dir2.path());
-    let _ = lunkit::iscsi::scan(&root2, iqn, &["127.0.0.2:3260".into()], 7, &quick()).unwrap_err();
+    let _ = lunkit::iscsi::scan(&root2, &iscsi(iqn, &["127.0.0.2:3260"], 7), &quick()).unwrap_err();
     let f = scan_files(dir2.path());
     assert_eq!((f[6].as_str(), f[7].as_str()), ("", "0 0 7"));
 
     // Another target, a malformed name: nothing written.
     let dir3 = Scratch::with_fixture("iscsi-multipath", "scan-iscsi-other");
     let root3 = Root::new(dir3.path());
-    let err =
-        lunkit::iscsi::scan(&root3, "iqn.2003-01.org.example:other", &[], 0, &quick()).unwrap_err();
+    let err = lunkit::iscsi::scan(
+        &root3,
+        &iscsi("iqn.2003-01.org.example:other", &[], 0),
+        &quick(),
+    )
+    .unwrap_err();
     assert!(
         err.to_string()
             .contains("logged-in iSCSI session to iqn.2003-01.org.example:other"),
         "{err}"
     );
-    let err = lunkit::iscsi::scan(&root3, "iqn../../x y", &[], 0, &quick()).unwrap_err();
+    let err = lunkit::iscsi::scan(&root3, &iscsi("iqn../../x y", &[], 0), &quick()).unwrap_err();
     assert!(matches!(err, Error::Invalid { .. }), "{err}");
     assert!(scan_files(dir3.path()).iter().all(String::is_empty));
+}
+
+/// The FC node of the parallel-scan issue: the target is target 0 behind host3, target 2
+/// behind host4, and Blocked behind host5; LUN 3 is present behind host4 only.
+#[test]
+fn fc_scan_goes_through_every_port_and_reports_each() {
+    let dir = Scratch::with_fixture("fc-three-hbas", "scan-fc-three");
+    let root = Root::new(dir.path());
+    fs::create_dir_all(dir.path().join("dev")).unwrap();
+    fs::write(dir.path().join("dev/sdf"), "").unwrap();
+
+    let report = lunkit::fc::scan(&root, &fc(TARGET, &[], 3, false), &quick()).unwrap();
+    assert_eq!(scan_file(dir.path(), 3), "0 0 3");
+    // Present behind host4: rescanned, not scanned.
+    assert_eq!(scan_file(dir.path(), 4), "");
+    let rescan = dir
+        .path()
+        .join("sys/class/scsi_device/4:0:2:3/device/rescan");
+    assert_eq!(fs::read_to_string(rescan).unwrap(), "1");
+    assert_eq!(
+        scan_file(dir.path(), 5),
+        "",
+        "a Blocked port is never written"
+    );
+    let outcomes: Vec<_> = report
+        .paths
+        .iter()
+        .map(|p| (p.via.as_str(), p.hctl, p.outcome.to_string()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (
+                "host3 rport-3:0-0",
+                Some(Hctl::new(3, 0, 0, 3)),
+                "not reported by the target".to_owned()
+            ),
+            (
+                "host4 rport-4:0-2",
+                Some(Hctl::new(4, 0, 2, 3)),
+                "found sdf".to_owned()
+            ),
+            (
+                "host5 rport-5:0-1",
+                Some(Hctl::new(5, 0, 1, 3)),
+                "skipped: port state Blocked".to_owned()
+            ),
+        ]
+    );
+    let t = report.paths[1].timing;
+    assert!(
+        t.write_start <= t.write_end && t.write_end <= t.ready,
+        "{t:?}"
+    );
+    assert!(report.paths[2].timing.write_start.is_none());
+    assert_eq!(
+        report.wwid().map(|w| w.to_multipath()).as_deref(),
+        Some("3600a098038303053453f463045727a41")
+    );
+
+    // Two paths wanted, one came: not found (exit 3), with every path's outcome.
+    let two = ScanOptions {
+        min_paths: 2,
+        ..quick()
+    };
+    let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 3, false), &two).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let msg = err.to_string();
+    for part in [
+        "1 of 3 path(s) came, 2 wanted",
+        "3:0:0:3 via host3 rport-3:0-0: not reported by the target",
+        "4:0:2:3 via host4 rport-4:0-2: found sdf",
+        "5:0:1:3 via host5 rport-5:0-1: skipped: port state Blocked",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+}
+
+#[test]
+fn a_path_whose_wwid_differs_fails_the_scan_naming_it() {
+    let dir = Scratch::with_fixture("fc", "scan-fc-mixed");
+    let root = Root::new(dir.path());
+    fs::create_dir_all(dir.path().join("dev")).unwrap();
+    fs::write(dir.path().join("dev/sdc"), "").unwrap();
+    fs::write(dir.path().join("dev/sdd"), "").unwrap();
+    // The LUN behind host6 is now another volume (a LUN number reused on one path).
+    let wwid = dir.path().join("sys/class/scsi_device/6:0:0:0/device/wwid");
+    fs::write(&wwid, "naa.600a098038303053453f463045727a99\n").unwrap();
+    let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &quick()).unwrap_err();
+    let Error::WwidMismatch {
+        device,
+        expected,
+        actual,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(device, "sdd (6:0:0:0)");
+    assert_eq!(
+        expected,
+        "naa.600a098038303053453f463045727a41, as on sdc (5:0:0:0)"
+    );
+    assert_eq!(actual, "naa.600a098038303053453f463045727a99");
+}
+
+#[test]
+fn a_path_that_does_not_open_times_out_while_the_others_come() {
+    let dir = Scratch::with_fixture("fc", "scan-fc-one-slow");
+    let root = Root::new(dir.path());
+    // sdc's node exists, sdd's does not (its probe never finishes).
+    fs::create_dir_all(dir.path().join("dev")).unwrap();
+    fs::write(dir.path().join("dev/sdc"), "").unwrap();
+    let report = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &quick()).unwrap();
+    let outcomes: Vec<&str> = report.paths.iter().map(|p| p.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["found", "timed-out"]);
+    assert!(matches!(report.paths[1].outcome, PathOutcome::TimedOut));
+    let two = ScanOptions {
+        min_paths: 2,
+        ..quick()
+    };
+    let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &two).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        err.to_string()
+            .contains("6:0:0:0 via host6 rport-6:0-0: timed out"),
+        "{err}"
+    );
 }

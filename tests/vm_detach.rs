@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use lunkit::iscsi::IscsiLun;
 use serde_json::Value;
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
@@ -558,9 +559,10 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
             s.spawn(move || {
                 for round in 0..20 {
                     let opts = lunkit::ScanOptions::default();
-                    let paths = lunkit::iscsi::scan(root, IQN, &[], u64::from(lun), &opts)
-                        .unwrap_or_else(|e| panic!("LUN {lun} round {round}: scan: {e}"));
-                    assert_eq!(paths.len(), 2);
+                    let report =
+                        lunkit::iscsi::scan(root, &IscsiLun::new(IQN, u64::from(lun)), &opts)
+                            .unwrap_or_else(|e| panic!("LUN {lun} round {round}: scan: {e}"));
+                    assert_eq!(report.devices().count(), 2, "{report:?}");
                     let vol = Volume::of(lab, lun);
                     // Not the full map: with eight volumes arriving at once multipathd can
                     // take over a minute to add the second paths (it waits for udev, see

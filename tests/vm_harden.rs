@@ -193,7 +193,7 @@ fn synth_uuid() -> String {
 fn library_scan_10s(hctl: &str) -> (Duration, lunkit::Result<lunkit::PathDevice>) {
     let opts = lunkit::ScanOptions {
         timeout: Duration::from_secs(10),
-        expect_wwid: None,
+        ..lunkit::ScanOptions::default()
     };
     let t0 = Instant::now();
     let r = lunkit::scsi::scan(&lunkit::Root::default(), hctl.parse().unwrap(), &opts);

@@ -1,5 +1,6 @@
 //! `lunkit`: bring one SCSI LUN in and take it out again, from the command line.
 
+mod attach;
 mod human;
 mod json;
 mod multipath;
@@ -47,6 +48,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Bring a volume in: scan its LUN on every path at once (an iSCSI target and LUN, an FC
+    /// target and LUN, or an H:C:T:L), list every path's outcome, optionally wait for its
+    /// multipath map. Exit 0 when at least --min-paths came, 3 when fewer (none reported it),
+    /// 5 when a path timed out.
+    Attach(attach::Attach),
     /// Take a whole volume off the node: check nobody uses it, flush and remove its multipath
     /// map, flush and delete every path, verify nothing is left; retried until the deadline.
     /// Exit 0 done (or nothing was there), 4 refused (in use), 5 deadline passed.
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
         Command::Scan(cmd) => scan::run(&root, cmd),
         Command::Multipath(cmd) => multipath::run(&root, cmd),
         Command::Watch { json } => watch::run(json),
+        Command::Attach(cmd) => attach::run(&root, cmd),
         Command::Detach(cmd) => teardown::detach(&root, cmd),
         Command::Delete(cmd) => teardown::delete(&root, cmd),
         Command::Flush(cmd) => teardown::flush(&root, cmd),

@@ -3,8 +3,11 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use lunkit::fc::FcLun;
+use lunkit::iscsi::IscsiLun;
+use lunkit::ops::MapDevice;
 use lunkit::udev::UdevState;
-use lunkit::{Hctl, PathDevice, Root, ScanOptions, Wwid, Wwn};
+use lunkit::{Hctl, PathDevice, PathOutcome, PathScan, Root, ScanOptions, Wwid, Wwn};
 use serde::Serialize;
 
 #[derive(Subcommand)]
@@ -57,18 +60,36 @@ pub struct Common {
     /// Reject paths whose WWID differs (sysfs naa.… or multipath 3… form).
     #[arg(long, value_name = "WWID")]
     expect_wwid: Option<Wwid>,
+    /// Succeed only when at least N paths came (exit 3 when fewer did, 5 when a path timed out).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_paths: usize,
     /// Also wait until udevd has processed each device (its /dev/disk/by-* links exist);
     /// reported as "not running" when there is no udevd.
     #[arg(long)]
     wait_udev: bool,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
+}
+
+impl Common {
+    pub fn options(&self) -> lunkit::Result<ScanOptions> {
+        Ok(ScanOptions {
+            timeout: crate::seconds(self.timeout)?,
+            expect_wwid: self.expect_wwid.clone(),
+            min_paths: self.min_paths,
+        })
+    }
 }
 
 #[derive(Serialize)]
 struct Out {
+    /// The devices that came (what `scan` printed before it listed every path).
     devices: Vec<Device>,
+    /// Every path, scanned or skipped, with its outcome.
+    paths: Vec<Path>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    map: Option<Map>,
     elapsed_us: u128,
 }
 
@@ -86,7 +107,31 @@ struct Device {
 }
 
 #[derive(Serialize)]
-struct Udev {
+struct Path {
+    via: String,
+    hctl: Option<String>,
+    /// `found`, `not-reported`, `timed-out`, `failed` or `skipped`.
+    outcome: &'static str,
+    /// The device, when found.
+    device: Option<String>,
+    /// Why, when failed or skipped.
+    detail: Option<String>,
+    /// Offsets from the start of the scan, in microseconds.
+    write_start_us: Option<u128>,
+    write_end_us: Option<u128>,
+    ready_us: Option<u128>,
+}
+
+#[derive(Serialize)]
+struct Map {
+    name: String,
+    dm: String,
+    major: u32,
+    minor: u32,
+}
+
+#[derive(Serialize)]
+pub struct Udev {
     /// `processed` or `not running`.
     state: &'static str,
     links: Vec<String>,
@@ -96,63 +141,92 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
     let common = match &cmd {
         Scan::Hctl { common, .. } | Scan::Iscsi { common, .. } | Scan::Fc { common, .. } => common,
     };
-    let opts = ScanOptions {
-        timeout: crate::seconds(common.timeout)?,
-        expect_wwid: common.expect_wwid.clone(),
-    };
-    let json = common.json;
+    let opts = common.options()?;
     let start = Instant::now();
-    let paths = match &cmd {
-        Scan::Hctl { hctl, .. } => vec![lunkit::scsi::scan(root, *hctl, &opts)?],
+    let report = match &cmd {
+        Scan::Hctl { hctl, .. } => lunkit::scsi::scan_report(root, *hctl, &opts)?,
         Scan::Iscsi {
             target,
             portals,
             lun,
             ..
-        } => lunkit::iscsi::scan(root, target, portals, *lun, &opts)?,
+        } => {
+            let lun = IscsiLun {
+                portals: portals.clone(),
+                ..IscsiLun::new(target.clone(), *lun)
+            };
+            lunkit::iscsi::scan(root, &lun, &opts)?
+        }
         Scan::Fc {
             wwpn,
             initiators,
             lun,
             wildcard,
             ..
-        } => lunkit::fc::scan(root, *wwpn, initiators, *lun, *wildcard, &opts)?,
+        } => {
+            let lun = FcLun {
+                wwpn: *wwpn,
+                initiators: initiators.clone(),
+                lun: *lun,
+                wildcard: *wildcard,
+            };
+            lunkit::fc::scan(root, &lun, &opts)?
+        }
     };
-    let udev = if common.wait_udev {
-        let devs: Vec<(String, lunkit::DevNum)> =
-            paths.iter().map(|p| (p.name.clone(), p.dev)).collect();
-        let states = lunkit::udev::wait_processed(
-            root,
-            &devs,
-            lunkit::wait::deadline_from(start, opts.timeout),
-        )?;
-        Some(
-            states
-                .into_iter()
-                .map(|s| match s {
-                    UdevState::Processed { links } => Udev {
-                        state: "processed",
-                        links: links.iter().map(|l| l.display().to_string()).collect(),
-                    },
-                    UdevState::NotRunning => Udev {
-                        state: "not running",
-                        links: Vec::new(),
-                    },
-                })
-                .collect(),
-        )
-    } else {
-        None
-    };
-    print(&paths, udev, start.elapsed(), json);
+    let udev = wait_udev(root, common, report.devices(), start, opts.timeout)?;
+    print(&report.paths, None, udev, start.elapsed(), common.json);
     Ok(())
 }
 
-fn print(paths: &[PathDevice], udev: Option<Vec<Udev>>, elapsed: Duration, json: bool) {
+/// With `--wait-udev`, waits until udevd has processed every device, within the scan's
+/// deadline.
+pub fn wait_udev<'a>(
+    root: &Root,
+    common: &Common,
+    devices: impl Iterator<Item = &'a PathDevice>,
+    start: Instant,
+    timeout: Duration,
+) -> lunkit::Result<Option<Vec<Udev>>> {
+    if !common.wait_udev {
+        return Ok(None);
+    }
+    let devs: Vec<(String, lunkit::DevNum)> = devices.map(|p| (p.name.clone(), p.dev)).collect();
+    let states =
+        lunkit::udev::wait_processed(root, &devs, lunkit::wait::deadline_from(start, timeout))?;
+    Ok(Some(
+        states
+            .into_iter()
+            .map(|s| match s {
+                UdevState::Processed { links } => Udev {
+                    state: "processed",
+                    links: links.iter().map(|l| l.display().to_string()).collect(),
+                },
+                UdevState::NotRunning => Udev {
+                    state: "not running",
+                    links: Vec::new(),
+                },
+            })
+            .collect(),
+    ))
+}
+
+fn us(d: Option<Duration>) -> Option<u128> {
+    d.map(|d| d.as_micros())
+}
+
+/// Prints every path with its outcome (and the map, for `attach --wait-map`), as text or JSON.
+pub fn print(
+    paths: &[PathScan],
+    map: Option<&MapDevice>,
+    udev: Option<Vec<Udev>>,
+    elapsed: Duration,
+    json: bool,
+) {
     let mut udev = udev.map(Vec::into_iter);
+    let found: Vec<&PathDevice> = paths.iter().filter_map(PathScan::device).collect();
     if json {
         let out = Out {
-            devices: paths
+            devices: found
                 .iter()
                 .map(|p| Device {
                     udev: udev.as_mut().and_then(Iterator::next),
@@ -165,33 +239,66 @@ fn print(paths: &[PathDevice], udev: Option<Vec<Udev>>, elapsed: Duration, json:
                     elapsed_us: elapsed.as_micros(),
                 })
                 .collect(),
+            paths: paths
+                .iter()
+                .map(|p| Path {
+                    via: p.via.clone(),
+                    hctl: p.hctl.map(|h| h.to_string()),
+                    outcome: p.outcome.as_str(),
+                    device: p.device().map(|d| d.name.clone()),
+                    detail: match &p.outcome {
+                        PathOutcome::Failed(e) => Some(e.to_string()),
+                        PathOutcome::Skipped(why) => Some(why.clone()),
+                        _ => None,
+                    },
+                    write_start_us: us(p.timing.write_start),
+                    write_end_us: us(p.timing.write_end),
+                    ready_us: us(p.timing.ready),
+                })
+                .collect(),
+            map: map.map(|m| Map {
+                name: m.name.clone(),
+                dm: m.node.name.clone(),
+                major: m.node.dev.major,
+                minor: m.node.dev.minor,
+            }),
             elapsed_us: elapsed.as_micros(),
         };
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("scan JSON serializes")
         );
-    } else {
-        for p in paths {
-            let u = udev
-                .as_mut()
-                .and_then(Iterator::next)
-                .map_or(String::new(), |u| {
-                    format!("  udev {} {}", u.state, u.links.join(" "))
-                });
-            println!(
-                "{}  {}  {}  {}{}",
-                p.hctl,
-                p.dev_path.display(),
-                p.dev,
-                p.wwid.as_ref().map_or("-".into(), ToString::to_string),
-                u.trim_end()
-            );
-        }
-        println!(
-            "{} path(s) in {:.1} ms",
-            paths.len(),
-            elapsed.as_secs_f64() * 1e3
-        );
+        return;
     }
+    for p in paths {
+        let hctl = p.hctl.map_or("-".into(), |h| h.to_string());
+        match p.device() {
+            Some(d) => {
+                let u = udev
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .map_or(String::new(), |u| {
+                        format!("  udev {} {}", u.state, u.links.join(" "))
+                    });
+                println!(
+                    "{hctl}  {}  {}  {}{}  ({})",
+                    d.dev_path.display(),
+                    d.dev,
+                    d.wwid.as_ref().map_or("-".into(), ToString::to_string),
+                    u.trim_end(),
+                    p.via
+                );
+            }
+            None => println!("{hctl}  {}  ({})", p.outcome, p.via),
+        }
+    }
+    if let Some(m) = map {
+        println!("map {} ({}, {})", m.name, m.node.name, m.node.dev);
+    }
+    println!(
+        "{} of {} path(s) in {:.1} ms",
+        found.len(),
+        paths.len(),
+        elapsed.as_secs_f64() * 1e3
+    );
 }

@@ -31,10 +31,11 @@ pub struct Delete {
     timeout: f64,
 }
 
-/// `lunkit detach`.
+/// How `detach` and `attach` name a volume (one of the four; clap's group on the command
+/// requires exactly one).
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
-pub struct Detach {
+#[group(skip)]
+pub struct VolumeArgs {
     /// A device of the volume: /dev/sdc, /dev/mapper/mpatha, dm-0, a map name, an H:C:T:L.
     device: Option<String>,
     /// The volume's WWID (naa.… or 36…).
@@ -49,6 +50,36 @@ pub struct Detach {
     /// The LUN, with --iscsi-target or --fc-wwpn.
     #[arg(long)]
     lun: Option<u64>,
+}
+
+impl VolumeArgs {
+    pub fn spec(self) -> lunkit::Result<VolumeSpec> {
+        Ok(if let Some(d) = self.device {
+            VolumeSpec::Device(d)
+        } else if let Some(w) = self.wwid {
+            VolumeSpec::Wwid(w.parse()?)
+        } else if let Some(target) = self.iscsi_target {
+            VolumeSpec::Iscsi {
+                target,
+                lun: self.lun.unwrap_or_default(),
+            }
+        } else if let Some(w) = self.fc_wwpn {
+            VolumeSpec::Fc {
+                wwpn: w.parse()?,
+                lun: self.lun.unwrap_or_default(),
+            }
+        } else {
+            unreachable!("clap requires one of the volume arguments")
+        })
+    }
+}
+
+/// `lunkit detach`.
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
+pub struct Detach {
+    #[command(flatten)]
+    volume: VolumeArgs,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     timeout: f64,
@@ -107,23 +138,7 @@ fn scsi_address(root: &Root, device: &str) -> lunkit::Result<Hctl> {
 }
 
 pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
-    let spec = if let Some(d) = cmd.device {
-        VolumeSpec::Device(d)
-    } else if let Some(w) = cmd.wwid {
-        VolumeSpec::Wwid(w.parse()?)
-    } else if let Some(target) = cmd.iscsi_target {
-        VolumeSpec::Iscsi {
-            target,
-            lun: cmd.lun.unwrap_or_default(),
-        }
-    } else if let Some(w) = cmd.fc_wwpn {
-        VolumeSpec::Fc {
-            wwpn: w.parse()?,
-            lun: cmd.lun.unwrap_or_default(),
-        }
-    } else {
-        unreachable!("clap requires one of the volume arguments")
-    };
+    let spec = cmd.volume.spec()?;
     let mut opts = DetachOptions::new(root);
     opts.timeout = crate::seconds(cmd.timeout)?;
     opts.force = cmd.force;

@@ -125,7 +125,12 @@ fn scan_exit_codes() {
     ]);
     assert_eq!(out.status.code(), Some(3), "LUN the target does not report");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("LUN 4 behind host5"), "{err}");
+    // Both ports were scanned, and the message says what each one found.
+    assert!(
+        err.contains("5:0:0:4 via host5 rport-5:0-0: not reported by the target")
+            && err.contains("6:0:0:4 via host6 rport-6:0-0: not reported by the target"),
+        "{err}"
+    );
 
     // No /dev node ever appears in a fixture tree: the wait ends at the deadline.
     let out = lunkit(&[
@@ -222,4 +227,58 @@ fn watch_prints_kernel_events() {
     assert_eq!(v["action"], "change");
     assert_eq!(v["subsystem"], "mem");
     assert!(v["seqnum"].as_u64().unwrap() > 0);
+}
+
+/// `attach` names a volume as `detach` does, lists every path's outcome, and exits by how
+/// many paths came (the three-HBA FC node: found behind host4, not reported behind host3,
+/// host5's port Blocked).
+#[test]
+fn attach_lists_every_path_and_exits_by_min_paths() {
+    let dir = scratch("fc-three-hbas", "attach");
+    let root = dir.to_str().unwrap();
+    std::fs::create_dir_all(dir.join("dev")).unwrap();
+    std::fs::write(dir.join("dev/sdf"), "").unwrap();
+    let fc = ["--fc-wwpn", "0x500a098188a8b1c1", "--lun", "3"];
+
+    let mut args = vec!["--root", root, "attach", "--json", "--timeout", "0.2"];
+    args.extend(fc);
+    let out = lunkit(&args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcomes: Vec<(&str, &str)> = doc["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["hctl"].as_str().unwrap(), p["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("3:0:0:3", "not-reported"),
+            ("4:0:2:3", "found"),
+            ("5:0:1:3", "skipped")
+        ]
+    );
+    assert_eq!(doc["paths"][2]["detail"], "port state Blocked");
+    assert_eq!(doc["devices"][0]["name"], "sdf");
+
+    args.extend(["--min-paths", "2"]);
+    let out = lunkit(&args);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 of 3 path(s) came, 2 wanted"), "{err}");
+
+    // A WWID or a device path says what a volume is, not where to scan for it.
+    for what in [
+        vec!["--wwid", "3600a098038303053453f463045727a41"],
+        vec!["/dev/sdf"],
+    ] {
+        let mut args = vec!["--root", root, "attach"];
+        args.extend(what);
+        let out = lunkit(&args);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("attach needs an address to scan"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,7 @@
-//! The workflows a CSI node plugin calls, built from everything below: taking a volume off
-//! the node ([`detach()`]), with per-volume locking ([`lock`]) and volume discovery
-//! ([`volume`]). Bringing one in is [`crate::scsi::scan`], [`crate::iscsi::scan`] and
-//! [`crate::fc::scan`].
+//! The workflows a CSI node plugin calls, built from everything below: bringing a volume
+//! onto the node ([`attach()`]) and taking it off ([`detach()`]), with per-volume locking
+//! ([`lock`]) and volume discovery ([`volume`]). Both name the volume the same way
+//! ([`VolumeSpec`]).
 //!
 //! ```no_run
 //! use lunkit::Root;
@@ -16,12 +16,14 @@
 //! # Ok::<(), lunkit::Error>(())
 //! ```
 
+pub mod attach;
 pub mod detach;
 pub mod lock;
 pub mod volume;
 
+pub use attach::{AttachOptions, Attachment, attach};
 pub use detach::{
     DEFAULT_DETACH_TIMEOUT, DetachOptions, DetachReport, Outcome, Step, StepKind, detach,
     detach_with,
 };
-pub use volume::{Identity, VolumeSpec, VolumeState};
+pub use volume::{Identity, MapDevice, VolumeSpec, VolumeState};

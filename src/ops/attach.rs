@@ -1,0 +1,183 @@
+//! Bringing a volume onto the node: scan its LUN on every path at once, check that every
+//! path is the same volume, and optionally wait for multipathd's map over all of them.
+//!
+//! The counterpart of [`super::detach()`], named the same way ([`VolumeSpec`]). A volume is
+//! attached through an address: an iSCSI target and LUN, an FC target and LUN, or an
+//! H:C:T:L. A WWID or a device name says what a volume is, not where to scan for it, and is
+//! refused.
+//!
+//! multipathd, not lunkit, builds the map (it owns the multipath configuration, and the node
+//! has one multipath policy). [`AttachOptions::wait_map`] waits for it: a map whose uuid is
+//! `mpath-<WWID>` with every path that came among its slaves, within the same deadline as the
+//! scan.
+//!
+//! ```no_run
+//! use lunkit::Root;
+//! use lunkit::ops::{AttachOptions, VolumeSpec, attach};
+//!
+//! let root = Root::default();
+//! let spec = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+//! let opts = AttachOptions { wait_map: true, ..AttachOptions::default() };
+//! let volume = attach(&root, &spec, &opts)?;
+//! for path in &volume.paths {
+//!     println!("{path}");
+//! }
+//! if let Some(map) = &volume.map {
+//!     println!("/dev/mapper/{} ({})", map.name, map.node.name);
+//! }
+//! # Ok::<(), lunkit::Error>(())
+//! ```
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::fc::FcLun;
+use crate::hctl::Hctl;
+use crate::iscsi::IscsiLun;
+use crate::root::Root;
+use crate::scan::{PathScan, ScanOptions, ScanReport};
+use crate::sysfs;
+use crate::uevent::{Monitor, Uevent};
+use crate::wait;
+use crate::wwid::Wwid;
+use crate::wwn::Wwn;
+
+use super::volume::{Identity, MapDevice, VolumeSpec, locate};
+
+/// How [`attach`] behaves.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AttachOptions {
+    /// The scan: its deadline (which also bounds the map wait), the expected WWID and how
+    /// many paths must come.
+    pub scan: ScanOptions,
+    /// iSCSI: only sessions through these portals (`addr:port`); empty for every session.
+    pub portals: Vec<String>,
+    /// FC: only through these local ports (initiator WWPNs); empty for every port.
+    pub initiators: Vec<Wwn>,
+    /// Also wait until multipathd has built the volume's map with every path that came.
+    pub wait_map: bool,
+}
+
+/// A volume brought onto the node.
+#[derive(Debug)]
+pub struct Attachment {
+    /// Its WWID, as its paths report it (they all agree).
+    pub wwid: Option<Wwid>,
+    /// Every path, scanned or skipped, with its outcome.
+    pub paths: Vec<PathScan>,
+    /// Its multipath map, when [`AttachOptions::wait_map`] asked for it.
+    pub map: Option<MapDevice>,
+    /// How long the scan took.
+    pub scan_elapsed: Duration,
+    /// How long the whole attach took, the map wait included.
+    pub elapsed: Duration,
+}
+
+impl Attachment {
+    /// The path devices that came, in path order.
+    pub fn devices(&self) -> impl Iterator<Item = &crate::scsi::PathDevice> {
+        self.paths.iter().filter_map(PathScan::device)
+    }
+}
+
+/// Scans the volume's LUN on every path at once and returns every path's outcome, with the
+/// multipath map when [`AttachOptions::wait_map`] is set.
+///
+/// Errors: [`Error::Invalid`] for a spec that names no address (a WWID, a device path), and
+/// the scan's ([`crate::scan`]): [`Error::MissingPaths`] when fewer than
+/// [`ScanOptions::min_paths`] came, [`Error::WwidMismatch`] when a path is another volume,
+/// [`Error::Timeout`] when the map did not come with every path by the deadline.
+pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<Attachment> {
+    let start = Instant::now();
+    let report = scan(root, spec, opts)?;
+    let scan_elapsed = report.elapsed;
+    let wwid = report.wwid().cloned();
+    let map = if opts.wait_map {
+        let deadline = wait::deadline_from(start, opts.scan.timeout);
+        Some(wait_map(root, wwid.as_ref(), &report, deadline)?)
+    } else {
+        None
+    };
+    Ok(Attachment {
+        wwid,
+        paths: report.paths,
+        map,
+        scan_elapsed,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanReport> {
+    match spec {
+        VolumeSpec::Iscsi { target, lun } => {
+            let lun = IscsiLun {
+                target: target.clone(),
+                portals: opts.portals.clone(),
+                lun: *lun,
+            };
+            crate::iscsi::scan(root, &lun, &opts.scan)
+        }
+        VolumeSpec::Fc { wwpn, lun } => {
+            let lun = FcLun {
+                initiators: opts.initiators.clone(),
+                ..FcLun::new(*wwpn, *lun)
+            };
+            crate::fc::scan(root, &lun, &opts.scan)
+        }
+        VolumeSpec::Device(d) => match d.parse::<Hctl>() {
+            Ok(hctl) => crate::scsi::scan_report(root, hctl, &opts.scan),
+            Err(_) => Err(no_address(d)),
+        },
+        VolumeSpec::Wwid(w) => Err(no_address(&w.to_string())),
+    }
+}
+
+fn no_address(input: &str) -> Error {
+    Error::invalid(
+        "volume to attach",
+        input,
+        "attach needs an address to scan: an iSCSI target and LUN, an FC target and LUN, \
+         or an H:C:T:L",
+    )
+}
+
+/// Waits until a multipath map of `wwid` holds every device of `report`.
+fn wait_map(
+    root: &Root,
+    wwid: Option<&Wwid>,
+    report: &ScanReport,
+    deadline: Instant,
+) -> Result<MapDevice> {
+    let disks: Vec<String> = report.devices().map(|p| p.name.clone()).collect();
+    let Some(wwid) = wwid else {
+        return Err(Error::NotFound {
+            what: format!(
+                "WWID of {} (a multipath map is keyed by it; the LUN has no VPD page 0x83)",
+                disks.join(", ")
+            ),
+        });
+    };
+    let id = Identity {
+        wwid: Some(wwid.clone()),
+        addresses: Vec::new(),
+    };
+    let mut monitor = Monitor::open().ok();
+    let what = || {
+        format!(
+            "multipath map of {} with paths {} (built by multipathd: is it running?)",
+            wwid.to_multipath(),
+            disks.join(", ")
+        )
+    };
+    // multipathd creates the map (dm `add`), then reloads it as paths join (dm `change`).
+    let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
+    wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+        for map in locate(root, &id)?.maps {
+            let slaves = sysfs::sub_entries(&root.sys("block").join(&map.node.name), "slaves")?;
+            if disks.iter().all(|d| slaves.contains(d)) {
+                return Ok(Some(map));
+            }
+        }
+        Ok(None)
+    })
+}

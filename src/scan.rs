@@ -1,0 +1,425 @@
+//! Bringing one LUN in on every path at once, with an outcome for each path.
+//!
+//! A scan write returns only after that path's INQUIRYs, and on a sick path it waits out their
+//! timeouts, so writing one path after another costs N times one and lets a slow path hold up
+//! the healthy ones. Here every path gets its own worker for its write (each bounded by the
+//! deadline, see [`crate::wait`]), all writes start together, and one uevent subscription,
+//! opened before the first write, then waits for every path's block device until the
+//! deadline.
+//!
+//! A path that does not come does not cost the volume its other paths: each ends as
+//! [`PathOutcome::Found`], [`PathOutcome::NotReported`], [`PathOutcome::TimedOut`],
+//! [`PathOutcome::Failed`] or, when the transport says it cannot be scanned now (an FC port
+//! that is Blocked, an iSCSI session in recovery), [`PathOutcome::Skipped`]. The scan succeeds
+//! when [`ScanOptions::min_paths`] paths came and they all carry one WWID: a mixed volume is
+//! never handed out.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::hctl::Hctl;
+use crate::root::Root;
+use crate::scsi::{self, PathDevice, ScanTarget, Triggered};
+use crate::uevent::{Monitor, Uevent};
+use crate::wait;
+use crate::wwid::Wwid;
+
+/// Default time a scan waits for its block devices.
+pub const DEFAULT_SCAN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a scan behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanOptions {
+    /// How long to wait for every path's block device to appear and open.
+    pub timeout: Duration,
+    /// The WWID the volume must have; a path with another one is rejected with
+    /// [`Error::WwidMismatch`] (a reused LUN number is not the old volume).
+    pub expect_wwid: Option<Wwid>,
+    /// How many paths must come for the scan to succeed (default 1). Fewer is
+    /// [`Error::MissingPaths`], with every path's outcome.
+    pub min_paths: usize,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            timeout: DEFAULT_SCAN_TIMEOUT,
+            expect_wwid: None,
+            min_paths: 1,
+        }
+    }
+}
+
+/// What became of one path.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PathOutcome {
+    /// The LUN came: its block device exists and opens.
+    Found(PathDevice),
+    /// The target did not report the LUN on this path (masked, or not mapped to this
+    /// initiator or portal): the kernel made no SCSI device for it.
+    NotReported,
+    /// The deadline passed first: the scan write was still blocked, or the disk was not yet
+    /// probed or did not open.
+    TimedOut,
+    /// The scan failed on this path (the write's errno, or the device vanished meanwhile).
+    Failed(Error),
+    /// Not scanned: the transport says this path cannot reach the LUN now (why).
+    Skipped(String),
+}
+
+impl PathOutcome {
+    /// A short stable name: `found`, `not-reported`, `timed-out`, `failed`, `skipped`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PathOutcome::Found(_) => "found",
+            PathOutcome::NotReported => "not-reported",
+            PathOutcome::TimedOut => "timed-out",
+            PathOutcome::Failed(_) => "failed",
+            PathOutcome::Skipped(_) => "skipped",
+        }
+    }
+}
+
+impl fmt::Display for PathOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathOutcome::Found(p) => write!(f, "found {}", p.name),
+            PathOutcome::NotReported => f.write_str("not reported by the target"),
+            PathOutcome::TimedOut => f.write_str("timed out"),
+            PathOutcome::Failed(e) => write!(f, "failed: {e}"),
+            PathOutcome::Skipped(why) => write!(f, "skipped: {why}"),
+        }
+    }
+}
+
+/// When things happened on one path, as offsets from the start of the scan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathTiming {
+    /// The scan (or rescan) write began.
+    pub write_start: Option<Duration>,
+    /// The write returned (absent when it was still blocked at the deadline).
+    pub write_end: Option<Duration>,
+    /// The block device was seen to open.
+    pub ready: Option<Duration>,
+}
+
+/// One path of a scan and its outcome.
+#[derive(Debug)]
+pub struct PathScan {
+    /// The path as its transport names it: `session3 (10.0.0.1:3260)`, `host5 rport-5:0-0`,
+    /// or `host5` for an address scan.
+    pub via: String,
+    /// The address the LUN has, or would have, on this path.
+    pub hctl: Option<Hctl>,
+    /// What became of it.
+    pub outcome: PathOutcome,
+    /// When its write and its device came.
+    pub timing: PathTiming,
+}
+
+impl PathScan {
+    /// The path device, when the LUN came on this path.
+    pub fn device(&self) -> Option<&PathDevice> {
+        match &self.outcome {
+            PathOutcome::Found(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PathScan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.hctl {
+            Some(h) => write!(f, "{h} via {}: {}", self.via, self.outcome),
+            None => write!(f, "{}: {}", self.via, self.outcome),
+        }
+    }
+}
+
+/// Every path of a scan, in the order the transport listed them.
+#[derive(Debug)]
+pub struct ScanReport {
+    /// One entry per path, scanned or skipped.
+    pub paths: Vec<PathScan>,
+    /// How long the scan took, from the first write to the last outcome.
+    pub elapsed: Duration,
+}
+
+impl ScanReport {
+    /// The path devices that came, in path order.
+    pub fn devices(&self) -> impl Iterator<Item = &PathDevice> {
+        self.paths.iter().filter_map(PathScan::device)
+    }
+
+    /// The path devices that came, taken out of the report.
+    pub fn into_devices(self) -> Vec<PathDevice> {
+        self.paths
+            .into_iter()
+            .filter_map(|p| match p.outcome {
+                PathOutcome::Found(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The volume's WWID, as its paths report it (they agree, or the scan failed).
+    pub fn wwid(&self) -> Option<&Wwid> {
+        self.devices().find_map(|p| p.wwid.as_ref())
+    }
+}
+
+/// The paths' outcomes as one line: `6:0:0:3 via session1 (…): found sdc; …`.
+pub(crate) fn describe_paths(paths: &[PathScan]) -> String {
+    let v: Vec<String> = paths.iter().map(ToString::to_string).collect();
+    v.join("; ")
+}
+
+/// A path a transport offers to a scan.
+#[derive(Debug, Clone)]
+pub(crate) enum Candidate {
+    /// Scan it: write `target.request` to its host.
+    Scan {
+        /// The path's name ([`PathScan::via`]).
+        via: String,
+        /// What to write where.
+        target: ScanTarget,
+    },
+    /// Known, but not scannable now.
+    Skip {
+        /// The path's name.
+        via: String,
+        /// The LUN's address on it, when the path has a SCSI target.
+        hctl: Option<Hctl>,
+        /// Why it is not scanned.
+        why: String,
+    },
+}
+
+/// Scans `lun` (named `what` in errors: `LUN 3 of iSCSI target iqn…`) through every
+/// candidate at once and waits for every path until the deadline.
+///
+/// Errors: [`Error::WwidMismatch`] when a path's WWID differs from the expected one or from
+/// the other paths', naming that path; [`Error::MissingPaths`] when fewer than
+/// [`ScanOptions::min_paths`] came (with a single scanned path, that path's own error
+/// instead: not reported is [`Error::NotFound`], a timeout is [`Error::Timeout`]).
+pub(crate) fn scan_paths(
+    root: &Root,
+    what: &str,
+    candidates: Vec<Candidate>,
+    opts: &ScanOptions,
+) -> Result<ScanReport> {
+    let start = Instant::now();
+    let deadline = wait::deadline_from(start, opts.timeout);
+    // Subscribe before acting so no block device's `add` can slip past.
+    let mut monitor = Monitor::open().ok();
+
+    // Every write at once, one worker per path. A worker returns by the deadline even when
+    // its write is stuck in the kernel (the write itself runs on a detached helper, see
+    // `wait::bounded`), so the scope ends on time.
+    let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = candidates
+            .iter()
+            .map(|c| match c {
+                Candidate::Scan { target, .. } => Some(
+                    std::thread::Builder::new()
+                        .name("lunkit-scan".into())
+                        .spawn_scoped(s, move || trigger_timed(root, target, start, deadline)),
+                ),
+                Candidate::Skip { .. } => None,
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.map(|spawned| match spawned {
+                    Ok(handle) => handle.join().unwrap_or_else(|_| {
+                        let e = Error::Internal {
+                            what: "a scan worker panicked".into(),
+                        };
+                        (Err(e), PathTiming::default())
+                    }),
+                    Err(e) => (
+                        Err(Error::io("(scan worker thread)", e)),
+                        PathTiming::default(),
+                    ),
+                })
+            })
+            .collect()
+    });
+
+    let mut paths: Vec<PathScan> = Vec::with_capacity(candidates.len());
+    let mut pending: Vec<usize> = Vec::new();
+    for (c, t) in candidates.into_iter().zip(triggered) {
+        let (via, hctl, outcome, timing) = match (c, t) {
+            (Candidate::Skip { via, hctl, why }, _) => {
+                (via, hctl, PathOutcome::Skipped(why), PathTiming::default())
+            }
+            (Candidate::Scan { via, target }, Some((result, timing))) => {
+                let outcome = match result {
+                    Ok(Triggered::Present) => {
+                        pending.push(paths.len());
+                        PathOutcome::TimedOut
+                    }
+                    Ok(Triggered::NotReported) => PathOutcome::NotReported,
+                    Err(e) if e.kind() == ErrorKind::Timeout => PathOutcome::TimedOut,
+                    Err(e) => PathOutcome::Failed(e),
+                };
+                (via, Some(target.hctl), outcome, timing)
+            }
+            (Candidate::Scan { via, target }, None) => {
+                let e = Error::Internal {
+                    what: format!("no scan worker result for {}", target.hctl),
+                };
+                (
+                    via,
+                    Some(target.hctl),
+                    PathOutcome::Failed(e),
+                    PathTiming::default(),
+                )
+            }
+        };
+        paths.push(PathScan {
+            via,
+            hctl,
+            outcome,
+            timing,
+        });
+    }
+
+    // The `sd` probes run asynchronously after the writes: wait for every pending path's
+    // disk to appear and open. A path still pending at the deadline stays `TimedOut`.
+    if !pending.is_empty() {
+        let hctls: Vec<Hctl> = pending.iter().filter_map(|&i| paths[i].hctl).collect();
+        let what = || {
+            let list: Vec<String> = hctls.iter().map(ToString::to_string).collect();
+            format!("block device of {} to appear and open", list.join(", "))
+        };
+        let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
+        let waited = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+            pending.retain(|&i| {
+                let Some(h) = paths[i].hctl else {
+                    return false;
+                };
+                match scsi::ready_path(root, h, deadline) {
+                    Ok(Some(dev)) => {
+                        paths[i].outcome = PathOutcome::Found(dev);
+                        paths[i].timing.ready = Some(start.elapsed());
+                        false
+                    }
+                    Ok(None) => true,
+                    // The open was still blocked at the deadline: stays `TimedOut`.
+                    Err(e) if e.kind() == ErrorKind::Timeout => true,
+                    Err(e) => {
+                        paths[i].outcome = PathOutcome::Failed(e);
+                        false
+                    }
+                }
+            });
+            Ok(pending.is_empty().then_some(()))
+        });
+        match waited {
+            Ok(()) | Err(Error::Timeout { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let report = ScanReport {
+        paths,
+        elapsed: start.elapsed(),
+    };
+    check_wwids(&report, opts.expect_wwid.as_ref())?;
+    let found = report.devices().count();
+    if found >= opts.min_paths.max(1) {
+        return Ok(report);
+    }
+    Err(too_few(what, report, opts.min_paths.max(1), start))
+}
+
+/// Runs one path's scan write, noting when it began and returned.
+fn trigger_timed(
+    root: &Root,
+    target: &ScanTarget,
+    start: Instant,
+    deadline: Instant,
+) -> (Result<Triggered>, PathTiming) {
+    let write_start = Some(start.elapsed());
+    let result = scsi::trigger(root, target, deadline);
+    let write_end = match &result {
+        Err(e) if e.kind() == ErrorKind::Timeout => None,
+        _ => Some(start.elapsed()),
+    };
+    let timing = PathTiming {
+        write_start,
+        write_end,
+        ready: None,
+    };
+    (result, timing)
+}
+
+/// Every path that came must carry the expected WWID, or, with none expected, the same one
+/// as the first path that came.
+fn check_wwids(report: &ScanReport, expect: Option<&Wwid>) -> Result<()> {
+    let mut devices = report.devices();
+    let (reference, from) = match expect {
+        Some(w) => (Some(w.clone()), None),
+        None => match devices.next() {
+            Some(first) => (first.wwid.clone(), Some(first)),
+            None => return Ok(()),
+        },
+    };
+    for p in devices {
+        if p.wwid == reference {
+            continue;
+        }
+        let expected = reference
+            .as_ref()
+            .map_or("none".into(), ToString::to_string);
+        return Err(Error::WwidMismatch {
+            device: format!("{} ({})", p.name, p.hctl),
+            expected: match from {
+                Some(first) => format!("{expected}, as on {} ({})", first.name, first.hctl),
+                None => expected,
+            },
+            actual: p.wwid.as_ref().map_or("none".into(), ToString::to_string),
+        });
+    }
+    Ok(())
+}
+
+/// The error for a scan where fewer than `wanted` paths came.
+fn too_few(what: &str, mut report: ScanReport, wanted: usize, start: Instant) -> Error {
+    let scanned: Vec<usize> = (0..report.paths.len())
+        .filter(|&i| !matches!(report.paths[i].outcome, PathOutcome::Skipped(_)))
+        .collect();
+    // One path scanned and it did not come: that path's own error says it best, and keeps
+    // the messages of a single-address scan.
+    if let ([i], 1) = (scanned.as_slice(), wanted) {
+        let p = report.paths.swap_remove(*i);
+        return match (p.outcome, p.hctl) {
+            (PathOutcome::Failed(e), _) => e,
+            (PathOutcome::TimedOut, Some(h)) => Error::Timeout {
+                what: format!("block device of {h} to appear and open"),
+                waited: start.elapsed(),
+            },
+            (PathOutcome::NotReported, Some(h)) => Error::NotFound {
+                what: format!(
+                    "LUN {} behind host{} channel {} target {} (the target did not report it)",
+                    h.lun, h.host, h.channel, h.target
+                ),
+            },
+            (outcome, _) => Error::Internal {
+                what: format!(
+                    "scan of {what} through {}: {outcome} counted as missing",
+                    p.via
+                ),
+            },
+        };
+    }
+    Error::MissingPaths {
+        what: what.to_owned(),
+        found: report.devices().count(),
+        wanted,
+        paths: report.paths,
+    }
+}
