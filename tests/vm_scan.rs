@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
+use support::lio_split::SplitTarget;
 use support::scsi_debug::ScsiDebug;
-use support::{require_vm, sysfs};
+use support::{cmd, iscsi, require_vm, sysfs};
 
 fn lunkit(args: &[&str]) -> Output {
     let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
@@ -295,4 +296,180 @@ fn scan_waits_for_udev_or_reports_it_missing() {
 
     sd.unload().expect("unload scsi_debug");
     drop(manual);
+}
+
+/// The path outcomes of a `scan --json` or `attach --json` document: `(hctl, outcome)`.
+fn outcomes(doc: &Value) -> Vec<(String, String)> {
+    doc["paths"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no paths[] in {doc}"))
+        .iter()
+        .map(|p| {
+            (
+                p["hctl"].as_str().unwrap_or("-").to_owned(),
+                p["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A LUN masked on one path (LIO: TPG 1 exports it, TPG 2 of the same target does not) comes
+/// on the other: one path found, one not reported, exit 0; `--min-paths 2` is exit 3 and
+/// names both paths.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_masked_on_one_path_comes_on_the_other() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 1,
+            ..LioConfig::default()
+        },
+        scan: vec![],
+        multipath: false,
+    })
+    .expect("build the iSCSI lab");
+    let split = SplitTarget::create(
+        "iqn.2003-01.org.linux-iscsi.lunkit:split",
+        "127.0.0.1:3260",
+        "127.0.0.2:3260",
+        lab.config.target.lun_size,
+    )
+    .expect("build the split target");
+    for portal in [&split.seeing, &split.blind] {
+        iscsi::discover(portal).expect("discovery");
+    }
+    let seeing = iscsi::login(&split.iqn, &split.seeing).expect("login through TPG 1");
+    let blind = iscsi::login(&split.iqn, &split.blind).expect("login through TPG 2");
+    let lun = support::lio_split::LUN.to_string();
+    let (found_at, masked_at) = (
+        format!("{}:0:0:{lun}", seeing.host),
+        format!("{}:0:0:{lun}", blind.host),
+    );
+
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        &split.iqn,
+        "--lun",
+        &lun,
+        "--timeout",
+        "60",
+        "--json",
+    ]);
+    assert!(out.status.success(), "scan failed: {}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut got = outcomes(&doc);
+    got.sort();
+    let mut want = vec![
+        (found_at.clone(), "found".to_owned()),
+        (masked_at.clone(), "not-reported".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(got, want, "{doc}");
+    assert_eq!(devices_on(&[seeing.host, blind.host]), [found_at.as_str()]);
+
+    // Both paths wanted: not found (exit 3), each path named with its outcome.
+    let out = lunkit(&[
+        "attach",
+        "--iscsi-target",
+        &split.iqn,
+        "--lun",
+        &lun,
+        "--min-paths",
+        "2",
+        "--timeout",
+        "60",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("1 of 2 path(s) came, 2 wanted"), "{err}");
+    assert!(
+        err.contains(&format!("{masked_at} via session{} ", blind.sid))
+            && err.contains("not reported by the target"),
+        "{err}"
+    );
+
+    let out = lunkit(&["delete", &found_at]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for portal in [&split.seeing, &split.blind] {
+        cmd::run(
+            "iscsiadm",
+            &["-m", "node", "-T", &split.iqn, "-p", portal, "--logout"],
+        )
+        .expect("log out of the split target");
+    }
+    cmd::run(
+        "iscsiadm",
+        &["-m", "node", "-T", &split.iqn, "-o", "delete"],
+    )
+    .expect("delete the split target's node records");
+    split.teardown().expect("remove the split target");
+    lab.teardown().expect("tear the lab down");
+}
+
+/// `attach --wait-map` on a 2-path volume with udevd and multipathd running: both scan
+/// writes are in flight at once (their timestamps overlap), and it returns the map that
+/// multipathd built with both paths.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 4,
+            ..LioConfig::default()
+        },
+        scan: vec![],
+        multipath: true,
+    })
+    .expect("build the iSCSI lab");
+    let iqn = lab.config.target.iqn.clone();
+    let out = lunkit(&[
+        "attach",
+        "--iscsi-target",
+        &iqn,
+        "--lun",
+        "2",
+        "--wait-map",
+        "--timeout",
+        "120",
+        "--json",
+    ]);
+    assert!(out.status.success(), "attach failed: {}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("attach --wait-map: {doc}");
+    let paths = doc["paths"].as_array().unwrap();
+    assert_eq!(paths.len(), 2, "{doc}");
+    assert!(paths.iter().all(|p| p["outcome"] == "found"), "{doc}");
+    let at = |p: &Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
+    let last_start = paths.iter().map(|p| at(p, "write_start_us")).max().unwrap();
+    let first_end = paths.iter().map(|p| at(p, "write_end_us")).min().unwrap();
+    assert!(
+        last_start < first_end,
+        "the scan writes did not overlap: {doc}"
+    );
+
+    let map = doc["map"]["dm"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no map in {doc}"));
+    let mut slaves = sysfs::names(format!("/sys/block/{map}/slaves"));
+    slaves.sort();
+    let mut disks: Vec<String> = doc["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_owned())
+        .collect();
+    disks.sort();
+    assert_eq!(slaves, disks, "the map {map} holds both paths");
+    assert_eq!(
+        sysfs::attr(format!("/sys/block/{map}/dm/name")).unwrap(),
+        doc["map"]["name"].as_str().unwrap()
+    );
+
+    let out = lunkit(&["detach", "--iscsi-target", &iqn, "--lun", "2"]);
+    assert!(out.status.success(), "detach failed: {}", stderr(&out));
+    lab.teardown().expect("tear the lab down");
 }
