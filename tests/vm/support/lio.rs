@@ -9,7 +9,7 @@ use super::{Result, cmd};
 
 const CONFIGFS: &str = "/sys/kernel/config";
 const TARGET: &str = "/sys/kernel/config/target";
-const IMAGES: &str = "/tmp/lunkit-lio";
+pub(crate) const IMAGES: &str = "/tmp/lunkit-lio";
 
 /// What to build.
 #[derive(Debug, Clone)]
@@ -82,31 +82,14 @@ impl LioTarget {
         mkdir(&tpg)?;
         for lun in 0..self.config.luns {
             let bs = Self::backstore(lun);
-            mkdir(&bs)?;
             let image = format!("{IMAGES}/lun{lun}.img");
-            // fileio creates the file itself; it stays sparse in tmpfs.
-            write(
-                &bs.join("control"),
-                &format!("fd_dev_name={image},fd_dev_size={}", self.config.lun_size),
-            )?;
-            write(&bs.join("enable"), "1")?;
-            // Before the LUN is exported: LIO refuses to change the serial of an exported LUN.
-            write(&bs.join("wwn/vpd_unit_serial"), &unit_serial(lun))?;
-            let lun_dir = tpg.join(format!("lun/lun_{lun}"));
-            mkdir(&lun_dir)?;
-            std::os::unix::fs::symlink(&bs, lun_dir.join("lunkit")).map_err(|e| {
-                format!("cannot map {} to {}: {e}", bs.display(), lun_dir.display())
-            })?;
+            fileio(&bs, &image, self.config.lun_size, &unit_serial(lun))?;
+            export(&bs, &tpg, lun)?;
         }
         for portal in &self.config.portals {
             mkdir(&tpg.join("np").join(portal))?;
         }
-        write(&tpg.join("attrib/authentication"), "0")?;
-        write(&tpg.join("attrib/generate_node_acls"), "1")?;
-        write(&tpg.join("attrib/cache_dynamic_acls"), "1")?;
-        write(&tpg.join("attrib/demo_mode_write_protect"), "0")?;
-        write(&tpg.join("enable"), "1")?;
-        Ok(())
+        open_to_all(&tpg)
     }
 
     /// Removes the target, portals, LUNs and backstores. Log the initiator out first: tearing
@@ -130,17 +113,12 @@ impl LioTarget {
             let _ = fs::remove_dir(tpg.join("np").join(portal));
         }
         for lun in 0..self.config.luns {
-            let lun_dir = tpg.join(format!("lun/lun_{lun}"));
-            let _ = fs::remove_file(lun_dir.join("lunkit"));
-            let _ = fs::remove_dir(&lun_dir);
+            unexport(&tpg, lun);
         }
         let _ = fs::remove_dir(&tpg);
         let _ = fs::remove_dir(tpg.parent().expect("tpg has a parent"));
         for lun in 0..self.config.luns {
-            let bs = Self::backstore(lun);
-            let _ = fs::remove_dir(&bs);
-            let _ = fs::remove_dir(bs.parent().expect("backstore has a parent"));
-            let _ = fs::remove_file(format!("{IMAGES}/lun{lun}.img"));
+            remove_fileio(&Self::backstore(lun), &format!("{IMAGES}/lun{lun}.img"));
         }
     }
 }
@@ -153,11 +131,57 @@ impl Drop for LioTarget {
     }
 }
 
-fn mkdir(p: &Path) -> Result<()> {
+/// Creates the fileio backstore `bs` on `image` (`size` bytes) with unit serial `serial`,
+/// and enables it.
+pub(crate) fn fileio(bs: &Path, image: &str, size: u64, serial: &str) -> Result<()> {
+    mkdir(bs)?;
+    // fileio creates the file itself; it stays sparse in tmpfs.
+    write(
+        &bs.join("control"),
+        &format!("fd_dev_name={image},fd_dev_size={size}"),
+    )?;
+    write(&bs.join("enable"), "1")?;
+    // Before the LUN is exported: LIO refuses to change the serial of an exported LUN.
+    write(&bs.join("wwn/vpd_unit_serial"), serial)
+}
+
+/// Exports backstore `bs` as LUN `lun` of `tpg`.
+pub(crate) fn export(bs: &Path, tpg: &Path, lun: u32) -> Result<()> {
+    let lun_dir = tpg.join(format!("lun/lun_{lun}"));
+    mkdir(&lun_dir)?;
+    std::os::unix::fs::symlink(bs, lun_dir.join("lunkit"))
+        .map_err(|e| format!("cannot map {} to {}: {e}", bs.display(), lun_dir.display()).into())
+}
+
+/// Lets every initiator in without authentication (demo mode: generated node ACLs, writable
+/// LUNs), then enables `tpg`.
+pub(crate) fn open_to_all(tpg: &Path) -> Result<()> {
+    write(&tpg.join("attrib/authentication"), "0")?;
+    write(&tpg.join("attrib/generate_node_acls"), "1")?;
+    write(&tpg.join("attrib/cache_dynamic_acls"), "1")?;
+    write(&tpg.join("attrib/demo_mode_write_protect"), "0")?;
+    write(&tpg.join("enable"), "1")
+}
+
+/// Removes what [`export`] made (best effort, as every removal here).
+pub(crate) fn unexport(tpg: &Path, lun: u32) {
+    let lun_dir = tpg.join(format!("lun/lun_{lun}"));
+    let _ = fs::remove_file(lun_dir.join("lunkit"));
+    let _ = fs::remove_dir(&lun_dir);
+}
+
+/// Removes what [`fileio`] made, its HBA directory and its image (best effort).
+pub(crate) fn remove_fileio(bs: &Path, image: &str) {
+    let _ = fs::remove_dir(bs);
+    let _ = fs::remove_dir(bs.parent().expect("backstore has a parent"));
+    let _ = fs::remove_file(image);
+}
+
+pub(crate) fn mkdir(p: &Path) -> Result<()> {
     fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()).into())
 }
 
-fn write(p: &Path, v: &str) -> Result<()> {
+pub(crate) fn write(p: &Path, v: &str) -> Result<()> {
     fs::write(p, v).map_err(|e| format!("write {v:?} to {}: {e}", p.display()).into())
 }
 

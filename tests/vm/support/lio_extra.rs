@@ -9,10 +9,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::Result;
+use super::{Result, lio};
 
 const TARGET: &str = "/sys/kernel/config/target";
-const IMAGES: &str = "/tmp/lunkit-lio";
 /// The HBA index of the extra backstore, clear of the lab's `fileio_<lun>` HBAs.
 const HBA: u32 = 4096;
 
@@ -35,7 +34,7 @@ impl ExtraTarget {
                 format!("{TARGET}/iscsi is missing: build the lab's LIO target first").into(),
             );
         }
-        fs::create_dir_all(IMAGES)?;
+        fs::create_dir_all(lio::IMAGES)?;
         let mut me = Self {
             iqn: iqn.to_owned(),
             portal: portal.to_owned(),
@@ -61,30 +60,16 @@ impl ExtraTarget {
     }
 
     fn image() -> String {
-        format!("{IMAGES}/extra-{HBA}.img")
+        format!("{}/extra-{HBA}.img", lio::IMAGES)
     }
 
     fn build(&mut self, size: u64) -> Result<()> {
         let bs = Self::backstore();
-        mkdir(&bs)?;
-        write(
-            &bs.join("control"),
-            &format!("fd_dev_name={},fd_dev_size={size}", Self::image()),
-        )?;
-        write(&bs.join("enable"), "1")?;
-        write(&bs.join("wwn/vpd_unit_serial"), UNIT_SERIAL)?;
+        lio::fileio(&bs, &Self::image(), size, UNIT_SERIAL)?;
         let tpg = self.tpg();
-        let lun_dir = tpg.join("lun/lun_0");
-        mkdir(&lun_dir)?;
-        std::os::unix::fs::symlink(&bs, lun_dir.join("lunkit"))
-            .map_err(|e| format!("cannot map {} to {}: {e}", bs.display(), lun_dir.display()))?;
-        mkdir(&tpg.join("np").join(&self.portal))?;
-        write(&tpg.join("attrib/authentication"), "0")?;
-        write(&tpg.join("attrib/generate_node_acls"), "1")?;
-        write(&tpg.join("attrib/cache_dynamic_acls"), "1")?;
-        write(&tpg.join("attrib/demo_mode_write_protect"), "0")?;
-        write(&tpg.join("enable"), "1")?;
-        Ok(())
+        lio::export(&bs, &tpg, 0)?;
+        lio::mkdir(&tpg.join("np").join(&self.portal))?;
+        lio::open_to_all(&tpg)
     }
 
     /// Removes the target and its backstore. Log the initiator out of it first.
@@ -103,15 +88,10 @@ impl ExtraTarget {
         let tpg = self.tpg();
         let _ = fs::write(tpg.join("enable"), "0");
         let _ = fs::remove_dir(tpg.join("np").join(&self.portal));
-        let lun_dir = tpg.join("lun/lun_0");
-        let _ = fs::remove_file(lun_dir.join("lunkit"));
-        let _ = fs::remove_dir(&lun_dir);
+        lio::unexport(&tpg, 0);
         let _ = fs::remove_dir(&tpg);
         let _ = fs::remove_dir(tpg.parent().expect("tpg has a parent"));
-        let bs = Self::backstore();
-        let _ = fs::remove_dir(&bs);
-        let _ = fs::remove_dir(bs.parent().expect("backstore has a parent"));
-        let _ = fs::remove_file(Self::image());
+        lio::remove_fileio(&Self::backstore(), &Self::image());
     }
 }
 
@@ -121,12 +101,4 @@ impl Drop for ExtraTarget {
             self.remove();
         }
     }
-}
-
-fn mkdir(p: &Path) -> Result<()> {
-    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()).into())
-}
-
-fn write(p: &Path, v: &str) -> Result<()> {
-    fs::write(p, v).map_err(|e| format!("write {v:?} to {}: {e}", p.display()).into())
 }

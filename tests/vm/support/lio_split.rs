@@ -9,10 +9,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::Result;
+use super::{Result, lio};
 
 const TARGET: &str = "/sys/kernel/config/target";
-const IMAGES: &str = "/tmp/lunkit-lio";
 /// The HBA index of the backstore, clear of the lab's and of [`super::lio_extra`]'s.
 const HBA: u32 = 4097;
 /// The LUN number TPG 1 exports the backstore as.
@@ -40,7 +39,7 @@ impl SplitTarget {
                 format!("{TARGET}/iscsi is missing: build the lab's LIO target first").into(),
             );
         }
-        fs::create_dir_all(IMAGES)?;
+        fs::create_dir_all(lio::IMAGES)?;
         let mut me = Self {
             iqn: iqn.to_owned(),
             seeing: seeing.to_owned(),
@@ -67,30 +66,17 @@ impl SplitTarget {
     }
 
     fn image() -> String {
-        format!("{IMAGES}/split-{HBA}.img")
+        format!("{}/split-{HBA}.img", lio::IMAGES)
     }
 
     fn build(&mut self, size: u64) -> Result<()> {
         let bs = Self::backstore();
-        mkdir(&bs)?;
-        write(
-            &bs.join("control"),
-            &format!("fd_dev_name={},fd_dev_size={size}", Self::image()),
-        )?;
-        write(&bs.join("enable"), "1")?;
-        write(&bs.join("wwn/vpd_unit_serial"), UNIT_SERIAL)?;
-        let lun_dir = self.tpg(1).join(format!("lun/lun_{LUN}"));
-        mkdir(&lun_dir)?;
-        std::os::unix::fs::symlink(&bs, lun_dir.join("lunkit"))
-            .map_err(|e| format!("cannot map {} to {}: {e}", bs.display(), lun_dir.display()))?;
+        lio::fileio(&bs, &Self::image(), size, UNIT_SERIAL)?;
+        lio::export(&bs, &self.tpg(1), LUN)?;
         for (n, portal) in [(1, &self.seeing), (2, &self.blind)] {
             let tpg = self.tpg(n);
-            mkdir(&tpg.join("np").join(portal))?;
-            write(&tpg.join("attrib/authentication"), "0")?;
-            write(&tpg.join("attrib/generate_node_acls"), "1")?;
-            write(&tpg.join("attrib/cache_dynamic_acls"), "1")?;
-            write(&tpg.join("attrib/demo_mode_write_protect"), "0")?;
-            write(&tpg.join("enable"), "1")?;
+            lio::mkdir(&tpg.join("np").join(portal))?;
+            lio::open_to_all(&tpg)?;
         }
         Ok(())
     }
@@ -113,17 +99,12 @@ impl SplitTarget {
             let _ = fs::write(tpg.join("enable"), "0");
             let _ = fs::remove_dir(tpg.join("np").join(portal));
         }
-        let lun_dir = self.tpg(1).join(format!("lun/lun_{LUN}"));
-        let _ = fs::remove_file(lun_dir.join("lunkit"));
-        let _ = fs::remove_dir(&lun_dir);
+        lio::unexport(&self.tpg(1), LUN);
         for n in [1, 2] {
             let _ = fs::remove_dir(self.tpg(n));
         }
         let _ = fs::remove_dir(Path::new(TARGET).join("iscsi").join(&self.iqn));
-        let bs = Self::backstore();
-        let _ = fs::remove_dir(&bs);
-        let _ = fs::remove_dir(bs.parent().expect("backstore has a parent"));
-        let _ = fs::remove_file(Self::image());
+        lio::remove_fileio(&Self::backstore(), &Self::image());
     }
 }
 
@@ -133,12 +114,4 @@ impl Drop for SplitTarget {
             self.remove();
         }
     }
-}
-
-fn mkdir(p: &Path) -> Result<()> {
-    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()).into())
-}
-
-fn write(p: &Path, v: &str) -> Result<()> {
-    fs::write(p, v).map_err(|e| format!("write {v:?} to {}: {e}", p.display()).into())
 }
