@@ -132,9 +132,17 @@ impl PathScan {
 impl fmt::Display for PathScan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.hctl {
-            Some(h) => write!(f, "{h} via {}: {}", self.via, self.outcome),
-            None => write!(f, "{}: {}", self.via, self.outcome),
+            Some(h) => write!(f, "{h} via {}: {}", self.via, self.outcome)?,
+            None => write!(f, "{}: {}", self.via, self.outcome)?,
         }
+        let t = &self.timing;
+        if matches!(self.outcome, PathOutcome::TimedOut)
+            && t.write_start.is_some()
+            && t.write_end.is_none()
+        {
+            f.write_str(" (its scan write had not returned: the device is not answering)")?;
+        }
+        Ok(())
     }
 }
 
@@ -251,6 +259,9 @@ pub(crate) fn scan_paths(
 
     let mut paths: Vec<PathScan> = Vec::with_capacity(candidates.len());
     let mut pending: Vec<usize> = Vec::new();
+    // Scan writes still blocked at the deadline, by path: their error names the write, which
+    // says more than "timed out" when it is the only path.
+    let mut stuck: Vec<(usize, Error)> = Vec::new();
     for (c, t) in candidates.into_iter().zip(triggered) {
         let (via, hctl, outcome, timing) = match (c, t) {
             (Candidate::Skip { via, hctl, why }, _) => {
@@ -263,7 +274,10 @@ pub(crate) fn scan_paths(
                         PathOutcome::TimedOut
                     }
                     Ok(Triggered::NotReported) => PathOutcome::NotReported,
-                    Err(e) if e.kind() == ErrorKind::Timeout => PathOutcome::TimedOut,
+                    Err(e) if e.kind() == ErrorKind::Timeout => {
+                        stuck.push((paths.len(), e));
+                        PathOutcome::TimedOut
+                    }
                     Err(e) => PathOutcome::Failed(e),
                 };
                 (via, Some(target.hctl), outcome, timing)
@@ -333,7 +347,7 @@ pub(crate) fn scan_paths(
     if found >= opts.min_paths.max(1) {
         return Ok(report);
     }
-    Err(too_few(what, report, opts.min_paths.max(1), start))
+    Err(too_few(what, report, stuck, opts.min_paths.max(1), start))
 }
 
 /// Runs one path's scan write, noting when it began and returned.
@@ -388,13 +402,22 @@ fn check_wwids(report: &ScanReport, expect: Option<&Wwid>) -> Result<()> {
 }
 
 /// The error for a scan where fewer than `wanted` paths came.
-fn too_few(what: &str, mut report: ScanReport, wanted: usize, start: Instant) -> Error {
+fn too_few(
+    what: &str,
+    mut report: ScanReport,
+    mut stuck: Vec<(usize, Error)>,
+    wanted: usize,
+    start: Instant,
+) -> Error {
     let scanned: Vec<usize> = (0..report.paths.len())
         .filter(|&i| !matches!(report.paths[i].outcome, PathOutcome::Skipped(_)))
         .collect();
     // One path scanned and it did not come: that path's own error says it best, and keeps
     // the messages of a single-address scan.
     if let ([i], 1) = (scanned.as_slice(), wanted) {
+        if let Some(at) = stuck.iter().position(|(j, _)| j == i) {
+            return stuck.swap_remove(at).1;
+        }
         let p = report.paths.swap_remove(*i);
         return match (p.outcome, p.hctl) {
             (PathOutcome::Failed(e), _) => e,
