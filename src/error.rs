@@ -215,7 +215,7 @@ fn missing_paths_kind(paths: &[crate::scan::PathScan]) -> ErrorKind {
     use crate::scan::PathOutcome;
     if paths
         .iter()
-        .any(|p| matches!(p.outcome, PathOutcome::TimedOut))
+        .any(|p| matches!(p.outcome, PathOutcome::TimedOut(_)))
     {
         return ErrorKind::Timeout;
     }

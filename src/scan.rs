@@ -60,9 +60,9 @@ pub enum PathOutcome {
     /// The target did not report the LUN on this path (masked, or not mapped to this
     /// initiator or portal): the kernel made no SCSI device for it.
     NotReported,
-    /// The deadline passed first: the scan write was still blocked, or the disk was not yet
-    /// probed or did not open.
-    TimedOut,
+    /// The deadline passed first: the [`Error::Timeout`] names what was still awaited, the
+    /// scan write (the device is not answering) or the disk (not yet probed, or not opening).
+    TimedOut(Error),
     /// The scan failed on this path (the write's errno, or the device vanished meanwhile).
     Failed(Error),
     /// Not scanned: the transport says this path cannot reach the LUN now (why).
@@ -75,7 +75,7 @@ impl PathOutcome {
         match self {
             PathOutcome::Found(_) => "found",
             PathOutcome::NotReported => "not-reported",
-            PathOutcome::TimedOut => "timed-out",
+            PathOutcome::TimedOut(_) => "timed-out",
             PathOutcome::Failed(_) => "failed",
             PathOutcome::Skipped(_) => "skipped",
         }
@@ -87,7 +87,7 @@ impl fmt::Display for PathOutcome {
         match self {
             PathOutcome::Found(p) => write!(f, "found {}", p.name),
             PathOutcome::NotReported => f.write_str("not reported by the target"),
-            PathOutcome::TimedOut => f.write_str("timed out"),
+            PathOutcome::TimedOut(e) => write!(f, "{e}"),
             PathOutcome::Failed(e) => write!(f, "failed: {e}"),
             PathOutcome::Skipped(why) => write!(f, "skipped: {why}"),
         }
@@ -132,17 +132,9 @@ impl PathScan {
 impl fmt::Display for PathScan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.hctl {
-            Some(h) => write!(f, "{h} via {}: {}", self.via, self.outcome)?,
-            None => write!(f, "{}: {}", self.via, self.outcome)?,
+            Some(h) => write!(f, "{h} via {}: {}", self.via, self.outcome),
+            None => write!(f, "{}: {}", self.via, self.outcome),
         }
-        let t = &self.timing;
-        if matches!(self.outcome, PathOutcome::TimedOut)
-            && t.write_start.is_some()
-            && t.write_end.is_none()
-        {
-            f.write_str(" (its scan write had not returned: the device is not answering)")?;
-        }
-        Ok(())
     }
 }
 
@@ -259,9 +251,6 @@ pub(crate) fn scan_paths(
 
     let mut paths: Vec<PathScan> = Vec::with_capacity(candidates.len());
     let mut pending: Vec<usize> = Vec::new();
-    // Scan writes still blocked at the deadline, by path: their error names the write, which
-    // says more than "timed out" when it is the only path.
-    let mut stuck: Vec<(usize, Error)> = Vec::new();
     for (c, t) in candidates.into_iter().zip(triggered) {
         let (via, hctl, outcome, timing) = match (c, t) {
             (Candidate::Skip { via, hctl, why }, _) => {
@@ -271,13 +260,11 @@ pub(crate) fn scan_paths(
                 let outcome = match result {
                     Ok(Triggered::Present) => {
                         pending.push(paths.len());
-                        PathOutcome::TimedOut
+                        // Until its disk opens, below; what a path still pending ends as.
+                        PathOutcome::TimedOut(disk_timeout(target.hctl, Duration::ZERO))
                     }
                     Ok(Triggered::NotReported) => PathOutcome::NotReported,
-                    Err(e) if e.kind() == ErrorKind::Timeout => {
-                        stuck.push((paths.len(), e));
-                        PathOutcome::TimedOut
-                    }
+                    Err(e) if e.kind() == ErrorKind::Timeout => PathOutcome::TimedOut(e),
                     Err(e) => PathOutcome::Failed(e),
                 };
                 (via, Some(target.hctl), outcome, timing)
@@ -334,7 +321,14 @@ pub(crate) fn scan_paths(
             Ok(pending.is_empty().then_some(()))
         });
         match waited {
-            Ok(()) | Err(Error::Timeout { .. }) => {}
+            Ok(()) => {}
+            Err(Error::Timeout { waited, .. }) => {
+                for i in pending {
+                    if let Some(h) = paths[i].hctl {
+                        paths[i].outcome = PathOutcome::TimedOut(disk_timeout(h, waited));
+                    }
+                }
+            }
             Err(e) => return Err(e),
         }
     }
@@ -347,7 +341,15 @@ pub(crate) fn scan_paths(
     if found >= opts.min_paths.max(1) {
         return Ok(report);
     }
-    Err(too_few(what, report, stuck, opts.min_paths.max(1), start))
+    Err(too_few(what, report, opts.min_paths.max(1)))
+}
+
+/// The timeout of a path whose disk did not come.
+fn disk_timeout(hctl: Hctl, waited: Duration) -> Error {
+    Error::Timeout {
+        what: format!("block device of {hctl} to appear and open"),
+        waited,
+    }
 }
 
 /// Runs one path's scan write, noting when it began and returned.
@@ -402,29 +404,16 @@ fn check_wwids(report: &ScanReport, expect: Option<&Wwid>) -> Result<()> {
 }
 
 /// The error for a scan where fewer than `wanted` paths came.
-fn too_few(
-    what: &str,
-    mut report: ScanReport,
-    mut stuck: Vec<(usize, Error)>,
-    wanted: usize,
-    start: Instant,
-) -> Error {
+fn too_few(what: &str, mut report: ScanReport, wanted: usize) -> Error {
     let scanned: Vec<usize> = (0..report.paths.len())
         .filter(|&i| !matches!(report.paths[i].outcome, PathOutcome::Skipped(_)))
         .collect();
     // One path scanned and it did not come: that path's own error says it best, and keeps
     // the messages of a single-address scan.
     if let ([i], 1) = (scanned.as_slice(), wanted) {
-        if let Some(at) = stuck.iter().position(|(j, _)| j == i) {
-            return stuck.swap_remove(at).1;
-        }
         let p = report.paths.swap_remove(*i);
         return match (p.outcome, p.hctl) {
-            (PathOutcome::Failed(e), _) => e,
-            (PathOutcome::TimedOut, Some(h)) => Error::Timeout {
-                what: format!("block device of {h} to appear and open"),
-                waited: start.elapsed(),
-            },
+            (PathOutcome::Failed(e) | PathOutcome::TimedOut(e), _) => e,
             (PathOutcome::NotReported, Some(h)) => Error::NotFound {
                 what: format!(
                     "LUN {} behind host{} channel {} target {} (the target did not report it)",

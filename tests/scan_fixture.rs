@@ -352,7 +352,10 @@ fn a_path_that_does_not_open_times_out_while_the_others_come() {
     let report = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &quick()).unwrap();
     let outcomes: Vec<&str> = report.paths.iter().map(|p| p.outcome.as_str()).collect();
     assert_eq!(outcomes, ["found", "timed-out"]);
-    assert!(matches!(report.paths[1].outcome, PathOutcome::TimedOut));
+    assert!(matches!(
+        report.paths[1].outcome,
+        PathOutcome::TimedOut(Error::Timeout { .. })
+    ));
     let two = ScanOptions {
         min_paths: 2,
         ..quick()

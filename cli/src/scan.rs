@@ -114,7 +114,7 @@ struct Path {
     outcome: &'static str,
     /// The device, when found.
     device: Option<String>,
-    /// Why, when failed or skipped.
+    /// Why, when timed out, failed or skipped.
     detail: Option<String>,
     /// Offsets from the start of the scan, in microseconds.
     write_start_us: Option<u128>,
@@ -247,7 +247,7 @@ pub fn print(
                     outcome: p.outcome.as_str(),
                     device: p.device().map(|d| d.name.clone()),
                     detail: match &p.outcome {
-                        PathOutcome::Failed(e) => Some(e.to_string()),
+                        PathOutcome::Failed(e) | PathOutcome::TimedOut(e) => Some(e.to_string()),
                         PathOutcome::Skipped(why) => Some(why.clone()),
                         _ => None,
                     },
