@@ -13,23 +13,7 @@ use crate::scsi::ScanTarget;
 use crate::sysfs::fc::{FcRemotePort, hosts, remote_ports};
 use crate::wwn::Wwn;
 
-/// The remote ports a scan for `target` goes through: that port name, the `FCP Target` role,
-/// a bound SCSI target id, `Online` or `Marginal`, and, when `initiators` is not empty, seen
-/// by one of those local ports.
-pub fn target_ports(root: &Root, target: Wwn, initiators: &[Wwn]) -> Result<Vec<FcRemotePort>> {
-    let local = hosts(root)?;
-    let found: Vec<FcRemotePort> = remote_ports(root)?
-        .into_iter()
-        .filter(|r| r.port_name == Some(target) && r.is_fcp_target() && r.scsi_target_id.is_some())
-        .filter(online)
-        .filter(|r| through(r, &local, initiators))
-        .collect();
-    if found.is_empty() {
-        return Err(no_port(target));
-    }
-    Ok(found)
-}
-
+/// No remote port leads to `target` in a state the kernel scans.
 fn no_port(target: Wwn) -> Error {
     Error::NotFound {
         what: format!("online FC target port {target}"),
@@ -103,15 +87,8 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
             }
         })
         .collect();
-    // The same error as target_ports when no port can be scanned.
-    if !candidates
-        .iter()
-        .any(|c| matches!(c, Candidate::Scan { .. }))
-    {
-        return Err(no_port(lun.wwpn));
-    }
     let what = format!("LUN {} of FC target {}", lun.lun, lun.wwpn);
-    crate::scan::scan_paths(root, &what, candidates, opts)
+    crate::scan::scan_paths(root, &what, candidates, &|| no_port(lun.wwpn), opts)
 }
 
 /// The port states in which the kernel's `fc_user_scan` scans a remote port.

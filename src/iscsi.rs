@@ -26,26 +26,7 @@ pub fn check_target_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The sessions to `target` that can be scanned: `LOGGED_IN`, with a host and target id, and,
-/// when `portals` is not empty, through one of those portals (`addr:port`).
-pub fn scannable_sessions(
-    root: &Root,
-    target: &str,
-    portals: &[String],
-) -> Result<Vec<IscsiSession>> {
-    check_target_name(target)?;
-    let found: Vec<IscsiSession> = sessions_to(root, target)?
-        .into_iter()
-        .filter(|s| portals.is_empty() || s.portal().is_some_and(|p| portals.contains(&p)))
-        .filter(|s| s.state.as_deref() == Some("LOGGED_IN"))
-        .filter(|s| s.host.is_some() && s.target_id.is_some())
-        .collect();
-    if found.is_empty() {
-        return Err(no_session(target, portals));
-    }
-    Ok(found)
-}
-
+/// No session to `target` (through `portals`) can be scanned.
 fn no_session(target: &str, portals: &[String]) -> Error {
     let via = if portals.is_empty() {
         String::new()
@@ -119,13 +100,7 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
             }
         })
         .collect();
-    // The same error as scannable_sessions when no session can be scanned.
-    if !candidates
-        .iter()
-        .any(|c| matches!(c, Candidate::Scan { .. }))
-    {
-        return Err(no_session(&lun.target, &lun.portals));
-    }
     let what = format!("LUN {} of iSCSI target {}", lun.lun, lun.target);
-    crate::scan::scan_paths(root, &what, candidates, opts)
+    let none = || no_session(&lun.target, &lun.portals);
+    crate::scan::scan_paths(root, &what, candidates, &none, opts)
 }

@@ -200,7 +200,8 @@ pub(crate) enum Candidate {
 /// Scans `lun` (named `what` in errors: `LUN 3 of iSCSI target iqn…`) through every
 /// candidate at once and waits for every path until the deadline.
 ///
-/// Errors: [`Error::WwidMismatch`] when a path's WWID differs from the expected one or from
+/// Errors: `none()` when no candidate can be scanned (the transport's "no logged-in
+/// session" or "no online port"); [`Error::WwidMismatch`] when a path's WWID differs from the expected one or from
 /// the other paths', naming that path; [`Error::MissingPaths`] when fewer than
 /// [`ScanOptions::min_paths`] came (with a single scanned path, that path's own error
 /// instead: not reported is [`Error::NotFound`], a timeout is [`Error::Timeout`]).
@@ -208,8 +209,16 @@ pub(crate) fn scan_paths(
     root: &Root,
     what: &str,
     candidates: Vec<Candidate>,
+    none: &dyn Fn() -> Error,
     opts: &ScanOptions,
 ) -> Result<ScanReport> {
+    // Nothing to write to: the transport's own "no session/port" error, before any wait.
+    if !candidates
+        .iter()
+        .any(|c| matches!(c, Candidate::Scan { .. }))
+    {
+        return Err(none());
+    }
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     // Subscribe before acting so no block device's `add` can slip past.

@@ -86,7 +86,11 @@ pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanRe
         via: format!("host{}", hctl.host),
         target: ScanTarget::exact(hctl),
     };
-    crate::scan::scan_paths(root, &format!("LUN {hctl}"), vec![candidate], opts)
+    // One candidate, always scanned: `none` is never called.
+    let none = || Error::Internal {
+        what: format!("scan of {hctl} without a path"),
+    };
+    crate::scan::scan_paths(root, &format!("LUN {hctl}"), vec![candidate], &none, opts)
 }
 
 /// Writes the scan (or rescan) for one target and says whether the SCSI device now exists.
