@@ -692,7 +692,7 @@ fn harden_nonroot_operations_fail_with_permission_errors() {
         scan: vec![0],
         // No multipathd: it would leave /etc/multipath/bindings behind, and with it map
         // names that later tests do not expect. The map is made by hand below.
-        multipath: false,
+        multipath: None,
     })
     .expect("build the iSCSI lab");
     let iqn = lab.config.target.iqn.clone();

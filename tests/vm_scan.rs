@@ -17,7 +17,7 @@ use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
 use support::lio_split::SplitTarget;
 use support::scsi_debug::ScsiDebug;
-use support::{cmd, iscsi, require_vm, sysfs};
+use support::{cmd, iscsi, multipath, require_vm, sysfs};
 
 fn lunkit(args: &[&str]) -> Output {
     let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
@@ -46,7 +46,7 @@ fn iscsi_scan_of_one_lun_through_two_portals() {
             ..LioConfig::default()
         },
         scan: vec![],
-        multipath: false,
+        multipath: None,
     })
     .expect("build the iSCSI lab");
     let iqn = lab.config.target.iqn.clone();
@@ -326,7 +326,7 @@ fn a_lun_masked_on_one_path_comes_on_the_other() {
             ..LioConfig::default()
         },
         scan: vec![],
-        multipath: false,
+        multipath: None,
     })
     .expect("build the iSCSI lab");
     let split = SplitTarget::create(
@@ -422,7 +422,7 @@ fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
             ..LioConfig::default()
         },
         scan: vec![],
-        multipath: true,
+        multipath: Some(multipath::DEFAULT_CONF),
     })
     .expect("build the iSCSI lab");
     let iqn = lab.config.target.iqn.clone();

@@ -13,8 +13,9 @@ pub struct LabConfig {
     pub target: LioConfig,
     /// LUNs to scan on every session.
     pub scan: Vec<u32>,
-    /// Start multipathd and wait for one map per scanned LUN.
-    pub multipath: bool,
+    /// Start multipathd with this /etc/multipath.conf and wait for one map per scanned LUN;
+    /// `None` runs no multipathd.
+    pub multipath: Option<&'static str>,
 }
 
 impl Default for LabConfig {
@@ -22,7 +23,7 @@ impl Default for LabConfig {
         Self {
             target: LioConfig::default(),
             scan: vec![0, 1],
-            multipath: true,
+            multipath: Some(multipath::DEFAULT_CONF),
         }
     }
 }
@@ -64,8 +65,8 @@ impl IscsiLab {
                 iscsi::scan_lun(session, lun)?;
             }
         }
-        if lab.config.multipath {
-            lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF)?);
+        if let Some(conf) = lab.config.multipath {
+            lab.multipathd = Some(Multipathd::start(conf)?);
             lab.maps = multipath::wait_maps(lab.config.scan.len(), lab.sessions.len())?;
         }
         Ok(lab)

@@ -633,7 +633,7 @@ fn scan_row(
 fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
     let lab = IscsiLab::build(LabConfig {
         scan: vec![0],
-        multipath: false,
+        multipath: None,
         ..LabConfig::default()
     })?;
     settle(ctx)?;
@@ -682,7 +682,7 @@ fn scale_phase(ctx: &mut Ctx) -> Result<()> {
             ..LioConfig::default()
         },
         scan: Vec::new(),
-        multipath: false,
+        multipath: None,
     })?;
     let one_iqn = format!("{}-one", lab.config.target.iqn);
     let one = ExtraTarget::create(&one_iqn, portal, lab.config.target.lun_size)?;
