@@ -192,8 +192,17 @@ pub(crate) fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<O
 /// keeps every path open for its checkers and closes it when the path's `remove` event comes.
 /// udev's workers open each new or changed disk read-only to probe it (blkid, scsi_id) and
 /// close it when done; under load that takes seconds, and deleting the disk under them only
-/// fails their reads.
-pub const PATH_MANAGERS: &[&str] = &["multipathd", "(udev-worker)", "systemd-udevd", "udevd"];
+/// fails their reads. `kpartx` is one of udev's probes too: multipath-tools' `kpartx.rules`
+/// runs it on every change of a map, and it opens the map read-only for its partition table
+/// (with the target down it sits in that read as blkid does). Only one a udev worker started
+/// counts (see [`crate::block::UsageScope::ignore_openers`]).
+pub const PATH_MANAGERS: &[&str] = &[
+    "multipathd",
+    "(udev-worker)",
+    "systemd-udevd",
+    "udevd",
+    "kpartx",
+];
 
 /// How [`delete`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -322,6 +322,31 @@ fn on_maps_only_a_genuine_udev_probes_read_only_open_is_not_a_use() {
 }
 
 #[test]
+fn kpartx_is_a_probe_only_when_a_udev_worker_ran_it() {
+    let (node, dev) = host_block_device_or_skip!();
+    let node = node.to_str().unwrap();
+    let t = Tree::new("inuse-kpartx", SDC);
+    t.disk("dm-0", dev, true);
+    // multipath-tools' kpartx.rules: a udev worker (pid 97) runs kpartx on the map, which
+    // reads its partition table read-only. With the target down it stays in that read.
+    t.process(97, "(udev-worker)", "/usr/lib/systemd/systemd-udevd", &[]);
+    t.process(98, "kpartx", "/usr/sbin/kpartx", &[("3", node)]);
+    let ppid = |parent: u32| format!("Name:\tkpartx\nPPid:\t{parent}\nUid:\t0\t0\t0\t0\n");
+    t.write("proc/98/status", ppid(97).as_bytes());
+    let u = t.usage(&["dm-0"], &[]);
+    assert!(u.is_empty(), "udev's kpartx refused the map: {u}");
+    assert_eq!(u.managers.len(), 1, "{:?}", u.managers);
+    // The same kpartx run from a shell (`kpartx -a /dev/mapper/mpatha`): a user.
+    t.process(96, "bash", "/usr/bin/bash", &[]);
+    t.write("proc/98/status", ppid(96).as_bytes());
+    let u = t.usage(&["dm-0"], &[]);
+    assert!(
+        u.to_string().contains("open by pid 98 (kpartx)"),
+        "a kpartx a shell ran was excused: {u}"
+    );
+}
+
+#[test]
 fn a_loop_device_on_the_node_is_a_user_named_with_its_backing_file() {
     let (node, dev) = host_block_device_or_skip!();
     let t = Tree::new("inuse-loop", SDC);
