@@ -32,6 +32,12 @@
 //!   fails the reads a blocked path holds), then removes the map, and what it cached is
 //!   lost.
 //!
+//! Someone else may fail the queue while the detach waits: multipathd turns queueing off
+//! when the map's `no_path_retry` runs out (LIO's default is 12 checker intervals, about
+//! 60 s), and what waited in the map fails with EIO. The map then closes with still no
+//! path; the detach takes it down as one that nothing had open, and its `flush-map` step
+//! says that the writes which waited in it are lost, since they were.
+//!
 //! A udev worker counts as one only when `/proc` confirms it (root, udevd's executable or
 //! udevd as parent; see [`block::UsageScope::ignore_openers`]), not by its command name.
 
@@ -193,6 +199,8 @@ pub fn detach_with(
         deadline,
         steps: Vec::new(),
         on_step,
+        waited_on: Vec::new(),
+        failed_while_waiting: Vec::new(),
     };
     let identity = run.step(StepKind::Identify, &spec.to_string(), || {
         volume::identify(root, spec).map(|i| (i, Outcome::Done))
@@ -319,6 +327,10 @@ struct Run<'a> {
     deadline: Instant,
     steps: Vec<Step>,
     on_step: &'a mut dyn FnMut(&Step),
+    /// Maps this detach waited on for a path to come back (open, no path, queueing).
+    waited_on: Vec<String>,
+    /// Of those, the ones found later closed with their queued I/O failed by someone else.
+    failed_while_waiting: Vec<String>,
 }
 
 impl Run<'_> {
@@ -456,10 +468,17 @@ impl Run<'_> {
         let mut unreachable = Vec::new();
         let mut stuck = Vec::new();
         for (m, r) in state.maps.iter().zip(reach) {
-            let Reach::Unreachable { why, open } = r else {
+            let Reach::Unreachable { why, open, queues } = r else {
                 unreachable.push(None);
                 continue;
             };
+            // This detach waited on the map for a path, and now it is closed and fails its
+            // I/O, with still no path: its queued I/O was failed meanwhile (multipathd does
+            // so when `no_path_retry` runs out), the writes that waited in it with it. They
+            // were lost before this detach changed anything; the report says so.
+            if open == 0 && !queues && self.waited_on.contains(&m.name) {
+                self.failed_while_waiting.push(m.name.clone());
+            }
             let probes = usage
                 .managers
                 .iter()
@@ -469,6 +488,9 @@ impl Run<'_> {
             // (a udev probe stuck in a queued read, say) held the map did not write back (its
             // close was not the last). Only a path can take them.
             if !force && usage.is_empty() && open > 0 {
+                if !self.waited_on.contains(&m.name) {
+                    self.waited_on.push(m.name.clone());
+                }
                 stuck.push(format!(
                     "map {} has no path that can take I/O ({why}) and is open {open} time(s) \
                      ({probes} by udev's read-only probes, the rest by nothing /proc shows): \
@@ -570,6 +592,13 @@ impl Run<'_> {
         if let Some(why) = unreachable {
             let outcome = if self.opts.force {
                 format!("no path can take I/O ({why}); forced: whatever it held is lost")
+            } else if self.failed_while_waiting.contains(&map.name) {
+                format!(
+                    "no path can take I/O ({why}); it was open while this detach waited for \
+                     a path, until its queued I/O was failed (queueing turned off, as \
+                     multipathd does when no_path_retry runs out): writes that waited in it \
+                     are lost"
+                )
             } else {
                 format!("no path can take I/O ({why}); nothing had it open, so nothing waits")
             };
@@ -736,18 +765,20 @@ fn gone(e: &Error) -> bool {
 
 /// Whether a map can still write to its storage.
 enum Reach {
-    /// A path can take I/O now, or the map has no active path and does not queue (its I/O
-    /// fails at once instead of hanging, so a flush returns).
+    /// A path can take I/O now.
     Usable,
-    /// No path can take I/O now: none is active in the map and it queues, or every active
-    /// one is a SCSI device that is not running (blocked in transport recovery, offline), so
-    /// I/O sent to it waits there.
+    /// No path can take I/O now: none is active in the map (its I/O queues, or fails at once
+    /// when it does not queue), or every active one is a SCSI device that is not running
+    /// (blocked in transport recovery, offline), so I/O sent to it waits there. A flush
+    /// cannot succeed either way: even with nothing cached, its cache-flush request fails.
     Unreachable {
         /// Which, for messages: `no active path`, `sdc blocked, sdd transport-offline`.
         why: String,
         /// How often the map is open beyond its own idle partition maps (an open partition
         /// map counts with its own opens).
         open: usize,
+        /// Its table has `queue_if_no_path`.
+        queues: bool,
     },
 }
 
@@ -800,13 +831,10 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
     let open = open_beyond_partitions(info.open_count, map.partitions.len(), &part_opens);
     let active: Vec<_> = status.paths().filter(|p| p.active).collect();
     if active.is_empty() {
-        return Ok(if queues {
-            Reach::Unreachable {
-                why: "no active path".into(),
-                open,
-            }
-        } else {
-            Reach::Usable
+        return Ok(Reach::Unreachable {
+            why: "no active path".into(),
+            open,
+            queues,
         });
     }
     // A path device the volume's paths do not list (not SCSI, or not found by WWID) is
@@ -827,6 +855,7 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
     Ok(Reach::Unreachable {
         why: stopped.join(", "),
         open,
+        queues,
     })
 }
 
