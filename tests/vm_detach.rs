@@ -283,7 +283,11 @@ fn read_file(path: &str, offset: u64, len: usize) -> Vec<u8> {
 }
 
 fn lab(scan: Vec<u32>, luns: u32, with_multipathd: bool) -> IscsiLab {
-    lab_with(scan, luns, with_multipathd.then_some(multipath::DEFAULT_CONF))
+    lab_with(
+        scan,
+        luns,
+        with_multipathd.then_some(multipath::DEFAULT_CONF),
+    )
 }
 
 fn lab_with(scan: Vec<u32>, luns: u32, multipath: Option<&'static str>) -> IscsiLab {
