@@ -472,12 +472,18 @@ impl Run<'_> {
                 unreachable.push(None);
                 continue;
             };
-            // This detach waited on the map for a path, and now it is closed and fails its
-            // I/O, with still no path: its queued I/O was failed meanwhile (multipathd does
-            // so when `no_path_retry` runs out), the writes that waited in it with it. They
-            // were lost before this detach changed anything; the report says so.
-            if open == 0 && !queues && self.waited_on.contains(&m.name) {
-                self.failed_while_waiting.push(m.name.clone());
+            // The first look that finds closed a map this detach waited on decides: if it no
+            // longer queues, its queued I/O was failed meanwhile (multipathd does so when
+            // `no_path_retry` runs out), the writes that waited in it with it. They were lost
+            // before this detach changed anything; the report says so. Deciding once keeps
+            // the queueing this detach turns off itself from reading as such a loss.
+            if open == 0 {
+                if let Some(at) = self.waited_on.iter().position(|n| *n == m.name) {
+                    self.waited_on.swap_remove(at);
+                    if !queues {
+                        self.failed_while_waiting.push(m.name.clone());
+                    }
+                }
             }
             let probes = usage
                 .managers
@@ -488,7 +494,7 @@ impl Run<'_> {
             // (a udev probe stuck in a queued read, say) held the map did not write back (its
             // close was not the last). Only a path can take them.
             if !force && usage.is_empty() && open > 0 {
-                if !self.waited_on.contains(&m.name) {
+                if queues && !self.waited_on.contains(&m.name) {
                     self.waited_on.push(m.name.clone());
                 }
                 stuck.push(format!(
