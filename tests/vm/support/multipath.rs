@@ -10,15 +10,21 @@ use super::{Result, cmd, sysfs, udev, wait};
 /// Where [`Multipathd`] has multipathd log (read by [`log`] and the diagnostics).
 pub const LOG: &str = "/tmp/lunkit-multipathd.log";
 
+/// The `defaults` section of every configuration below, as a literal for `concat!`.
+macro_rules! defaults {
+    () => {
+        "defaults {\n\tuser_friendly_names yes\n\tfind_multipaths no\n}\n"
+    };
+}
+
 /// The smallest useful configuration: mpathN names, and every path with a WWID gets a map
 /// (find_multipaths no), so a map appears as soon as its paths are scanned.
-pub const DEFAULT_CONF: &str = "defaults {\n\tuser_friendly_names yes\n\tfind_multipaths no\n}\n";
+pub const DEFAULT_CONF: &str = defaults!();
 
 /// [`DEFAULT_CONF`], but a map whose paths all failed queues I/O until one comes back
 /// (`no_path_retry queue`) instead of LIO's hwtable default, 12 checker intervals (about
 /// 60 s) after which multipathd fails what was queued.
-pub const QUEUEING_CONF: &str = "defaults {\n\tuser_friendly_names yes\n\tfind_multipaths no\n}\n\
-    overrides {\n\tno_path_retry queue\n}\n";
+pub const QUEUEING_CONF: &str = concat!(defaults!(), "overrides {\n\tno_path_retry queue\n}\n");
 
 /// A multipathd we started; [`Multipathd::stop`] (or drop) shuts it down and flushes its maps.
 #[derive(Debug)]
