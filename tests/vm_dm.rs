@@ -29,6 +29,8 @@ fn two_paths() -> (ScsiDebug, Vec<(String, DevNum)>) {
             ("num_tgts", "1"),
             ("max_luns", "1"),
             ("dev_size_mb", "64"),
+            // One device identity on both hosts, as two paths to one LU have.
+            ("vpd_use_hostno", "0"),
         ],
         2,
     )
@@ -68,7 +70,21 @@ impl Lab {
         let ctl = Control::open(&Root::default()).expect("open /dev/mapper/control");
         let name = format!("lunkit-{tag}");
         let part = format!("{name}p1");
-        let wwid = format!("3600140500000000000000000000{:04x}", tag.len() * 97);
+        // The map must carry its paths' WWID, as multipath-tools computes it. On every change
+        // uevent of an `mpath-` map, its udev rules run `multipath -U`, which fails
+        // (`fail_path`) each path whose WWID differs from the map's: seen in the VM with
+        // ftrace on dm-multipath's fail_path, called from `multipath`'s message ioctl.
+        let wwid = match udev::running() {
+            true => {
+                udev::settle(Duration::from_secs(30)).expect("udev settle");
+                let of = |dev: DevNum| udev::property(dev, "ID_SERIAL").expect("path's ID_SERIAL");
+                let wwid = of(paths[0].1);
+                assert_eq!(of(paths[1].1), wwid, "both paths show one LU");
+                wwid
+            }
+            // Without udevd no rule looks at the map.
+            false => format!("3600140500000000000000000000{:04x}", tag.len() * 97),
+        };
         let uuid = format!("mpath-{wwid}");
         let features = if queue_if_no_path {
             "1 queue_if_no_path"
@@ -100,18 +116,11 @@ impl Lab {
         if udev::running() {
             udev::settle(Duration::from_secs(30)).expect("udev settle");
         }
-        // On Debian 12's 6.1.192 kernel with multipath-tools' udev rules, the rules' helpers
-        // leave both paths of an `mpath-` map that no multipathd watches failed (a map
-        // without the uuid keeps them). multipathd's checker would reinstate them; we do.
-        for (_, dev) in &paths {
-            ctl.message(&id, 0, &format!("reinstate_path {dev}"))
-                .expect("reinstate path");
-        }
         let st = Status::parse(&ctl.status(&id).expect("status")[0].params).expect("parse");
         assert_eq!(
             st.active_paths(),
             2,
-            "both paths active after the reinstate"
+            "both paths active once udev has looked at the map: {st:?}"
         );
         Lab {
             name,

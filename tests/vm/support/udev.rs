@@ -48,3 +48,15 @@ pub fn stop() -> Result<()> {
         _ => Ok(()),
     }
 }
+
+/// A property udevd recorded for the block device numbered `dev` (`major:minor`, as sysfs's
+/// `dev` attribute spells it): the `E:KEY=value` line of `/run/udev/data/b<dev>`. `None` when
+/// udevd has no record of the device or the record no such key. multipath-tools takes a
+/// path's WWID from `ID_SERIAL` here.
+pub fn property(dev: impl std::fmt::Display, key: &str) -> Option<String> {
+    let db = std::fs::read_to_string(format!("/run/udev/data/b{dev}")).ok()?;
+    db.lines()
+        .filter_map(|l| l.strip_prefix("E:"))
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_owned)
+}
