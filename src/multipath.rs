@@ -9,9 +9,6 @@
 //! socket, as `multipath -f` does), so it forgets the map instead of re-creating it. Nothing
 //! here spawns a process, and every wait has a deadline.
 
-use std::io::{Read, Write};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::{Duration, Instant};
 
 use crate::block::{self, UsageScope};
@@ -21,6 +18,9 @@ use crate::root::Root;
 use crate::sysfs::block::DevNum;
 use crate::uevent::{Action, Monitor};
 use crate::wwid::Wwid;
+
+mod multipathd;
+pub use multipathd::{MULTIPATHD_SOCKET, Multipathd, Peer};
 
 // ---------------------------------------------------------------------------------------
 // Table and status lines
@@ -482,93 +482,6 @@ pub fn partition_maps(ctl: &Control, map: &Map) -> Result<Vec<PartitionMap>> {
 }
 
 // ---------------------------------------------------------------------------------------
-// multipathd
-// ---------------------------------------------------------------------------------------
-
-/// multipathd's abstract control socket (`@/org/kernel/linux/storage/multipathd`).
-pub const MULTIPATHD_SOCKET: &[u8] = b"/org/kernel/linux/storage/multipathd";
-
-/// Replies longer than this are refused (multipath-tools' `MAX_REPLY_LEN`).
-const MULTIPATHD_MAX_REPLY: usize = 32 << 20;
-
-/// A connection to multipathd's control socket, speaking what `multipathd -k` speaks: a
-/// native `size_t` length, then the command with its NUL; the reply is framed the same way.
-#[derive(Debug)]
-pub struct Multipathd {
-    stream: UnixStream,
-}
-
-impl Multipathd {
-    /// Connects to the abstract socket (per network namespace, so `root` does not apply),
-    /// then to `<root>/run/multipathd.socket`, which newer multipath-tools also listen on.
-    /// `Ok(None)` when neither answers: multipathd is not running.
-    pub fn connect(root: &Root) -> Result<Option<Multipathd>> {
-        let addr = SocketAddr::from_abstract_name(MULTIPATHD_SOCKET)
-            .map_err(|e| Error::io("@/org/kernel/linux/storage/multipathd", e))?;
-        if let Ok(stream) = UnixStream::connect_addr(&addr) {
-            return Ok(Some(Multipathd { stream }));
-        }
-        Ok(UnixStream::connect(root.run("multipathd.socket"))
-            .ok()
-            .map(|stream| Multipathd { stream }))
-    }
-
-    /// Sends `command` and returns the reply text, waiting at most until `deadline`.
-    pub fn command(&mut self, command: &str, deadline: Instant) -> Result<String> {
-        let start = Instant::now();
-        let sock = || std::path::PathBuf::from("multipathd socket");
-        let io_err = |e: std::io::Error| {
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) {
-                Error::Timeout {
-                    what: format!("multipathd's reply to {command:?}"),
-                    waited: start.elapsed(),
-                }
-            } else {
-                Error::io(sock(), e)
-            }
-        };
-        if command.contains('\0') {
-            return Err(Error::invalid(
-                "multipathd command",
-                command,
-                "contains NUL",
-            ));
-        }
-        let left = || {
-            let d = deadline.saturating_duration_since(Instant::now());
-            Some(d.max(Duration::from_millis(1)))
-        };
-        self.stream.set_write_timeout(left()).map_err(io_err)?;
-        let mut msg = Vec::with_capacity(size_of::<usize>() + command.len() + 1);
-        msg.extend_from_slice(&(command.len() + 1).to_ne_bytes());
-        msg.extend_from_slice(command.as_bytes());
-        msg.push(0);
-        self.stream.write_all(&msg).map_err(io_err)?;
-        self.stream.set_read_timeout(left()).map_err(io_err)?;
-        let mut len = [0u8; size_of::<usize>()];
-        self.stream.read_exact(&mut len).map_err(io_err)?;
-        let len = usize::from_ne_bytes(len);
-        if len == 0 || len >= MULTIPATHD_MAX_REPLY {
-            return Err(Error::invalid(
-                "multipathd reply",
-                &len.to_string(),
-                "length out of range",
-            ));
-        }
-        let mut reply = vec![0u8; len];
-        self.stream.set_read_timeout(left()).map_err(io_err)?;
-        self.stream.read_exact(&mut reply).map_err(io_err)?;
-        if let Some(nul) = reply.iter().position(|&b| b == 0) {
-            reply.truncate(nul);
-        }
-        Ok(String::from_utf8_lossy(&reply).into_owned())
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Flush and remove
 // ---------------------------------------------------------------------------------------
 
@@ -608,6 +521,10 @@ pub struct RemoveReport {
     pub outcome: Removed,
     /// multipathd did it.
     pub via_multipathd: bool,
+    /// Why multipathd, though it runs and was to be asked, did not do it, and the removal
+    /// was done through device-mapper instead: it did not answer in time, its socket's
+    /// listener is not root, or it answered something other than `ok`.
+    pub multipathd_skipped: Option<String>,
     /// Partition maps removed first.
     pub partitions_removed: Vec<String>,
 }
@@ -621,10 +538,11 @@ pub struct RemoveReport {
 /// 3. Open beyond its own partition maps, or a partition map open: [`Error::Busy`] naming the
 ///    open count and who uses it (unless `deferred`). A map held by nothing but processes is
 ///    given [`block::OPENER_GRACE`] first: udev probes a map after every reload.
-/// 4. multipathd running: `del map NAME`; otherwise, or if it fails: `fail_if_no_path` if the
-///    table queues, remove partition maps, suspend with flush, remove, retrying `EBUSY` with
-///    backoff until the deadline (resuming between tries), and on failure restore
-///    `queue_if_no_path`.
+/// 4. multipathd running (as root): `del map NAME`, given half the time left; otherwise, or if
+///    it fails or does not answer in time ([`RemoveReport::multipathd_skipped`]):
+///    `fail_if_no_path` if the table queues, remove partition maps, suspend with flush,
+///    remove, retrying `EBUSY` with backoff until the deadline (resuming between tries), and
+///    on failure restore `queue_if_no_path`.
 /// 5. After an immediate removal, wait for the `remove` uevent of `dm-N` (or its sysfs
 ///    directory to vanish).
 pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveReport> {
@@ -709,27 +627,25 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         kernel_name: kernel_name.clone(),
         outcome: Removed::Now,
         via_multipathd: false,
+        multipathd_skipped: None,
         partitions_removed: Vec::new(),
     };
 
     let mut done = false;
     if opts.use_multipathd && !opts.deferred {
         // multipathd's flush cannot defer; a deferred removal is done here.
-        if let Some(mut d) = Multipathd::connect(root)? {
-            match d.command(&format!("del map {name}"), opts.deadline) {
-                Ok(reply) if reply.trim_end() == "ok" => {
-                    report.via_multipathd = true;
-                    report.partitions_removed = parts.iter().map(|p| p.name.clone()).collect();
-                    done = true;
-                }
-                // "fail": fall back to doing it here, which reports precisely why.
-                Ok(_) => {}
-                Err(e @ Error::Timeout { .. }) => {
-                    restore_queueing(&ctl, &by_name, queue_disabled);
-                    return Err(e);
-                }
-                Err(_) => {}
+        match ask_multipathd(root, &name, opts.deadline) {
+            Ok(true) => {
+                report.via_multipathd = true;
+                report.partitions_removed = parts.iter().map(|p| p.name.clone()).collect();
+                done = true;
             }
+            Ok(false) => {}
+            // Not running, not answering in time, not root, or answering "fail": do it here,
+            // which reports precisely why it cannot be done, if it cannot. A multipathd that
+            // timed out may still be at it; the sequence below takes a map that vanishes
+            // under it as removed.
+            Err(why) => report.multipathd_skipped = Some(why),
         }
     }
     if !done {
@@ -750,6 +666,29 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         )?;
     }
     Ok(report)
+}
+
+/// Asks multipathd to `del map NAME`: `Ok(true)` when it answered `ok`, `Ok(false)` when no
+/// multipathd runs, `Err(why)` when it runs but did not do it.
+///
+/// It gets half of the time left, so that the device-mapper sequence keeps the other half
+/// when multipathd hangs.
+fn ask_multipathd(root: &Root, name: &str, deadline: Instant) -> std::result::Result<bool, String> {
+    let now = Instant::now();
+    let theirs = now + deadline.saturating_duration_since(now) / 2;
+    let mut d = match Multipathd::connect(root, theirs) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    match d.command(&format!("del map {name}"), theirs) {
+        Ok(reply) if reply.trim_end() == "ok" => Ok(true),
+        Ok(reply) => Err(format!(
+            "multipathd answered {:?} to \"del map {name}\"",
+            reply.trim_end()
+        )),
+        Err(e) => Err(format!("multipathd: {e}")),
+    }
 }
 
 /// The local `_dm_flush_map` sequence (steps 4 and on of [`remove`]).

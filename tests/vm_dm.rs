@@ -382,3 +382,111 @@ fn mpath_remove_no_active_path_with_dirty_data() {
         .expect("writer finished");
     eprintln!("writer: {w:?}");
 }
+
+/// How a stand-in on multipathd's abstract socket behaves.
+#[derive(Clone, Copy)]
+enum StandIn {
+    /// Runs as root, reads each command and never answers: a multipathd that hangs.
+    Silent,
+    /// Listens as uid 65534 and answers `ok` to every command, doing nothing: anyone in the
+    /// network namespace can bind the name.
+    NotRootSaysOk,
+}
+
+/// Starts a stand-in for multipathd in this process. It lives until the test process ends
+/// (each VM test is a process of its own); no multipathd runs in these tests.
+fn stand_in(how: StandIn) {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let addr = SocketAddrUnix::new_abstract_name(multipath::MULTIPATHD_SOCKET).unwrap();
+        rustix::net::bind(&fd, &addr).expect("bind multipathd's socket name");
+        if let StandIn::NotRootSaysOk = how {
+            // The kernel records the listener's credentials at listen(2); only this thread
+            // drops root.
+            rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(65534)).unwrap();
+        }
+        rustix::net::listen(&fd, 8).unwrap();
+        tx.send(()).unwrap();
+        let listener = UnixListener::from(fd);
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut len = [0u8; size_of::<usize>()];
+            if conn.read_exact(&mut len).is_err() {
+                continue;
+            }
+            let mut cmd = vec![0u8; usize::from_ne_bytes(len).min(4096)];
+            if conn.read_exact(&mut cmd).is_err() {
+                continue;
+            }
+            eprintln!(
+                "stand-in multipathd got {:?}",
+                String::from_utf8_lossy(&cmd)
+            );
+            if let StandIn::NotRootSaysOk = how {
+                let reply = b"ok\n\0";
+                let _ = conn.write_all(&reply.len().to_ne_bytes());
+                let _ = conn.write_all(reply);
+            }
+            held.push(conn);
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the stand-in listens");
+}
+
+/// A multipathd that never answers costs the removal half its time, not all of it: the map
+/// is then removed through device-mapper, and the report says why multipathd was passed over.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_falls_back_when_multipathd_does_not_answer() {
+    require_vm();
+    let lab = Lab::build("silent", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    stand_in(StandIn::Silent);
+    let r = multipath::remove(&Root::default(), &lab.name, &opts(20)).expect("remove");
+    assert_eq!(r.outcome, Removed::Now);
+    assert!(!r.via_multipathd);
+    let why = r
+        .multipathd_skipped
+        .expect("says why multipathd did not do it");
+    assert!(
+        why.contains("timed out") && why.contains(&format!("del map {}", lab.name)),
+        "{why}"
+    );
+    assert!(!lab.present(&ctl, &lab.name), "map gone");
+    assert!(!lab.present(&ctl, &lab.part), "partition map gone");
+}
+
+/// A listener on multipathd's name that is not root answers `ok` to `del map` and does
+/// nothing. Trusting it would report the map removed while it stays; it is not trusted.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_does_not_trust_a_multipathd_that_is_not_root() {
+    require_vm();
+    let lab = Lab::build("notroot", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    stand_in(StandIn::NotRootSaysOk);
+    let r = multipath::remove(&Root::default(), &lab.name, &opts(20)).expect("remove");
+    assert_eq!(r.outcome, Removed::Now);
+    assert!(!r.via_multipathd, "{r:?}");
+    let why = r
+        .multipathd_skipped
+        .expect("says why multipathd was not asked");
+    assert!(
+        why.contains("uid 65534") && why.contains("not trusted"),
+        "{why}"
+    );
+    assert!(!lab.present(&ctl, &lab.name), "map gone");
+    assert!(!lab.present(&ctl, &lab.part), "partition map gone");
+}

@@ -53,6 +53,7 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
                     "kernel_name": r.kernel_name,
                     "outcome": outcome,
                     "via_multipathd": r.via_multipathd,
+                    "multipathd_skipped": r.multipathd_skipped,
                     "partitions_removed": r.partitions_removed,
                 });
                 println!("{doc}");
@@ -68,6 +69,9 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
                     format!(" with {}", r.partitions_removed.join(", "))
                 };
                 println!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
+                if let Some(why) = &r.multipathd_skipped {
+                    eprintln!("note: done through device-mapper, not multipathd: {why}");
+                }
             }
             Ok(())
         }

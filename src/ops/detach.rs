@@ -568,10 +568,13 @@ impl Run<'_> {
         let name = map.name.clone();
         self.step_or_force(StepKind::DisableQueueing, &label, || {
             if use_multipathd {
-                if let Some(mut d) = multipath::Multipathd::connect(root)? {
-                    // A multipathd that does not know the map answers "fail": the message
-                    // below still does the job.
-                    let _ = d.command(&format!("disablequeueing map {name}"), deadline);
+                // Best effort, with half the time left: the dm message below does the job
+                // whatever multipathd answers, and a multipathd that is not running, not
+                // answering, not root, or not knowing the map ("fail") changes nothing.
+                let now = Instant::now();
+                let theirs = now + deadline.saturating_duration_since(now) / 2;
+                if let Ok(Some(mut d)) = multipath::Multipathd::connect(root, theirs) {
+                    let _ = d.command(&format!("disablequeueing map {name}"), theirs);
                 }
             }
             let ctl = Control::open(root)?;
