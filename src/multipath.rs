@@ -525,6 +525,9 @@ pub struct RemoveReport {
     /// was done through device-mapper instead: it did not answer in time, its socket's
     /// listener is not root, or it answered something other than `ok`.
     pub multipathd_skipped: Option<String>,
+    /// Maps found suspended and resumed first (a removal killed between its suspend and its
+    /// remove leaves the map so).
+    pub resumed: Vec<String>,
     /// Partition maps removed first.
     pub partitions_removed: Vec<String>,
 }
@@ -533,8 +536,9 @@ pub struct RemoveReport {
 /// tool, with a deadline.
 ///
 /// 1. It must be a multipath map (uuid `mpath-`, one `multipath` target).
-/// 2. No active path while `queue_if_no_path` is set: refused with [`Error::Busy`] unless
-///    `force` (then `fail_if_no_path` fails the queued I/O first).
+/// 2. The map and its partition maps, if found suspended, are resumed
+///    ([`RemoveReport::resumed`]). No active path while `queue_if_no_path` is set: refused with
+///    [`Error::Busy`] unless `force` (then `fail_if_no_path` fails the queued I/O first).
 /// 3. Open beyond its own partition maps, or a partition map open: [`Error::Busy`] naming the
 ///    open count and who uses it (unless `deferred`). A map held by nothing but processes is
 ///    given [`block::OPENER_GRACE`] first: udev probes a map after every reload.
@@ -557,6 +561,23 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     let name = map.info.name.clone();
     let by_name = DevId::Name(&name);
     let queues = map.table.queue_if_no_path();
+    let mut report_resumed = Vec::new();
+    let parts = partition_maps(&ctl, &map)?;
+    // A map left suspended (a removal killed between its suspend and its remove) holds every
+    // I/O, udev's probes' and the flush's, and cannot be suspended again: resume it, and its
+    // partition maps, so the sequence below starts from a map that serves I/O.
+    let devs = std::iter::once(map.info.dev).chain(parts.iter().map(|p| p.dev));
+    for dev in devs {
+        match ctl.info(&DevId::Dev(dev)) {
+            Ok(i) if i.suspended() => {
+                ctl.resume(&DevId::Dev(dev))?;
+                report_resumed.push(i.name);
+            }
+            Ok(_) => {}
+            Err(e) if e.errno() == Some(libc::ENXIO) => {}
+            Err(e) => return Err(e),
+        }
+    }
 
     let status = ctl.status(&by_name)?;
     let status = match status.as_slice() {
@@ -585,7 +606,6 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         queue_disabled = true;
     }
 
-    let parts = partition_maps(&ctl, &map)?;
     if !opts.deferred {
         // Failed I/O gets until the deadline to unwind. Otherwise only a map held by nothing
         // but processes is waited for, briefly: udev probes a map after every reload.
@@ -628,6 +648,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         outcome: Removed::Now,
         via_multipathd: false,
         multipathd_skipped: None,
+        resumed: report_resumed,
         partitions_removed: Vec::new(),
     };
 

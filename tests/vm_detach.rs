@@ -552,6 +552,31 @@ fn detach_finishes_half_done_and_killed_cleanups() {
         assert_eq!(doc["ok"], true);
         vol.assert_gone();
     }
+
+    // Killed between the map's suspend and its remove: the map is left suspended, and any
+    // flush of it would wait for a resume that nothing else would send. The next detach
+    // resumes it, then flushes and removes it as usual, and the data is on the target.
+    let (vol, map) = attach(&lab, 3);
+    let data = random(1 << 20, 3);
+    write_buffered(&format!("/dev/{}", map.dm), 0, &data);
+    cmd::run("dmsetup", &["suspend", &map.name]).unwrap();
+    let doc = detach_ok(&["--wwid", &vol.mpath_wwid()]);
+    let resumed = steps(&doc, "resume-map");
+    assert_eq!(resumed.len(), 1, "{doc}");
+    assert_eq!(resumed[0]["outcome"], "done", "{doc}");
+    assert!(
+        resumed[0]["target"]
+            .as_str()
+            .unwrap()
+            .starts_with(&map.name),
+        "{doc}"
+    );
+    assert_eq!(steps(&doc, "flush-map")[0]["outcome"], "done", "{doc}");
+    assert!(
+        read_file(&vol.backing(), 0, data.len()) == data,
+        "the target's backing file differs from what was written"
+    );
+    vol.assert_gone();
 }
 
 #[test]

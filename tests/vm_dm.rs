@@ -490,3 +490,25 @@ fn mpath_remove_does_not_trust_a_multipathd_that_is_not_root() {
     assert!(!lab.present(&ctl, &lab.name), "map gone");
     assert!(!lab.present(&ctl, &lab.part), "partition map gone");
 }
+
+/// A removal killed between its suspend and its remove leaves the map suspended: every I/O
+/// to it waits, and it cannot be suspended again. The next removal resumes it first, says so,
+/// and removes it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn mpath_remove_resumes_a_map_left_suspended() {
+    require_vm();
+    let lab = Lab::build("suspended", true);
+    let ctl = Control::open(&Root::default()).unwrap();
+    let id = DevId::Name(&lab.name);
+    let how = lunkit::dm::Suspend {
+        noflush: false,
+        skip_lockfs: true,
+    };
+    assert!(ctl.suspend(&id, how).unwrap().suspended());
+    let r = multipath::remove(&Root::default(), &lab.name, &opts(30)).expect("remove");
+    assert_eq!(r.outcome, Removed::Now);
+    assert_eq!(r.resumed, std::slice::from_ref(&lab.name));
+    assert!(!lab.present(&ctl, &lab.name), "map gone");
+    assert!(!lab.present(&ctl, &lab.part), "partition map gone");
+}

@@ -54,6 +54,7 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
                     "outcome": outcome,
                     "via_multipathd": r.via_multipathd,
                     "multipathd_skipped": r.multipathd_skipped,
+                    "resumed": r.resumed,
                     "partitions_removed": r.partitions_removed,
                 });
                 println!("{doc}");
@@ -69,6 +70,12 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
                     format!(" with {}", r.partitions_removed.join(", "))
                 };
                 println!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
+                if !r.resumed.is_empty() {
+                    eprintln!(
+                        "note: found suspended, resumed first: {}",
+                        r.resumed.join(", ")
+                    );
+                }
                 if let Some(why) = &r.multipathd_skipped {
                     eprintln!("note: done through device-mapper, not multipathd: {why}");
                 }

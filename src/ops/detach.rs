@@ -6,7 +6,8 @@
 //! from a fresh look at sysfs, until nothing of the volume is left or the deadline passes: a
 //! map that multipathd re-creates, a path that reappears or a removal that races with udev is
 //! taken down by the next round. Every step boundary is a valid state to stop and start again
-//! from, so a detach killed halfway is finished by the next one.
+//! from, so a detach killed halfway is finished by the next one; a map it left suspended
+//! (killed between the removal's suspend and remove) is resumed first (`resume-map`).
 //!
 //! # When no path can serve the map
 //!
@@ -53,6 +54,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::multipath::{self, RemoveOptions};
 use crate::root::Root;
 use crate::scsi::{self, Deleted, PATH_MANAGERS};
+use crate::sysfs::block::DevNum;
 
 /// Default time a detach may take.
 pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -93,6 +95,10 @@ pub enum StepKind {
     Identify,
     /// Take the volume's lock.
     Lock,
+    /// Resume a map of the volume found suspended. A suspended map holds every I/O sent to
+    /// it, a flush's included, until it is resumed; a detach or a table reload killed between
+    /// its suspend and its resume leaves one so.
+    ResumeMap,
     /// Check that nothing uses the volume.
     CheckInUse,
     /// Make a map that no path can serve fail its I/O instead of queueing it (multipathd's
@@ -116,6 +122,7 @@ impl StepKind {
         match self {
             StepKind::Identify => "identify",
             StepKind::Lock => "lock",
+            StepKind::ResumeMap => "resume-map",
             StepKind::CheckInUse => "check-in-use",
             StepKind::DisableQueueing => "disable-queueing",
             StepKind::FlushMap => "flush-map",
@@ -398,6 +405,7 @@ impl Run<'_> {
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
     ) -> std::result::Result<(), Stop> {
+        self.resume_suspended(state)?;
         let unreachable = self.check_in_use(state, busy_since)?;
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
@@ -412,6 +420,44 @@ impl Run<'_> {
         self.take_down_paths(&state.paths, !state.maps.is_empty())?;
         for (map, why) in stuck {
             self.take_down_map(map, Some(why))?;
+        }
+        Ok(())
+    }
+
+    /// Resumes the volume's maps (and their partition maps) that are suspended, parents
+    /// first, before anything is checked or flushed: a flush of a suspended map would wait
+    /// for the resume, and nothing else would ever resume it. Resuming gives the map back the
+    /// table it has, and its users the I/O it held; no data is dropped.
+    fn resume_suspended(&mut self, state: &VolumeState) -> std::result::Result<(), Stop> {
+        if state.maps.is_empty() {
+            return Ok(());
+        }
+        let ctl = Control::open(self.root)?;
+        for map in &state.maps {
+            // A dm device's kernel name is `dm-<minor>`, its major the map's.
+            let major = map.node.dev.major;
+            let parts = map.partitions.iter().filter_map(|p| {
+                let minor = p.strip_prefix("dm-")?.parse().ok()?;
+                Some(DevNum { major, minor })
+            });
+            for dev in std::iter::once(map.node.dev).chain(parts) {
+                let info = match ctl.info(&DevId::Dev(dev)) {
+                    Ok(info) => info,
+                    Err(e) if e.errno() == Some(libc::ENXIO) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if !info.suspended() {
+                    continue;
+                }
+                let label = format!("{} ({})", info.name, info.kernel_name());
+                self.step(StepKind::ResumeMap, &label, || {
+                    match ctl.resume(&DevId::Dev(dev)) {
+                        Ok(_) => Ok(((), Outcome::Done)),
+                        Err(e) if e.errno() == Some(libc::ENXIO) => Ok(((), Outcome::AlreadyGone)),
+                        Err(e) => Err(e),
+                    }
+                })?;
+            }
         }
         Ok(())
     }
