@@ -556,7 +556,18 @@ fn detach_finishes_half_done_and_killed_cleanups() {
     // Killed between the map's suspend and its remove: the map is left suspended, and any
     // flush of it would wait for a resume that nothing else would send. The next detach
     // resumes it, then flushes and removes it as usual, and the data is on the target.
-    let (vol, map) = attach(&lab, 3);
+    // The LUN reports a write cache, as most arrays do: only then is a flush with nothing
+    // dirty a request to the device (without one the block layer completes it at once).
+    std::fs::write(
+        "/sys/kernel/config/target/core/fileio_0/lun0/attrib/emulate_write_cache",
+        "1",
+    )
+    .unwrap();
+    let (vol, map) = attach(&lab, 0);
+    assert_eq!(
+        support::sysfs::attr(format!("/sys/block/{}/queue/write_cache", map.dm)).unwrap(),
+        "write back"
+    );
     let data = random(1 << 20, 3);
     write_buffered(&format!("/dev/{}", map.dm), 0, &data);
     cmd::run("dmsetup", &["suspend", &map.name]).unwrap();
