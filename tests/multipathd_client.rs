@@ -31,8 +31,10 @@ fn soon(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms)
 }
 
-/// Binds the abstract name with `listen(backlog)`; `None` when it is taken.
-fn stand_in(backlog: i32) -> Option<std::os::fd::OwnedFd> {
+/// Binds the abstract name and listens with `backlog`, as `uid` if given (the kernel records
+/// the listener's credentials at listen(2); `set_thread_uid` changes the calling thread
+/// only, so call it with a uid on a thread of its own). `None` when the name is taken.
+fn stand_in(backlog: i32, uid: Option<u32>) -> Option<std::os::fd::OwnedFd> {
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
@@ -44,6 +46,9 @@ fn stand_in(backlog: i32) -> Option<std::os::fd::OwnedFd> {
     if rustix::net::bind(&fd, &addr).is_err() {
         eprintln!("skipped: multipathd's socket is taken (a multipathd runs here)");
         return None;
+    }
+    if let Some(uid) = uid {
+        rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(uid)).unwrap();
     }
     rustix::net::listen(&fd, backlog).unwrap();
     Some(fd)
@@ -81,7 +86,9 @@ fn a_multipathd_timeout_carries_the_time_waited() {
 fn a_connect_to_a_full_accept_queue_ends_at_the_deadline() {
     let _name = hold_name();
     // Backlog 0: one connection waits in the queue, the next finds it full.
-    let Some(_listener) = stand_in(0) else { return };
+    let Some(_listener) = stand_in(0, None) else {
+        return;
+    };
     let first = Multipathd::connect(&empty_root(), soon(5000)).unwrap();
     assert!(first.is_some(), "the first connection fits the queue");
     let start = Instant::now();
@@ -106,28 +113,11 @@ fn a_listener_that_is_not_root_is_not_trusted() {
     if !rustix::process::geteuid().is_root() {
         panic!("this test drops root on one thread: run it as root");
     }
-    // The kernel records the listener's credentials at listen(2): drop root on a thread of
-    // its own (set_thread_uid changes only the calling thread), then listen.
-    let fd = std::thread::spawn(|| {
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
+    // Drop root on a thread of its own.
+    let listener = std::thread::spawn(|| stand_in(8, Some(65534)))
+        .join()
         .unwrap();
-        let addr = SocketAddrUnix::new_abstract_name(MULTIPATHD_SOCKET).unwrap();
-        rustix::net::bind(&fd, &addr).ok()?;
-        rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(65534)).unwrap();
-        rustix::net::listen(&fd, 8).unwrap();
-        Some(fd)
-    })
-    .join()
-    .unwrap();
-    let Some(_listener) = fd else {
-        eprintln!("skipped: multipathd's socket is taken (a multipathd runs here)");
-        return;
-    };
+    let Some(_listener) = listener else { return };
     let err = Multipathd::connect(&empty_root(), soon(5000)).unwrap_err();
     assert_eq!(err.kind(), lunkit::ErrorKind::PermissionDenied, "{err}");
     let msg = err.to_string();
