@@ -1,7 +1,9 @@
-//! The library's only `unsafe`: raw ioctls on block devices and `/dev/mapper/control`.
+//! The library's only `unsafe`: raw ioctls on block devices and `/dev/mapper/control`, and
+//! one `getsockopt` ([`so_peercred`]).
 //!
-//! Each function issues exactly one ioctl through [`rustix::ioctl`] and returns what the
-//! kernel returned; the callers (`dm`, block operations) own all decoding and error context.
+//! Each function issues exactly one call (the ioctls through [`rustix::ioctl`]) and returns
+//! what the kernel returned; the callers (`dm`, block operations, the multipathd client) own
+//! all decoding and error context.
 //! Opcodes come from `lunkit-sys`, which computes them per architecture.
 #![allow(unsafe_code)]
 
@@ -163,4 +165,45 @@ pub(crate) fn dm_ioctl(control_fd: impl AsFd, cmd: u32, buf: &mut DmBuffer) -> i
     // SAFETY: the buffer holds a header and `data_size` fits in it (checked above); see the
     // `Ioctl` impl of `DmRequest` for why the kernel stays within it.
     unsafe { ioctl(control_fd, req) }.map_err(io::Error::from)
+}
+
+/// `getsockopt(fd, SOL_SOCKET, SO_PEERCRED)` — the credentials the kernel recorded for the
+/// peer of a connected Unix socket when it called `listen` or `connect`: its pid (0 when it
+/// is not visible in this pid namespace, as multipathd on the host is from a container with
+/// its own pid namespace), uid and gid.
+///
+/// Not an ioctl, and the one `unsafe` call here that is not: rustix's `socket_peercred`
+/// reads the reply into a type whose pid cannot be 0, so the invisible-pid case would be
+/// undefined behaviour.
+pub(crate) fn so_peercred(fd: impl AsFd) -> io::Result<libc::ucred> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let size = size_of::<libc::ucred>() as libc::socklen_t;
+    let mut len = size;
+    // SAFETY: `cred` and `len` are valid for writes for the whole call, and `len` holds
+    // `cred`'s size: the kernel writes at most that many bytes into `cred`, then the count
+    // into `len`. Any bit pattern is a valid `ucred` (three integers).
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len != size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("SO_PEERCRED returned {len} bytes, not {size}"),
+        ));
+    }
+    Ok(cred)
 }

@@ -5,7 +5,7 @@
 //! `// SAFETY:` comment on each unsafe block and impl, and
 //! `clippy::multiple_unsafe_ops_per_block` keeps each block to one unsafe operation. A module
 //! can still opt out with `#![allow(unsafe_code)]`, and nothing but this test says which may:
-//! in the library only `src/ioctl.rs` (the raw ioctls), in xtask only `xtask/src/bench/sys.rs`
+//! in the library only `src/ioctl.rs` (the raw ioctls and one getsockopt), in xtask only `xtask/src/bench/sys.rs`
 //! (the benchmark's hand-declared syscalls); `sys/` forbids `unsafe` outright.
 
 use std::fs;

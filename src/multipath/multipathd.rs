@@ -117,12 +117,11 @@ impl Multipathd {
         stream
             .set_nonblocking(false)
             .map_err(|e| Error::io(label, e))?;
-        let cred = rustix::net::sockopt::socket_peercred(&stream)
-            .map_err(|e| Error::io(label, e.into()))?;
+        let cred = crate::ioctl::so_peercred(&stream).map_err(|e| Error::io(label, e))?;
         let peer = Peer {
-            pid: cred.pid.as_raw_nonzero().get(),
-            uid: cred.uid.as_raw(),
-            gid: cred.gid.as_raw(),
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
         };
         if peer.uid != 0 {
             return Err(Error::io(
