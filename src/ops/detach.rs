@@ -432,7 +432,11 @@ impl Run<'_> {
         if state.maps.is_empty() {
             return Ok(());
         }
-        let ctl = Control::open(self.root)?;
+        // Without the control node no map can be looked at; check-in-use, which reads the
+        // maps through it too, reports that as its own failure.
+        let Ok(ctl) = Control::open(self.root) else {
+            return Ok(());
+        };
         for map in &state.maps {
             // A dm device's kernel name is `dm-<minor>`, its major the map's.
             let major = map.node.dev.major;
@@ -444,7 +448,12 @@ impl Run<'_> {
                 let info = match ctl.info(&DevId::Dev(dev)) {
                     Ok(info) => info,
                     Err(e) if e.errno() == Some(libc::ENXIO) => continue,
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        let target = format!("{} ({})", map.name, map.node.name);
+                        let failed = Outcome::Failed(e.to_string());
+                        self.record(StepKind::ResumeMap, &target, failed, Duration::ZERO);
+                        return Err(step_error(StepKind::ResumeMap, &target, e).into());
+                    }
                 };
                 if !info.suspended() {
                     continue;
