@@ -558,6 +558,9 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     // Subscribe before acting, so the remove uevent cannot slip past.
     let mut monitor = Monitor::open().ok();
     let map = find(&ctl, root, spec)?;
+    // The removal wait watches this object, not `M:m`: device-mapper hands the freed minor
+    // to the next map created (multipathd building another volume's map), at once.
+    let sys_object = crate::sysfs::object_id(&root.sys(format!("dev/block/{}", map.info.dev)));
     let name = map.info.name.clone();
     let by_name = DevId::Name(&name);
     let queues = map.table.queue_if_no_path();
@@ -683,7 +686,14 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
             opts.deadline,
             &|| format!("removal of {kernel_name}"),
             &|ev| ev.action == Action::Remove && ev.devname.as_deref() == Some(&kernel_name),
-            || Ok((!sys_dir.exists()).then_some(())),
+            || {
+                let now = crate::sysfs::object_id(&sys_dir);
+                let gone = match sys_object {
+                    Some(id) => now != Some(id),
+                    None => now.is_none(),
+                };
+                Ok(gone.then_some(()))
+            },
         )?;
     }
     Ok(report)

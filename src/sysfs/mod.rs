@@ -53,15 +53,68 @@ pub(crate) fn attr(dir: &Path, name: &str) -> Option<String> {
 /// (sysfs takes one write per store). Never creates a file: a missing attribute is an error,
 /// and so is an attribute that is a symlink ([`open_attr`]) or not a regular file.
 pub(crate) fn write_attr(path: &Path, value: &str) -> Result<()> {
-    use std::io::Write;
-    let mut f = open_attr(path, fs::OpenOptions::new().write(true).truncate(true))
-        .map_err(|e| Error::io(path, e))?;
-    // What a scan or delete writes must land in an attribute, not in a device node or FIFO.
-    if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
-        return Err(Error::io(path, io::Error::from_raw_os_error(libc::EINVAL)));
+    AttrWriter::open(path)?.write(value)
+}
+
+/// An attribute opened for writing, written later.
+///
+/// kernfs ties an open file to the object it belongs to: once that object is removed, a write
+/// through the file fails with `ENODEV`, even if a new object of the same name has appeared
+/// at the same path meanwhile. Opening first, then checking the object, then writing, makes
+/// the write reach the object that was checked or nothing.
+#[derive(Debug)]
+pub(crate) struct AttrWriter {
+    file: fs::File,
+    path: PathBuf,
+}
+
+impl AttrWriter {
+    /// Opens the existing attribute `path` (`open(2)` with `O_WRONLY|O_NOFOLLOW|O_NONBLOCK`).
+    pub(crate) fn open(path: &Path) -> Result<AttrWriter> {
+        let file = open_attr(path, fs::OpenOptions::new().write(true).truncate(true))
+            .map_err(|e| Error::io(path, e))?;
+        // What a scan or delete writes must land in an attribute, not in a device node or FIFO.
+        if !file.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+            return Err(Error::io(path, io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        Ok(AttrWriter {
+            file,
+            path: path.to_owned(),
+        })
     }
-    f.write_all(value.as_bytes())
-        .map_err(|e| Error::io(path, e))
+
+    /// Writes `value` in one `write(2)`.
+    pub(crate) fn write(mut self, value: &str) -> Result<()> {
+        use std::io::Write;
+        self.file
+            .write_all(value.as_bytes())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+}
+
+/// Which sysfs object a directory is: its `(st_dev, st_ino)`.
+///
+/// kernfs numbers every node it creates anew (a 64-bit id that is not handed out again), so a
+/// device removed and created again at the same path, under the same name and device number,
+/// is another object. Names, paths and `M:m` numbers are all reused at once (the SCSI
+/// midlayer, `sd` and device-mapper allocate the lowest free number); this is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectId {
+    /// `st_dev` of the directory.
+    pub dev: u64,
+    /// `st_ino` of the directory.
+    pub ino: u64,
+}
+
+/// The object the directory `path` is now (`stat(2)`, following the class and bus symlinks
+/// that lead to it); `None` when there is no directory there.
+pub(crate) fn object_id(path: &Path) -> Option<ObjectId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).ok().filter(fs::Metadata::is_dir)?;
+    Some(ObjectId {
+        dev: m.dev(),
+        ino: m.ino(),
+    })
 }
 
 /// Reads and parses `dir/name`; `None` when it cannot be read or does not parse.
