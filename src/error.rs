@@ -74,6 +74,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The device at an address is not the one the operation checked: it was removed and
+    /// another created there (a LUN re-mapped and scanned again), or its WWID changed. Nothing
+    /// was done to it; the checks must run again on what is there now.
+    #[error("{device} changed under the operation: {reason}")]
+    Replaced {
+        /// The address (`SCSI device 7:0:0:1`).
+        device: String,
+        /// What changed.
+        reason: String,
+    },
+
     /// A step of a workflow failed: which step, on what, and why.
     #[error("{step} {target}: {source}")]
     Step {
@@ -197,7 +208,9 @@ impl Error {
                 Some(libc::EBUSY) => ErrorKind::Busy,
                 _ => ErrorKind::Other,
             },
-            Error::WwidMismatch { .. } | Error::Internal { .. } => ErrorKind::Other,
+            Error::WwidMismatch { .. } | Error::Replaced { .. } | Error::Internal { .. } => {
+                ErrorKind::Other
+            }
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
             Error::Io { source, .. } => match source.kind() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 
-use crate::block::{self, BlockNode, UsageScope};
+use crate::block::{self, UsageScope};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
@@ -245,6 +245,9 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
     if !scsi_device_dir(root, hctl).exists() {
         return Ok(Deleted::AlreadyGone);
     }
+    // Before the checks: the delete goes ahead only if the device it writes to is the one
+    // they were about.
+    let expect = PathIdentity::of(root, hctl);
     let node = block::of_scsi_device(root, hctl)?;
     if let Some(node) = &node {
         if !opts.force {
@@ -270,7 +273,7 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
             Err(e) => return Err(e),
         }
     }
-    remove_device(root, hctl, node.as_ref(), opts.deadline)
+    remove_device(root, hctl, &expect, opts.deadline)
 }
 
 /// The usage message, pointing at the map when a multipath map holds the path.
@@ -289,12 +292,68 @@ fn busy_reason(root: &Root, usage: &block::Usage) -> String {
     reason
 }
 
-/// Writes `delete` for the device at `hctl` and waits until it and its disk `node` are gone.
-/// No checks and no flush: the caller has done them.
+/// Which device a path was when it was checked: what its delete must still find at its
+/// address to go ahead.
+///
+/// A LUN deleted and scanned again at the same H:C:T:L (re-mapped on the target meanwhile)
+/// often gets the same disk name and device number back, and may be another volume. Its
+/// sysfs objects are new ([`sysfs::ObjectId`]), and its WWID tells the volumes apart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathIdentity {
+    /// The scsi_device's sysfs directory (`…/target7:0:0/7:0:0:1`).
+    pub device: Option<sysfs::ObjectId>,
+    /// Its disk's sysfs directory (`…/7:0:0:1/block/sdc`); `None` when it had no disk.
+    pub disk: Option<sysfs::ObjectId>,
+    /// The WWID it reported; `None` when none could be read.
+    pub wwid: Option<Wwid>,
+}
+
+impl PathIdentity {
+    /// What the device at `hctl` is now.
+    pub fn of(root: &Root, hctl: Hctl) -> PathIdentity {
+        let dir = scsi_device_dir(root, hctl);
+        PathIdentity {
+            device: sysfs::object_id(&dir),
+            disk: sysfs::sub_entries(&dir, "block")
+                .ok()
+                .and_then(|names| names.into_iter().next())
+                .and_then(|name| sysfs::object_id(&dir.join("block").join(name))),
+            wwid: attr_parse(&dir, "wwid"),
+        }
+    }
+
+    /// Why `now` is not the device `self` recorded; `None` when it still is. A disk that went
+    /// away while its scsi_device stayed is the same device (`sd` was unbound); a disk that
+    /// came or changed is not.
+    fn differs(&self, now: &PathIdentity) -> Option<String> {
+        if self.device.is_some() && now.device != self.device {
+            return Some("its scsi_device was removed and another created at the address".into());
+        }
+        if now.disk.is_some() && now.disk != self.disk {
+            return Some("it has another disk than the one that was checked".into());
+        }
+        if now.wwid != self.wwid {
+            let show = |w: &Option<Wwid>| w.as_ref().map_or("none".to_owned(), Wwid::to_string);
+            return Some(format!(
+                "its WWID is {} now, was {}",
+                show(&now.wwid),
+                show(&self.wwid)
+            ));
+        }
+        None
+    }
+}
+
+/// Writes `delete` for the device at `hctl`, if it is still the device `expect` recorded, and
+/// waits until that scsi_device and its disk are gone. No in-use checks and no flush: the
+/// caller has done them, on the device `expect` describes.
+///
+/// [`Error::Replaced`] when the device at `hctl` is not that one any more: the caller's checks
+/// were about another device, so nothing is written.
 pub(crate) fn remove_device(
     root: &Root,
     hctl: Hctl,
-    node: Option<&BlockNode>,
+    expect: &PathIdentity,
     deadline: Instant,
 ) -> Result<Deleted> {
     let dir = sysfs::Confine::new(root)
@@ -302,26 +361,48 @@ pub(crate) fn remove_device(
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI device {hctl} below {}", root.path().display()),
         })?;
-    // The disk's real sysfs directory lies below the scsi_device's (…/7:0:0:1/block/sdc), so
-    // unlike its name or number it cannot be taken over by a disk scanned meanwhile.
-    let disk_dir = node.and_then(|n| sysfs::resolve(root, &root.sys("class/block").join(&n.name)));
-    // Subscribe before acting, so the remove events cannot slip past.
-    let mut monitor = Monitor::open().ok();
-    match write_within(dir.join("delete"), "1", deadline) {
-        Ok(()) => {}
-        // Gone between the check and the write.
+    // Open first, check second, write third: the write then reaches the object that was
+    // checked, or fails with ENODEV if it was removed after the check (sysfs::AttrWriter).
+    let writer = match sysfs::AttrWriter::open(&dir.join("delete")) {
+        Ok(w) => w,
+        // Gone since the caller looked.
         Err(e) if e.kind() == crate::ErrorKind::NotFound && !dir.exists() => {
             return Ok(Deleted::AlreadyGone);
         }
-        // ENODEV: someone else's delete of it is under way; wait for it like for ours.
+        Err(e) => return Err(e),
+    };
+    let now = PathIdentity::of(root, hctl);
+    if now.device.is_none() {
+        return Ok(Deleted::AlreadyGone);
+    }
+    if let Some(why) = expect.differs(&now) {
+        return Err(Error::Replaced {
+            device: format!("SCSI device {hctl}"),
+            reason: why,
+        });
+    }
+    // Subscribe before acting, so the remove events cannot slip past.
+    let mut monitor = Monitor::open().ok();
+    let what = || {
+        format!(
+            "write to {} (the device is not answering)",
+            dir.join("delete").display()
+        )
+    };
+    match wait::bounded(deadline, &what, move || writer.write("1")) {
+        Ok(()) => {}
+        // ENODEV: removed after the check, by someone else's delete (under way or done);
+        // wait for it like for ours. A device created since is another object.
         Err(e) if e.errno() == Some(libc::ENODEV) => {}
         Err(e) => return Err(e),
     }
+    // Wait for this object to go, not for the name: a scan can put a new device at the same
+    // address, with the same disk name, before this looks. Its disk lies below it and goes
+    // first (`sd` is unbound in the scsi_device's removal).
     let what = || format!("removal of SCSI device {hctl}");
     let relevant = |ev: &Uevent| ev.action == Action::Remove;
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        let gone = !dir.exists() && disk_dir.as_ref().is_none_or(|d| !d.exists());
-        Ok(gone.then_some(()))
+        Ok((sysfs::object_id(&dir) != now.device).then_some(()))
     })?;
     Ok(Deleted::Now)
 }
@@ -334,4 +415,54 @@ fn write_within(path: PathBuf, value: &str, deadline: Instant) -> Result<()> {
     let what = || format!("write to {} (the device is not answering)", path.display());
     let p = path.clone();
     wait::bounded(deadline, &what, move || sysfs::write_attr(&p, &value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(device: u64, disk: Option<u64>, wwid: Option<&str>) -> PathIdentity {
+        let obj = |ino| sysfs::ObjectId { dev: 22, ino };
+        PathIdentity {
+            device: Some(obj(device)),
+            disk: disk.map(obj),
+            wwid: wwid.map(|w| w.parse().unwrap()),
+        }
+    }
+
+    const A: &str = "naa.60014055e7a100000010000000000000";
+    const B: &str = "naa.60014055e7a100000020000000000000";
+
+    #[test]
+    fn the_same_objects_and_wwid_are_the_same_device() {
+        assert_eq!(
+            id(1, Some(2), Some(A)).differs(&id(1, Some(2), Some(A))),
+            None
+        );
+        // `sd` unbound since the check: its disk went, the device stayed.
+        assert_eq!(id(1, Some(2), Some(A)).differs(&id(1, None, Some(A))), None);
+    }
+
+    #[test]
+    fn a_new_object_at_the_address_is_another_device() {
+        let why = id(1, Some(2), Some(A)).differs(&id(3, Some(2), Some(A)));
+        assert!(why.unwrap().contains("another created"));
+        let why = id(1, Some(2), Some(A)).differs(&id(1, Some(4), Some(A)));
+        assert!(why.unwrap().contains("another disk"));
+        // A disk that came since a check that saw none was not checked.
+        let why = id(1, None, Some(A)).differs(&id(1, Some(4), Some(A)));
+        assert!(why.unwrap().contains("another disk"));
+    }
+
+    #[test]
+    fn a_changed_wwid_is_another_volume() {
+        let why = id(1, Some(2), Some(A))
+            .differs(&id(1, Some(2), Some(B)))
+            .unwrap();
+        assert!(why.contains(B) && why.contains(A), "{why}");
+        let why = id(1, Some(2), None)
+            .differs(&id(1, Some(2), Some(B)))
+            .unwrap();
+        assert!(why.contains("was none"), "{why}");
+    }
 }

@@ -1,8 +1,11 @@
 //! Finding a volume's devices (`ops::volume`) on the sysfs tree captured from the VM lab: two
 //! iSCSI sessions, LUNs 0 and 1 on each, a multipath map per LUN (tests/fixtures/iscsi-multipath).
 
+mod common;
+
 use std::path::Path;
 
+use common::Scratch;
 use lunkit::ops::volume::{self, Identity, VolumeSpec};
 use lunkit::{ErrorKind, Hctl, Root};
 
@@ -108,6 +111,63 @@ fn a_device_at_the_address_with_another_wwid_is_left_alone() {
     let state = volume::locate(&root(), &id).unwrap();
     assert_eq!(state.strangers, hctls(&["6:0:0:1"]));
     assert!(state.paths.iter().all(|p| p.hctl.lun == 0), "{state:?}");
+}
+
+/// The fixture with 7:0:0:1 (a path of LUN 1's map) reporting no WWID: its VPD read failed,
+/// or another LUN was scanned at the address and has not been identified yet.
+/// `tag` names the scratch copy: one per test, as the tests of a binary run side by side.
+fn without_wwid_of_7_0_0_1(tag: &str) -> Scratch {
+    let s = Scratch::with_fixture("iscsi-multipath", tag);
+    std::fs::remove_file(
+        s.path()
+            .join("sys/devices/platform/host7/session2/target7:0:0/7:0:0:1/wwid"),
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_device_without_a_wwid_at_the_address_is_not_counted_in() {
+    // The caller's volume is LUN 0, and has a WWID; the device at the address it names has
+    // none. It may be anything: it must not become a path to delete.
+    let s = without_wwid_of_7_0_0_1("volume-no-wwid-lun0");
+    let id = Identity {
+        wwid: Some(LUN0.parse().unwrap()),
+        addresses: hctls(&["7:0:0:1"]),
+    };
+    let state = volume::locate(&Root::new(s.path()), &id).unwrap();
+    assert_eq!(state.strangers, hctls(&["7:0:0:1"]), "{state:?}");
+    assert!(
+        state.paths.iter().all(|p| p.hctl.lun == 0),
+        "a device of unknown identity counted in: {state:?}"
+    );
+}
+
+#[test]
+fn a_path_of_the_volumes_map_without_a_wwid_is_still_its_path() {
+    // LUN 1's map holds 7:0:0:1: that proves it is LUN 1's path, WWID or not.
+    let s = without_wwid_of_7_0_0_1("volume-no-wwid-lun1");
+    let id = Identity {
+        wwid: Some(LUN1.parse().unwrap()),
+        addresses: hctls(&["6:0:0:1", "7:0:0:1"]),
+    };
+    let state = volume::locate(&Root::new(s.path()), &id).unwrap();
+    let found: Vec<Hctl> = state.paths.iter().map(|p| p.hctl).collect();
+    assert_eq!(found, hctls(&["6:0:0:1", "7:0:0:1"]), "{state:?}");
+    assert!(state.strangers.is_empty(), "{state:?}");
+    assert_eq!(state.maps.len(), 1, "{state:?}");
+    // What its delete will hold it to: its objects, and no WWID.
+    let p = &state.paths[1];
+    assert!(
+        p.identity.device.is_some() && p.identity.disk.is_some(),
+        "{p:?}"
+    );
+    assert_eq!(p.identity.wwid, None);
+    assert_eq!(
+        state.paths[0].identity.wwid,
+        Some(LUN1.parse().unwrap()),
+        "{state:?}"
+    );
 }
 
 #[test]

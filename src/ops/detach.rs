@@ -305,7 +305,7 @@ fn retryable(e: &Error) -> bool {
             e.errno(),
             Some(libc::EBUSY | libc::ENXIO | libc::ENODEV | libc::ENOENT | libc::EAGAIN)
         ),
-        Error::NotFound { .. } => true,
+        Error::NotFound { .. } | Error::Replaced { .. } => true,
         _ => false,
     }
 }
@@ -725,12 +725,12 @@ impl Run<'_> {
                         let deleted = match (&flushed, force) {
                             (Err(_), false) => None,
                             _ => Some(
-                                scsi::remove_device(root, p.hctl, p.disk.as_ref(), deadline).map(
-                                    |d| match d {
+                                scsi::remove_device(root, p.hctl, &p.identity, deadline).map(|d| {
+                                    match d {
                                         Deleted::Now => Outcome::Done,
                                         Deleted::AlreadyGone => Outcome::AlreadyGone,
-                                    },
-                                ),
+                                    }
+                                }),
                             ),
                         };
                         (flush_time, flushed, t1.elapsed(), deleted)
@@ -779,6 +779,17 @@ impl Run<'_> {
                 // Not attempted: its flush failed (recorded above).
                 None => {}
                 Some(Ok(o)) => self.record(StepKind::DeletePath, &target, o, dt),
+                // Another device at the address since this round checked it: left alone, and
+                // the next round looks at what is there now.
+                Some(Err(e @ Error::Replaced { .. })) => {
+                    self.record(
+                        StepKind::DeletePath,
+                        &target,
+                        Outcome::Skipped(format!("{e}; looking again")),
+                        dt,
+                    );
+                    first_err.get_or_insert(e);
+                }
                 Some(Err(e)) => {
                     self.record(
                         StepKind::DeletePath,

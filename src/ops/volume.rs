@@ -14,6 +14,7 @@ use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::root::Root;
+use crate::scsi::PathIdentity;
 use crate::sysfs::{self, attr, entries};
 use crate::topology::MPATH_UUID_PREFIX;
 use crate::wwid::Wwid;
@@ -97,6 +98,9 @@ pub struct VolumePath {
     pub disk: Option<BlockNode>,
     /// The scsi_device state (`running`, `offline`, `transport-offline`, `blocked`...).
     pub state: Option<String>,
+    /// Which device it was when found: its delete goes ahead only while the address still
+    /// holds this one (a LUN re-mapped and scanned again meanwhile is left alone).
+    pub identity: PathIdentity,
 }
 
 impl fmt::Display for VolumePath {
@@ -115,8 +119,9 @@ pub struct VolumeState {
     pub maps: Vec<MapDevice>,
     /// Its paths.
     pub paths: Vec<VolumePath>,
-    /// Devices at the named addresses that are a different volume now (another WWID: the
-    /// LUN number was reused). They are left alone.
+    /// Devices at the named addresses that are not provably this volume: another WWID (the
+    /// LUN number was reused), or none readable while the volume has one. They are left
+    /// alone, unless the volume's own map holds them.
     pub strangers: Vec<Hctl>,
 }
 
@@ -303,8 +308,12 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
             continue;
         }
         match (&id.wwid, scsi_wwid(root, h)) {
-            (Some(want), Some(have)) if *want != have => state.strangers.push(h),
-            _ => hctls.push(h),
+            (Some(want), Some(have)) if *want == have => hctls.push(h),
+            // A device without a readable WWID at an address of a volume that has one may be
+            // anything (another LUN scanned there, its VPD read failing): never counted in.
+            // If it is a path of the volume's map, the map brings it in below.
+            (Some(_), _) => state.strangers.push(h),
+            (None, _) => hctls.push(h),
         }
     }
     if let Some(want) = &id.wwid {
@@ -374,6 +383,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
 
     hctls.sort();
     hctls.dedup();
+    state.strangers.retain(|h| !hctls.contains(h));
     for h in hctls {
         let dir = root
             .sys("class/scsi_device")
@@ -384,6 +394,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         }
         state.paths.push(VolumePath {
             hctl: h,
+            identity: PathIdentity::of(root, h),
             disk: block::of_scsi_device(root, h)?,
             state: attr(&dir, "state"),
         });
