@@ -488,6 +488,92 @@ fn path_devices_in_use_without_multipath_are_refused() {
     vol.assert_gone();
 }
 
+/// A LUN number re-mapped on the target and scanned again at the same address while a detach
+/// runs is another volume, which may get the old path's disk name and device number too: the
+/// detach must leave it alone, not delete it as the old volume's path.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_remapped_during_the_detach_is_not_deleted_as_the_old_volume() {
+    use lunkit::ops::{Outcome, StepKind};
+    require_vm();
+    // No multipathd: the paths are taken down directly, and nothing maps the new LUN.
+    let lab = lab(vec![1], 4, false);
+    let old = Volume::of(&lab, 1);
+    assert_eq!(old.hctls.len(), 2, "{:?}", old.hctls);
+    let moved = old.hctls[0].clone();
+    let kept = old.hctls[1].clone();
+    let dev_of = |hctl: &str| sysfs::attr(format!("/sys/class/block/{}/dev", disk_of(hctl)?));
+    let old_dev = dev_of(&moved);
+
+    let root = lunkit::Root::default();
+    let mut opts = lunkit::ops::DetachOptions::new(&root);
+    opts.timeout = Duration::from_secs(60);
+    let spec = lunkit::ops::VolumeSpec::Iscsi {
+        target: IQN.into(),
+        lun: 1,
+    };
+    let mut remapped = false;
+    let report = lunkit::ops::detach_with(&root, &spec, &opts, &mut |s| {
+        if remapped || s.kind != StepKind::CheckInUse || s.outcome != Outcome::Done {
+            return;
+        }
+        // The detach window, after the check and before the deletes: the array re-maps
+        // LUN 1 to another volume (LUN 2's backstore) and the node scans it on one session.
+        std::fs::write(format!("/sys/class/scsi_device/{moved}/device/delete"), "1").unwrap();
+        lab.target().remap(1, 2).unwrap();
+        support::iscsi::scan_lun(&lab.sessions[0], 1).unwrap();
+        remapped = true;
+    })
+    .unwrap_or_else(|e| panic!("detach: {e}"));
+    eprintln!("{} round(s): {:#?}", report.rounds, report.steps);
+    assert!(
+        remapped,
+        "the detach checked the volume: {:#?}",
+        report.steps
+    );
+
+    let new_wwid = sysfs::attr(format!("/sys/class/scsi_device/{moved}/device/wwid"));
+    assert!(
+        new_wwid.is_some() && new_wwid.as_deref() != Some(old.wwid.as_str()),
+        "{moved} is another volume now: {new_wwid:?}"
+    );
+    eprintln!(
+        "{moved}: {:?} -> {:?}, device {old_dev:?} -> {:?}",
+        old.disks[0],
+        disk_of(&moved),
+        dev_of(&moved)
+    );
+    assert!(
+        Path::new(&format!("/sys/class/scsi_device/{moved}")).exists(),
+        "the re-mapped LUN at {moved} was deleted as the old volume's path: {:#?}",
+        report.steps
+    );
+    let moved_step = report
+        .steps
+        .iter()
+        .find(|s| s.kind == StepKind::DeletePath && s.target.starts_with(&moved))
+        .expect("a delete-path step for the re-mapped address");
+    assert!(
+        matches!(&moved_step.outcome, Outcome::Skipped(why) if why.contains("changed under the operation")),
+        "{moved_step:?}"
+    );
+    assert!(
+        report.steps.iter().any(|s| s.kind == StepKind::DeletePath
+            && s.target.starts_with(&kept)
+            && s.outcome == Outcome::Done),
+        "the old volume's other path was deleted: {:#?}",
+        report.steps
+    );
+    assert!(!Path::new(&format!("/sys/class/scsi_device/{kept}")).exists());
+    // The look after the deletes finds nothing of the old volume: the device at its address
+    // is another one.
+    let last = report.steps.last().expect("steps");
+    assert!(
+        last.kind == StepKind::Verify && last.outcome == Outcome::Done,
+        "{last:?}"
+    );
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn detach_finishes_half_done_and_killed_cleanups() {

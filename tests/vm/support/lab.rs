@@ -72,6 +72,13 @@ impl IscsiLab {
         Ok(lab)
     }
 
+    /// The LIO target (until teardown).
+    pub fn target(&self) -> &LioTarget {
+        self.target
+            .as_ref()
+            .expect("the lab's target lives until teardown")
+    }
+
     /// H:C:T:L of every SCSI device on the lab's sessions.
     pub fn devices(&self) -> Vec<String> {
         let hosts: Vec<String> = self

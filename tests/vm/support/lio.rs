@@ -92,6 +92,15 @@ impl LioTarget {
         open_to_all(&tpg)
     }
 
+    /// Maps backstore `from` (LUN `from`'s) as LUN `lun` as well, in place of `lun`'s own: a
+    /// LUN number re-mapped to another volume on the array. The initiator sees it after its
+    /// device at that LUN is deleted and scanned again. [`teardown`](Self::teardown) undoes it.
+    pub fn remap(&self, lun: u32, from: u32) -> Result<()> {
+        let tpg = self.tpg();
+        unexport(&tpg, lun);
+        export(&Self::backstore(from), &tpg, lun)
+    }
+
     /// Removes the target, portals, LUNs and backstores. Log the initiator out first: tearing
     /// down a TPG under live sessions leaves them reconnecting for the replacement timeout.
     pub fn teardown(mut self) -> Result<()> {
