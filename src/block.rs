@@ -189,15 +189,18 @@ pub(crate) fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
 ///    invalidates the page cache, so nothing stale is served if the LUN comes back.
 ///
 /// Both block until the I/O completes, which on a dead transport can take as long as the
-/// SCSI error handler wants. They run on a helper thread, and if `deadline` passes first this
-/// returns [`Error::Timeout`] and leaves the thread to finish on its own; the caller is never
-/// held past its deadline.
+/// SCSI error handler wants, and so can the `open(2)` before them: it waits for the disk's
+/// open mutex, which a partition scan (`BLKRRPART`, sd's probe, a change of media) holds
+/// through its reads. All three run on a helper thread, and if `deadline` passes first this
+/// returns [`Error::Timeout`] and leaves the thread to finish on its own (it closes what it
+/// opened); the caller is never held past its deadline.
 pub fn flush(node: &BlockNode, deadline: Instant) -> Result<()> {
-    let fd = open_checked(node, OFlags::empty())?;
-    let path = node.path.clone();
-    let what = || format!("flush of {node} (the device is not completing writes)");
+    let what = || format!("flush of {node} (the device is not completing its open or writes)");
+    let node = node.clone();
     crate::wait::bounded(deadline, &what, move || {
-        rustix::fs::fsync(&fd).map_err(|e| Error::io(&path, e.into()))?;
+        let fd = open_checked(&node, OFlags::empty())?;
+        let path = &node.path;
+        rustix::fs::fsync(&fd).map_err(|e| Error::io(path, e.into()))?;
         crate::ioctl::blkflsbuf(&fd).map_err(|source| Error::Ioctl {
             op: "BLKFLSBUF",
             target: path.display().to_string(),
@@ -617,12 +620,18 @@ fn process_gone(e: rustix::io::Errno) -> bool {
 /// 5. every process (`/proc/*`, split between threads): its open fds (`fd/`, or each
 ///    thread's `task/*/fd/` when the main thread has exited), and the mount table of every
 ///    mount namespace not read yet (deduplicated by `ns/mnt` inode);
-/// 6. one `O_EXCL` open on each device at the top of a stack that nothing above explains.
+/// 6. one `O_EXCL` open on each device at the top of a stack that nothing above explains,
+///    given until `deadline` (an open waits while a partition scan holds the disk).
 ///
 /// A process whose fds or mount table cannot be read (`EACCES` without root or
 /// `CAP_SYS_PTRACE`) lands in [`Usage::unchecked`]: the answer is then "could not check",
 /// never "not in use".
-pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Result<Usage> {
+pub fn usage(
+    root: &Root,
+    devices: &[BlockNode],
+    scope: &UsageScope<'_>,
+    deadline: Instant,
+) -> Result<Usage> {
     let mut usage = Usage::default();
     // Every device whose users count: the devices, their partitions, and foreign stacks on
     // them; plus the volume's own devices, whose mounts and openers count too.
@@ -778,7 +787,7 @@ pub fn usage(root: &Root, devices: &[BlockNode], scope: &UsageScope<'_>) -> Resu
         let explained = usage.mounts.iter().any(|m| m.device == n.name)
             || usage.swaps.contains(&n.name)
             || usage.holders.contains(&n.name);
-        if top && !explained && is_claimed(n) {
+        if top && !explained && is_claimed(n, deadline)? {
             usage.claimed.push(n.name.clone());
         }
     }
@@ -847,12 +856,18 @@ fn read_small(proc_fd: &OwnedFd, path: &str) -> Option<String> {
 
 /// Whether an `O_EXCL` open of the node fails with `EBUSY`: a filesystem, swap, dm, md or
 /// another exclusive opener has claimed it. A node that cannot be opened for another reason
-/// says nothing.
-fn is_claimed(node: &BlockNode) -> bool {
-    matches!(
-        open_checked(node, OFlags::EXCL | OFlags::NONBLOCK),
-        Err(Error::Io { ref source, .. }) if source.raw_os_error() == Some(libc::EBUSY)
-    )
+/// says nothing. The open runs on a helper thread until `deadline` ([`Error::Timeout`]
+/// then): it waits while a partition scan holds the disk, for as long as the scan's reads
+/// take.
+fn is_claimed(node: &BlockNode, deadline: Instant) -> Result<bool> {
+    let what = || format!("O_EXCL probe of {node} (its open is waiting for the disk)");
+    let probe = node.clone();
+    crate::wait::bounded(deadline, &what, move || {
+        Ok(matches!(
+            open_checked(&probe, OFlags::EXCL | OFlags::NONBLOCK),
+            Err(Error::Io { ref source, .. }) if source.raw_os_error() == Some(libc::EBUSY)
+        ))
+    })
 }
 
 /// The device number of a node path as written in `/proc/swaps`, looked up below the root.

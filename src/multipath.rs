@@ -624,7 +624,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
             &|| format!("{} to be released", map.label()),
             &|_| false,
             || {
-                last = busy_reason(&ctl, root, &map, &parts)?;
+                last = busy_reason(&ctl, root, &map, &parts, opts.deadline)?;
                 Ok(match &last {
                     Some(b) if queue_disabled || b.transient => None,
                     _ => Some(()),
@@ -845,6 +845,7 @@ fn busy_reason(
     root: &Root,
     map: &Map,
     parts: &[PartitionMap],
+    deadline: Instant,
 ) -> Result<Option<Busy>> {
     let info = ctl.info(&DevId::Name(map.name()))?;
     let mut open_parts = Vec::new();
@@ -863,7 +864,7 @@ fn busy_reason(
     if own <= 0 && open_parts.is_empty() {
         return Ok(None);
     }
-    let users = users(root, info.dev, parts);
+    let users = users(root, info.dev, parts, deadline);
     let mut reason = format!(
         "open count {} ({} partition map(s))",
         info.open_count,
@@ -886,7 +887,12 @@ fn busy_reason(
 /// and its partition maps in one walk: what a person needs to act on a refusal. The partition
 /// maps are its own, not users by themselves. `None` when the map is gone or cannot be looked
 /// at.
-fn users(root: &Root, dev: DevNum, parts: &[PartitionMap]) -> Option<block::Usage> {
+fn users(
+    root: &Root,
+    dev: DevNum,
+    parts: &[PartitionMap],
+    deadline: Instant,
+) -> Option<block::Usage> {
     let node = block::by_number(root, dev).ok()??;
     let own: Vec<String> = parts
         .iter()
@@ -897,5 +903,5 @@ fn users(root: &Root, dev: DevNum, parts: &[PartitionMap]) -> Option<block::Usag
         own: &own,
         ignore_openers: &[],
     };
-    block::usage(root, &[node], &scope).ok()
+    block::usage(root, &[node], &scope, deadline).ok()
 }

@@ -255,7 +255,7 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
                 own: &[],
                 ignore_openers: PATH_MANAGERS,
             };
-            let usage = block::usage(root, std::slice::from_ref(node), &scope)?;
+            let usage = block::usage(root, std::slice::from_ref(node), &scope, opts.deadline)?;
             match usage.refusal(&format!("{node} ({hctl})")) {
                 Some(Error::Busy { device, .. }) => {
                     return Err(Error::Busy {

@@ -19,7 +19,7 @@ use lunkit::{ErrorKind, Root};
 /// capabilities than its own (pid 1 here), which the check reports as "could not check pid
 /// N". Those are not the processes these tests make; anything else unchecked fails.
 fn usage_here(root: &Root, node: &block::BlockNode, scope: &UsageScope<'_>) -> block::Usage {
-    let mut u = block::usage(root, std::slice::from_ref(node), scope).unwrap();
+    let mut u = block::usage(root, std::slice::from_ref(node), scope, deadline()).unwrap();
     for c in &u.unchecked {
         assert!(
             c.what.starts_with("pid ")

@@ -12,11 +12,17 @@ mod common;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::Scratch;
 use lunkit::block::{self, BlockNode, UsageScope};
 use lunkit::scsi::PATH_MANAGERS;
 use lunkit::{DevNum, Root};
+
+/// A deadline no fixture check comes near.
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
 
 /// A fake root with a disk `sdc` and a multipath map `dm-0`, and no process yet.
 struct Tree {
@@ -107,7 +113,7 @@ impl Tree {
             own,
             ignore_openers: PATH_MANAGERS,
         };
-        block::usage(&self.root(), &nodes, &scope).unwrap()
+        block::usage(&self.root(), &nodes, &scope, far()).unwrap()
     }
 }
 

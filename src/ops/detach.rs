@@ -499,6 +499,7 @@ impl Run<'_> {
                 own: &own,
                 ignore_openers: PATH_MANAGERS,
             },
+            deadline,
         )
         .and_then(|usage| {
             let reach = state
