@@ -537,6 +537,88 @@ fn harden_fault_rescan_of_present_lun_when_commands_time_out() {
     assert_library_deadline_kept(took, &r);
 }
 
+/// An `open(2)` of a disk waits for its open mutex, which a partition scan holds through its
+/// reads: with reads not answered, for as long as the SCSI error handler takes. `flush` and
+/// the in-use check's `O_EXCL` probe open the disk, and must keep their deadline through that
+/// open (issue 12 item 9): before, the flush waited in `open` until the scan gave up, then
+/// reported success.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn harden_fault_open_waiting_for_a_partition_scan_keeps_the_deadline() {
+    require_vm();
+    let (sd, _manual) = fault_lab();
+    let hctl = format!("{}:0:0:6", sd.hosts[0]);
+    let f = scan_with_10s_timeout(&hctl);
+    let disk = assert_returned_disk_of(&f, &hctl);
+    // udev's probe of the new disk reads it too: let it finish before reads stop.
+    udev::settle(Duration::from_secs(60)).unwrap();
+    let root = lunkit::Root::default();
+    let node = lunkit::block::by_name(&root, &disk)
+        .unwrap()
+        .expect("its node");
+    // A short command timeout, so the stuck scan ends soon after the test.
+    let _cmd_timeout = Tunable::set(format!("/sys/block/{disk}/device/timeout"), "5").unwrap();
+
+    // Reads are swallowed from now on, and a partition scan holds the disk through them.
+    let inj = inject(0x80, 1);
+    let rescan =
+        Running::spawn(Command::new("blockdev").args(["--rereadpt", &format!("/dev/{disk}")]))
+            .unwrap();
+    wait::until_true(
+        "the partition scan's read in flight",
+        Duration::from_secs(30),
+        || {
+            sysfs::attr(format!("/sys/block/{disk}/inflight"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .is_some_and(|reads| reads > 0)
+        },
+    )
+    .unwrap();
+
+    let flushed = lunkit::block::flush(&node, Instant::now() + Duration::from_secs(2));
+    eprintln!("flush during the scan: {flushed:?}");
+    let scope = lunkit::block::UsageScope {
+        own: &[],
+        ignore_openers: lunkit::scsi::PATH_MANAGERS,
+    };
+    let checked = lunkit::block::usage(
+        &root,
+        std::slice::from_ref(&node),
+        &scope,
+        Instant::now() + Duration::from_secs(2),
+    );
+    eprintln!("in-use check during the scan: {checked:?}");
+
+    // Reads answer again; the scan's swallowed read times out and is retried, and the scan
+    // and both helpers' opens end.
+    drop(inj);
+    let done = rescan.wait(Duration::from_secs(300));
+    eprintln!("{}", done.describe());
+    wait::until_true(
+        "lunkit's helpers to close the disk",
+        Duration::from_secs(120),
+        || !holds_open(&format!("/dev/{disk}")),
+    )
+    .unwrap();
+
+    let e = flushed.expect_err("the flush returned only after the scan let the disk go");
+    assert_eq!(e.kind(), lunkit::ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains(&disk), "{e}");
+    let e = checked.expect_err("the O_EXCL probe returned only after the scan");
+    assert_eq!(e.kind(), lunkit::ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains("O_EXCL probe"), "{e}");
+    drop(sd);
+}
+
+/// Whether this process has `node` open (a helper thread's descriptor).
+fn holds_open(node: &str) -> bool {
+    std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new(node)))
+}
+
 // ---------------------------------------------------------------------------------------
 // Event storm
 
