@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -20,6 +20,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
+use crate::helper::{self, Subject};
 use crate::mountinfo;
 use crate::root::Root;
 use crate::sysfs::block::DevNum;
@@ -196,9 +197,11 @@ pub(crate) fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
 /// opened); the caller is never held past its deadline.
 pub fn flush(node: &BlockNode, deadline: Instant) -> Result<()> {
     let what = || format!("flush of {node} (the device is not completing its open or writes)");
+    let subject = Subject::device("flush", node.dev);
     let node = node.clone();
-    crate::wait::bounded(deadline, &what, move || {
+    helper::bounded(subject, deadline, &what, move || {
         let fd = open_checked(&node, OFlags::empty())?;
+        let _held = helper::hold(fd.as_fd(), node.dev);
         let path = &node.path;
         rustix::fs::fsync(&fd).map_err(|e| Error::io(path, e.into()))?;
         crate::ioctl::blkflsbuf(&fd).map_err(|source| Error::Ioctl {
@@ -254,6 +257,10 @@ pub struct Usage {
     /// ones (udev's probes) on a map or partition. Not users, but listed so that a caller
     /// can tell whether they explain a device's whole open count.
     pub managers: Vec<Opener>,
+    /// Descriptors of this process's own helper threads: a flush or probe an earlier call
+    /// gave up waiting for, still in its kernel call (see [`flush`]). Not users: the step
+    /// that needs the device waits for them, within its deadline.
+    pub helpers: Vec<Opener>,
     /// Devices an `O_EXCL` open finds claimed, where nothing above explains the claim.
     pub claimed: Vec<String>,
     /// What could not be looked at (a process whose fds or mount table could not be read, a
@@ -759,6 +766,16 @@ pub fn usage(
         }
     }
     usage.unchecked.extend(scan.usage.unchecked);
+    usage.helpers = scan
+        .helpers
+        .into_iter()
+        .map(|o| Opener {
+            pid: o.pid,
+            device: family.name_of(o.dev),
+            read_only: o.read_only,
+            comm: o.comm,
+        })
+        .collect();
     for o in scan.openers {
         let on_path = paths.contains(&o.dev);
         let opener = Opener {
@@ -862,12 +879,19 @@ fn read_small(proc_fd: &OwnedFd, path: &str) -> Option<String> {
 fn is_claimed(node: &BlockNode, deadline: Instant) -> Result<bool> {
     let what = || format!("O_EXCL probe of {node} (its open is waiting for the disk)");
     let probe = node.clone();
-    crate::wait::bounded(deadline, &what, move || {
-        Ok(matches!(
-            open_checked(&probe, OFlags::EXCL | OFlags::NONBLOCK),
-            Err(Error::Io { ref source, .. }) if source.raw_os_error() == Some(libc::EBUSY)
-        ))
-    })
+    helper::bounded(
+        Subject::device("O_EXCL probe", node.dev),
+        deadline,
+        &what,
+        move || match open_checked(&probe, OFlags::EXCL | OFlags::NONBLOCK) {
+            Ok(fd) => {
+                let _held = helper::hold(fd.as_fd(), probe.dev);
+                Ok(false)
+            }
+            Err(Error::Io { source, .. }) => Ok(source.raw_os_error() == Some(libc::EBUSY)),
+            Err(_) => Ok(false),
+        },
+    )
 }
 
 /// The device number of a node path as written in `/proc/swaps`, looked up below the root.
@@ -913,6 +937,8 @@ struct OpenFd {
 #[derive(Default)]
 struct ProcScan {
     openers: Vec<OpenFd>,
+    /// This process's descriptors that its helpers hold ([`helper::held`]).
+    helpers: Vec<OpenFd>,
     /// Mounts (and unreadable lines) in the namespaces not read before the walk.
     usage: Usage,
     unchecked: Vec<Unchecked>,
@@ -942,12 +968,19 @@ fn scan_processes(
         .clamp(1, OPENER_THREADS_MAX)
         .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
     let numbers = family.numbers();
+    // This process as the root's /proc numbers it (another pid namespace's procfs gives
+    // another number), and what its helpers hold open.
+    let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
+        .ok()
+        .and_then(|p| p.to_str().ok().and_then(crate::hctl::decimal::<u32>));
+    let held = helper::held();
     let ctx = ScanCtx {
         root,
         proc_fd,
         family,
         numbers: &numbers,
         seen,
+        own: own_pid.map(|pid| (pid, held.as_slice())),
     };
     let mut scans: Vec<ProcScan> = if threads == 1 {
         vec![ctx.among(&pids)]
@@ -979,6 +1012,7 @@ fn scan_processes(
     let mut out = scans.pop().unwrap_or_default();
     for s in scans {
         out.openers.extend(s.openers);
+        out.helpers.extend(s.helpers);
         out.unchecked.extend(s.unchecked);
         out.usage.mounts.extend(s.usage.mounts);
         out.usage.unchecked.extend(s.usage.unchecked);
@@ -1004,6 +1038,8 @@ struct ScanCtx<'a> {
     numbers: &'a [DevNum],
     /// Mount namespaces whose table was read (or is being read by another worker).
     seen: &'a std::sync::Mutex<SeenNamespaces>,
+    /// This process's pid, with the descriptors its helper threads hold and their devices.
+    own: Option<(u32, &'a [(RawFd, DevNum)])>,
 }
 
 impl ScanCtx<'_> {
@@ -1153,14 +1189,32 @@ impl ScanCtx<'_> {
             let comm = comm
                 .get_or_insert_with(|| process_comm(self.proc_fd, pid))
                 .clone();
-            out.openers.push(OpenFd {
+            let fd = OpenFd {
                 pid,
                 comm,
                 dev,
                 read_only: opened_read_only(self.proc_fd, dir, name),
-            });
+            };
+            if self.is_helpers(pid, name, dev) {
+                out.helpers.push(fd);
+            } else {
+                out.openers.push(fd);
+            }
         }
         Some(fds.len())
+    }
+}
+
+impl ScanCtx<'_> {
+    /// Whether descriptor `name` of `pid`, open on `dev`, is one a helper thread of this
+    /// process holds. The number could have been closed and reused since [`helper::held`]
+    /// was read, so the device must match too.
+    fn is_helpers(&self, pid: u32, name: &std::ffi::CStr, dev: DevNum) -> bool {
+        let Some((own, held)) = self.own else {
+            return false;
+        };
+        let fd = name.to_str().ok().and_then(crate::hctl::decimal::<RawFd>);
+        own == pid && fd.is_some_and(|fd| held.contains(&(fd, dev)))
     }
 }
 
@@ -1290,6 +1344,12 @@ mod tests {
             managers: vec![Opener {
                 pid: 7,
                 comm: "(udev-worker)".into(),
+                device: "sdc".into(),
+                read_only: true,
+            }],
+            helpers: vec![Opener {
+                pid: 9,
+                comm: "csi-node".into(),
                 device: "sdc".into(),
                 read_only: true,
             }],

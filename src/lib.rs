@@ -31,6 +31,7 @@ pub mod dm;
 pub mod error;
 pub mod fc;
 pub mod hctl;
+mod helper;
 mod ioctl;
 pub mod iscsi;
 pub mod loopdev;

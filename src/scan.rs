@@ -226,7 +226,7 @@ pub(crate) fn scan_paths(
 
     // Every write at once, one worker per path. A worker returns by the deadline even when
     // its write is stuck in the kernel (the write itself runs on a detached helper, see
-    // `wait::bounded`), so the scope ends on time.
+    // `helper::bounded`), so the scope ends on time.
     let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = std::thread::scope(|s| {
         let workers: Vec<_> = candidates
             .iter()

@@ -15,6 +15,7 @@ use rustix::fs::{Mode, OFlags};
 use crate::block::{self, UsageScope};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
+use crate::helper::{self, Subject};
 use crate::root::Root;
 use crate::scan::{Candidate, ScanReport};
 use crate::sysfs::block::DevNum;
@@ -163,7 +164,7 @@ pub(crate) fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<O
             dev_path.display()
         )
     };
-    let opened = wait::bounded(deadline, &what, move || {
+    let opened = helper::bounded(Subject::device("open", dev), deadline, &what, move || {
         Ok(rustix::fs::open(
             &node,
             OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
@@ -389,7 +390,8 @@ pub(crate) fn remove_device(
             dir.join("delete").display()
         )
     };
-    match wait::bounded(deadline, &what, move || writer.write("1")) {
+    let subject = Subject::write(&dir.join("delete"), "1");
+    match helper::bounded(subject, deadline, &what, move || writer.write("1")) {
         Ok(()) => {}
         // ENODEV: removed after the check, by someone else's delete (under way or done);
         // wait for it like for ours. A device created since is another object.
@@ -411,10 +413,13 @@ pub(crate) fn remove_device(
 /// the device (`scan` waits out INQUIRY timeouts, `rescan` and `delete` every command's),
 /// giving up at `deadline`.
 fn write_within(path: PathBuf, value: &str, deadline: Instant) -> Result<()> {
+    let subject = Subject::write(&path, value);
     let value = value.to_owned();
     let what = || format!("write to {} (the device is not answering)", path.display());
     let p = path.clone();
-    wait::bounded(deadline, &what, move || sysfs::write_attr(&p, &value))
+    helper::bounded(subject, deadline, &what, move || {
+        sysfs::write_attr(&p, &value)
+    })
 }
 
 #[cfg(test)]

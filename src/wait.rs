@@ -13,8 +13,6 @@ use crate::uevent::{Monitor, Received, Uevent};
 
 /// First re-check interval.
 const BACKOFF_START: Duration = Duration::from_millis(2);
-/// How long [`bounded`] waits for its helper thread even when the deadline has passed.
-const BOUNDED_MIN_WAIT: Duration = Duration::from_millis(10);
 /// Longest interval between re-checks.
 const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
@@ -96,39 +94,6 @@ pub fn until_with<T>(
     }
 }
 
-/// Runs `f` on a helper thread and waits for it until `deadline`; past it, returns
-/// [`Error::Timeout`] naming `what` and leaves the thread to finish on its own (its result is
-/// dropped, and any file it opened is closed then).
-///
-/// For kernel calls that cannot be interrupted and can block for minutes: a `scan`, `rescan`
-/// or `delete` write (the SCSI midlayer waits out command timeouts and retries inside them),
-/// opening a disk whose probe still holds it, `fsync` on a device whose transport is gone.
-/// The caller keeps its deadline; a stuck thread costs one parked thread, not a stuck caller.
-pub(crate) fn bounded<T: Send + 'static>(
-    deadline: Instant,
-    what: &dyn Fn() -> String,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let start = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("lunkit-bounded".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .map_err(|e| Error::io("(helper thread)", e))?;
-    // A call that is quick (the usual case) gets to report even at a passed deadline.
-    let wait = deadline
-        .saturating_duration_since(start)
-        .max(BOUNDED_MIN_WAIT);
-    rx.recv_timeout(wait).unwrap_or_else(|_| {
-        Err(Error::Timeout {
-            what: what(),
-            waited: start.elapsed(),
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,27 +160,6 @@ mod tests {
         assert_eq!(
             deadline_from(t0, Duration::from_secs(5)),
             t0 + Duration::from_secs(5)
-        );
-    }
-
-    #[test]
-    fn bounded_returns_the_result_or_times_out() {
-        let far = Instant::now() + Duration::from_secs(5);
-        assert_eq!(bounded(far, &|| "x".into(), || Ok(7)).unwrap(), 7);
-        let t0 = Instant::now();
-        let err = bounded(
-            t0 + Duration::from_millis(30),
-            &|| "write to scan".into(),
-            || {
-                std::thread::sleep(Duration::from_secs(2));
-                Ok(())
-            },
-        )
-        .unwrap_err();
-        assert!(t0.elapsed() < Duration::from_secs(1));
-        assert!(
-            matches!(&err, Error::Timeout { what, .. } if what == "write to scan"),
-            "{err}"
         );
     }
 }

@@ -1,0 +1,278 @@
+//! Helper threads for kernel calls that cannot be interrupted, bounded by the caller's
+//! deadline: at most one per operation and device, and none that counts as a user.
+//!
+//! A `scan`, `rescan` or `delete` write waits inside the SCSI midlayer for as long as its
+//! commands time out and are retried; `open(2)` of a disk waits while a partition scan holds
+//! it; `fsync` on a dead transport waits for the error handler. None of these can be
+//! interrupted, so [`bounded`] runs them on a helper thread and returns
+//! [`Error::Timeout`] at the deadline, leaving the thread to finish on its own.
+//!
+//! Two things would go wrong in a long-lived caller (a CSI node plugin retries a failed
+//! detach every few seconds) if that were all:
+//!
+//! - every retry would park another thread in the same stuck call, without bound. So a
+//!   helper owns its [`Subject`] (the operation and the device) until its kernel call
+//!   returns, and a later call on the same subject waits for it, within its own deadline,
+//!   instead of starting another: [`Error::Timeout`] then names the earlier call and how long
+//!   it has been blocked;
+//! - a stuck flush keeps the disk open, and the next in-use check would find this very
+//!   process holding it (`open by pid <self>`) and refuse. So a helper registers each
+//!   descriptor it opens ([`hold`]), and [`held`] tells the check which of this process's
+//!   descriptors are its own helpers' ([`crate::block::usage`] lists them apart).
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::sysfs::block::DevNum;
+
+/// How long [`bounded`] waits for its helper thread even when the deadline has passed, so
+/// that a quick call (the usual case) still reports.
+const MIN_WAIT: Duration = Duration::from_millis(10);
+
+/// What a helper does and to what. Two helpers with equal subjects never run at once.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Subject {
+    op: &'static str,
+    on: String,
+}
+
+impl Subject {
+    /// Operation `op` (`"flush"`, `"open"`…) on the block device `dev`.
+    pub(crate) fn device(op: &'static str, dev: DevNum) -> Subject {
+        Subject {
+            op,
+            on: dev.to_string(),
+        }
+    }
+
+    /// A write of `value` to the sysfs attribute `path` (`delete`, `rescan`, a host's
+    /// `scan`): the same write again is the same subject, a scan of another LUN is not.
+    pub(crate) fn write(path: &std::path::Path, value: &str) -> Subject {
+        Subject {
+            op: "write",
+            on: format!("{value:?} to {}", path.display()),
+        }
+    }
+}
+
+/// The subjects whose helper is still in its call, with when it started.
+static BUSY: Mutex<BTreeMap<Subject, Instant>> = Mutex::new(BTreeMap::new());
+/// Signalled whenever a helper gives its subject up.
+static FREED: Condvar = Condvar::new();
+/// Descriptors helpers hold open, with the device each is open on.
+static HELD: Mutex<Vec<(RawFd, DevNum)>> = Mutex::new(Vec::new());
+
+/// A panic in another thread while it held the lock leaves the data consistent here (every
+/// critical section is a single insert or remove), so a poisoned lock is used as is.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs `f` on a helper thread that owns `subject`, and waits for it until `deadline`.
+///
+/// - If an earlier helper still owns `subject`, this first waits for it to finish; at the
+///   deadline it returns [`Error::Timeout`] naming that earlier call, without running `f`.
+/// - Past the deadline it returns [`Error::Timeout`] naming `what`; the thread finishes on
+///   its own, drops its result (closing what it opened) and frees the subject.
+pub(crate) fn bounded<T: Send + 'static>(
+    subject: Subject,
+    deadline: Instant,
+    what: &dyn Fn() -> String,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let start = Instant::now();
+    let until = deadline.max(crate::wait::deadline_from(start, MIN_WAIT));
+    {
+        let mut busy = lock(&BUSY);
+        while let Some(&since) = busy.get(&subject) {
+            let now = Instant::now();
+            if now >= until {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "{}: an earlier call is still blocked in the kernel, for {:.1?} now, \
+                         and this process runs one at a time",
+                        what(),
+                        now - since
+                    ),
+                    waited: now - start,
+                });
+            }
+            busy = FREED
+                .wait_timeout(busy, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        busy.insert(subject.clone(), start);
+    }
+    let owner = Owner(subject);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // If the spawn fails, the closure, and with it `owner`, is dropped: the subject is freed.
+    std::thread::Builder::new()
+        .name("lunkit-helper".into())
+        .spawn(move || {
+            let _owner = owner;
+            let _ = tx.send(f());
+        })
+        .map_err(|e| Error::io("(helper thread)", e))?;
+    rx.recv_timeout(until.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                what: what(),
+                waited: start.elapsed(),
+            })
+        })
+}
+
+/// A helper's claim on its subject, given up when the helper's call has returned.
+struct Owner(Subject);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        lock(&BUSY).remove(&self.0);
+        FREED.notify_all();
+    }
+}
+
+/// Registers `fd`, open on `dev`, as a helper's until the returned guard drops. Drop the
+/// guard before the descriptor (declare it after), so that its number is never registered
+/// while closed and possibly reused.
+pub(crate) fn hold(fd: BorrowedFd<'_>, dev: DevNum) -> Held {
+    let entry = (fd.as_raw_fd(), dev);
+    lock(&HELD).push(entry);
+    Held(entry)
+}
+
+/// See [`hold`].
+#[must_use = "the descriptor is registered only while this lives"]
+pub(crate) struct Held((RawFd, DevNum));
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = lock(&HELD);
+        if let Some(i) = held.iter().position(|e| *e == self.0) {
+            held.swap_remove(i);
+        }
+    }
+}
+
+/// The descriptors of this process that helpers hold open now, with their devices.
+pub(crate) fn held() -> Vec<(RawFd, DevNum)> {
+    lock(&HELD).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, mpsc};
+
+    fn subject(on: &str) -> Subject {
+        Subject {
+            op: "test",
+            on: on.into(),
+        }
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_millis(50)
+    }
+
+    #[test]
+    fn returns_the_result_or_times_out_naming_the_call() {
+        let far = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            bounded(subject("a"), far, &|| "x".into(), || Ok(7)).unwrap(),
+            7
+        );
+        let (release, gate) = mpsc::channel::<()>();
+        let err = bounded(
+            subject("b"),
+            soon(),
+            &|| "write to scan".into(),
+            move || {
+                let _ = gate.recv();
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::Timeout { what, .. } if what == "write to scan"),
+            "{err}"
+        );
+        drop(release);
+    }
+
+    #[test]
+    fn a_stuck_helper_is_not_joined_by_a_second_on_its_subject() {
+        let (release, gate) = mpsc::channel::<()>();
+        let first = bounded(subject("dev"), soon(), &|| "flush of d".into(), move || {
+            let _ = gate.recv();
+            Ok(1)
+        });
+        assert_eq!(first.unwrap_err().kind(), crate::ErrorKind::Timeout);
+
+        // The first still blocks: a second call waits for it, and does not run.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let second = bounded(subject("dev"), soon(), &|| "flush of d".into(), move || {
+            r.store(true, Ordering::SeqCst);
+            Ok(2)
+        });
+        let e = second.unwrap_err();
+        assert!(
+            e.to_string().contains("an earlier call is still blocked"),
+            "{e}"
+        );
+        assert!(!ran.load(Ordering::SeqCst));
+
+        // Another subject is not held up by it.
+        let far = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            bounded(subject("other"), far, &|| "x".into(), || Ok(3)).unwrap(),
+            3
+        );
+
+        // Once the first returns, the subject is free again.
+        release.send(()).unwrap();
+        assert_eq!(
+            bounded(subject("dev"), far, &|| "x".into(), || Ok(4)).unwrap(),
+            4
+        );
+    }
+
+    #[test]
+    fn a_waiting_call_runs_as_soon_as_the_earlier_one_returns() {
+        let (release, gate) = mpsc::channel::<()>();
+        let _ = bounded(subject("w"), soon(), &|| "x".into(), move || {
+            let _ = gate.recv();
+            Ok(0)
+        });
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            release.send(()).unwrap();
+        });
+        let far = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            bounded(subject("w"), far, &|| "x".into(), || Ok(5)).unwrap(),
+            5
+        );
+        releaser.join().unwrap();
+    }
+
+    #[test]
+    fn held_descriptors_are_listed_while_held() {
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&file);
+        let dev = DevNum {
+            major: 7,
+            minor: 1234,
+        };
+        let guard = hold(fd, dev);
+        assert!(held().contains(&(fd.as_raw_fd(), dev)));
+        drop(guard);
+        assert!(!held().contains(&(fd.as_raw_fd(), dev)));
+    }
+}
