@@ -223,6 +223,7 @@ pub(crate) fn scan_paths(
     let deadline = wait::deadline_from(start, opts.timeout);
     // Subscribe before acting so no block device's `add` can slip past.
     let mut monitor = Monitor::open().ok();
+    let expect = opts.expect_wwid.as_ref();
 
     // Every write at once, one worker per path. A worker returns by the deadline even when
     // its write is stuck in the kernel (the write itself runs on a detached helper, see
@@ -234,7 +235,9 @@ pub(crate) fn scan_paths(
                 Candidate::Scan { target, .. } => Some(
                     std::thread::Builder::new()
                         .name("lunkit-scan".into())
-                        .spawn_scoped(s, move || trigger_timed(root, target, start, deadline)),
+                        .spawn_scoped(s, move || {
+                            trigger_timed(root, target, expect, start, deadline)
+                        }),
                 ),
                 Candidate::Skip { .. } => None,
             })
@@ -365,11 +368,12 @@ fn disk_timeout(hctl: Hctl, waited: Duration) -> Error {
 fn trigger_timed(
     root: &Root,
     target: &ScanTarget,
+    expect: Option<&Wwid>,
     start: Instant,
     deadline: Instant,
 ) -> (Result<Triggered>, PathTiming) {
     let write_start = Some(start.elapsed());
-    let result = scsi::trigger(root, target, deadline);
+    let result = scsi::trigger(root, target, expect, deadline);
     let write_end = match &result {
         Err(e) if e.kind() == ErrorKind::Timeout => None,
         _ => Some(start.elapsed()),

@@ -7,7 +7,7 @@
 //! block device runs asynchronously after the write; that is what the scan waits for, on uevents
 //! with sysfs re-checks as the safety net (see [`crate::wait`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
@@ -16,6 +16,7 @@ use crate::block::{self, UsageScope};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
 use crate::helper::{self, Subject};
+use crate::mountinfo;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanReport};
 use crate::sysfs::block::DevNum;
@@ -95,7 +96,19 @@ pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanRe
 }
 
 /// Writes the scan (or rescan) for one target and says whether the SCSI device now exists.
-pub(crate) fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<Triggered> {
+///
+/// A device already present may be a leftover path of another volume: the array re-mapped
+/// its LUN number while its disk still sits in that volume's multipath map or under a mount.
+/// So before its rescan (which re-reads its identity) it is looked at ([`holder`]), and
+/// [`Error::Busy`] refuses it, naming the holder:
+/// - without a rescan, when it belongs to another volume than `expect`;
+/// - after the rescan, when it now reports another WWID than the volume holding it.
+pub(crate) fn trigger(
+    root: &Root,
+    t: &ScanTarget,
+    expect: Option<&Wwid>,
+    deadline: Instant,
+) -> Result<Triggered> {
     let h = t.hctl;
     // Class entries are symlinks: below a --root they must not lead the write out of it.
     let confine = sysfs::Confine::new(root);
@@ -106,8 +119,40 @@ pub(crate) fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<
                 what: format!("SCSI device {h} below {}", root.path().display()),
             });
         };
+        let held = holder(root, &dev_dir)?;
+        let show = |w: &Option<Wwid>| w.as_ref().map_or("unknown".to_owned(), Wwid::to_string);
+        if let (Some(held), Some(expect)) = (&held, expect) {
+            if held.wwid.as_ref() != Some(expect) {
+                return Err(Error::Busy {
+                    device: format!("SCSI device {h}"),
+                    reason: format!(
+                        "it is a path of volume {} ({}), not of {expect}: a leftover of \
+                         another volume, left as it is (not rescanned); detach that volume \
+                         first",
+                        show(&held.wwid),
+                        held.by
+                    ),
+                });
+            }
+        }
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
         write_within(dev_dir.join("rescan"), "1", deadline)?;
+        if let Some(held) = held {
+            let now: Option<Wwid> = attr_parse(&dev_dir, "wwid");
+            if now != held.wwid {
+                return Err(Error::Busy {
+                    device: format!("SCSI device {h}"),
+                    reason: format!(
+                        "it reports WWID {} since its rescan, but is a path of volume {} \
+                         ({}): the LUN was re-mapped under a path still in use, and is not \
+                         handed out as the new volume; detach the old one first",
+                        show(&now),
+                        show(&held.wwid),
+                        held.by
+                    ),
+                });
+            }
+        }
         return Ok(Triggered::Present);
     }
     let host_dir = confine
@@ -123,6 +168,73 @@ pub(crate) fn trigger(root: &Root, t: &ScanTarget, deadline: Instant) -> Result<
     } else {
         Triggered::NotReported
     })
+}
+
+/// Who holds the disk of a present SCSI device, and as which volume.
+struct Held {
+    /// The holder, for messages: `map dm-0 (on sdc)`, `a filesystem mounted at /mnt/a`.
+    by: String,
+    /// The volume it is a path of: the multipath map's WWID when a map holds it, else the
+    /// WWID the device reported before anything was rescanned.
+    wwid: Option<Wwid>,
+}
+
+/// What holds the disk of the SCSI device at `dev_dir` (its `device` directory): a device
+/// stacked on the disk or on one of its partitions (a multipath map, LVM, md), or a
+/// filesystem mounted from them in the host's mount namespace (pid 1's table, or this
+/// process's where `<root>/proc` has no pid 1). `None` when nothing does, or it has no disk.
+fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
+    let Some(disk) = sysfs::sub_entries(dev_dir, "block")?.into_iter().next() else {
+        return Ok(None);
+    };
+    sysfs::check_component("block device name", &disk)?;
+    let old: Option<Wwid> = attr_parse(dev_dir, "wwid");
+    let class = root.sys("class/block");
+    let mut family = vec![disk.clone()];
+    family.extend(
+        sysfs::entries(&class.join(&disk))?.into_iter().filter(|p| {
+            p.starts_with(&disk) && class.join(&disk).join(p).join("partition").exists()
+        }),
+    );
+    for name in &family {
+        if let Some(h) = sysfs::sub_entries(&class.join(name), "holders")?
+            .into_iter()
+            .next()
+        {
+            sysfs::check_component("holder name", &h)?;
+            let map_wwid = attr(&class.join(&h).join("dm"), "uuid").and_then(|u| {
+                u.strip_prefix(crate::multipath::UUID_PREFIX)
+                    .and_then(|w| w.parse().ok())
+            });
+            let kind = if map_wwid.is_some() {
+                "multipath map"
+            } else {
+                "device"
+            };
+            return Ok(Some(Held {
+                by: format!("{kind} {h} is stacked on {name}"),
+                wwid: map_wwid.or(old),
+            }));
+        }
+    }
+    let numbers: Vec<DevNum> = family
+        .iter()
+        .filter_map(|n| attr_parse(&class.join(n), "dev"))
+        .collect();
+    let table = match mountinfo::read_of(root, 1) {
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => mountinfo::read(root)?,
+        other => other?,
+    };
+    if let Some(m) = mountinfo::on_devices(&table.mounts, &numbers).next() {
+        return Ok(Some(Held {
+            by: format!(
+                "a filesystem on it is mounted at {}",
+                mountinfo::show(&m.mount_point)
+            ),
+            wwid: old,
+        }));
+    }
+    Ok(None)
 }
 
 fn scsi_device_dir(root: &Root, h: Hctl) -> PathBuf {

@@ -176,14 +176,71 @@ fn present_lun_is_rescanned_and_identified() {
         expect_wwid: Some("naa.600a098038303053453f463045727a42".parse().unwrap()),
         ..quick()
     };
+    // sdc is a path of map dm-0 (…41): a leftover of that volume, refused as it is.
+    let rescan = dir
+        .path()
+        .join("sys/class/scsi_device/5:0:0:0/device/rescan");
+    fs::write(&rescan, "").unwrap();
     let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &wrong).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::WwidMismatch { .. }));
+    assert_eq!(err.kind(), ErrorKind::Busy, "{msg}");
+    assert!(
+        msg.contains("5:0:0:0")
+            && msg.contains("multipath map dm-0 is stacked on sdc")
+            && msg.contains("naa.600a098038303053453f463045727a42")
+            && msg.contains("naa.600a098038303053453f463045727a41")
+            && msg.contains("not rescanned"),
+        "{msg}"
+    );
+    assert_eq!(
+        fs::read_to_string(&rescan).unwrap(),
+        "",
+        "a leftover path of another volume is not rescanned"
+    );
+
+    // Once nothing holds it, a stale path is rescanned, and its WWID decides.
+    let holders = dir.path().join("sys/class/block/sdc/holders");
+    fs::remove_file(holders.join("dm-0")).unwrap();
+    let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &wrong).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::WwidMismatch { .. }), "{msg}");
     assert!(
         msg.contains("naa.600a098038303053453f463045727a42")
             && msg.contains("naa.600a098038303053453f463045727a41"),
         "{msg}"
     );
+    assert_eq!(fs::read_to_string(&rescan).unwrap(), "1");
+}
+
+/// A path whose LUN was re-mapped while its map still holds it reports the new volume's WWID
+/// (after the rescan, or already, when something else rescanned it): it is not handed out as
+/// the new volume's path, whether or not the caller names the volume it expects.
+#[test]
+fn a_held_path_that_reports_another_volume_is_not_handed_out() {
+    let dir = Scratch::with_fixture("fc", "scan-remapped");
+    let root = Root::new(dir.path());
+    fs::create_dir_all(dir.path().join("dev")).unwrap();
+    fs::write(dir.path().join("dev/sdc"), "").unwrap();
+    let other = "naa.600a098038303053453f463045727a42";
+    fs::write(
+        dir.path().join("sys/class/scsi_device/5:0:0:0/device/wwid"),
+        format!("{other}\n"),
+    )
+    .unwrap();
+    for expect in [None, Some(other.parse().unwrap())] {
+        let opts = ScanOptions {
+            expect_wwid: expect,
+            ..quick()
+        };
+        let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &opts).unwrap_err();
+        let msg = err.to_string();
+        assert_eq!(err.kind(), ErrorKind::Busy, "{msg}");
+        assert!(
+            msg.contains("multipath map dm-0 is stacked on sdc")
+                && msg.contains("naa.600a098038303053453f463045727a41"),
+            "{msg}"
+        );
+    }
 }
 
 #[test]
@@ -322,7 +379,9 @@ fn a_path_whose_wwid_differs_fails_the_scan_naming_it() {
     fs::create_dir_all(dir.path().join("dev")).unwrap();
     fs::write(dir.path().join("dev/sdc"), "").unwrap();
     fs::write(dir.path().join("dev/sdd"), "").unwrap();
-    // The LUN behind host6 is now another volume (a LUN number reused on one path).
+    // The LUN behind host6 is now another volume (a LUN number reused on one path), and no
+    // map holds its disk (held, it would be refused on its own: the test below).
+    fs::remove_file(dir.path().join("sys/class/block/sdd/holders/dm-0")).unwrap();
     let wwid = dir.path().join("sys/class/scsi_device/6:0:0:0/device/wwid");
     fs::write(&wwid, "naa.600a098038303053453f463045727a99\n").unwrap();
     let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &quick()).unwrap_err();

@@ -574,6 +574,75 @@ fn a_lun_remapped_during_the_detach_is_not_deleted_as_the_old_volume() {
     );
 }
 
+/// The array re-maps a LUN number to another volume while the node's paths of the old one
+/// still sit in its multipath map. A scan of that LUN number for the new volume must not hand
+/// the old volume's paths out as the new one's (issue 12 item 6). Before, the rescan re-read
+/// their identity, it matched the new volume, and `scan` returned them as its paths while the
+/// old volume's map still sent I/O through them.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_remapped_under_a_mapped_path_is_not_scanned_in_as_the_new_volume() {
+    require_vm();
+    let lab = lab(vec![1, 2], 4, true);
+    let old = Volume::of(&lab, 1);
+    let new = Volume::of(&lab, 2);
+    let map = wait_map(&old, 2);
+    wait_map(&new, 2);
+    // LUN 1 is LUN 2's volume on the target from now on; the node has not looked yet.
+    lab.target().remap(1, 2).unwrap();
+
+    // Named as the new volume: refused before any rescan, naming the map that holds them.
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        IQN,
+        "--lun",
+        "1",
+        "--timeout",
+        "30",
+        "--expect-wwid",
+        &new.wwid,
+    ]);
+    eprintln!("scan for the new volume: {}", describe(&out));
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    for (hctl, disk) in old.hctls.iter().zip(&old.disks) {
+        assert!(
+            err.contains(&format!("SCSI device {hctl} is in use"))
+                && err.contains(&format!("multipath map {} is stacked on {disk}", map.dm)),
+            "{err}"
+        );
+    }
+    assert!(err.contains("not rescanned"), "{err}");
+
+    // Not named: rescanned, found to report another volume than the map's, not handed out.
+    let out = lunkit(&[
+        "scan",
+        "iscsi",
+        "--target",
+        IQN,
+        "--lun",
+        "1",
+        "--timeout",
+        "30",
+    ]);
+    eprintln!("scan without a WWID: {}", describe(&out));
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains(&format!("reports WWID {} since its rescan", new.wwid))
+            && err.contains(&format!("path of volume {}", old.wwid)),
+        "{err}"
+    );
+
+    // The old volume's map still has both paths.
+    let still = old.map().expect("the old volume's map");
+    assert_eq!(still.dm, map.dm);
+    assert_eq!(still.paths.len(), 2, "{still:?}");
+    old.assert_present();
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn detach_finishes_half_done_and_killed_cleanups() {
