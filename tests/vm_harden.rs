@@ -610,6 +610,105 @@ fn harden_fault_open_waiting_for_a_partition_scan_keeps_the_deadline() {
     drop(sd);
 }
 
+/// A flush that gives up leaves its helper thread in the kernel: `fsync` waits for the
+/// device's cache flush, which the device swallows. A long-lived caller (a CSI plugin retries
+/// a failed detach every few seconds) must then neither park another thread in the same call
+/// at each retry, nor find its own helper's descriptor on the disk and refuse the disk as
+/// "open by pid <self>" (issue 12 item 11). Before, the in-use check listed this process as
+/// an opener and every flush left one more thread behind.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn harden_fault_a_stuck_flush_is_neither_repeated_nor_taken_for_a_user() {
+    require_vm();
+    let (sd, _manual) = fault_lab();
+    let hctl = format!("{}:0:0:7", sd.hosts[0]);
+    let f = scan_with_10s_timeout(&hctl);
+    let disk = assert_returned_disk_of(&f, &hctl);
+    udev::settle(Duration::from_secs(60)).unwrap();
+    // `fsync` sends the device a cache flush only when its cache is write-back (scsi_debug's
+    // default); the swallowed command is aborted after this many seconds, then retried.
+    assert_eq!(
+        sysfs::attr(format!("/sys/class/scsi_disk/{hctl}/cache_type")).as_deref(),
+        Some("write back")
+    );
+    let _cmd_timeout = Tunable::set(format!("/sys/block/{disk}/device/timeout"), "30").unwrap();
+    let root = lunkit::Root::default();
+    let node = lunkit::block::by_name(&root, &disk)
+        .unwrap()
+        .expect("its node");
+    let nodes = std::slice::from_ref(&node);
+    let scope = lunkit::block::UsageScope {
+        own: &[],
+        ignore_openers: lunkit::scsi::PATH_MANAGERS,
+    };
+    let in_use = || {
+        lunkit::block::usage(
+            &root,
+            nodes,
+            &scope,
+            Instant::now() + Duration::from_secs(10),
+        )
+        .unwrap()
+    };
+    let before = in_use();
+    assert!(before.is_empty() && before.helpers.is_empty(), "{before:?}");
+
+    // Commands that reach the medium, the cache flush among them, are swallowed from now on.
+    let inj = inject(0x80, 1);
+    let first = lunkit::block::flush(&node, Instant::now() + Duration::from_secs(2));
+    eprintln!("first flush: {first:?}");
+    let e = first.expect_err("a flush the device swallows cannot complete");
+    assert_eq!(e.kind(), lunkit::ErrorKind::Timeout, "{e}");
+    assert!(
+        holds_open(&format!("/dev/{disk}")),
+        "the helper holds the disk in its fsync"
+    );
+    assert_eq!(helper_threads(), 1);
+
+    // The next call's in-use check: this process's one descriptor on the disk is its helper's.
+    let during = in_use();
+    eprintln!("in-use check with the helper stuck: {during:?}");
+    assert!(during.is_empty(), "{during}");
+    assert_eq!(during.helpers.len(), 1, "{during:?}");
+    assert_eq!(during.helpers[0].pid, std::process::id());
+    assert_eq!(during.helpers[0].device, disk);
+
+    // The next flush waits for the earlier one, within its own deadline, and starts no other.
+    let second = lunkit::block::flush(&node, Instant::now() + Duration::from_secs(2));
+    eprintln!("second flush: {second:?}");
+    let e = second.expect_err("the earlier flush still blocks");
+    assert_eq!(e.kind(), lunkit::ErrorKind::Timeout, "{e}");
+    assert!(
+        e.to_string().contains("an earlier call is still blocked"),
+        "{e}"
+    );
+    assert_eq!(helper_threads(), 1);
+
+    // The device answers again: the swallowed flush is aborted and retried, the helper
+    // finishes, and a flush goes through.
+    drop(inj);
+    wait::until_true(
+        "the stuck helper to finish",
+        Duration::from_secs(300),
+        || helper_threads() == 0,
+    )
+    .unwrap();
+    assert!(!holds_open(&format!("/dev/{disk}")));
+    lunkit::block::flush(&node, Instant::now() + Duration::from_secs(60)).unwrap();
+    drop(sd);
+}
+
+/// How many of lunkit's helper threads this process has (named `lunkit-helper`; the name
+/// they had before this test existed, `lunkit-bounded`, counts too).
+fn helper_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|c| c.starts_with("lunkit-"))
+        .count()
+}
+
 /// Whether this process has `node` open (a helper thread's descriptor).
 fn holds_open(node: &str) -> bool {
     std::fs::read_dir("/proc/self/fd")
