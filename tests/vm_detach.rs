@@ -574,6 +574,68 @@ fn a_lun_remapped_during_the_detach_is_not_deleted_as_the_old_volume() {
     );
 }
 
+/// Every path of a volume goes behind lunkit's back (deleted, as a logout takes them) while
+/// its multipath map stays. A detach by target and LUN then finds nothing at the address; the
+/// WWID that `lunkit attach` of the same name remembered leads it to the map, which it takes
+/// away (issue 12 item 8). Before, it answered "nothing of the volume is on the node" and left
+/// the map.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_map_whose_paths_are_all_gone_is_found_by_target_and_lun() {
+    require_vm();
+    // No multipathd: it would take the map down with its last path, or keep re-creating it.
+    let lab = lab(vec![1], 4, false);
+    let vol = Volume::of(&lab, 1);
+    assert_eq!(vol.disks.len(), 2, "{:?}", vol.disks);
+    let out = lunkit(&[
+        "attach",
+        "--iscsi-target",
+        IQN,
+        "--lun",
+        "1",
+        "--timeout",
+        "30",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+
+    // The volume's map over both paths, as multipathd would have built it.
+    cmd::run("modprobe", &["dm_multipath"]).unwrap();
+    let attr = |d: &str, a: &str| sysfs::attr(format!("/sys/block/{d}/{a}")).expect(a);
+    let table = format!(
+        "0 {} multipath 0 0 1 1 round-robin 0 2 1 {} 1 {} 1",
+        attr(&vol.disks[0], "size"),
+        attr(&vol.disks[0], "dev"),
+        attr(&vol.disks[1], "dev")
+    );
+    let uuid = format!("mpath-{}", vol.mpath_wwid());
+    cmd::run(
+        "dmsetup",
+        &["create", "lunkit-orphan", "-u", &uuid, "--table", &table],
+    )
+    .unwrap();
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+
+    // Both paths go; the map stays, with no disk below it.
+    for h in &vol.hctls {
+        std::fs::write(format!("/sys/class/scsi_device/{h}/device/delete"), "1").unwrap();
+    }
+    wait::until_true("both paths to go", Duration::from_secs(60), || {
+        vol.hctls
+            .iter()
+            .all(|h| !Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+    })
+    .unwrap();
+    let map = vol.map().expect("the map stays without its paths");
+    eprintln!("left: {map:?}");
+
+    let doc = detach_ok(&["--iscsi-target", IQN, "--lun", "1"]);
+    let removed = steps(&doc, "remove-map");
+    assert_eq!(removed.len(), 1, "{doc}");
+    assert_eq!(removed[0]["outcome"], "done", "{doc}");
+    assert!(vol.map().is_none(), "{doc}");
+    vol.assert_gone();
+}
+
 /// The array re-maps a LUN number to another volume while the node's paths of the old one
 /// still sit in its multipath map. A scan of that LUN number for the new volume must not hand
 /// the old volume's paths out as the new one's (issue 12 item 6). Before, the rescan re-read

@@ -204,3 +204,43 @@ fn a_failed_step_names_the_step_and_the_device() {
     // Its kind is the cause's: a missing file.
     assert_eq!(err.kind(), ErrorKind::NotFound, "{msg}");
 }
+
+/// A multipath map whose every path is gone (a logout, a delete behind lunkit's back) is
+/// nowhere at the target and LUN any more. With no WWID remembered for that name, a detach by
+/// it cannot tell whether the map is the volume's, and must not answer "nothing left"
+/// (issue 12 item 8): it refuses, naming the map and how to take it away.
+#[test]
+fn a_map_left_without_paths_is_not_reported_as_nothing_left() {
+    let s = Scratch::with_fixture("iscsi-multipath", "orphan-map");
+    let root = Root::new(s.path());
+    let mut opts = lunkit::ops::DetachOptions::new(&root);
+    opts.lock_dir = Some(s.path().join("locks"));
+    let spec = VolumeSpec::Iscsi {
+        target: IQN.into(),
+        lun: 5,
+    };
+    // Every map has its paths: nothing at LUN 5 is nothing left.
+    let report = lunkit::ops::detach(&root, &spec, &opts).unwrap();
+    assert_eq!(report.rounds, 0);
+
+    // LUN 1's map loses both paths.
+    for slave in ["sdb", "sdd"] {
+        std::fs::remove_file(s.path().join("sys/block/dm-1/slaves").join(slave)).unwrap();
+    }
+    assert_eq!(
+        volume::orphan_maps(&root).unwrap(),
+        [lunkit::ops::OrphanMap {
+            name: "mpathb".into(),
+            dm: "dm-1".into(),
+            wwid: "360014055e7a100000010000000000000".into(),
+        }]
+    );
+    let e = lunkit::ops::detach(&root, &spec, &opts).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unverified, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("map mpathb (dm-1, WWID 360014055e7a100000010000000000000)")
+            && msg.contains("--wwid"),
+        "{msg}"
+    );
+}

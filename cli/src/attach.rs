@@ -36,6 +36,7 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
         portals: cmd.portals,
         initiators: cmd.initiators,
         wait_map: cmd.wait_map,
+        lock_dir: Some(root.run("lunkit/locks")),
     };
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;

@@ -56,6 +56,11 @@ pub struct AttachOptions {
     pub initiators: Vec<Wwn>,
     /// Also wait until multipathd has built the volume's map with every path that came.
     pub wait_map: bool,
+    /// The directory of detach's lock files ([`crate::ops::DetachOptions::lock_dir`]). Attach
+    /// remembers there which WWID an iSCSI or FC target and LUN named, so that a later detach
+    /// by the same name finds the volume's multipath map even once every path is gone. `None`
+    /// (the default) remembers nothing; the CLI uses `<root>/run/lunkit/locks`.
+    pub lock_dir: Option<std::path::PathBuf>,
 }
 
 /// A volume brought onto the node.
@@ -92,6 +97,10 @@ pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<At
     let report = scan(root, spec, opts)?;
     let scan_elapsed = report.elapsed;
     let wwid = report.wwid().cloned();
+    if let (Some(dir), Some(w)) = (&opts.lock_dir, &wwid) {
+        // A hint for a later detach; failing to write it does not undo the attach.
+        let _ = super::names::remember(dir, spec, w);
+    }
     let map = if opts.wait_map {
         let deadline = wait::deadline_from(start, opts.scan.timeout);
         Some(wait_map(root, wwid.as_ref(), &report, deadline)?)

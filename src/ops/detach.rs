@@ -43,11 +43,11 @@
 //! udevd as parent; see [`block::UsageScope::ignore_openers`]), not by its command name.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::lock;
 use super::volume::{self, Identity, MapDevice, VolumePath, VolumeSpec, VolumeState};
+use super::{lock, names};
 use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
 use crate::error::{Error, ErrorKind, Result};
@@ -210,7 +210,7 @@ pub fn detach_with(
         failed_while_waiting: Vec::new(),
     };
     let identity = run.step(StepKind::Identify, &spec.to_string(), || {
-        volume::identify(root, spec).map(|i| (i, Outcome::Done))
+        identify(root, spec, opts.lock_dir.as_deref()).map(|i| (i, Outcome::Done))
     })?;
     let key = identity.key();
     let _lock = run.step(StepKind::Lock, &key, || {
@@ -222,6 +222,32 @@ pub fn detach_with(
     let mut busy_since: Option<Instant> = None;
     loop {
         let state = volume::locate(root, &identity)?;
+        if state.is_empty() && rounds == 0 && identity.wwid.is_none() && spec.is_address() {
+            // Nothing at the address, and no WWID to look further with: a map whose paths
+            // are all gone may be this volume's, and "nothing left" would leave it behind.
+            let orphans = volume::orphan_maps(root)?;
+            if !orphans.is_empty() {
+                let list: Vec<String> = orphans.iter().map(ToString::to_string).collect();
+                let e = Error::Unverified {
+                    device: spec.to_string(),
+                    reason: format!(
+                        "no device is at its address and its WWID is not known (none was \
+                         remembered by an attach or detach of this name), but {} with no \
+                         path left {} on the node and may be its: take it away by its WWID \
+                         (`lunkit detach --wwid W`)",
+                        list.join(", "),
+                        if orphans.len() == 1 { "is" } else { "are" }
+                    ),
+                };
+                run.record(
+                    StepKind::Verify,
+                    &spec.to_string(),
+                    Outcome::Failed(e.to_string()),
+                    Duration::ZERO,
+                );
+                return Err(e);
+            }
+        }
         if state.is_empty() {
             let what = if rounds == 0 {
                 "nothing of the volume is on the node".to_owned()
@@ -273,6 +299,36 @@ pub fn detach_with(
         std::thread::sleep(backoff.min(deadline - now));
         backoff = (backoff * 2).min(Duration::from_millis(500));
     }
+}
+
+/// The volume's identity, as [`volume::identify`] finds it, with what `lock_dir` remembers
+/// of the name ([`names`]): a WWID found at a target and LUN is remembered; with none found
+/// there (every path gone), the remembered one is used, but only for a volume of which no
+/// path is left anywhere. The LUN number may name another volume by now, whose paths are
+/// elsewhere, and the record then says nothing about what the address held.
+fn identify(root: &Root, spec: &VolumeSpec, lock_dir: Option<&Path>) -> Result<Identity> {
+    let mut id = volume::identify(root, spec)?;
+    let Some(dir) = lock_dir.filter(|_| spec.is_address()) else {
+        return Ok(id);
+    };
+    match &id.wwid {
+        // Failing to write the record loses a hint for a later call, not this detach.
+        Some(w) => {
+            let _ = names::remember(dir, spec, w);
+        }
+        None => {
+            if let Some(w) = names::recall(dir, spec) {
+                let by_wwid = Identity {
+                    wwid: Some(w),
+                    addresses: id.addresses.clone(),
+                };
+                if volume::locate(root, &by_wwid)?.paths.is_empty() {
+                    id = by_wwid;
+                }
+            }
+        }
+    }
+    Ok(id)
 }
 
 /// Why a round ended early.

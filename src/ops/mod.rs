@@ -19,6 +19,7 @@
 pub mod attach;
 pub mod detach;
 pub mod lock;
+mod names;
 pub mod volume;
 
 pub use attach::{AttachOptions, Attachment, attach};
@@ -26,4 +27,4 @@ pub use detach::{
     DEFAULT_DETACH_TIMEOUT, DetachOptions, DetachReport, Outcome, Step, StepKind, detach,
     detach_with,
 };
-pub use volume::{Identity, MapDevice, VolumeSpec, VolumeState};
+pub use volume::{Identity, MapDevice, OrphanMap, VolumeSpec, VolumeState};

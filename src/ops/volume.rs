@@ -44,6 +44,14 @@ pub enum VolumeSpec {
     },
 }
 
+impl VolumeSpec {
+    /// Whether this names the volume by where it is reached (a target and LUN), so that
+    /// once its paths are gone, the name alone no longer tells its WWID.
+    pub fn is_address(&self) -> bool {
+        matches!(self, VolumeSpec::Iscsi { .. } | VolumeSpec::Fc { .. })
+    }
+}
+
 impl fmt::Display for VolumeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -400,6 +408,58 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         });
     }
     Ok(state)
+}
+
+/// A multipath map none of whose paths is a SCSI disk any more: every path was deleted or
+/// logged out while the map stayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanMap {
+    /// The map name (`mpatha`).
+    pub name: String,
+    /// Its kernel name (`dm-0`).
+    pub dm: String,
+    /// The WWID in its uuid (`mpath-<wwid>`), multipath form.
+    pub wwid: String,
+}
+
+impl fmt::Display for OrphanMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "map {} ({}, WWID {})", self.name, self.dm, self.wwid)
+    }
+}
+
+/// Every multipath map on the node that has no SCSI disk below it (`slaves/` empty, or no
+/// entry of it a disk with a SCSI address). Partition maps are not multipath maps.
+pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
+    let mut orphans = Vec::new();
+    for dm in entries(&root.sys("block"))? {
+        if !dm.starts_with("dm-") {
+            continue;
+        }
+        let dir = root.sys("block").join(&dm);
+        let Some(wwid) = attr(&dir.join("dm"), "uuid")
+            .and_then(|u| u.strip_prefix(MPATH_UUID_PREFIX).map(str::to_owned))
+        else {
+            continue;
+        };
+        let mut has_path = false;
+        for slave in sysfs::sub_entries(&dir, "slaves")? {
+            if block::by_name(root, &slave)?
+                .is_some_and(|n| block::scsi_address(root, &n).is_some())
+            {
+                has_path = true;
+                break;
+            }
+        }
+        if !has_path {
+            orphans.push(OrphanMap {
+                name: attr(&dir.join("dm"), "name").unwrap_or_else(|| dm.clone()),
+                dm,
+                wwid,
+            });
+        }
+    }
+    Ok(orphans)
 }
 
 fn is_mpath(root: &Root, dm: &str) -> bool {

@@ -1,0 +1,120 @@
+//! Which WWID a target and LUN named, remembered from one call to the next.
+//!
+//! A volume named by its address (an iSCSI target and LUN, an FC target port and LUN) is
+//! identified through the devices at that address. When every path is gone but the
+//! multipath map is left (a session logged out, paths deleted behind lunkit's back), nothing
+//! at the address tells the WWID any more, and the map would be missed: "nothing left" while
+//! a map, maybe with queued writes, stays on the node. So [`crate::ops::attach`] and
+//! [`crate::ops::detach`] remember the WWID they found for the name, one small file per name
+//! in `<dir>/names/` beside the lock files, and a detach that finds no device at the address
+//! recalls it.
+//!
+//! A record is a hint, never proof: the detach uses it only for a volume of which no path is
+//! left anywhere (see `ops::detach`), since the LUN number may have been given to another
+//! volume since.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::ops::VolumeSpec;
+use crate::wwid::Wwid;
+
+/// The record file of `spec` below `dir`; `None` for a spec that is not an address.
+fn record(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {
+    let name = match spec {
+        VolumeSpec::Iscsi { target, lun } => format!("iscsi-{}-lun-{lun}", encode(target)),
+        VolumeSpec::Fc { wwpn, lun } => format!("fc-{wwpn}-lun-{lun}"),
+        VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => return None,
+    };
+    Some(dir.join("names").join(name))
+}
+
+/// `s` as one file name: letters, digits, `.`, `:` and `-` as they are, every other byte as
+/// `%XX`. An IQN is checked before it gets here, but a file name must never carry a `/`.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Remembers that `spec` named the volume `wwid`. The file is written whole and renamed into
+/// place, so that a reader never sees half of it.
+pub(crate) fn remember(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()> {
+    let Some(path) = record(dir, spec) else {
+        return Ok(());
+    };
+    let names = dir.join("names");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&names)
+        .map_err(|e| Error::io(&names, e))?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        writeln!(f, "{}", wwid.to_multipath())?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(&path, e)
+    })
+}
+
+/// The WWID `spec` was last remembered to name, if any (an unreadable or malformed record is
+/// none).
+pub(crate) fn recall(dir: &Path, spec: &VolumeSpec) -> Option<Wwid> {
+    let text = std::fs::read_to_string(record(dir, spec)?).ok()?;
+    text.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remembered_wwid_is_recalled_by_the_same_name_only() {
+        let dir = std::env::temp_dir().join(format!("lunkit-names-{}", std::process::id()));
+        let a = VolumeSpec::Iscsi {
+            target: "iqn.2003-01.org.example:t1".into(),
+            lun: 1,
+        };
+        let b = VolumeSpec::Iscsi {
+            target: "iqn.2003-01.org.example:t1".into(),
+            lun: 2,
+        };
+        let w: Wwid = "naa.6001405abcdef0123456789abcdef012".parse().unwrap();
+        assert_eq!(recall(&dir, &a), None);
+        remember(&dir, &a, &w).unwrap();
+        assert_eq!(recall(&dir, &a), Some(w.clone()));
+        assert_eq!(recall(&dir, &b), None);
+        // A device or a WWID names no address: nothing is kept for it.
+        let dev = VolumeSpec::Device("/dev/sdc".into());
+        remember(&dir, &dev, &w).unwrap();
+        assert_eq!(recall(&dir, &dev), None);
+        // A newer record replaces the older.
+        let w2: Wwid = "naa.6001405abcdef0123456789abcdef099".parse().unwrap();
+        remember(&dir, &a, &w2).unwrap();
+        assert_eq!(recall(&dir, &a), Some(w2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_name_cannot_leave_the_directory() {
+        assert_eq!(encode("iqn.x:a/../b c"), "iqn.x:a%2F..%2Fb%20c");
+    }
+}
