@@ -26,9 +26,10 @@ usage: cargo xtask <command>
   test [--host-only | --vm-only] [--repeat N] [FILTER]
                           fmt check, clippy, docs (rustdoc warnings denied), cargo
                           check at the declared rust-version, host tests, then the
-                          VM tests (names containing FILTER), each alone with a
-                          checked lab reset between them, a fresh boot when the
-                          reset cannot clean; --host-only: stop before the VM;
+                          VM tests (names containing FILTER, or a part of it
+                          split at |), each alone with a checked lab reset
+                          between them, a fresh boot when the reset cannot
+                          clean; --host-only: stop before the VM;
                           --repeat N: VM tests only, N times from fresh boots, with
                           a flake report
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there

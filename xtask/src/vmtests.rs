@@ -58,7 +58,7 @@ impl VmTest {
 }
 
 /// Lists the ignored tests of each VM test binary (`BIN --list --ignored`, no VM needed), as
-/// `(crate name, executable)`, keeping those whose key contains `filter`.
+/// `(crate name, executable)`, keeping those whose key contains `filter` (or one of its `|`-separated parts).
 pub fn list(bins: &[(String, PathBuf)], filter: Option<&str>) -> Result<Vec<VmTest>> {
     let mut tests = Vec::new();
     for (krate, bin) in bins {
@@ -82,7 +82,8 @@ pub fn list(bins: &[(String, PathBuf)], filter: Option<&str>) -> Result<Vec<VmTe
             &String::from_utf8_lossy(&out.stdout),
         ));
     }
-    tests.retain(|t| filter.is_none_or(|f| t.key.contains(f)));
+    // `a|b`: a test whose name contains any of the parts.
+    tests.retain(|t| filter.is_none_or(|f| f.split('|').any(|p| t.key.contains(p))));
     Ok(tests)
 }
 
