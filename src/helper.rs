@@ -117,7 +117,8 @@ pub(crate) fn bounded<T: Send + 'static>(
             let _ = tx.send(f());
         })
         .map_err(|e| Error::io("(helper thread)", e))?;
-    rx.recv_timeout(until.saturating_duration_since(Instant::now()))
+    // A call that waited for an earlier one still gets the short grace to report.
+    rx.recv_timeout(until.saturating_duration_since(Instant::now()).max(MIN_WAIT))
         .unwrap_or_else(|_| {
             Err(Error::Timeout {
                 what: what(),
