@@ -92,8 +92,8 @@ pub(crate) fn bounded<T: Send + 'static>(
             if now >= until {
                 return Err(Error::Timeout {
                     what: format!(
-                        "{}: an earlier call is still blocked in the kernel, for {:.1?} now, \
-                         and this process runs one at a time",
+                        "{}: an earlier call is still blocked in the kernel (for {:.1?} now), \
+                         and only one runs at a time",
                         what(),
                         now - since
                     ),
@@ -118,13 +118,17 @@ pub(crate) fn bounded<T: Send + 'static>(
         })
         .map_err(|e| Error::io("(helper thread)", e))?;
     // A call that waited for an earlier one still gets the short grace to report.
-    rx.recv_timeout(until.saturating_duration_since(Instant::now()).max(MIN_WAIT))
-        .unwrap_or_else(|_| {
-            Err(Error::Timeout {
-                what: what(),
-                waited: start.elapsed(),
-            })
+    rx.recv_timeout(
+        until
+            .saturating_duration_since(Instant::now())
+            .max(MIN_WAIT),
+    )
+    .unwrap_or_else(|_| {
+        Err(Error::Timeout {
+            what: what(),
+            waited: start.elapsed(),
         })
+    })
 }
 
 /// A helper's claim on its subject, given up when the helper's call has returned.
