@@ -653,22 +653,27 @@ fn a_lun_remapped_under_a_mapped_path_is_not_scanned_in_as_the_new_volume() {
     // LUN 1 is LUN 2's volume on the target from now on; the node has not looked yet.
     lab.target().remap(1, 2).unwrap();
 
+    // `lunkit scan iscsi` of LUN 1 with `extra`: refused as in use (exit 4), its message.
+    let refused_scan = |extra: &[&str]| {
+        let mut args = vec![
+            "scan",
+            "iscsi",
+            "--target",
+            IQN,
+            "--lun",
+            "1",
+            "--timeout",
+            "30",
+        ];
+        args.extend_from_slice(extra);
+        let out = lunkit(&args);
+        eprintln!("scan {extra:?}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
     // Named as the new volume: refused before any rescan, naming the map that holds them.
-    let out = lunkit(&[
-        "scan",
-        "iscsi",
-        "--target",
-        IQN,
-        "--lun",
-        "1",
-        "--timeout",
-        "30",
-        "--expect-wwid",
-        &new.wwid,
-    ]);
-    eprintln!("scan for the new volume: {}", describe(&out));
-    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let err = refused_scan(&["--expect-wwid", &new.wwid]);
     for (hctl, disk) in old.hctls.iter().zip(&old.disks) {
         assert!(
             err.contains(&format!("SCSI device {hctl} is in use"))
@@ -679,19 +684,7 @@ fn a_lun_remapped_under_a_mapped_path_is_not_scanned_in_as_the_new_volume() {
     assert!(err.contains("not rescanned"), "{err}");
 
     // Not named: rescanned, found to report another volume than the map's, not handed out.
-    let out = lunkit(&[
-        "scan",
-        "iscsi",
-        "--target",
-        IQN,
-        "--lun",
-        "1",
-        "--timeout",
-        "30",
-    ]);
-    eprintln!("scan without a WWID: {}", describe(&out));
-    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let err = refused_scan(&[]);
     assert!(
         err.contains(&format!("reports WWID {} since its rescan", new.wwid))
             && err.contains(&format!("path of volume {}", old.wwid)),
