@@ -547,15 +547,8 @@ fn harden_fault_rescan_of_present_lun_when_commands_time_out() {
 fn harden_fault_open_waiting_for_a_partition_scan_keeps_the_deadline() {
     require_vm();
     let (sd, _manual) = fault_lab();
-    let hctl = format!("{}:0:0:6", sd.hosts[0]);
-    let f = scan_with_10s_timeout(&hctl);
-    let disk = assert_returned_disk_of(&f, &hctl);
-    // udev's probe of the new disk reads it too: let it finish before reads stop.
-    udev::settle(Duration::from_secs(60)).unwrap();
+    let (_, disk, node) = settled_disk(&sd, 6);
     let root = lunkit::Root::default();
-    let node = lunkit::block::by_name(&root, &disk)
-        .unwrap()
-        .expect("its node");
     // A short command timeout, so the stuck scan ends soon after the test.
     let _cmd_timeout = Tunable::set(format!("/sys/block/{disk}/device/timeout"), "5").unwrap();
 
@@ -621,10 +614,7 @@ fn harden_fault_open_waiting_for_a_partition_scan_keeps_the_deadline() {
 fn harden_fault_a_stuck_flush_is_neither_repeated_nor_taken_for_a_user() {
     require_vm();
     let (sd, _manual) = fault_lab();
-    let hctl = format!("{}:0:0:7", sd.hosts[0]);
-    let f = scan_with_10s_timeout(&hctl);
-    let disk = assert_returned_disk_of(&f, &hctl);
-    udev::settle(Duration::from_secs(60)).unwrap();
+    let (hctl, disk, node) = settled_disk(&sd, 7);
     // `fsync` sends the device a cache flush only when its cache is write-back (scsi_debug's
     // default); the swallowed command is aborted after this many seconds, then retried.
     assert_eq!(
@@ -633,9 +623,6 @@ fn harden_fault_a_stuck_flush_is_neither_repeated_nor_taken_for_a_user() {
     );
     let _cmd_timeout = Tunable::set(format!("/sys/block/{disk}/device/timeout"), "30").unwrap();
     let root = lunkit::Root::default();
-    let node = lunkit::block::by_name(&root, &disk)
-        .unwrap()
-        .expect("its node");
     let nodes = std::slice::from_ref(&node);
     let scope = lunkit::block::UsageScope {
         own: &[],
@@ -707,6 +694,19 @@ fn helper_threads() -> usize {
         .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
         .filter(|c| c.starts_with("lunkit-"))
         .count()
+}
+
+/// LUN `lun` of the fault lab scanned in with lunkit: its H:C:T:L, disk and node, once udev
+/// has probed it (its probe reads the disk too, and must be done before reads stop).
+fn settled_disk(sd: &ScsiDebug, lun: u32) -> (String, String, lunkit::block::BlockNode) {
+    let hctl = format!("{}:0:0:{lun}", sd.hosts[0]);
+    let f = scan_with_10s_timeout(&hctl);
+    let disk = assert_returned_disk_of(&f, &hctl);
+    udev::settle(Duration::from_secs(60)).unwrap();
+    let node = lunkit::block::by_name(&lunkit::Root::default(), &disk)
+        .unwrap()
+        .expect("its node");
+    (hctl, disk, node)
 }
 
 /// Whether this process has `node` open (a helper thread's descriptor).
