@@ -694,6 +694,9 @@ pub fn usage(
         Mode::empty(),
     )
     .map_err(|e| Error::io(&proc_dir, e.into()))?;
+    if let Some(u) = foreign_pid_namespace(&proc_fd, &proc_dir) {
+        usage.unchecked.push(u);
+    }
 
     // The host's mount table, then this process's if it is another namespace.
     let seen = std::sync::Mutex::new(SeenNamespaces::default());
@@ -809,6 +812,28 @@ pub fn usage(
         }
     }
     Ok(usage)
+}
+
+/// The inode number of the initial pid namespace's `ns/pid` link (`PROC_PID_INIT_INO` in the
+/// kernel's `proc_ns.h`): fixed, so pid 1 of the host's `/proc` always shows `pid:[4026531836]`.
+const HOST_PID_NS: &[u8] = b"pid:[4026531836]";
+
+/// [`Unchecked`] when the procfs at `proc_dir` belongs to a pid namespace other than the
+/// host's (a node plugin's container without `hostPID`): its pid 1 is not the host's init,
+/// so the processes and mount namespaces outside it, kubelet's and the pods', are not seen
+/// and the check cannot call anything unused. `None` when it is the host's, or when that
+/// cannot be told (`ns/pid` unreadable without ptrace access, or absent in a fixture).
+fn foreign_pid_namespace(proc_fd: &OwnedFd, proc_dir: &Path) -> Option<Unchecked> {
+    let link = rustix::fs::readlinkat(proc_fd, "1/ns/pid", Vec::new()).ok()?;
+    (link.as_bytes() != HOST_PID_NS).then(|| Unchecked {
+        what: "the processes outside this pid namespace".into(),
+        reason: format!(
+            "pid 1 of {} is in {}, not the host's pid namespace: give the check the host's \
+             /proc (hostPID, or the host's root with --root)",
+            proc_dir.display(),
+            link.to_string_lossy()
+        ),
+    })
 }
 
 /// Whether process `pid`, found with a path open under a path manager's command name, is
@@ -1302,6 +1327,31 @@ mod tests {
         );
         assert!(parse_swaps(b"Filename Type Size Used Priority\n").is_empty());
         assert!(parse_swaps(b"").is_empty());
+    }
+
+    #[test]
+    fn a_proc_of_another_pid_namespace_is_said() {
+        let dir = std::env::temp_dir().join(format!("lunkit-pidns-{}", std::process::id()));
+        let ns = dir.join("1/ns");
+        std::fs::create_dir_all(&ns).unwrap();
+        let open = || {
+            rustix::fs::open(
+                &dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap()
+        };
+        // No link to read (a fixture, or no ptrace access): nothing can be said.
+        assert_eq!(foreign_pid_namespace(&open(), &dir), None);
+        std::os::unix::fs::symlink("pid:[4026531836]", ns.join("pid")).unwrap();
+        assert_eq!(foreign_pid_namespace(&open(), &dir), None);
+        std::fs::remove_file(ns.join("pid")).unwrap();
+        std::os::unix::fs::symlink("pid:[4026532301]", ns.join("pid")).unwrap();
+        let u = foreign_pid_namespace(&open(), &dir).expect("another pid namespace");
+        assert!(u.reason.contains("pid:[4026532301]"), "{u:?}");
+        assert!(u.reason.contains("hostPID"), "{u:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -685,6 +685,44 @@ fn harden_fault_a_stuck_flush_is_neither_repeated_nor_taken_for_a_user() {
     drop(sd);
 }
 
+/// A node plugin whose container has its own pid namespace sees its own `/proc`: pid 1 is not
+/// the host's init, and kubelet's and the pods' processes and mount namespaces are not there.
+/// The in-use check must say so and not call the device unused (issue 12 item 2). Before, a
+/// `delete` run that way deleted the disk.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn harden_a_proc_of_another_pid_namespace_is_said_and_not_called_unused() {
+    require_vm();
+    let (sd, _manual) = fault_lab();
+    let (hctl, disk, _node) = settled_disk(&sd, 3);
+    let f = run_within(
+        Command::new("unshare").args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            &lunkit_bin(),
+            "delete",
+            &format!("/dev/{disk}"),
+            "--timeout",
+            "30",
+        ]),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    eprintln!("{}", f.describe());
+    assert_eq!(f.code(), Some(4), "{}", f.describe());
+    assert!(
+        f.stderr.contains("not the host's pid namespace") && f.stderr.contains(&disk),
+        "{}",
+        f.describe()
+    );
+    assert!(
+        Path::new(&format!("/sys/class/scsi_device/{hctl}")).exists(),
+        "{hctl} was deleted"
+    );
+    drop(sd);
+}
+
 /// How many of lunkit's helper threads this process has (named `lunkit-helper`; the name
 /// they had before this test existed, `lunkit-bounded`, counts too).
 fn helper_threads() -> usize {
