@@ -151,7 +151,7 @@ fn scan_exit_codes() {
 
     std::fs::create_dir_all(dir.join("dev")).unwrap();
     std::fs::write(dir.join("dev/sdc"), "").unwrap();
-    let out = lunkit(&[
+    let other_volume = [
         "--root",
         root,
         "scan",
@@ -159,7 +159,18 @@ fn scan_exit_codes() {
         "5:0:0:0",
         "--expect-wwid",
         "naa.600a0980383030534530303030303030",
-    ]);
+    ];
+    // sdc is a path of map dm-0, another volume than the one expected: in use, not rescanned.
+    let out = lunkit(&other_volume);
+    assert_eq!(out.status.code(), Some(4), "held by another volume's map");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("multipath map dm-0 is stacked on sdc") && err.contains("not rescanned"),
+        "{err}"
+    );
+    // Once no map holds it, the rescanned path's WWID is compared.
+    std::fs::remove_file(dir.join("sys/class/block/sdc/holders/dm-0")).unwrap();
+    let out = lunkit(&other_volume);
     assert_eq!(out.status.code(), Some(1), "WWID mismatch");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
