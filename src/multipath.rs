@@ -318,8 +318,26 @@ impl Map {
     }
 }
 
-/// The uuid prefix of multipath maps.
+/// The uuid prefix multipath-tools gives the maps it creates: `mpath-<wwid>`.
 pub const UUID_PREFIX: &str = "mpath-";
+
+/// The WWID in a multipath map's uuid (`mpath-<wwid>`), or `None` for any other uuid,
+/// including a partition map's and a bare `mpath-`.
+pub fn uuid_wwid(uuid: &str) -> Option<&str> {
+    uuid.strip_prefix(UUID_PREFIX).filter(|w| !w.is_empty())
+}
+
+/// The WWID in the uuid of a multipath map or of one of its partition maps
+/// (`part<N>-mpath-<wwid>`, as kpartx names them), or `None` for any other uuid.
+pub fn map_or_partition_uuid_wwid(uuid: &str) -> Option<&str> {
+    uuid_wwid(uuid).or_else(|| partition_parent(uuid).and_then(uuid_wwid))
+}
+
+/// The uuid of the map a partition map's uuid (`part<N>-<map uuid>`) names, or `None`.
+fn partition_parent(uuid: &str) -> Option<&str> {
+    let (n, parent) = uuid.strip_prefix("part")?.split_once('-')?;
+    crate::hctl::decimal::<u32>(n).map(|_| parent)
+}
 
 /// Reads the map `id` and checks it is a multipath map; `Ok(None)` if no such device.
 pub fn read_map(ctl: &Control, id: &DevId<'_>) -> Result<Option<Map>> {
@@ -336,8 +354,7 @@ pub fn read_map(ctl: &Control, id: &DevId<'_>) -> Result<Option<Map>> {
     let wwid = info
         .uuid
         .as_deref()
-        .and_then(|u| u.strip_prefix(UUID_PREFIX))
-        .filter(|w| !w.is_empty())
+        .and_then(uuid_wwid)
         .ok_or_else(|| not_mpath("not a multipath map: its uuid does not start with mpath-"))?
         .to_owned();
     // Ask by name from now on: the number could be reused if the map went away meanwhile.
@@ -442,9 +459,7 @@ pub struct PartitionMap {
 
 /// Whether `uuid` is `part<digits>-<map_uuid>`.
 pub fn is_partition_uuid(uuid: &str, map_uuid: &str) -> bool {
-    uuid.strip_prefix("part")
-        .and_then(|r| r.split_once('-'))
-        .is_some_and(|(n, rest)| crate::hctl::decimal::<u32>(n).is_some() && rest == map_uuid)
+    partition_parent(uuid) == Some(map_uuid)
 }
 
 /// Whether a table is one `linear` target on `map_dev` (`<maj:min> <offset>`).

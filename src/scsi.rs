@@ -202,10 +202,8 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
             .next()
         {
             sysfs::check_component("holder name", &h)?;
-            let map_wwid = attr(&class.join(&h).join("dm"), "uuid").and_then(|u| {
-                u.strip_prefix(crate::multipath::UUID_PREFIX)
-                    .and_then(|w| w.parse().ok())
-            });
+            let map_wwid: Option<Wwid> = attr(&class.join(&h).join("dm"), "uuid")
+                .and_then(|u| crate::multipath::uuid_wwid(&u).and_then(|w| w.parse().ok()));
             let kind = if map_wwid.is_some() {
                 "multipath map"
             } else {
@@ -394,7 +392,7 @@ fn busy_reason(root: &Root, usage: &block::Usage) -> String {
     let mut reason = usage.to_string();
     for h in &usage.holders {
         let dm = root.sys("class/block").join(h).join("dm");
-        if attr(&dm, "uuid").is_some_and(|u| u.starts_with(crate::topology::MPATH_UUID_PREFIX)) {
+        if attr(&dm, "uuid").is_some_and(|u| crate::multipath::uuid_wwid(&u).is_some()) {
             let name = attr(&dm, "name").unwrap_or_else(|| h.clone());
             reason.push_str(&format!(
                 "; it is a path of multipath map {name} ({h}): take the map down first \

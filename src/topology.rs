@@ -10,8 +10,9 @@ use crate::sysfs::natural_cmp;
 use crate::sysfs::nvme::{self, NvmeController};
 use crate::sysfs::scsi::{self, ScsiDevice, ScsiHost};
 
-/// The uuid prefix multipath-tools gives the maps it creates.
-pub const MPATH_UUID_PREFIX: &str = "mpath-";
+/// The uuid prefix multipath-tools gives the maps it creates (the one definition is
+/// [`crate::multipath::UUID_PREFIX`]).
+pub use crate::multipath::UUID_PREFIX as MPATH_UUID_PREFIX;
 
 /// Everything lunkit can see of the node's SCSI, iSCSI, FC, NVMe, block and dm state.
 ///
@@ -119,7 +120,7 @@ impl Topology {
                     dm: d.dm,
                     dev: d.dev,
                     uuid,
-                    wwid: uuid.strip_prefix(MPATH_UUID_PREFIX)?,
+                    wwid: crate::multipath::uuid_wwid(uuid)?,
                     paths: d.slaves,
                 })
             })

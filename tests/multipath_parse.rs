@@ -1,7 +1,10 @@
 //! Host tests of the multipath table and status parsers, on lines as dm-mpath prints them.
 
 use lunkit::dm::Target;
-use lunkit::multipath::{GroupState, Status, Table, is_partition_table, is_partition_uuid};
+use lunkit::multipath::{
+    GroupState, Status, Table, is_partition_table, is_partition_uuid, map_or_partition_uuid_wwid,
+    uuid_wwid,
+};
 use lunkit::{DevNum, Error};
 
 fn dev(major: u32, minor: u32) -> DevNum {
@@ -190,4 +193,32 @@ fn partition_maps_are_recognised_like_kpartx_names_them() {
         dev(253, 0)
     ));
     assert!(!is_partition_table(&[], dev(253, 0)));
+}
+
+#[test]
+fn a_map_uuid_and_its_partitions_name_one_wwid_and_nothing_else_does() {
+    let w = "36001405a1b2c3d4e5f60718293a4b5c6";
+    assert_eq!(uuid_wwid(&format!("mpath-{w}")), Some(w));
+    assert_eq!(uuid_wwid(&format!("part1-mpath-{w}")), None);
+    assert_eq!(uuid_wwid("mpath-"), None);
+    assert_eq!(uuid_wwid(&format!("LVM-{w}")), None);
+    assert_eq!(map_or_partition_uuid_wwid(&format!("mpath-{w}")), Some(w));
+    assert_eq!(
+        map_or_partition_uuid_wwid(&format!("part3-mpath-{w}")),
+        Some(w)
+    );
+    assert_eq!(
+        map_or_partition_uuid_wwid(&format!("partx-mpath-{w}")),
+        None
+    );
+    assert_eq!(map_or_partition_uuid_wwid(&format!("part-mpath-{w}")), None);
+    assert_eq!(map_or_partition_uuid_wwid("part1-mpath-"), None);
+    assert_eq!(
+        map_or_partition_uuid_wwid(&format!("part1-CRYPT-{w}")),
+        None
+    );
+    assert_eq!(
+        lunkit::topology::MPATH_UUID_PREFIX,
+        lunkit::multipath::UUID_PREFIX
+    );
 }

@@ -13,10 +13,10 @@ use std::path::Path;
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::hctl::Hctl;
+use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
 use crate::sysfs::{self, attr, entries};
-use crate::topology::MPATH_UUID_PREFIX;
 use crate::wwid::Wwid;
 use crate::wwn::Wwn;
 
@@ -236,20 +236,13 @@ fn identify_device(root: &Root, spec: &str) -> Result<Identity> {
     let dir = root.sys("class/block").join(&node.name);
     if let Some(uuid) = attr(&dir.join("dm"), "uuid") {
         // A multipath map, or one of its partition maps (`part1-mpath-<wwid>`).
-        let wwid = uuid
-            .strip_prefix(MPATH_UUID_PREFIX)
-            .or_else(|| {
-                uuid.strip_prefix("part")
-                    .and_then(|r| r.split_once('-'))
-                    .and_then(|(_, rest)| rest.strip_prefix(MPATH_UUID_PREFIX))
-            })
-            .ok_or_else(|| {
-                Error::invalid(
-                    "volume device",
-                    spec,
-                    "a device-mapper device that is not a multipath map",
-                )
-            })?;
+        let wwid = multipath::map_or_partition_uuid_wwid(&uuid).ok_or_else(|| {
+            Error::invalid(
+                "volume device",
+                spec,
+                "a device-mapper device that is not a multipath map",
+            )
+        })?;
         return Ok(Identity {
             wwid: Some(wwid.parse()?),
             addresses: Vec::new(),
@@ -341,7 +334,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
     let uuid = id
         .wwid
         .as_ref()
-        .map(|w| format!("{MPATH_UUID_PREFIX}{}", w.to_multipath()));
+        .map(|w| format!("{UUID_PREFIX}{}", w.to_multipath()));
     for b in entries(&root.sys("block"))? {
         if !b.starts_with("dm-") {
             continue;
@@ -370,7 +363,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         let mut partitions = Vec::new();
         for holder in sysfs::sub_entries(&root.sys("block").join(&dm), "holders")? {
             let hu = attr(&root.sys("block").join(&holder).join("dm"), "uuid");
-            if hu.is_some_and(|u| crate::multipath::is_partition_uuid(&u, &map_uuid)) {
+            if hu.is_some_and(|u| multipath::is_partition_uuid(&u, &map_uuid)) {
                 partitions.push(holder);
             }
         }
@@ -437,8 +430,8 @@ pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
             continue;
         }
         let dir = root.sys("block").join(&dm);
-        let Some(wwid) = attr(&dir.join("dm"), "uuid")
-            .and_then(|u| u.strip_prefix(MPATH_UUID_PREFIX).map(str::to_owned))
+        let Some(wwid) =
+            attr(&dir.join("dm"), "uuid").and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned))
         else {
             continue;
         };
@@ -464,5 +457,5 @@ pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
 
 fn is_mpath(root: &Root, dm: &str) -> bool {
     attr(&root.sys("block").join(dm).join("dm"), "uuid")
-        .is_some_and(|u| u.starts_with(MPATH_UUID_PREFIX))
+        .is_some_and(|u| multipath::uuid_wwid(&u).is_some())
 }
