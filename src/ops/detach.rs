@@ -263,37 +263,27 @@ pub fn detach_with(
             });
         }
         rounds += 1;
+        // `None`: the round went through but the deadline came before the next look.
         let (again, err) = match run.round(&state, &mut busy_since) {
             // Look again: multipathd may have re-created the map, a path may have come back.
             Ok(()) if Instant::now() < deadline => continue,
-            Ok(()) => (
-                false,
-                Error::Timeout {
-                    what: String::new(),
-                    waited: start.elapsed(),
-                },
-            ),
-            Err(Stop::Again(e)) => (true, e),
-            Err(Stop::Fail(e)) => (false, e),
+            Ok(()) => (false, None),
+            Err(Stop::Again(e)) => (true, Some(e)),
+            Err(Stop::Fail(e)) => (false, Some(e)),
         };
         let now = Instant::now();
         if !again || now >= deadline {
-            return Err(match err {
-                Error::Timeout { what, .. } => {
-                    let left = volume::locate(root, &identity)
-                        .map(|s| s.describe())
-                        .unwrap_or_default();
-                    let last = if what.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; last wait: {what}")
-                    };
-                    Error::Timeout {
-                        what: format!("{spec} to be taken off the node (left: {left}{last})"),
-                        waited: start.elapsed(),
-                    }
-                }
-                e => e,
+            let last = match err {
+                None => String::new(),
+                Some(Error::Timeout { what, .. }) => format!("; last wait: {what}"),
+                Some(e) => return Err(e),
+            };
+            let left = volume::locate(root, &identity)
+                .map(|s| s.describe())
+                .unwrap_or_default();
+            return Err(Error::Timeout {
+                what: format!("{spec} to be taken off the node (left: {left}{last})"),
+                waited: start.elapsed(),
             });
         }
         std::thread::sleep(backoff.min(deadline - now));
