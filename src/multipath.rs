@@ -500,11 +500,20 @@ pub fn partition_maps(ctl: &Control, map: &Map) -> Result<Vec<PartitionMap>> {
 // Flush and remove
 // ---------------------------------------------------------------------------------------
 
-/// How [`remove`] behaves.
-#[derive(Debug, Clone)]
+/// How [`remove`] behaves. The default: 30 s, not deferred, not forced, multipathd asked
+/// when it runs.
+///
+/// ```
+/// let mut opts = lunkit::multipath::RemoveOptions::default();
+/// opts.timeout = std::time::Duration::from_secs(10);
+/// opts.deferred = true;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RemoveOptions {
-    /// When to give up. The map is left as it was found (queueing restored) on failure.
-    pub deadline: Instant,
+    /// How long the removal may take, counted from the call. The map is left as it was found
+    /// (queueing restored) on failure.
+    pub timeout: Duration,
     /// Mark an open map for removal on last close instead of refusing.
     pub deferred: bool,
     /// Remove even when no path is active and the map queues I/O: queued I/O is failed.
@@ -513,17 +522,19 @@ pub struct RemoveOptions {
     pub use_multipathd: bool,
 }
 
-impl RemoveOptions {
-    /// Defaults with a deadline `timeout` from now.
-    pub fn with_timeout(timeout: Duration) -> RemoveOptions {
+impl Default for RemoveOptions {
+    fn default() -> Self {
         RemoveOptions {
-            deadline: crate::wait::deadline_after(timeout),
+            timeout: DEFAULT_REMOVE_TIMEOUT,
             deferred: false,
             force: false,
             use_multipathd: true,
         }
     }
 }
+
+/// Default time a [`remove`] may take.
+pub const DEFAULT_REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What [`remove`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -565,6 +576,7 @@ pub struct RemoveReport {
 /// 5. After an immediate removal, wait for the `remove` uevent of `dm-N` (or its sysfs
 ///    directory to vanish).
 pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveReport> {
+    let deadline = crate::wait::deadline_after(opts.timeout);
     // A malformed name is the caller's mistake (Invalid), whatever the node has.
     if !spec.starts_with('/') && spec.parse::<Wwid>().is_err() {
         crate::dm::buffer::check_name(spec)?;
@@ -628,9 +640,9 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         // Failed I/O gets until the deadline to unwind. Otherwise only a map held by nothing
         // but processes is waited for, briefly: udev probes a map after every reload.
         let until = if queue_disabled {
-            opts.deadline
+            deadline
         } else {
-            crate::wait::deadline_after(block::OPENER_GRACE).min(opts.deadline)
+            crate::wait::deadline_after(block::OPENER_GRACE).min(deadline)
         };
         let mut last = None;
         let settled = crate::wait::until(
@@ -639,7 +651,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
             &|| format!("{} to be released", map.label()),
             &|_| false,
             || {
-                last = busy_reason(&ctl, root, &map, &parts, opts.deadline)?;
+                last = busy_reason(&ctl, root, &map, &parts, deadline)?;
                 Ok(match &last {
                     Some(b) if queue_disabled || b.transient => None,
                     _ => Some(()),
@@ -673,7 +685,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     let mut done = false;
     if opts.use_multipathd && !opts.deferred {
         // multipathd's flush cannot defer; a deferred removal is done here.
-        match ask_multipathd(root, &name, opts.deadline) {
+        match ask_multipathd(root, &name, deadline) {
             Ok(true) => {
                 report.via_multipathd = true;
                 report.partitions_removed = parts.iter().map(|p| p.name.clone()).collect();
@@ -688,7 +700,8 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         }
     }
     if !done {
-        let (outcome, removed_parts) = flush_and_remove(&ctl, &map, &parts, opts, queue_disabled)?;
+        let (outcome, removed_parts) =
+            flush_and_remove(&ctl, &map, &parts, opts, deadline, queue_disabled)?;
         report.outcome = outcome;
         report.partitions_removed = removed_parts;
     }
@@ -698,7 +711,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
         let sys_dir = root.sys(format!("dev/block/{dev}"));
         crate::wait::until(
             monitor.as_mut(),
-            opts.deadline,
+            deadline,
             &|| format!("removal of {kernel_name}"),
             &|ev| ev.action == Action::Remove && ev.devname.as_deref() == Some(&kernel_name),
             || {
@@ -743,6 +756,7 @@ fn flush_and_remove(
     map: &Map,
     parts: &[PartitionMap],
     opts: &RemoveOptions,
+    deadline: Instant,
     mut queue_disabled: bool,
 ) -> Result<(Removed, Vec<String>)> {
     let name = map.name();
@@ -825,7 +839,7 @@ fn flush_and_remove(
             Err(e) => return Err(fail(e)),
         }
         let now = Instant::now();
-        if now >= opts.deadline {
+        if now >= deadline {
             return Err(fail(Error::Timeout {
                 what: format!(
                     "removal of {} (still open, open count {last_open})",
@@ -834,7 +848,7 @@ fn flush_and_remove(
                 waited: removing_since.elapsed(),
             }));
         }
-        std::thread::sleep(backoff.min(opts.deadline - now));
+        std::thread::sleep(backoff.min(deadline - now));
         backoff = (backoff * 2).min(Duration::from_millis(500));
     }
 }

@@ -28,8 +28,15 @@ use crate::wwid::Wwid;
 /// Default time a scan waits for its block devices.
 pub const DEFAULT_SCAN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How a scan behaves.
+/// How a scan behaves. The default: 30 s, any WWID, one path.
+///
+/// ```
+/// let mut opts = lunkit::ScanOptions::default();
+/// opts.timeout = std::time::Duration::from_secs(10);
+/// opts.min_paths = 2;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ScanOptions {
     /// How long to wait for every path's block device to appear and open.
     pub timeout: Duration,

@@ -315,25 +315,33 @@ pub const PATH_MANAGERS: &[&str] = &[
     "kpartx",
 ];
 
-/// How [`delete`] behaves.
+/// How [`delete`] behaves. The default: 30 s, not forced.
+///
+/// ```
+/// let mut opts = lunkit::scsi::DeleteOptions::default();
+/// opts.timeout = std::time::Duration::from_secs(10);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeleteOptions {
-    /// When to give up waiting for the flush and the removal.
-    pub deadline: Instant,
+    /// How long the check, the flush and the removal may take, counted from the call.
+    pub timeout: Duration,
     /// Delete even when the device is in use or its flush fails. In-flight and later I/O to
     /// it fails; a mounted filesystem on it is shut down by the kernel.
     pub force: bool,
 }
 
-impl DeleteOptions {
-    /// Not forced, with a deadline `timeout` from now.
-    pub fn with_timeout(timeout: Duration) -> DeleteOptions {
+impl Default for DeleteOptions {
+    fn default() -> Self {
         DeleteOptions {
-            deadline: wait::deadline_after(timeout),
+            timeout: DEFAULT_DELETE_TIMEOUT,
             force: false,
         }
     }
 }
+
+/// Default time a [`delete`] may take.
+pub const DEFAULT_DELETE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What [`delete`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,6 +361,7 @@ pub enum Deleted {
 /// under a live multipath map fails, and if it was the last one with `queue_if_no_path` I/O
 /// hangs), which is why the check is here: take the map down first.
 pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> {
+    let deadline = wait::deadline_after(opts.timeout);
     if !scsi_device_dir(root, hctl).exists() {
         return Ok(Deleted::AlreadyGone);
     }
@@ -366,7 +375,7 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
                 own: &[],
                 ignore_openers: PATH_MANAGERS,
             };
-            let usage = block::usage(root, std::slice::from_ref(node), &scope, opts.deadline)?;
+            let usage = block::usage(root, std::slice::from_ref(node), &scope, deadline)?;
             match usage.refusal(&format!("{node} ({hctl})")) {
                 Some(Error::Busy { device, .. }) => {
                     return Err(Error::Busy {
@@ -378,13 +387,13 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
                 None => {}
             }
         }
-        match block::flush(node, opts.deadline) {
+        match block::flush(node, deadline) {
             Ok(()) => {}
             Err(_) if opts.force => {}
             Err(e) => return Err(e),
         }
     }
-    remove_device(root, hctl, &expect, opts.deadline)
+    remove_device(root, hctl, &expect, deadline)
 }
 
 /// The usage message, pointing at the map when a multipath map holds the path.

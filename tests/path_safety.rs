@@ -221,10 +221,8 @@ fn device_mapper_names_with_path_tricks_are_invalid() {
 #[test]
 fn iscsi_target_names_with_path_tricks_are_invalid_before_sysfs_is_read() {
     let nowhere = Root::new("/nonexistent/lunkit-path-safety");
-    let opts = ScanOptions {
-        timeout: Duration::from_millis(10),
-        ..ScanOptions::default()
-    };
+    let mut opts = ScanOptions::default();
+    opts.timeout = Duration::from_millis(10);
     let long = format!("iqn.2003-01.org.example:{}", "x".repeat(200));
     for bad in [
         "",
@@ -255,10 +253,8 @@ fn scan_of_the_largest_address_is_not_found_and_writes_nothing() {
     let s = Scratch::new("maxscan");
     copy_fixture("fc", s.path());
     let before = list_tree(s.path());
-    let opts = ScanOptions {
-        timeout: Duration::from_millis(10),
-        ..ScanOptions::default()
-    };
+    let mut opts = ScanOptions::default();
+    opts.timeout = Duration::from_millis(10);
     let max = Hctl::new(u32::MAX, u32::MAX, u32::MAX, u64::MAX);
     let err = lunkit::scsi::scan(&Root::new(s.path()), max, &opts).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
@@ -416,10 +412,8 @@ fn scan_does_not_write_through_an_attribute_link_leading_outside() {
     let scan = root_dir.join("sys/class/scsi_host/host5/scan");
     fs::remove_file(&scan).unwrap();
     symlink(outside.join("scan"), &scan).unwrap();
-    let opts = ScanOptions {
-        timeout: Duration::from_millis(10),
-        ..ScanOptions::default()
-    };
+    let mut opts = ScanOptions::default();
+    opts.timeout = Duration::from_millis(10);
     let err = lunkit::scsi::scan(&Root::new(&root_dir), Hctl::new(5, 0, 0, 3), &opts).unwrap_err();
     assert!(
         matches!(err, Error::Io { ref path, .. } if path.ends_with("host5/scan")),
@@ -441,10 +435,8 @@ fn scan_does_not_write_through_a_host_link_leading_outside() {
         "host42",
         "host43",
     );
-    let opts = ScanOptions {
-        timeout: Duration::from_millis(10),
-        ..ScanOptions::default()
-    };
+    let mut opts = ScanOptions::default();
+    opts.timeout = Duration::from_millis(10);
     for host in [42, 43] {
         let r = lunkit::scsi::scan(&Root::new(&root_dir), Hctl::new(host, 0, 0, 3), &opts);
         assert!(r.is_err());

@@ -17,10 +17,9 @@ fn scan_file(root: &Path, host: u32) -> String {
 }
 
 fn quick() -> ScanOptions {
-    ScanOptions {
-        timeout: Duration::from_millis(200),
-        ..ScanOptions::default()
-    }
+    let mut o = ScanOptions::default();
+    o.timeout = Duration::from_millis(200);
+    o
 }
 
 fn fc(wwpn: Wwn, initiators: &[Wwn], lun: u64, wildcard: bool) -> FcLun {
@@ -167,15 +166,11 @@ fn present_lun_is_rescanned_and_identified() {
     );
 
     // The expected WWID in either form is accepted; another one is rejected by name.
-    let ok = ScanOptions {
-        expect_wwid: Some("3600a098038303053453f463045727a41".parse().unwrap()),
-        ..quick()
-    };
+    let mut ok = quick();
+    ok.expect_wwid = Some("3600a098038303053453f463045727a41".parse().unwrap());
     lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &ok).unwrap();
-    let wrong = ScanOptions {
-        expect_wwid: Some("naa.600a098038303053453f463045727a42".parse().unwrap()),
-        ..quick()
-    };
+    let mut wrong = quick();
+    wrong.expect_wwid = Some("naa.600a098038303053453f463045727a42".parse().unwrap());
     // sdc is a path of map dm-0 (…41): a leftover of that volume, refused as it is.
     let rescan = dir
         .path()
@@ -228,10 +223,8 @@ fn a_held_path_that_reports_another_volume_is_not_handed_out() {
     )
     .unwrap();
     for expect in [None, Some(other.parse().unwrap())] {
-        let opts = ScanOptions {
-            expect_wwid: expect,
-            ..quick()
-        };
+        let mut opts = quick();
+        opts.expect_wwid = expect;
         let err = lunkit::scsi::scan(&root, Hctl::new(5, 0, 0, 0), &opts).unwrap_err();
         let msg = err.to_string();
         assert_eq!(err.kind(), ErrorKind::Busy, "{msg}");
@@ -355,10 +348,8 @@ fn fc_scan_goes_through_every_port_and_reports_each() {
     );
 
     // Two paths wanted, one came: not found (exit 3), with every path's outcome.
-    let two = ScanOptions {
-        min_paths: 2,
-        ..quick()
-    };
+    let mut two = quick();
+    two.min_paths = 2;
     let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 3, false), &two).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     let msg = err.to_string();
@@ -415,10 +406,8 @@ fn a_path_that_does_not_open_times_out_while_the_others_come() {
         report.paths[1].outcome,
         PathOutcome::TimedOut(Error::Timeout { .. })
     ));
-    let two = ScanOptions {
-        min_paths: 2,
-        ..quick()
-    };
+    let mut two = quick();
+    two.min_paths = 2;
     let err = lunkit::fc::scan(&root, &fc(TARGET, &[], 0, false), &two).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(

@@ -165,7 +165,9 @@ fn target(start: u64, length: u64, tt: &str, params: &str) -> Target {
 }
 
 fn opts(secs: u64) -> RemoveOptions {
-    RemoveOptions::with_timeout(Duration::from_secs(secs))
+    let mut o = RemoveOptions::default();
+    o.timeout = Duration::from_secs(secs);
+    o
 }
 
 #[test]
@@ -289,10 +291,8 @@ fn mpath_remove_deferred_with_open_fd() {
     let lab = Lab::build("deferred", false);
     let ctl = Control::open(&Root::default()).unwrap();
     let fd = std::fs::File::open(lab.node()).expect("open the map");
-    let o = RemoveOptions {
-        deferred: true,
-        ..opts(30)
-    };
+    let mut o = opts(30);
+    o.deferred = true;
     let kname = format!("dm-{}", lab.dev.minor);
     let r = multipath::remove(&Root::default(), &kname, &o).expect("deferred remove");
     assert_eq!(r.outcome, Removed::Deferred);
@@ -367,10 +367,8 @@ fn mpath_remove_no_active_path_with_dirty_data() {
 
     // With force: queued I/O fails, the writer lets go, and the map is gone in time.
     let t0 = Instant::now();
-    let o = RemoveOptions {
-        force: true,
-        ..opts(20)
-    };
+    let mut o = opts(20);
+    o.force = true;
     let r = multipath::remove(&Root::default(), &lab.name, &o).expect("forced remove");
     assert_eq!(r.outcome, Removed::Now);
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());

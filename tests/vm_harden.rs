@@ -191,10 +191,8 @@ fn synth_uuid() -> String {
 /// Scans `hctl` through the library with a 10 s timeout: how long the call took, and what it
 /// returned.
 fn library_scan_10s(hctl: &str) -> (Duration, lunkit::Result<lunkit::PathDevice>) {
-    let opts = lunkit::ScanOptions {
-        timeout: Duration::from_secs(10),
-        ..lunkit::ScanOptions::default()
-    };
+    let mut opts = lunkit::ScanOptions::default();
+    opts.timeout = Duration::from_secs(10);
     let t0 = Instant::now();
     let r = lunkit::scsi::scan(&lunkit::Root::default(), hctl.parse().unwrap(), &opts);
     (t0.elapsed(), r)

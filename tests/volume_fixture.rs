@@ -173,11 +173,9 @@ fn a_path_of_the_volumes_map_without_a_wwid_is_still_its_path() {
 #[test]
 fn a_timeout_too_long_for_a_clock_does_not_panic() {
     // `Instant + Duration::MAX` panics; a detach must saturate its deadline instead.
-    let opts = lunkit::ops::DetachOptions {
-        timeout: std::time::Duration::MAX,
-        lock_dir: None,
-        ..lunkit::ops::DetachOptions::new(&root())
-    };
+    let mut opts = lunkit::ops::DetachOptions::new(&root());
+    opts.timeout = std::time::Duration::MAX;
+    opts.lock_dir = None;
     let report =
         lunkit::ops::detach(&root(), &VolumeSpec::Device("9:0:0:3".into()), &opts).unwrap();
     assert_eq!(report.rounds, 0);
@@ -187,11 +185,9 @@ fn a_timeout_too_long_for_a_clock_does_not_panic() {
 fn a_failed_step_names_the_step_and_the_device() {
     // The fixture has no /dev/mapper/control: the check of the map cannot read it. The
     // error says which step failed on what, not only the file.
-    let opts = lunkit::ops::DetachOptions {
-        timeout: std::time::Duration::from_millis(300),
-        lock_dir: None,
-        ..lunkit::ops::DetachOptions::new(&root())
-    };
+    let mut opts = lunkit::ops::DetachOptions::new(&root());
+    opts.timeout = std::time::Duration::from_millis(300);
+    opts.lock_dir = None;
     let err =
         lunkit::ops::detach(&root(), &VolumeSpec::Device("mpatha".into()), &opts).unwrap_err();
     let msg = err.to_string();

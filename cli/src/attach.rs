@@ -31,13 +31,11 @@ pub struct Attach {
 
 pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
     let spec = cmd.volume.spec()?;
-    let opts = AttachOptions {
-        scan: cmd.common.options()?,
-        portals: cmd.portals,
-        initiators: cmd.initiators,
-        wait_map: cmd.wait_map,
-        lock_dir: Some(root.run("lunkit/locks")),
-    };
+    let mut opts = AttachOptions::new(root);
+    opts.scan = cmd.common.options()?;
+    opts.portals = cmd.portals;
+    opts.initiators = cmd.initiators;
+    opts.wait_map = cmd.wait_map;
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;
     let udev = wait_udev(

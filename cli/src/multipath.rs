@@ -37,11 +37,10 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
             force,
             json,
         } => {
-            let opts = RemoveOptions {
-                deferred,
-                force,
-                ..RemoveOptions::with_timeout(crate::seconds(timeout)?)
-            };
+            let mut opts = RemoveOptions::default();
+            opts.timeout = crate::seconds(timeout)?;
+            opts.deferred = deferred;
+            opts.force = force;
             let r = multipath::remove(root, &map, &opts)?;
             let outcome = match r.outcome {
                 Removed::Now => "removed",

@@ -74,11 +74,11 @@ pub struct Common {
 
 impl Common {
     pub fn options(&self) -> lunkit::Result<ScanOptions> {
-        Ok(ScanOptions {
-            timeout: crate::seconds(self.timeout)?,
-            expect_wwid: self.expect_wwid.clone(),
-            min_paths: self.min_paths,
-        })
+        let mut opts = ScanOptions::default();
+        opts.timeout = crate::seconds(self.timeout)?;
+        opts.expect_wwid = self.expect_wwid.clone();
+        opts.min_paths = self.min_paths;
+        Ok(opts)
     }
 }
 

@@ -106,10 +106,9 @@ pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
 }
 
 pub fn delete(root: &Root, cmd: Delete) -> lunkit::Result<()> {
-    let opts = DeleteOptions {
-        force: cmd.force,
-        ..DeleteOptions::with_timeout(crate::seconds(cmd.timeout)?)
-    };
+    let mut opts = DeleteOptions::default();
+    opts.timeout = crate::seconds(cmd.timeout)?;
+    opts.force = cmd.force;
     let hctl = scsi_address(root, &cmd.device)?;
     let t0 = Instant::now();
     match scsi::delete(root, hctl, &opts)? {

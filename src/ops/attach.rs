@@ -17,7 +17,8 @@
 //!
 //! let root = Root::default();
 //! let spec = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
-//! let opts = AttachOptions { wait_map: true, ..AttachOptions::default() };
+//! let mut opts = AttachOptions::new(&root);
+//! opts.wait_map = true;
 //! let volume = attach(&root, &spec, &opts)?;
 //! for path in &volume.paths {
 //!     println!("{path}");
@@ -44,8 +45,10 @@ use crate::wwn::Wwn;
 
 use super::volume::{Identity, MapDevice, VolumeSpec, locate};
 
-/// How [`attach`] behaves.
+/// How [`attach`] behaves. [`AttachOptions::new`] remembers names in the lock directory
+/// under the root, as detach expects; the default remembers nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct AttachOptions {
     /// The scan: its deadline (which also bounds the map wait), the expected WWID and how
     /// many paths must come.
@@ -61,6 +64,17 @@ pub struct AttachOptions {
     /// by the same name finds the volume's multipath map even once every path is gone. `None`
     /// (the default) remembers nothing; the CLI uses `<root>/run/lunkit/locks`.
     pub lock_dir: Option<std::path::PathBuf>,
+}
+
+impl AttachOptions {
+    /// The defaults, remembering names in `<root>/run/lunkit/locks`, where
+    /// [`crate::ops::DetachOptions::new`] puts its lock files.
+    pub fn new(root: &Root) -> AttachOptions {
+        AttachOptions {
+            lock_dir: Some(root.run("lunkit/locks")),
+            ..AttachOptions::default()
+        }
+    }
 }
 
 /// A volume brought onto the node.

@@ -59,8 +59,16 @@ use crate::sysfs::block::DevNum;
 /// Default time a detach may take.
 pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How [`detach`] behaves.
+/// How [`detach`] behaves. Made with [`DetachOptions::new`], which puts the lock files under
+/// the root; then set what differs:
+///
+/// ```
+/// let root = lunkit::Root::default();
+/// let mut opts = lunkit::ops::DetachOptions::new(&root);
+/// opts.timeout = std::time::Duration::from_secs(20);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DetachOptions {
     /// How long the whole detach may take, lock wait included.
     pub timeout: Duration,
@@ -729,14 +737,12 @@ impl Run<'_> {
             })?;
         }
         let root = self.root;
-        let opts = RemoveOptions {
-            deadline,
-            deferred: false,
-            // A map no path can serve was checked to hold nothing: failing its queued I/O
-            // (udev's stuck reads) is safe.
-            force: self.opts.force || unreachable.is_some(),
-            use_multipathd: self.opts.use_multipathd,
-        };
+        let mut opts = RemoveOptions::default();
+        opts.timeout = deadline.saturating_duration_since(Instant::now());
+        // A map no path can serve was checked to hold nothing: failing its queued I/O (udev's
+        // stuck reads) is safe.
+        opts.force = self.opts.force || unreachable.is_some();
+        opts.use_multipathd = self.opts.use_multipathd;
         let name = map.name.clone();
         self.step_or_force(StepKind::RemoveMap, &label, || {
             match multipath::remove(root, &name, &opts) {
