@@ -714,7 +714,7 @@ pub fn usage(
             family.mounts_in(root, &table, ns, &mut usage);
         }
         // A tree without pid 1 (a fixture): this process's table stands for it.
-        Err(e) if e.kind() == crate::ErrorKind::NotFound => {}
+        Err(e) if e.is_gone() => {}
         Err(e) => usage.unchecked.push(Unchecked {
             what: "the mount table of pid 1".into(),
             reason: e.to_string(),
@@ -1103,7 +1103,7 @@ impl ScanCtx<'_> {
                 };
                 self.family.mounts_in(self.root, &table, ns, &mut out.usage);
             }
-            Err(e) if e.kind() == crate::ErrorKind::NotFound => {
+            Err(e) if e.is_gone() => {
                 // It exited meanwhile: let another process of the namespace read it.
                 if let Some(i) = inode {
                     lock_seen(self.seen).inodes.remove(&i);

@@ -131,15 +131,25 @@ pub enum Error {
         paths: Vec<crate::scan::PathScan>,
     },
 
-    /// The LUN at an address is not the volume the caller expected: a LUN number was reused.
-    #[error("{device} has WWID {actual}, expected {expected}")]
+    /// The LUN at an address is not the volume the caller expected (a LUN number was
+    /// reused), or, with none expected, not the volume its other paths are.
+    #[error(
+        "{device} has WWID {}, expected {}{}",
+        or_none(actual.as_ref()),
+        or_none(expected.as_ref()),
+        reference.as_ref().map_or(String::new(), |r| format!(", as on {r}"))
+    )]
     WwidMismatch {
         /// The device that was found (`sdc (2:0:0:7)`).
         device: String,
-        /// The WWID the caller asked for.
-        expected: String,
-        /// The WWID the device has (`none` without VPD page 0x83).
-        actual: String,
+        /// The WWID it should have had: the caller's, or the `reference` path's (`None` when
+        /// that path reports none).
+        expected: Option<crate::wwid::Wwid>,
+        /// With no WWID from the caller, the path whose WWID the others must share
+        /// (`sdc (5:0:0:0)`).
+        reference: Option<String>,
+        /// The WWID the device has (`None` without VPD page 0x83).
+        actual: Option<crate::wwid::Wwid>,
     },
 }
 
@@ -202,24 +212,46 @@ impl Error {
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Busy { .. } => ErrorKind::Busy,
             Error::Unverified { .. } => ErrorKind::Unverified,
-            Error::Ioctl { source, .. } => match source.raw_os_error() {
-                Some(libc::ENXIO | libc::ENODEV | libc::ENOENT) => ErrorKind::NotFound,
-                Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,
-                Some(libc::EBUSY) => ErrorKind::Busy,
-                _ => ErrorKind::Other,
-            },
+            // An ioctl's EBUSY is the kernel refusing a device in use (DM_DEV_REMOVE).
+            Error::Ioctl { source, .. } if source.raw_os_error() == Some(libc::EBUSY) => {
+                ErrorKind::Busy
+            }
+            Error::Ioctl { source, .. } => errno_kind(source),
             Error::WwidMismatch { .. } | Error::Replaced { .. } | Error::Internal { .. } => {
                 ErrorKind::Other
             }
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
-            Error::Io { source, .. } => match source.kind() {
-                io::ErrorKind::NotFound => ErrorKind::NotFound,
-                io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
-                _ => ErrorKind::Other,
-            },
+            Error::Io { source, .. } => errno_kind(source),
         }
     }
+
+    /// Whether what the call acted on does not exist (any more): [`ErrorKind::NotFound`],
+    /// which covers a file that is not there (`ENOENT`) and a device that went away
+    /// (`ENXIO`, `ENODEV`), from a file or an ioctl alike. A take-down treats it as done.
+    pub fn is_gone(&self) -> bool {
+        self.kind() == ErrorKind::NotFound
+    }
+}
+
+/// The kind of an errno, the same for a file and an ioctl: a missing file and a device that
+/// is gone are both not found (opening `/dev/sdc` after its delete is `ENXIO`; an unknown
+/// dm device is `ENXIO` too).
+fn errno_kind(source: &io::Error) -> ErrorKind {
+    match source.raw_os_error() {
+        Some(libc::ENXIO | libc::ENODEV | libc::ENOENT) => ErrorKind::NotFound,
+        Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,
+        _ => match source.kind() {
+            io::ErrorKind::NotFound => ErrorKind::NotFound,
+            io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+            _ => ErrorKind::Other,
+        },
+    }
+}
+
+/// A WWID for a message: `none` when the device reports none.
+fn or_none(w: Option<&crate::wwid::Wwid>) -> String {
+    w.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
 /// A timed-out path makes the whole a timeout (waiting longer may help); else the first
@@ -255,11 +287,33 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.starts_with("/sys/block/sda/size: "), "{msg}");
         assert!(msg.contains("No such device or address"), "{msg}");
-        assert_eq!(e.kind(), ErrorKind::Other);
+        assert_eq!(e.kind(), ErrorKind::NotFound);
     }
 
     #[test]
     fn kinds_follow_errno() {
+        // A device that went away is not found whether a file or an ioctl said so.
+        for errno in [libc::ENXIO, libc::ENODEV, libc::ENOENT] {
+            let io = Error::io("/dev/sdc", io::Error::from_raw_os_error(errno));
+            let ioctl = Error::Ioctl {
+                op: "BLKFLSBUF",
+                target: "/dev/sdc".into(),
+                source: io::Error::from_raw_os_error(errno),
+            };
+            assert_eq!(io.kind(), ErrorKind::NotFound, "{io}");
+            assert_eq!(ioctl.kind(), ErrorKind::NotFound, "{ioctl}");
+            assert!(io.is_gone() && ioctl.is_gone());
+        }
+        let busy = |source| Error::Ioctl {
+            op: "DM_DEV_REMOVE",
+            target: "mpatha".into(),
+            source,
+        };
+        assert_eq!(
+            busy(io::Error::from_raw_os_error(libc::EBUSY)).kind(),
+            ErrorKind::Busy
+        );
+        assert!(!busy(io::Error::from_raw_os_error(libc::EIO)).is_gone());
         let e = Error::io("/x", io::Error::from_raw_os_error(libc::ENOENT));
         assert_eq!(e.kind(), ErrorKind::NotFound);
         let e = Error::io("/x", io::Error::from_raw_os_error(libc::EACCES));

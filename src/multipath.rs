@@ -343,7 +343,7 @@ fn partition_parent(uuid: &str) -> Option<&str> {
 pub fn read_map(ctl: &Control, id: &DevId<'_>) -> Result<Option<Map>> {
     let info = match ctl.info(id) {
         Ok(i) => i,
-        Err(e) if e.errno() == Some(libc::ENXIO) => return Ok(None),
+        Err(e) if e.is_gone() => return Ok(None),
         Err(e) => return Err(e),
     };
     let not_mpath = |reason| Error::Invalid {
@@ -361,7 +361,7 @@ pub fn read_map(ctl: &Control, id: &DevId<'_>) -> Result<Option<Map>> {
     let by_name = DevId::Name(&info.name);
     let table = match ctl.table(&by_name) {
         Ok(t) => t,
-        Err(e) if e.errno() == Some(libc::ENXIO) => return Ok(None),
+        Err(e) if e.is_gone() => return Ok(None),
         Err(e) => return Err(e),
     };
     let [t] = table.as_slice() else {
@@ -489,7 +489,7 @@ pub fn partition_maps(ctl: &Control, map: &Map) -> Result<Vec<PartitionMap>> {
                 dev: d.dev,
             }),
             Ok(_) => {}
-            Err(e) if e.errno() == Some(libc::ENXIO) => {}
+            Err(e) if e.is_gone() => {}
             Err(e) => return Err(e),
         }
     }
@@ -604,7 +604,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
                 report_resumed.push(i.name);
             }
             Ok(_) => {}
-            Err(e) if e.errno() == Some(libc::ENXIO) => {}
+            Err(e) if e.is_gone() => {}
             Err(e) => return Err(e),
         }
     }
@@ -771,7 +771,7 @@ fn flush_and_remove(
     if map.table.queue_if_no_path() && !queue_disabled {
         match ctl.message(&by_name, 0, "fail_if_no_path") {
             Ok(_) => queue_disabled = true,
-            Err(e) if e.errno() == Some(libc::ENXIO) => return Ok((Removed::Now, Vec::new())),
+            Err(e) if e.is_gone() => return Ok((Removed::Now, Vec::new())),
             Err(_) => may_suspend = false,
         }
     }
@@ -784,7 +784,7 @@ fn flush_and_remove(
     for p in parts {
         match ctl.remove(&DevId::Name(&p.name), opts.deferred) {
             Ok(_) => removed.push(p.name.clone()),
-            Err(e) if e.errno() == Some(libc::ENXIO) => {}
+            Err(e) if e.is_gone() => {}
             Err(e) if e.errno() == Some(libc::EBUSY) => {
                 return Err(fail(Error::Busy {
                     device: format!("{} ({})", map.label(), p.name),
@@ -806,7 +806,7 @@ fn flush_and_remove(
             };
             match ctl.suspend(&by_name, how) {
                 Ok(_) => {}
-                Err(e) if e.errno() == Some(libc::ENXIO) => return Ok((Removed::Now, removed)),
+                Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
                 Err(e) => return Err(fail(e)),
             }
         }
@@ -818,13 +818,13 @@ fn flush_and_remove(
                 return Ok((Removed::Deferred, removed));
             }
             Ok(outcome) => return Ok((outcome, removed)),
-            Err(e) if e.errno() == Some(libc::ENXIO) => return Ok((Removed::Now, removed)),
+            Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
             Err(e) if e.errno() == Some(libc::EBUSY) => {
                 if may_suspend {
                     // Let I/O through again while we wait: a suspended map blocks its openers.
                     match ctl.resume(&by_name) {
                         Ok(_) => {}
-                        Err(e) if e.errno() == Some(libc::ENXIO) => {
+                        Err(e) if e.is_gone() => {
                             return Ok((Removed::Now, removed));
                         }
                         Err(e) => return Err(fail(e)),
@@ -832,7 +832,7 @@ fn flush_and_remove(
                 }
                 match ctl.info(&by_name) {
                     Ok(i) => last_open = i.open_count,
-                    Err(e) if e.errno() == Some(libc::ENXIO) => return Ok((Removed::Now, removed)),
+                    Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
                     Err(_) => {}
                 }
             }
@@ -885,7 +885,7 @@ fn busy_reason(
                 p.name, i.open_count
             )),
             Ok(_) => {}
-            Err(e) if e.errno() == Some(libc::ENXIO) => {}
+            Err(e) if e.is_gone() => {}
             Err(e) => return Err(e),
         }
     }

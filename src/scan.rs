@@ -408,16 +408,11 @@ fn check_wwids(report: &ScanReport, expect: Option<&Wwid>) -> Result<()> {
         if p.wwid == reference {
             continue;
         }
-        let expected = reference
-            .as_ref()
-            .map_or("none".into(), ToString::to_string);
         return Err(Error::WwidMismatch {
             device: format!("{} ({})", p.name, p.hctl),
-            expected: match from {
-                Some(first) => format!("{expected}, as on {} ({})", first.name, first.hctl),
-                None => expected,
-            },
-            actual: p.wwid.as_ref().map_or("none".into(), ToString::to_string),
+            expected: reference,
+            reference: from.map(|first| format!("{} ({})", first.name, first.hctl)),
+            actual: p.wwid.clone(),
         });
     }
     Ok(())

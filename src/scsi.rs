@@ -220,7 +220,7 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
         .filter_map(|n| attr_parse(&class.join(n), "dev"))
         .collect();
     let table = match mountinfo::read_of(root, 1) {
-        Err(e) if e.kind() == crate::ErrorKind::NotFound => mountinfo::read(root)?,
+        Err(e) if e.is_gone() => mountinfo::read(root)?,
         other => other?,
     };
     if let Some(m) = mountinfo::on_devices(&table.mounts, &numbers).next() {
@@ -404,8 +404,8 @@ fn busy_reason(root: &Root, usage: &block::Usage) -> String {
         if attr(&dm, "uuid").is_some_and(|u| crate::multipath::uuid_wwid(&u).is_some()) {
             let name = attr(&dm, "name").unwrap_or_else(|| h.clone());
             reason.push_str(&format!(
-                "; it is a path of multipath map {name} ({h}): take the map down first \
-                 (lunkit multipath remove, or lunkit detach for the whole volume)"
+                "; it is a path of multipath map {name} ({h}): take the map down first, or \
+                 detach the whole volume"
             ));
         }
     }
@@ -486,7 +486,7 @@ pub(crate) fn remove_device(
     let writer = match sysfs::AttrWriter::open(&dir.join("delete")) {
         Ok(w) => w,
         // Gone since the caller looked.
-        Err(e) if e.kind() == crate::ErrorKind::NotFound && !dir.exists() => {
+        Err(e) if e.is_gone() && !dir.exists() => {
             return Ok(Deleted::AlreadyGone);
         }
         Err(e) => return Err(e),

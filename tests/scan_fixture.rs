@@ -379,17 +379,22 @@ fn a_path_whose_wwid_differs_fails_the_scan_naming_it() {
     let Error::WwidMismatch {
         device,
         expected,
+        reference,
         actual,
     } = &err
     else {
         panic!("{err:?}")
     };
     assert_eq!(device, "sdd (6:0:0:0)");
+    let wwid = |s: &str| Some(s.parse::<lunkit::Wwid>().unwrap());
+    assert_eq!(*expected, wwid("naa.600a098038303053453f463045727a41"));
+    assert_eq!(reference.as_deref(), Some("sdc (5:0:0:0)"));
+    assert_eq!(*actual, wwid("naa.600a098038303053453f463045727a99"));
     assert_eq!(
-        expected,
-        "naa.600a098038303053453f463045727a41, as on sdc (5:0:0:0)"
+        err.to_string(),
+        "sdd (6:0:0:0) has WWID naa.600a098038303053453f463045727a99, expected \
+         naa.600a098038303053453f463045727a41, as on sdc (5:0:0:0)"
     );
-    assert_eq!(actual, "naa.600a098038303053453f463045727a99");
 }
 
 #[test]

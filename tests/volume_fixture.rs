@@ -236,7 +236,7 @@ fn a_map_left_without_paths_is_not_reported_as_nothing_left() {
     let msg = e.to_string();
     assert!(
         msg.contains("map mpathb (dm-1, WWID 360014055e7a100000010000000000000)")
-            && msg.contains("--wwid"),
+            && msg.contains("detach it by its WWID"),
         "{msg}"
     );
 }

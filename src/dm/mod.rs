@@ -163,7 +163,7 @@ impl Control {
             }
             match self.info(&DevId::Name(&d.name)) {
                 Ok(info) => d.uuid = info.uuid.map_or(ListedUuid::None, ListedUuid::Some),
-                Err(e) if e.errno() == Some(libc::ENXIO) => gone.push(i),
+                Err(e) if e.is_gone() => gone.push(i),
                 Err(e) => return Err(e),
             }
         }

@@ -50,7 +50,7 @@ use super::volume::{self, Identity, MapDevice, VolumePath, VolumeSpec, VolumeSta
 use super::{lock, names};
 use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::multipath::{self, RemoveOptions};
 use crate::root::Root;
 use crate::scsi::{self, Deleted, PATH_MANAGERS};
@@ -241,8 +241,7 @@ pub fn detach_with(
                     reason: format!(
                         "no device is at its address and its WWID is not known (none was \
                          remembered by an attach or detach of this name), but {} with no \
-                         path left {} on the node and may be its: take it away by its WWID \
-                         (`lunkit detach --wwid W`)",
+                         path left {} on the node and may be its: detach it by its WWID",
                         list.join(", "),
                         if orphans.len() == 1 { "is" } else { "are" }
                     ),
@@ -501,7 +500,7 @@ impl Run<'_> {
             for dev in std::iter::once(map.node.dev).chain(parts) {
                 let info = match ctl.info(&DevId::Dev(dev)) {
                     Ok(info) => info,
-                    Err(e) if e.errno() == Some(libc::ENXIO) => continue,
+                    Err(e) if e.is_gone() => continue,
                     Err(e) => {
                         let target = format!("{} ({})", map.name, map.node.name);
                         let failed = Outcome::Failed(e.to_string());
@@ -516,7 +515,7 @@ impl Run<'_> {
                 self.step(StepKind::ResumeMap, &label, || {
                     match ctl.resume(&DevId::Dev(dev)) {
                         Ok(_) => Ok(((), Outcome::Done)),
-                        Err(e) if e.errno() == Some(libc::ENXIO) => Ok(((), Outcome::AlreadyGone)),
+                        Err(e) if e.is_gone() => Ok(((), Outcome::AlreadyGone)),
                         Err(e) => Err(e),
                     }
                 })?;
@@ -690,7 +689,7 @@ impl Run<'_> {
             let ctl = Control::open(root)?;
             match ctl.message(&DevId::Name(&name), 0, "fail_if_no_path") {
                 Ok(_) => Ok(Outcome::Done),
-                Err(e) if e.errno() == Some(libc::ENXIO) => Ok(Outcome::AlreadyGone),
+                Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
                 Err(e) => Err(e),
             }
         })
@@ -731,7 +730,7 @@ impl Run<'_> {
             self.step_or_force(StepKind::FlushMap, &label, || {
                 match block::flush(&node, deadline) {
                     Ok(()) => Ok(Outcome::Done),
-                    Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
+                    Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
                     Err(e) => Err(e),
                 }
             })?;
@@ -747,7 +746,7 @@ impl Run<'_> {
         self.step_or_force(StepKind::RemoveMap, &label, || {
             match multipath::remove(root, &name, &opts) {
                 Ok(_) => Ok(Outcome::Done),
-                Err(e) if e.kind() == ErrorKind::NotFound => Ok(Outcome::AlreadyGone),
+                Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
                 Err(e) => Err(e),
             }
         })
@@ -881,14 +880,9 @@ fn flush_path(p: &VolumePath, behind_map: bool, deadline: Instant) -> Result<Out
     }
     match block::flush(disk, deadline) {
         Ok(()) => Ok(Outcome::Done),
-        Err(e) if gone(&e) => Ok(Outcome::AlreadyGone),
+        Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
         Err(e) => Err(e),
     }
-}
-
-/// The device vanished (someone else removed it): not an error for a take-down.
-fn gone(e: &Error) -> bool {
-    e.kind() == ErrorKind::NotFound
 }
 
 /// Whether a map can still write to its storage.
@@ -929,10 +923,11 @@ fn open_beyond_partitions(map_open: i32, partitions: usize, part_opens: &[i32]) 
 fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach> {
     let ctl = Control::open(root)?;
     let id = DevId::Name(&map.name);
-    let gone = |e: &Error| e.errno() == Some(libc::ENXIO);
     let (table, status, info) = match (ctl.table(&id), ctl.status(&id), ctl.info(&id)) {
         (Ok(t), Ok(s), Ok(i)) => (t, s, i),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) if gone(&e) => return Ok(Reach::Usable),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) if e.is_gone() => {
+            return Ok(Reach::Usable);
+        }
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(e),
     };
     let (Some(t), Some(s)) = (table.first(), status.first()) else {
@@ -952,7 +947,7 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         };
         match ctl.info(&DevId::Dev(node.dev)) {
             Ok(i) => part_opens.push(i.open_count),
-            Err(e) if gone(&e) => {}
+            Err(e) if e.is_gone() => {}
             Err(e) => return Err(e),
         }
     }
