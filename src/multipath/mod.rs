@@ -1,0 +1,25 @@
+//! dm-multipath maps: parse their table and status, find them, and take them down safely.
+//!
+//! [`remove()`] is `multipath -f MAP` without the tool, following multipath-tools 0.9's
+//! `_dm_flush_map` (docs/DESIGN.md, "Removing a multipath map"), plus one refusal the tool
+//! does not make: a map with no active path that queues I/O cannot write its dirty data
+//! anywhere, so removing it would drop that data; it is refused unless the caller forces.
+//!
+//! When multipathd is running the removal is asked of it (`del map NAME` on its control
+//! socket, as `multipath -f` does), so it forgets the map instead of re-creating it. Nothing
+//! here spawns a process, and every wait has a deadline.
+//!
+//! One file per part, their items re-exported here: `table.rs` (the table and status lines'
+//! parsers), `find.rs` (a map by name, number, node or WWID, its uuid, its partition maps),
+//! `multipathd.rs` (the control-socket client) and `remove.rs` (the flush-and-remove
+//! sequence).
+
+mod find;
+mod multipathd;
+mod remove;
+mod table;
+
+pub use find::*;
+pub use multipathd::{MULTIPATHD_SOCKET, Multipathd, Peer};
+pub use remove::*;
+pub use table::*;

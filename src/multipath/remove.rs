@@ -1,0 +1,451 @@
+//! Taking a multipath map down: multipath-tools' `_dm_flush_map`, through multipathd when it
+//! runs, with the checks that keep data safe.
+
+use std::time::{Duration, Instant};
+
+use crate::block::{self, UsageScope};
+use crate::dm::{Control, DevId, Removed, Suspend};
+use crate::error::{Error, Result};
+use crate::root::Root;
+use crate::sysfs::block::DevNum;
+use crate::uevent::{Action, Monitor};
+use crate::wwid::Wwid;
+
+use super::find::{Map, PartitionMap, find, partition_maps};
+use super::multipathd::Multipathd;
+use super::table::Status;
+
+/// How [`remove`] behaves. The default: 30 s, not deferred, not forced, multipathd asked
+/// when it runs.
+///
+/// ```
+/// let mut opts = lunkit::multipath::RemoveOptions::default();
+/// opts.timeout = std::time::Duration::from_secs(10);
+/// opts.deferred = true;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RemoveOptions {
+    /// How long the removal may take, counted from the call. The map is left as it was found
+    /// (queueing restored) on failure.
+    pub timeout: Duration,
+    /// Mark an open map for removal on last close instead of refusing.
+    pub deferred: bool,
+    /// Remove even when no path is active and the map queues I/O: queued I/O is failed.
+    pub force: bool,
+    /// Ask multipathd when it runs (the default), so it does not re-create the map.
+    pub use_multipathd: bool,
+}
+
+impl Default for RemoveOptions {
+    fn default() -> Self {
+        RemoveOptions {
+            timeout: DEFAULT_REMOVE_TIMEOUT,
+            deferred: false,
+            force: false,
+            use_multipathd: true,
+        }
+    }
+}
+
+/// Default time a [`remove`] may take.
+pub const DEFAULT_REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What [`remove`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoveReport {
+    /// The map name.
+    pub map: String,
+    /// Its kernel name (`dm-N`).
+    pub kernel_name: String,
+    /// Removed now, or marked for removal on last close.
+    pub outcome: Removed,
+    /// multipathd did it.
+    pub via_multipathd: bool,
+    /// Why multipathd, though it runs and was to be asked, did not do it, and the removal
+    /// was done through device-mapper instead: it did not answer in time, its socket's
+    /// listener is not root, or it answered something other than `ok`.
+    pub multipathd_skipped: Option<String>,
+    /// Maps found suspended and resumed first (a removal killed between its suspend and its
+    /// remove leaves the map so).
+    pub resumed: Vec<String>,
+    /// Partition maps removed first.
+    pub partitions_removed: Vec<String>,
+}
+
+/// Takes the multipath map `spec` (see [`find`]) off the node: `multipath -f` without the
+/// tool, with a deadline.
+///
+/// 1. It must be a multipath map (uuid `mpath-`, one `multipath` target).
+/// 2. The map and its partition maps, if found suspended, are resumed
+///    ([`RemoveReport::resumed`]). No active path while `queue_if_no_path` is set: refused with
+///    [`Error::Busy`] unless `force` (then `fail_if_no_path` fails the queued I/O first).
+/// 3. Open beyond its own partition maps, or a partition map open: [`Error::Busy`] naming the
+///    open count and who uses it (unless `deferred`). A map held by nothing but processes is
+///    given [`block::OPENER_GRACE`] first: udev probes a map after every reload.
+/// 4. multipathd running (as root): `del map NAME`, given half the time left; otherwise, or if
+///    it fails or does not answer in time ([`RemoveReport::multipathd_skipped`]):
+///    `fail_if_no_path` if the table queues, remove partition maps, suspend with flush,
+///    remove, retrying `EBUSY` with backoff until the deadline (resuming between tries), and
+///    on failure restore `queue_if_no_path`.
+/// 5. After an immediate removal, wait for the `remove` uevent of `dm-N` (or its sysfs
+///    directory to vanish).
+pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveReport> {
+    let deadline = crate::wait::deadline_after(opts.timeout);
+    // A malformed name is the caller's mistake (Invalid), whatever the node has.
+    if !spec.starts_with('/') && spec.parse::<Wwid>().is_err() {
+        crate::dm::buffer::check_name(spec)?;
+    }
+    let ctl = Control::open(root)?;
+    // Subscribe before acting, so the remove uevent cannot slip past.
+    let mut monitor = Monitor::open().ok();
+    let map = find(&ctl, root, spec)?;
+    // The removal wait watches this object, not `M:m`: device-mapper hands the freed minor
+    // to the next map created (multipathd building another volume's map), at once.
+    let sys_object = crate::sysfs::object_id(&root.sys(format!("dev/block/{}", map.info.dev)));
+    let name = map.info.name.clone();
+    let by_name = DevId::Name(&name);
+    let queues = map.table.queue_if_no_path();
+    let mut report_resumed = Vec::new();
+    let parts = partition_maps(&ctl, &map)?;
+    // A map left suspended (a removal killed between its suspend and its remove) holds every
+    // I/O, udev's probes' and the flush's, and cannot be suspended again: resume it, and its
+    // partition maps, so the sequence below starts from a map that serves I/O.
+    let devs = std::iter::once(map.info.dev).chain(parts.iter().map(|p| p.dev));
+    for dev in devs {
+        match ctl.info(&DevId::Dev(dev)) {
+            Ok(i) if i.suspended() => {
+                ctl.resume(&DevId::Dev(dev))?;
+                report_resumed.push(i.name);
+            }
+            Ok(_) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e),
+        }
+    }
+
+    let status = ctl.status(&by_name)?;
+    let status = match status.as_slice() {
+        [t] if t.target_type == "multipath" => Status::parse(&t.params)?,
+        _ => {
+            return Err(Error::invalid(
+                "multipath map",
+                &name,
+                "its status is not one multipath target",
+            ));
+        }
+    };
+    let mut queue_disabled = false;
+    if queues && status.active_paths() == 0 {
+        if !opts.force {
+            return Err(Error::Busy {
+                device: map.label(),
+                reason: "no path is active and queue_if_no_path is set: queued and dirty data \
+                         cannot reach the storage; refusing (force fails that I/O)"
+                    .into(),
+            });
+        }
+        // Fail the queued I/O now, so that writers stuck on it (a close that syncs) let go
+        // of the map before the busy check.
+        ctl.message(&by_name, 0, "fail_if_no_path")?;
+        queue_disabled = true;
+    }
+
+    if !opts.deferred {
+        // Failed I/O gets until the deadline to unwind. Otherwise only a map held by nothing
+        // but processes is waited for, briefly: udev probes a map after every reload.
+        let until = if queue_disabled {
+            deadline
+        } else {
+            crate::wait::deadline_after(block::OPENER_GRACE).min(deadline)
+        };
+        let mut last = None;
+        let settled = crate::wait::until(
+            None,
+            until,
+            &|| format!("{} to be released", map.label()),
+            &|_| false,
+            || {
+                last = busy_reason(&ctl, root, &map, &parts, deadline)?;
+                Ok(match &last {
+                    Some(b) if queue_disabled || b.transient => None,
+                    _ => Some(()),
+                })
+            },
+        );
+        match settled {
+            Ok(()) | Err(Error::Timeout { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(Busy { reason, .. }) = last {
+            restore_queueing(&ctl, &by_name, queue_disabled);
+            return Err(Error::Busy {
+                device: map.label(),
+                reason,
+            });
+        }
+    }
+
+    let kernel_name = map.info.kernel_name();
+    let mut report = RemoveReport {
+        map: name.clone(),
+        kernel_name: kernel_name.clone(),
+        outcome: Removed::Now,
+        via_multipathd: false,
+        multipathd_skipped: None,
+        resumed: report_resumed,
+        partitions_removed: Vec::new(),
+    };
+
+    let mut done = false;
+    if opts.use_multipathd && !opts.deferred {
+        // multipathd's flush cannot defer; a deferred removal is done here.
+        match ask_multipathd(root, &name, deadline) {
+            Ok(true) => {
+                report.via_multipathd = true;
+                report.partitions_removed = parts.iter().map(|p| p.name.clone()).collect();
+                done = true;
+            }
+            Ok(false) => {}
+            // Not running, not answering in time, not root, or answering "fail": do it here,
+            // which reports precisely why it cannot be done, if it cannot. A multipathd that
+            // timed out may still be at it; the sequence below takes a map that vanishes
+            // under it as removed.
+            Err(why) => report.multipathd_skipped = Some(why),
+        }
+    }
+    if !done {
+        let (outcome, removed_parts) =
+            flush_and_remove(&ctl, &map, &parts, opts, deadline, queue_disabled)?;
+        report.outcome = outcome;
+        report.partitions_removed = removed_parts;
+    }
+
+    if report.outcome == Removed::Now {
+        let dev = map.info.dev;
+        let sys_dir = root.sys(format!("dev/block/{dev}"));
+        crate::wait::until(
+            monitor.as_mut(),
+            deadline,
+            &|| format!("removal of {kernel_name}"),
+            &|ev| ev.action == Action::Remove && ev.devname.as_deref() == Some(&kernel_name),
+            || {
+                let now = crate::sysfs::object_id(&sys_dir);
+                let gone = match sys_object {
+                    Some(id) => now != Some(id),
+                    None => now.is_none(),
+                };
+                Ok(gone.then_some(()))
+            },
+        )?;
+    }
+    Ok(report)
+}
+
+/// Asks multipathd to `del map NAME`: `Ok(true)` when it answered `ok`, `Ok(false)` when no
+/// multipathd runs, `Err(why)` when it runs but did not do it.
+///
+/// It gets half of the time left, so that the device-mapper sequence keeps the other half
+/// when multipathd hangs.
+fn ask_multipathd(root: &Root, name: &str, deadline: Instant) -> std::result::Result<bool, String> {
+    let now = Instant::now();
+    let theirs = now + deadline.saturating_duration_since(now) / 2;
+    let mut d = match Multipathd::connect(root, theirs) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    match d.command(&format!("del map {name}"), theirs) {
+        Ok(reply) if reply.trim_end() == "ok" => Ok(true),
+        Ok(reply) => Err(format!(
+            "multipathd answered {:?} to \"del map {name}\"",
+            reply.trim_end()
+        )),
+        Err(e) => Err(format!("multipathd: {e}")),
+    }
+}
+
+/// The local `_dm_flush_map` sequence (steps 4 and on of [`remove`]).
+fn flush_and_remove(
+    ctl: &Control,
+    map: &Map,
+    parts: &[PartitionMap],
+    opts: &RemoveOptions,
+    deadline: Instant,
+    mut queue_disabled: bool,
+) -> Result<(Removed, Vec<String>)> {
+    let name = map.name();
+    let by_name = DevId::Name(name);
+    // A suspended map answers messages with EBUSY; then leave queueing alone and do not
+    // suspend (as multipath-tools does when the message fails). A deferred removal never
+    // suspends: the map stays in use until its last close, and a map left suspended would
+    // block every opener (udev's probe after the holder closes, the holder's own writeback),
+    // so that last close would never come. multipath-tools' deferred path does not suspend
+    // either.
+    let mut may_suspend = !opts.deferred;
+    if map.table.queue_if_no_path() && !queue_disabled {
+        match ctl.message(&by_name, 0, "fail_if_no_path") {
+            Ok(_) => queue_disabled = true,
+            Err(e) if e.is_gone() => return Ok((Removed::Now, Vec::new())),
+            Err(_) => may_suspend = false,
+        }
+    }
+    let fail = |e: Error| {
+        restore_queueing(ctl, &by_name, queue_disabled);
+        e
+    };
+
+    let mut removed = Vec::new();
+    for p in parts {
+        match ctl.remove(&DevId::Name(&p.name), opts.deferred) {
+            Ok(_) => removed.push(p.name.clone()),
+            Err(e) if e.is_gone() => {}
+            Err(e) if e.errno() == Some(libc::EBUSY) => {
+                return Err(fail(Error::Busy {
+                    device: format!("{} ({})", map.label(), p.name),
+                    reason: "its partition map is open".into(),
+                }));
+            }
+            Err(e) => return Err(fail(e)),
+        }
+    }
+
+    let removing_since = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut last_open = 0;
+    loop {
+        if may_suspend {
+            let how = Suspend {
+                noflush: false,
+                skip_lockfs: true,
+            };
+            match ctl.suspend(&by_name, how) {
+                Ok(_) => {}
+                Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        match ctl.remove(&by_name, opts.deferred) {
+            Ok(Removed::Deferred) => {
+                // Still serving its holder until the last close: give it back the I/O policy
+                // it had.
+                restore_queueing(ctl, &by_name, queue_disabled);
+                return Ok((Removed::Deferred, removed));
+            }
+            Ok(outcome) => return Ok((outcome, removed)),
+            Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
+            Err(e) if e.errno() == Some(libc::EBUSY) => {
+                if may_suspend {
+                    // Let I/O through again while we wait: a suspended map blocks its openers.
+                    match ctl.resume(&by_name) {
+                        Ok(_) => {}
+                        Err(e) if e.is_gone() => {
+                            return Ok((Removed::Now, removed));
+                        }
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
+                match ctl.info(&by_name) {
+                    Ok(i) => last_open = i.open_count,
+                    Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
+                    Err(_) => {}
+                }
+            }
+            Err(e) => return Err(fail(e)),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(fail(Error::Timeout {
+                what: format!(
+                    "removal of {} (still open, open count {last_open})",
+                    map.label()
+                ),
+                waited: removing_since.elapsed(),
+            }));
+        }
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Re-enables queueing if this call disabled it (best effort: the map may be gone).
+fn restore_queueing(ctl: &Control, id: &DevId<'_>, disabled: bool) {
+    if disabled {
+        let _ = ctl.message(id, 0, "queue_if_no_path");
+    }
+}
+
+/// Why a map cannot be removed now.
+struct Busy {
+    reason: String,
+    /// Only processes hold it, or nothing is to be seen any more: it may pass on its own.
+    transient: bool,
+}
+
+/// Why the map cannot be removed now, or `None`: it is open beyond its partition maps, or a
+/// partition map is open (multipath-tools' `mpath_in_use`).
+fn busy_reason(
+    ctl: &Control,
+    root: &Root,
+    map: &Map,
+    parts: &[PartitionMap],
+    deadline: Instant,
+) -> Result<Option<Busy>> {
+    let info = ctl.info(&DevId::Name(map.name()))?;
+    let mut open_parts = Vec::new();
+    for p in parts {
+        match ctl.info(&DevId::Name(&p.name)) {
+            Ok(i) if i.open_count > 0 => open_parts.push(format!(
+                "partition map {} open {} time(s)",
+                p.name, i.open_count
+            )),
+            Ok(_) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let own = i64::from(info.open_count) - parts.len() as i64;
+    if own <= 0 && open_parts.is_empty() {
+        return Ok(None);
+    }
+    let users = users(root, info.dev, parts, deadline);
+    let mut reason = format!(
+        "open count {} ({} partition map(s))",
+        info.open_count,
+        parts.len(),
+    );
+    if let Some(u) = users.as_ref().filter(|u| !u.is_empty()) {
+        reason.push_str(&format!(": {u}"));
+    }
+    for p in open_parts {
+        reason.push_str("; ");
+        reason.push_str(&p);
+    }
+    Ok(Some(Busy {
+        reason,
+        transient: users.is_none_or(|u| u.is_empty() || u.only_openers()),
+    }))
+}
+
+/// Who uses a map (mounts, holders, swap, openers), as [`block::usage`] finds it for the map
+/// and its partition maps in one walk: what a person needs to act on a refusal. The partition
+/// maps are its own, not users by themselves. `None` when the map is gone or cannot be looked
+/// at.
+fn users(
+    root: &Root,
+    dev: DevNum,
+    parts: &[PartitionMap],
+    deadline: Instant,
+) -> Option<block::Usage> {
+    let node = block::by_number(root, dev).ok()??;
+    let own: Vec<String> = parts
+        .iter()
+        .filter_map(|p| block::by_number(root, p.dev).ok().flatten())
+        .map(|n| n.name)
+        .collect();
+    let scope = UsageScope {
+        own: &own,
+        ignore_openers: &[],
+    };
+    block::usage(root, &[node], &scope, deadline).ok()
+}
