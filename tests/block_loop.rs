@@ -218,7 +218,8 @@ fn usage_names_mounts_openers_and_swap() {
 
     let mut lo = Loop::new("usage", 32 << 20);
     let node = lo.node();
-    assert!(usage_here(&root, &node, &scope).is_empty());
+    let u = usage_here(&root, &node, &scope);
+    assert!(u.is_empty(), "{u:?}");
 
     // An open fd, named by pid.
     let f = File::open(&lo.dev).unwrap();

@@ -1,0 +1,497 @@
+//! Who has a block device open, and which mount namespaces there are: the `/proc` walk
+//! behind step 5 of [`usage`](super::usage), split between threads.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use rustix::fs::{FileType, Mode, OFlags};
+
+use crate::error::{Error, Result};
+use crate::helper;
+use crate::mountinfo;
+use crate::root::Root;
+use crate::sysfs::block::DevNum;
+
+use super::block_number;
+use super::usage::*;
+
+/// The mount namespaces whose tables were read, so that each is read once.
+///
+/// A namespace is known by its `ns/mnt` inode. Where that link cannot be read (it needs
+/// ptrace access to the process, which root without `CAP_SYS_PTRACE` lacks for processes
+/// with more capabilities, pid 1 among them), the table itself still can be, and its first
+/// line names the namespace's root mount, whose id no other namespace shares.
+#[derive(Debug, Default)]
+pub(super) struct SeenNamespaces {
+    inodes: std::collections::HashSet<u64>,
+    root_mounts: std::collections::HashSet<u32>,
+}
+
+impl SeenNamespaces {
+    /// Claims namespace `inode` for reading; `false` if it was claimed before.
+    pub(super) fn claim_inode(&mut self, inode: u64) -> bool {
+        self.inodes.insert(inode)
+    }
+
+    /// Claims a table just read by its root mount; `false` if that namespace was read
+    /// before (through another process whose `ns/mnt` could not be read, or could).
+    pub(super) fn claim_table(&mut self, table: &mountinfo::MountTable) -> bool {
+        table
+            .mounts
+            .first()
+            .is_none_or(|m| self.root_mounts.insert(m.id))
+    }
+}
+
+/// Locks `seen`; a poisoned lock only means another worker panicked, and the sets are still
+/// valid.
+pub(super) fn lock_seen(
+    seen: &std::sync::Mutex<SeenNamespaces>,
+) -> std::sync::MutexGuard<'_, SeenNamespaces> {
+    seen.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The inode of `<root>/proc/<who>/ns/mnt` (`mnt:[4026531841]`): equal inodes, one mount
+/// namespace. `Err` with the errno when the link cannot be read.
+pub(super) fn mnt_ns(
+    proc_fd: BorrowedFd<'_>,
+    who: &str,
+) -> std::result::Result<u64, rustix::io::Errno> {
+    let link = rustix::fs::readlinkat(proc_fd, format!("{who}/ns/mnt"), Vec::new())?;
+    link.to_bytes()
+        .strip_prefix(b"mnt:[")
+        .and_then(|r| r.strip_suffix(b"]"))
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(crate::hctl::decimal::<u64>)
+        .ok_or(rustix::io::Errno::INVAL)
+}
+
+/// Whether an errno on a `/proc/PID/...` file means the process is gone (not a gap in the
+/// check).
+fn process_gone(e: rustix::io::Errno) -> bool {
+    matches!(e, rustix::io::Errno::NOENT | rustix::io::Errno::SRCH)
+}
+
+/// Whether process `pid`, found with a path open under a path manager's command name, is
+/// one: it runs as root (real and effective uid 0 in `status`), and its executable is one
+/// of [`MANAGER_EXES`] or its parent's is udevd's (a worker udevd forked). A command name
+/// alone is set by any process with `PR_SET_NAME`.
+pub(super) fn is_path_manager(proc_fd: &OwnedFd, pid: u32) -> bool {
+    let Some(status) = read_small(proc_fd, &format!("{pid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>())
+    };
+    let root_uid = field("Uid:").is_some_and(|u| u.len() >= 2 && u[0] == "0" && u[1] == "0");
+    if !root_uid {
+        return false;
+    }
+    if exe_name(proc_fd, pid).is_some_and(|e| MANAGER_EXES.contains(&e.as_str())) {
+        return true;
+    }
+    field("PPid:")
+        .and_then(|p| p.first().and_then(|p| crate::hctl::decimal::<u32>(p)))
+        .and_then(|ppid| exe_name(proc_fd, ppid))
+        .is_some_and(|e| UDEVD_EXES.contains(&e.as_str()))
+}
+
+/// The file name of `/proc/PID/exe`, without the ` (deleted)` the kernel appends when the
+/// binary was replaced (a package upgrade).
+fn exe_name(proc_fd: &OwnedFd, pid: u32) -> Option<String> {
+    let link = rustix::fs::readlinkat(proc_fd, format!("{pid}/exe"), Vec::new()).ok()?;
+    let link = link.to_string_lossy();
+    let link = link.strip_suffix(" (deleted)").unwrap_or(&link);
+    Path::new(link)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+/// A small `/proc` file (`status`, `stat`, `comm`) below `proc_fd`, as text.
+fn read_small(proc_fd: &OwnedFd, path: &str) -> Option<String> {
+    let fd = rustix::fs::openat(
+        proc_fd,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::read(&fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// One open file descriptor of a block device, as `/proc/PID/fd` and `fdinfo` show it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct OpenFd {
+    pub(super) pid: u32,
+    pub(super) comm: String,
+    pub(super) dev: DevNum,
+    pub(super) read_only: bool,
+}
+
+/// What the walk over the processes found.
+#[derive(Default)]
+pub(super) struct ProcScan {
+    pub(super) openers: Vec<OpenFd>,
+    /// This process's descriptors that its helpers hold ([`helper::held`]).
+    pub(super) helpers: Vec<OpenFd>,
+    /// Mounts (and unreadable lines) in the namespaces not read before the walk.
+    pub(super) usage: Usage,
+    pub(super) unchecked: Vec<Unchecked>,
+}
+
+/// Every descriptor that has one of the family's devices open (from `/proc/*/fd`), and the
+/// family's mounts in every mount namespace not in `seen_ns`. Processes that vanish are
+/// skipped; those that cannot be read are [`Unchecked`].
+///
+/// This walk is the costliest part of an in-use check (one `stat` per open file on the
+/// node), so it looks up each fd relative to its process's `fd/` directory rather than by
+/// full path, and splits the processes between threads when there are CPUs for them.
+pub(super) fn scan_processes(
+    root: &Root,
+    proc_fd: &OwnedFd,
+    family: &Family,
+    seen: &std::sync::Mutex<SeenNamespaces>,
+) -> Result<ProcScan> {
+    let proc_dir = root.proc("");
+    let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
+        .map_err(|e| Error::io(&proc_dir, e))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(crate::hctl::decimal::<u32>))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, OPENER_THREADS_MAX)
+        .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
+    let numbers = family.numbers();
+    // This process as the root's /proc numbers it (another pid namespace's procfs gives
+    // another number), and what its helpers hold open.
+    let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
+        .ok()
+        .and_then(|p| p.to_str().ok().and_then(crate::hctl::decimal::<u32>));
+    let held = helper::held();
+    let ctx = ScanCtx {
+        root,
+        proc_fd,
+        family,
+        numbers: &numbers,
+        seen,
+        own: own_pid.map(|pid| (pid, held.as_slice())),
+    };
+    let mut scans: Vec<ProcScan> = if threads == 1 {
+        vec![ctx.among(&pids)]
+    } else {
+        let ctx = &ctx;
+        std::thread::scope(|s| {
+            let workers: Vec<_> = pids
+                .chunks(pids.len().div_ceil(threads))
+                .map(|chunk| (chunk, s.spawn(move || ctx.among(chunk))))
+                .collect();
+            workers
+                .into_iter()
+                .map(|(chunk, w)| {
+                    w.join().unwrap_or_else(|_| ProcScan {
+                        unchecked: vec![Unchecked {
+                            what: format!(
+                                "pids {}..={}",
+                                chunk.first().unwrap_or(&0),
+                                chunk.last().unwrap_or(&0)
+                            ),
+                            reason: "the thread reading them panicked".into(),
+                        }],
+                        ..ProcScan::default()
+                    })
+                })
+                .collect()
+        })
+    };
+    let mut out = scans.pop().unwrap_or_default();
+    for s in scans {
+        out.openers.extend(s.openers);
+        out.helpers.extend(s.helpers);
+        out.unchecked.extend(s.unchecked);
+        out.usage.mounts.extend(s.usage.mounts);
+        out.usage.unchecked.extend(s.usage.unchecked);
+        out.usage.mountinfo_skipped += s.usage.mountinfo_skipped;
+    }
+    // One entry per process, device and mode: descriptors dup'ed from one open share one
+    // open count, so counting each would explain more of a device's opens than it should.
+    out.openers.sort();
+    out.openers.dedup();
+    Ok(out)
+}
+
+/// At most this many threads walk `/proc` for [`scan_processes`].
+const OPENER_THREADS_MAX: usize = 4;
+/// Below this many processes per thread another thread costs more than it saves.
+const OPENER_PIDS_PER_THREAD: usize = 64;
+
+/// What each worker of [`scan_processes`] shares.
+struct ScanCtx<'a> {
+    root: &'a Root,
+    proc_fd: &'a OwnedFd,
+    family: &'a Family,
+    numbers: &'a [DevNum],
+    /// Mount namespaces whose table was read (or is being read by another worker).
+    seen: &'a std::sync::Mutex<SeenNamespaces>,
+    /// This process's pid, with the descriptors its helper threads hold and their devices.
+    own: Option<(u32, &'a [(RawFd, DevNum)])>,
+}
+
+impl ScanCtx<'_> {
+    /// [`scan_processes`] for the processes `pids`.
+    fn among(&self, pids: &[u32]) -> ProcScan {
+        let mut out = ProcScan::default();
+        for &pid in pids {
+            self.namespace_of(pid, &mut out);
+            self.fds_of(pid, &mut out);
+        }
+        out
+    }
+
+    /// Reads the mount table of `pid`'s namespace if no other process's was.
+    fn namespace_of(&self, pid: u32, out: &mut ProcScan) {
+        let inode = match mnt_ns(self.proc_fd.as_fd(), &pid.to_string()) {
+            Ok(i) => Some(i),
+            // Gone, or a tree without namespace links (a fixture): nothing to read.
+            Err(e) if process_gone(e) => return,
+            // Not allowed to see which namespace: read its table, which may be allowed.
+            Err(_) => None,
+        };
+        if let Some(i) = inode {
+            if !lock_seen(self.seen).claim_inode(i) {
+                return;
+            }
+        }
+        match mountinfo::read_of(self.root, pid) {
+            Ok(table) => {
+                if !lock_seen(self.seen).claim_table(&table) {
+                    return;
+                }
+                let ns = MountNamespace {
+                    inode,
+                    pid: Some(pid),
+                };
+                self.family.mounts_in(self.root, &table, ns, &mut out.usage);
+            }
+            Err(e) if e.is_gone() => {
+                // It exited meanwhile: let another process of the namespace read it.
+                if let Some(i) = inode {
+                    lock_seen(self.seen).inodes.remove(&i);
+                }
+            }
+            Err(e) => out.unchecked.push(Unchecked {
+                what: format!("pid {pid}"),
+                reason: format!("its mount table: {e}"),
+            }),
+        }
+    }
+
+    /// The open fds of `pid` on the family's devices: `fd/`, or, when that is empty because
+    /// the main thread has exited (a zombie leader), every other thread's `task/TID/fd/`.
+    fn fds_of(&self, pid: u32, out: &mut ProcScan) {
+        let base = pid.to_string();
+        let found = match self.fd_dir(&base, pid, out) {
+            Some(n) => n,
+            None => return,
+        };
+        if found > 0 {
+            return;
+        }
+        let leader_exited = read_small(self.proc_fd, &format!("{pid}/stat"))
+            .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()))
+            .is_some_and(|state| state == 'Z');
+        if !leader_exited {
+            return;
+        }
+        let Ok(tasks) = std::fs::read_dir(self.root.proc(format!("{pid}/task"))) else {
+            return;
+        };
+        for t in tasks.flatten() {
+            let tid = t.file_name();
+            let Some(tid) = tid.to_str().filter(|t| *t != base) else {
+                continue;
+            };
+            self.fd_dir(&format!("{pid}/task/{tid}"), pid, out);
+        }
+    }
+
+    /// Scans `<dir>/fd/` (`dir` is `PID` or `PID/task/TID`) for the family's devices, into
+    /// `out`. The number of fds it holds, `None` when the process is gone or unreadable.
+    fn fd_dir(&self, dir: &str, pid: u32, out: &mut ProcScan) -> Option<usize> {
+        let unreadable = |e: rustix::io::Errno, out: &mut ProcScan| {
+            if !process_gone(e) {
+                out.unchecked.push(Unchecked {
+                    what: format!("pid {pid}"),
+                    reason: format!("its open files ({dir}/fd): {e}"),
+                });
+            }
+        };
+        let fd_dir = match rustix::fs::openat(
+            self.proc_fd,
+            format!("{dir}/fd"),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                unreadable(e, out);
+                return None;
+            }
+        };
+        // `Dir::new` reads through this very fd (`read_from` would open another).
+        let mut d = match rustix::fs::Dir::new(fd_dir) {
+            Ok(d) => d,
+            Err(e) => {
+                unreadable(e, out);
+                return None;
+            }
+        };
+        let mut fds = Vec::new();
+        while let Some(entry) = d.read() {
+            match entry {
+                Ok(entry) => {
+                    if !entry.file_name().to_bytes().starts_with(b".") {
+                        fds.push(entry.file_name().to_owned());
+                    }
+                }
+                Err(e) => {
+                    unreadable(e, out);
+                    return None;
+                }
+            }
+        }
+        let Ok(fd_dir) = d.fd() else {
+            return None;
+        };
+        let mut comm: Option<String> = None;
+        for name in &fds {
+            let dev = match open_block_device(fd_dir, name) {
+                Ok(Some(dev)) => dev,
+                Ok(None) => continue,
+                // Closed meanwhile, or the process is gone.
+                Err(e) if process_gone(e) => continue,
+                Err(e) => {
+                    out.unchecked.push(Unchecked {
+                        what: format!("pid {pid}"),
+                        reason: format!("its open file {dir}/fd/{}: {e}", name.to_string_lossy()),
+                    });
+                    continue;
+                }
+            };
+            if !self.numbers.contains(&dev) {
+                continue;
+            }
+            let comm = comm
+                .get_or_insert_with(|| process_comm(self.proc_fd, pid))
+                .clone();
+            let fd = OpenFd {
+                pid,
+                comm,
+                dev,
+                read_only: opened_read_only(self.proc_fd, dir, name),
+            };
+            if self.is_helpers(pid, name, dev) {
+                out.helpers.push(fd);
+            } else {
+                out.openers.push(fd);
+            }
+        }
+        Some(fds.len())
+    }
+}
+
+impl ScanCtx<'_> {
+    /// Whether descriptor `name` of `pid`, open on `dev`, is one a helper thread of this
+    /// process holds. The number could have been closed and reused since [`helper::held`]
+    /// was read, so the device must match too.
+    fn is_helpers(&self, pid: u32, name: &std::ffi::CStr, dev: DevNum) -> bool {
+        let Some((own, held)) = self.own else {
+            return false;
+        };
+        let fd = name.to_str().ok().and_then(crate::hctl::decimal::<RawFd>);
+        own == pid && fd.is_some_and(|fd| held.contains(&(fd, dev)))
+    }
+}
+
+/// The block device an entry of a `/proc/PID/fd` directory refers to, if it is one; the
+/// errno when the entry cannot be looked at (`EACCES` without ptrace access to the process).
+///
+/// `statx` follows the magic link to the open file itself, asking for its type and device
+/// number only, with `AT_STATX_DONT_SYNC`: a file open on NFS, CIFS or FUSE would otherwise
+/// cost a round trip to its server, and a process may hold thousands. Where `statx` is
+/// refused (old seccomp profiles), plain `stat` does the same job, slower.
+fn open_block_device(
+    fd_dir: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> std::result::Result<Option<DevNum>, rustix::io::Errno> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    match rustix::fs::statx(fd_dir, name, AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE) {
+        Ok(st) => Ok(
+            (FileType::from_raw_mode(st.stx_mode.into()) == FileType::BlockDevice).then_some(
+                DevNum {
+                    major: st.stx_rdev_major,
+                    minor: st.stx_rdev_minor,
+                },
+            ),
+        ),
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => Ok(block_number(
+            &rustix::fs::statat(fd_dir, name, AtFlags::empty())?,
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether descriptor `fd` of `dir` (`PID` or `PID/task/TID`) was opened read-only: the
+/// access mode in the octal `flags:` line of `fdinfo/FD`. Unreadable counts as writable.
+fn opened_read_only(proc_fd: &OwnedFd, dir: &str, fd: &std::ffi::CStr) -> bool {
+    let path = format!("{dir}/fdinfo/{}", fd.to_string_lossy());
+    let Ok(file) = rustix::fs::openat(
+        proc_fd,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 256];
+    let n = rustix::io::read(&file, &mut buf).unwrap_or(0);
+    fdinfo_access_mode(&buf[..n]) == Some(libc::O_RDONLY)
+}
+
+/// The access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) in `fdinfo` text: its `flags:` line
+/// holds the open flags in octal.
+pub(super) fn fdinfo_access_mode(text: &[u8]) -> Option<i32> {
+    let text = std::str::from_utf8(text).ok()?;
+    let flags = text.lines().find_map(|l| l.strip_prefix("flags:"))?.trim();
+    let flags = i32::from_str_radix(flags, 8).ok()?;
+    Some(flags & libc::O_ACCMODE)
+}
+
+/// `/proc/PID/comm` without its newline; empty when the process is gone.
+fn process_comm(proc_fd: &OwnedFd, pid: u32) -> String {
+    let Ok(fd) = rustix::fs::openat(
+        proc_fd,
+        format!("{pid}/comm"),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return String::new();
+    };
+    let mut buf = [0u8; 64];
+    let n = rustix::io::read(&fd, &mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).trim_end().to_owned()
+}
