@@ -90,9 +90,9 @@ pub fn main(args: &[String]) -> Result<u8> {
             ctx.listener.errors()
         ));
     };
-    if wants("scan") || wants("teardown") {
+    if wants("scan") || wants("teardown") || wants("crowd") {
         phase("iSCSI lab: scan and teardown", "scan", &mut |ctx| {
-            lab_phase(ctx, wants("scan"), wants("teardown"))
+            lab_phase(ctx, wants("scan"), wants("teardown"), wants("crowd"))
         });
     }
     if wants("scale") {
@@ -282,6 +282,9 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     );
     if let Some(l) = r.lib_us {
         s += &format!(" (library {})", ms(l));
+    }
+    if let Some(c) = r.check_us {
+        s += &format!(" (in-use check {})", ms(c));
     }
     if let Some(d) = r.dev_add_us {
         s += &format!(", scsi_device add at {}", ms(d));
@@ -630,7 +633,7 @@ fn scan_row(
 
 /// The 8-LUN lab with two portals: the scan row on the first session (LUN 0 attached on
 /// both), then the teardown row with multipathd.
-fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
+fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool, crowd: bool) -> Result<()> {
     let lab = IscsiLab::build(LabConfig {
         scan: vec![0],
         multipath: None,
@@ -663,7 +666,12 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool) -> Result<()> {
         )?;
     }
     if teardown {
-        teardown_row(ctx, &lab.sessions)?;
+        teardown_row(ctx, &lab.sessions, None)?;
+    }
+    if crowd {
+        let people = Crowd::start()?;
+        teardown_row(ctx, &lab.sessions, Some(&people))?;
+        people.stop()?;
     }
     lab.teardown()
 }
@@ -816,6 +824,7 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
                 .ok("lunkit detach")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
                 run.rss_kib = Some(out.rss_kib);
             }
             Teardown::Floor => {
@@ -888,20 +897,24 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
     Ok(run)
 }
 
-fn teardown_row(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
+/// The teardown row: lunkit, the shell sequence and the kernel floor, interleaved. With a
+/// `crowd` (the `crowd` row) the shell sequence is left out, since it checks nothing, and
+/// the row shows what 20,000 more open descriptors cost lunkit's in-use check.
+fn teardown_row(ctx: &mut Ctx, sessions: &[Session], crowd: Option<&Crowd>) -> Result<()> {
+    let row = if crowd.is_some() { "crowd" } else { "teardown" };
     let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
     // LUN 0 is on both sessions: multipathd maps it first; let that finish.
     multipath::wait_maps(1, sessions.len())?;
     settle(ctx)?;
     let lunkit = Measurement::new(
-        "teardown",
+        row,
         "lunkit",
         "lunkit detach",
         "`lunkit detach --wwid WWID --timeout 60 --json` (release build), spawn to exit; it \
          exits 0 once the map and all its paths are gone.",
     );
     let shell = Measurement::new(
-        "teardown",
+        row,
         "shell",
         "shell sequence (os-brick, Kubernetes)",
         "`blockdev --flushbufs` on the map and each path, `multipath -f MAP`, `1` written to \
@@ -910,14 +923,17 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
          gone.",
     );
     let floor = Measurement::new(
-        "teardown",
+        row,
         "floor",
         "kernel floor",
         "from the benchmark process: `BLKFLSBUF` on the map, `DM_DEV_REMOVE` of it, then for \
          each path at once `BLKFLSBUF` and `1` written to its device/delete, which returns when \
          the kernel has removed the disk and its node. No spawn, no lookup, no check.",
     );
-    let mut list = vec![(Teardown::Floor, floor), (Teardown::Shell, shell)];
+    let mut list = vec![(Teardown::Floor, floor)];
+    if crowd.is_none() {
+        list.push((Teardown::Shell, shell));
+    }
     match subcommand_available(&ctx.lunkit, "detach") {
         Ok(()) => list.insert(0, (Teardown::Lunkit, lunkit)),
         Err(why) => unavailable(ctx, lunkit, why)?,
@@ -925,6 +941,121 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
     let result = rounds(ctx, &list, |ctx, m| teardown_once(ctx, sessions, m));
     mpd.stop()?;
     result.map(|_| ())
+}
+
+/// What the crowd row adds to the node: 200 processes holding 100 descriptors each (40 opens
+/// of files on tmpfs, 20 pipes, 10 socket pairs), as on a busy node, so that the in-use
+/// check's walk over `/proc/*/fd` has 20,000 more descriptors to look at. One `python3`
+/// forks them (200 spawns would take minutes under TCG); each dies with it
+/// (`PR_SET_PDEATHSIG`).
+struct Crowd {
+    parent: std::process::Child,
+    dir: PathBuf,
+}
+
+const CROWD_PROCESSES: usize = 200;
+
+const CROWD_PY: &str = r#"
+import ctypes, os, signal, socket, sys
+d, n = sys.argv[1], int(sys.argv[2])
+files = []
+for i in range(20):
+    p = os.path.join(d, str(i))
+    open(p, "w").close()
+    files.append(p)
+r, w = os.pipe()
+for k in range(n):
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(1, 9)
+        os.close(r)
+        keep = [os.open(files[i % 20], os.O_RDONLY) for i in range(40)]
+        for _ in range(20):
+            keep.extend(os.pipe())
+        socks = [socket.socketpair() for _ in range(10)]
+        os.write(w, b"x")
+        os.close(w)
+        while True:
+            signal.pause()
+os.close(w)
+got = 0
+while got < n:
+    b = os.read(r, n - got)
+    if not b:
+        sys.exit("a crowd process died before it was ready")
+    got += len(b)
+print("ready", flush=True)
+while True:
+    signal.pause()
+"#;
+
+impl Crowd {
+    fn start() -> Result<Crowd> {
+        use std::io::BufRead;
+        let dir = PathBuf::from("/tmp/lunkit-bench-crowd");
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let mut parent = Command::new("python3")
+            .args(["-c", CROWD_PY])
+            .arg(&dir)
+            .arg(CROWD_PROCESSES.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("python3 for the crowd: {e}"))?;
+        let mut line = String::new();
+        let stdout = parent.stdout.take().ok_or("the crowd's stdout")?;
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        let crowd = Crowd { parent, dir };
+        if line.trim() != "ready" {
+            return Err(format!("the crowd did not start: {line:?}").into());
+        }
+        let fds = count_fds();
+        say(&format!(
+            "crowd: {CROWD_PROCESSES} processes ready; {fds} open descriptors on the node"
+        ));
+        Ok(crowd)
+    }
+
+    /// Ends the crowd, and says whether any of it outlived its parent.
+    fn stop(mut self) -> Result<()> {
+        let _ = self.parent.kill();
+        let _ = self.parent.wait();
+        let _ = fs::remove_dir_all(&self.dir);
+        poll_every(Duration::from_millis(100), "the crowd to exit", || {
+            !crowd_alive(&self.dir)
+        })
+    }
+}
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        let _ = self.parent.kill();
+        let _ = self.parent.wait();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a process still has a file of the crowd's directory open.
+fn crowd_alive(dir: &Path) -> bool {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|f| fs::read_link(f.path()).is_ok_and(|t| t.starts_with(dir)))
+        })
+    })
+}
+
+/// Open descriptors of every process on the node (`/proc/*/fd` entries).
+fn count_fds() -> usize {
+    fs::read_dir("/proc").map_or(0, |procs| {
+        procs
+            .flatten()
+            .filter_map(|p| fs::read_dir(p.path().join("fd")).ok())
+            .map(|fds| fds.count())
+            .sum()
+    })
 }
 
 // ---------------------------------------------------------------------------------------

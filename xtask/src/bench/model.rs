@@ -27,6 +27,9 @@ pub struct Run {
     /// When the wanted LUN's `scsi_device` `add` uevent arrived, from the start of the run:
     /// the scan write is then done, and `add_us - dev_add_us` is the asynchronous sd probe.
     pub dev_add_us: Option<u64>,
+    /// lunkit detach's `check-in-use` steps (every round's, summed), from its `--json`: the
+    /// in-use check alone.
+    pub check_us: Option<u64>,
 }
 
 /// Whether a measurement could be made.
@@ -80,6 +83,10 @@ impl Measurement {
 
     pub fn lib(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.lib_us))
+    }
+
+    pub fn check(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.check_us))
     }
 
     pub fn uevents(&self) -> Option<Stats> {
@@ -177,7 +184,7 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
@@ -185,7 +192,8 @@ pub fn to_lines(m: &Measurement) -> String {
             opt(r.extra),
             opt(r.rss_kib),
             opt(r.add_us),
-            opt(r.dev_add_us)
+            opt(r.dev_add_us),
+            opt(r.check_us)
         );
     }
     out
@@ -215,7 +223,8 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            Some(&"R") if f.len() == 9 => {
+            // Records written before `check_us` have one field fewer.
+            Some(&"R") if f.len() == 9 || f.len() == 10 => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -231,6 +240,10 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     rss_kib: num(f[6])?,
                     add_us: num(f[7])?,
                     dev_add_us: num(f[8])?,
+                    check_us: match f.get(9) {
+                        Some(s) => num(s)?,
+                        None => None,
+                    },
                 };
                 let m = out
                     .iter_mut()
@@ -291,6 +304,7 @@ mod tests {
             rss_kib: Some(4000),
             add_us: Some(7),
             dev_add_us: Some(5),
+            check_us: Some(3),
         });
         a.runs.push(Run {
             wall_us: 12,
@@ -304,5 +318,10 @@ mod tests {
         assert_eq!(back, vec![a, b]);
         assert!(from_lines("X\t1").is_err());
         assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-\t-").is_err());
+        // A record from before `check_us` still reads, without it.
+        let old = "M\tteardown.lunkit\tteardown\tlunkit detach\tok\t\t\nR\tteardown.lunkit\t9\t8\t-\t-\t-\t-\t-\n";
+        let back = from_lines(old).unwrap();
+        assert_eq!(back[0].runs[0].lib_us, Some(8));
+        assert_eq!(back[0].runs[0].check_us, None);
     }
 }

@@ -100,9 +100,67 @@ pub fn json_u64(text: &str, key: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The summed `duration_ms` of the objects in lunkit detach's `--json` whose `"step"` is
+/// `step`, in microseconds; `None` when no step has that name. The objects are found by
+/// their braces, outside strings (a step's `detail` is free text), and a key cannot occur
+/// inside a string: its quotes would be escaped there.
+pub fn json_step_us(text: &str, step: &str) -> Option<u64> {
+    let want = format!("\"step\":\"{step}\"");
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    let mut start = None;
+    let mut total_ms: Option<f64> = None;
+    for (i, c) in text.char_indices() {
+        if in_str {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' => {
+                depth += 1;
+                if depth == 2 {
+                    start = Some(i);
+                }
+            }
+            '}' => {
+                if depth == 2 {
+                    let obj = &text[start.take()?..=i];
+                    if obj.contains(&want) {
+                        let at = obj.find("\"duration_ms\":")? + "\"duration_ms\":".len();
+                        let num: String = obj[at..]
+                            .chars()
+                            .take_while(|c| {
+                                c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+')
+                            })
+                            .collect();
+                        *total_ms.get_or_insert(0.0) += num.parse::<f64>().ok()?;
+                    }
+                }
+                depth = depth.checked_sub(1)?;
+            }
+            _ => {}
+        }
+    }
+    total_ms.map(|ms| (ms * 1e3).round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::json_u64;
+    use super::{json_step_us, json_u64};
+
+    #[test]
+    fn sums_a_named_steps_durations_whatever_their_details_say() {
+        let doc = r#"{"elapsed_us":900,"steps":[{"detail":null,"duration_ms":1.5,"outcome":"done","step":"identify","target":"x"},{"detail":"a } in \"step\":\"check-in-use\" text {","duration_ms":2.25,"outcome":"failed","step":"check-in-use","target":"mpatha"},{"detail":null,"duration_ms":0.75,"outcome":"done","step":"check-in-use","target":"mpatha"}],"version":1}"#;
+        assert_eq!(json_step_us(doc, "check-in-use"), Some(3000));
+        assert_eq!(json_step_us(doc, "identify"), Some(1500));
+        assert_eq!(json_step_us(doc, "remove-map"), None);
+        assert_eq!(json_step_us("{\"steps\":[{\"step\":\"x\"", "x"), None);
+    }
 
     #[test]
     fn reads_the_last_number_for_a_key() {

@@ -50,6 +50,10 @@ const ROWS: &[(&str, &str)] = &[
     ("scale1", "Scan, 1 LUN exported"),
     ("scale256", "Scan, 256 LUNs exported"),
     ("teardown", "Teardown, 2-path multipath volume"),
+    (
+        "crowd",
+        "Teardown, 2-path volume, 200 more processes holding 20,000 fds",
+    ),
     ("listing", "Listing, 512 SCSI devices"),
     ("flush", "Flush a loop device (host)"),
 ];
@@ -202,6 +206,15 @@ fn table(all: &[Measurement]) -> String {
                                 || "–".to_owned(),
                                 |f| format!("{:.2}× floor", l.median / f)
                             ),
+                        );
+                    }
+                    if let (Some(c), Some(l)) = (m.check(), m.lib()) {
+                        let _ = writeln!(
+                            out,
+                            "| {title} | ↳ its in-use check (`check-in-use` steps) | {} | {} | {:.0}% of library time | | | | | |",
+                            time(c.median),
+                            range(&c),
+                            100.0 * c.median / l.median,
                         );
                     }
                 }
@@ -410,6 +423,24 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
         ));
     }
     t.push(teardown);
+    // Issue 12's goal: every check in place, and still close to the kernel's own work.
+    for (row, what) in [
+        ("teardown", "teardown"),
+        ("crowd", "teardown with 20,000 more open fds"),
+    ] {
+        t.push(at_most(
+            if row == "teardown" {
+                "teardown-floor-library"
+            } else {
+                "crowd-floor-library"
+            },
+            &format!("{what}: lunkit's library time within 1.25× of the kernel floor"),
+            lib_median(all, &format!("{row}.lunkit")),
+            median(all, &format!("{row}.floor")),
+            1.25,
+            "floor",
+        ));
+    }
     t.push(at_least(
         "listing",
         "listing: at least 3× faster than lsblk + lsscsi + multipath -ll",
@@ -544,14 +575,15 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
                     jopt(r.extra),
                     jopt(r.rss_kib),
                     jopt(r.add_us),
-                    jopt(r.dev_add_us)
+                    jopt(r.dev_add_us),
+                    jopt(r.check_us)
                 )
             })
             .collect();
@@ -610,6 +642,7 @@ mod tests {
                 rss_kib: Some(3000),
                 add_us: None,
                 dev_add_us: None,
+                check_us: None,
             });
         }
         m
