@@ -35,6 +35,35 @@ pub fn deadline_after(timeout: Duration) -> Instant {
     deadline_from(Instant::now(), timeout)
 }
 
+/// The pause between tries of something that fails for a moment (a busy map, a held lock, a
+/// round of detach): it doubles from `first` up to `max` and never runs past a deadline.
+/// Every retry loop in lunkit sleeps through one, so they all back off the same way.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Pauses of `first`, then twice as long each time, up to `max`.
+    pub const fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff { next: first, max }
+    }
+
+    /// When to wake from the next pause, starting at `now`: never after `deadline`.
+    pub fn wake(&mut self, now: Instant, deadline: Instant) -> Instant {
+        let wake = deadline_from(now, self.next).min(deadline);
+        self.next = (self.next * 2).min(self.max);
+        wake
+    }
+
+    /// Sleeps the next pause, cut short at `deadline`.
+    pub fn sleep(&mut self, deadline: Instant) {
+        let now = Instant::now();
+        std::thread::sleep(self.wake(now, deadline).saturating_duration_since(now));
+    }
+}
+
 /// Waits until `check` returns `Some`, or `deadline` passes.
 ///
 /// `monitor` should have been opened before the action whose effect is awaited; `None` (the
@@ -76,7 +105,7 @@ pub fn until_with<T>(
     mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
     let start = Instant::now();
-    let mut backoff = BACKOFF_START;
+    let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
     loop {
         if let Some(v) = check()? {
             return Ok(v);
@@ -88,15 +117,26 @@ pub fn until_with<T>(
                 waited: now - start,
             });
         }
-        let wake = deadline_from(now, backoff).min(deadline);
-        backoff = (backoff * 2).min(BACKOFF_MAX);
-        sleep(wake)?;
+        sleep(backoff.wake(now, deadline))?;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_stops_at_the_deadline() {
+        let t0 = Instant::now();
+        let far = t0 + Duration::from_secs(60);
+        let mut b = Backoff::new(Duration::from_millis(20), Duration::from_millis(100));
+        let pauses: Vec<u128> = (0..5).map(|_| (b.wake(t0, far) - t0).as_millis()).collect();
+        assert_eq!(pauses, [20, 40, 80, 100, 100]);
+        let near = t0 + Duration::from_millis(30);
+        assert_eq!(b.wake(t0, near), near);
+        // A deadline already passed is not slept past either.
+        assert_eq!(b.wake(near, t0), t0);
+    }
 
     #[test]
     fn returns_as_soon_as_the_check_holds() {

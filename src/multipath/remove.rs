@@ -311,7 +311,8 @@ fn flush_and_remove(
     }
 
     let removing_since = Instant::now();
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff =
+        crate::wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     let mut last_open = 0;
     loop {
         if may_suspend {
@@ -363,8 +364,7 @@ fn flush_and_remove(
                 waited: removing_since.elapsed(),
             }));
         }
-        std::thread::sleep(backoff.min(deadline - now));
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        backoff.sleep(deadline);
     }
 }
 

@@ -55,6 +55,7 @@ use crate::multipath::{self, RemoveOptions};
 use crate::root::Root;
 use crate::scsi::{self, Deleted, PATH_MANAGERS};
 use crate::sysfs::block::DevNum;
+use crate::wait;
 
 /// Default time a detach may take.
 pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -226,7 +227,7 @@ pub fn detach_with(
     })?;
 
     let mut rounds = 0;
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let mut busy_since: Option<Instant> = None;
     loop {
         let state = volume::locate(root, &identity)?;
@@ -293,8 +294,7 @@ pub fn detach_with(
                 waited: start.elapsed(),
             });
         }
-        std::thread::sleep(backoff.min(deadline - now));
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        backoff.sleep(deadline);
     }
 }
 

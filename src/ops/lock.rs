@@ -116,24 +116,27 @@ fn lock_file(dir: &Path, key: &str, deadline: Instant, start: Instant) -> Result
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| Error::io(&path, e.into()))?;
-    // flock cannot time out, so poll the non-blocking form with a short backoff.
-    let mut backoff = Duration::from_millis(1);
-    loop {
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(fd),
-            Err(rustix::io::Errno::WOULDBLOCK) => {}
-            Err(e) => return Err(Error::io(&path, e.into())),
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(Error::Timeout {
-                what: format!("lock {} held by another process", path.display()),
-                waited: now - start,
-            });
-        }
-        std::thread::sleep(backoff.min(deadline - now));
-        backoff = (backoff * 2).min(Duration::from_millis(50));
-    }
+    // flock cannot time out, so poll the non-blocking form, with the waits' backoff.
+    crate::wait::until(
+        None,
+        deadline,
+        &|| format!("lock {} held by another process", path.display()),
+        &|_| false,
+        || match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(())),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(Error::io(&path, e.into())),
+        },
+    )
+    .map_err(|e| match e {
+        // The wait began with the in-process lock, not here.
+        Error::Timeout { what, .. } => Error::Timeout {
+            what,
+            waited: start.elapsed(),
+        },
+        e => e,
+    })?;
+    Ok(fd)
 }
 
 #[cfg(test)]
