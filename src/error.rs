@@ -144,12 +144,12 @@ pub enum Error {
         device: String,
         /// The WWID it should have had: the caller's, or the `reference` path's (`None` when
         /// that path reports none).
-        expected: Option<crate::wwid::Wwid>,
+        expected: Option<crate::id::Wwid>,
         /// With no WWID from the caller, the path whose WWID the others must share
         /// (`sdc (5:0:0:0)`).
         reference: Option<String>,
         /// The WWID the device has (`None` without VPD page 0x83).
-        actual: Option<crate::wwid::Wwid>,
+        actual: Option<crate::id::Wwid>,
     },
 }
 
@@ -250,7 +250,7 @@ fn errno_kind(source: &io::Error) -> ErrorKind {
 }
 
 /// A WWID for a message: `none` when the device reports none.
-fn or_none(w: Option<&crate::wwid::Wwid>) -> String {
+fn or_none(w: Option<&crate::id::Wwid>) -> String {
     w.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 

@@ -6,12 +6,12 @@
 //! their hosts.
 
 use crate::error::{Error, Result};
-use crate::hctl::Hctl;
+use crate::id::Hctl;
+use crate::id::Wwn;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;
 use crate::sysfs::fc::{FcRemotePort, hosts, remote_ports};
-use crate::wwn::Wwn;
 
 /// No remote port leads to `target` in a state the kernel scans.
 fn no_port(target: Wwn) -> Error {

@@ -26,7 +26,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::sysfs::block::DevNum;
+use crate::id::DevNum;
 
 /// How long [`bounded`] waits for its helper thread even when the deadline has passed, so
 /// that a quick call (the usual case) still reports.

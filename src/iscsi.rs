@@ -4,7 +4,7 @@
 //! kernel's `iscsi_user_scan`, which scans exactly that LUN on sessions that are `LOGGED_IN`.
 
 use crate::error::{Error, Result};
-use crate::hctl::Hctl;
+use crate::id::Hctl;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;

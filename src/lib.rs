@@ -30,8 +30,8 @@ pub mod block;
 pub mod dm;
 pub mod error;
 pub mod fc;
-pub mod hctl;
 mod helper;
+pub mod id;
 mod ioctl;
 pub mod iscsi;
 pub mod loopdev;
@@ -48,22 +48,18 @@ pub mod topology;
 pub mod udev;
 pub mod uevent;
 pub mod wait;
-pub mod wwid;
-pub mod wwn;
 
 pub use error::{Error, ErrorKind, Result};
-pub use hctl::Hctl;
+pub use id::{DevNum, Hctl, Wwid, Wwn};
 pub use root::Root;
 pub use scan::{PathOutcome, PathScan, ScanOptions, ScanReport};
 pub use scsi::PathDevice;
-pub use sysfs::block::{BlockDevice, DevNum, DmInfo};
+pub use sysfs::block::{BlockDevice, DmInfo};
 pub use sysfs::fc::{FcHost, FcRemotePort};
 pub use sysfs::iscsi::{IscsiConnection, IscsiSession};
 pub use sysfs::nvme::NvmeController;
 pub use sysfs::scsi::{ScsiDevice, ScsiHost, Transport};
 pub use topology::{DmDevice, MultipathMap, Topology};
-pub use wwid::Wwid;
-pub use wwn::Wwn;
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]

@@ -20,8 +20,8 @@ use rustix::fs::{FileType, OFlags};
 
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
+use crate::id::DevNum;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 use crate::sysfs::{self, attr, entries};
 
 /// A bound loop device.

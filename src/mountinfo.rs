@@ -22,8 +22,8 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::id::DevNum;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 
 /// The bytes the kernel escapes in mountinfo's path-like fields.
 const ESCAPED: &[u8] = b" \t\n\\";
@@ -159,7 +159,7 @@ pub fn parse_line(line: &[u8]) -> Result<MountEntry> {
     let number = |f: &[u8], what| -> Result<u32> {
         std::str::from_utf8(f)
             .ok()
-            .and_then(crate::hctl::decimal)
+            .and_then(crate::id::decimal)
             .ok_or_else(|| bad(what))
     };
     let text = |f: &[u8], what| -> Result<String> {

@@ -18,12 +18,12 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::hctl::Hctl;
+use crate::id::Hctl;
+use crate::id::Wwid;
 use crate::root::Root;
 use crate::scsi::{self, PathDevice, ScanTarget, Triggered};
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
-use crate::wwid::Wwid;
 
 /// Default time a scan waits for its block devices.
 pub const DEFAULT_SCAN_TIMEOUT: Duration = Duration::from_secs(30);

@@ -14,16 +14,16 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::block::{self, UsageScope};
 use crate::error::{Error, Result};
-use crate::hctl::Hctl;
 use crate::helper::{self, Subject};
+use crate::id::DevNum;
+use crate::id::Hctl;
+use crate::id::Wwid;
 use crate::mountinfo;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanReport};
-use crate::sysfs::block::DevNum;
 use crate::sysfs::{self, attr, attr_parse};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
-use crate::wwid::Wwid;
 
 pub use crate::scan::{DEFAULT_SCAN_TIMEOUT, ScanOptions};
 

@@ -19,8 +19,8 @@ use rustix::net::netlink::{self, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType, recvfrom};
 
 use crate::error::Result;
+use crate::id::DevNum;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 use crate::wait;
 
 /// udevd's multicast group: it re-broadcasts each event there after running its rules.

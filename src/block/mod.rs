@@ -20,10 +20,10 @@ use std::time::Instant;
 use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::error::{Error, Result};
-use crate::hctl::Hctl;
 use crate::helper::{self, Subject};
+use crate::id::DevNum;
+use crate::id::Hctl;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 use crate::sysfs::{self, attr_parse};
 
 mod processes;

@@ -8,9 +8,9 @@ use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::helper;
+use crate::id::DevNum;
 use crate::mountinfo;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 
 use super::block_number;
 use super::usage::*;
@@ -63,7 +63,7 @@ pub(super) fn mnt_ns(
         .strip_prefix(b"mnt:[")
         .and_then(|r| r.strip_suffix(b"]"))
         .and_then(|n| std::str::from_utf8(n).ok())
-        .and_then(crate::hctl::decimal::<u64>)
+        .and_then(crate::id::decimal::<u64>)
         .ok_or(rustix::io::Errno::INVAL)
 }
 
@@ -95,7 +95,7 @@ pub(super) fn is_path_manager(proc_fd: &OwnedFd, pid: u32) -> bool {
         return true;
     }
     field("PPid:")
-        .and_then(|p| p.first().and_then(|p| crate::hctl::decimal::<u32>(p)))
+        .and_then(|p| p.first().and_then(|p| crate::id::decimal::<u32>(p)))
         .and_then(|ppid| exe_name(proc_fd, ppid))
         .is_some_and(|e| UDEVD_EXES.contains(&e.as_str()))
 }
@@ -170,7 +170,7 @@ pub(super) fn scan_processes(
     let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
         .map_err(|e| Error::io(&proc_dir, e))?
         .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(crate::hctl::decimal::<u32>))
+        .filter_map(|e| e.file_name().to_str().and_then(crate::id::decimal::<u32>))
         .collect();
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
@@ -181,7 +181,7 @@ pub(super) fn scan_processes(
     // another number), and what its helpers hold open.
     let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
         .ok()
-        .and_then(|p| p.to_str().ok().and_then(crate::hctl::decimal::<u32>));
+        .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
     let held = helper::held();
     let ctx = ScanCtx {
         root,
@@ -422,7 +422,7 @@ impl ScanCtx<'_> {
         let Some((own, held)) = self.own else {
             return false;
         };
-        let fd = name.to_str().ok().and_then(crate::hctl::decimal::<RawFd>);
+        let fd = name.to_str().ok().and_then(crate::id::decimal::<RawFd>);
         own == pid && fd.is_some_and(|fd| held.contains(&(fd, dev)))
     }
 }

@@ -11,9 +11,9 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
+use crate::id::DevNum;
 use crate::mountinfo;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 use crate::sysfs::{self, entries};
 
 use super::processes::*;

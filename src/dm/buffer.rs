@@ -14,7 +14,7 @@ use lunkit_sys::dm::{self as sys, dm_ioctl, dm_target_spec};
 
 use super::types::{DevId, Device, ListedUuid, Target};
 use crate::error::{Error, Result};
-use crate::sysfs::block::DevNum;
+use crate::id::DevNum;
 
 /// Size of the `dm_ioctl` header, and the `data_start` this library sends.
 pub const HEADER_SIZE: usize = size_of::<dm_ioctl>();

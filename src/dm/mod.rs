@@ -23,9 +23,9 @@ use lunkit_sys::dm as sys;
 use rustix::fs::{Mode, OFlags};
 
 use crate::error::{Error, Result};
+use crate::id::DevNum;
 use crate::ioctl::{self, DmBuffer};
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 
 use buffer::Request;
 pub use types::{DevId, Device, DeviceInfo, ListedUuid, Removed, Suspend, Target, Version};

@@ -5,7 +5,7 @@ use std::fmt;
 
 use lunkit_sys::dm as sys;
 
-use crate::sysfs::block::DevNum;
+use crate::id::DevNum;
 
 /// How a request names its device. The kernel looks up by uuid, then name, then number, and
 /// only one may be given (name and uuid together are `EINVAL`).

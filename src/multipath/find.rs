@@ -2,11 +2,12 @@
 
 use crate::dm::{Control, DevId, DeviceInfo, Target};
 use crate::error::{Error, Result};
+use crate::id::DevNum;
+use crate::id::Wwid;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
-use crate::wwid::Wwid;
 
 use super::table::Table;
+pub use crate::id::mpath::{UUID_PREFIX, is_partition_uuid, map_or_partition_uuid_wwid, uuid_wwid};
 
 /// A multipath map: a device-mapper device with uuid `mpath-<wwid>` and one `multipath`
 /// target.
@@ -32,27 +33,6 @@ impl Map {
     pub(super) fn label(&self) -> String {
         format!("{} ({})", self.info.name, self.info.kernel_name())
     }
-}
-
-/// The uuid prefix multipath-tools gives the maps it creates: `mpath-<wwid>`.
-pub const UUID_PREFIX: &str = "mpath-";
-
-/// The WWID in a multipath map's uuid (`mpath-<wwid>`), or `None` for any other uuid,
-/// including a partition map's and a bare `mpath-`.
-pub fn uuid_wwid(uuid: &str) -> Option<&str> {
-    uuid.strip_prefix(UUID_PREFIX).filter(|w| !w.is_empty())
-}
-
-/// The WWID in the uuid of a multipath map or of one of its partition maps
-/// (`part<N>-mpath-<wwid>`, as kpartx names them), or `None` for any other uuid.
-pub fn map_or_partition_uuid_wwid(uuid: &str) -> Option<&str> {
-    uuid_wwid(uuid).or_else(|| partition_parent(uuid).and_then(uuid_wwid))
-}
-
-/// The uuid of the map a partition map's uuid (`part<N>-<map uuid>`) names, or `None`.
-fn partition_parent(uuid: &str) -> Option<&str> {
-    let (n, parent) = uuid.strip_prefix("part")?.split_once('-')?;
-    crate::hctl::decimal::<u32>(n).map(|_| parent)
 }
 
 /// Reads the map `id` and checks it is a multipath map; `Ok(None)` if no such device.
@@ -153,7 +133,7 @@ fn dm_kernel_name_dev(root: &Root, name: &str) -> Result<Option<DevNum>> {
     let Some(n) = name.strip_prefix("dm-") else {
         return Ok(None);
     };
-    if crate::hctl::decimal::<u32>(n).is_none() {
+    if crate::id::decimal::<u32>(n).is_none() {
         return Ok(None);
     }
     Ok(crate::sysfs::attr(&root.sys("block").join(name), "dev").and_then(|s| s.parse().ok()))
@@ -171,11 +151,6 @@ pub struct PartitionMap {
     pub name: String,
     /// Its device number.
     pub dev: DevNum,
-}
-
-/// Whether `uuid` is `part<digits>-<map_uuid>`.
-pub fn is_partition_uuid(uuid: &str, map_uuid: &str) -> bool {
-    partition_parent(uuid) == Some(map_uuid)
 }
 
 /// Whether a table is one `linear` target on `map_dev` (`<maj:min> <offset>`).

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use crate::block::{self, UsageScope};
 use crate::dm::{Control, DevId, Removed, Suspend};
 use crate::error::{Error, Result};
+use crate::id::DevNum;
+use crate::id::Wwid;
 use crate::root::Root;
-use crate::sysfs::block::DevNum;
 use crate::uevent::{Action, Monitor};
-use crate::wwid::Wwid;
 
 use super::find::{Map, PartitionMap, find, partition_maps};
 use super::multipathd::Multipathd;

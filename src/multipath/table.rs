@@ -1,7 +1,7 @@
 //! The multipath target's table (constructor) and status lines, as dm-mpath prints them.
 
 use crate::error::{Error, Result};
-use crate::sysfs::block::DevNum;
+use crate::id::DevNum;
 
 /// A multipath target's table (constructor) line:
 /// `<#feat> [feat…] <#hw> [hw…] <#PGs> <initPG> {<selector> <#selargs> [..] <#paths>
@@ -117,7 +117,7 @@ impl<'a> Words<'a> {
 
     fn number(&mut self, what: &'static str) -> Result<u32> {
         let w = self.word(what)?;
-        crate::hctl::decimal(w).ok_or_else(|| self.bad(what))
+        crate::id::decimal(w).ok_or_else(|| self.bad(what))
     }
 
     /// A count, then that many words. The count is bounded by the words left, so a huge
@@ -201,7 +201,7 @@ impl Status {
     pub fn parse(params: &str) -> Result<Status> {
         let mut w = Words::new("multipath status", params);
         let features = w.counted("feature list truncated")?;
-        let num = |i: usize| features.get(i).and_then(|s| crate::hctl::decimal(s));
+        let num = |i: usize| features.get(i).and_then(|s| crate::id::decimal(s));
         let queue_io = num(0).ok_or_else(|| w.bad("missing queue_io"))? != 0;
         let pg_init_count = num(1).ok_or_else(|| w.bad("missing pg_init_count"))?;
         let hw_handler = w.counted("hardware handler status truncated")?;

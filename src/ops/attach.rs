@@ -33,15 +33,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::fc::FcLun;
-use crate::hctl::Hctl;
+use crate::id::Hctl;
+use crate::id::Wwid;
+use crate::id::Wwn;
 use crate::iscsi::IscsiLun;
 use crate::root::Root;
 use crate::scan::{PathScan, ScanOptions, ScanReport};
 use crate::sysfs;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
-use crate::wwid::Wwid;
-use crate::wwn::Wwn;
 
 use super::volume::{Identity, MapDevice, VolumeSpec, locate};
 

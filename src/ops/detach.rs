@@ -51,10 +51,10 @@ use super::{lock, names};
 use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
+use crate::id::DevNum;
 use crate::multipath::{self, RemoveOptions};
 use crate::root::Root;
 use crate::scsi::{self, Deleted, PATH_MANAGERS};
-use crate::sysfs::block::DevNum;
 use crate::wait;
 
 /// Default time a detach may take.

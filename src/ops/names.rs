@@ -18,8 +18,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::id::Wwid;
 use crate::ops::VolumeSpec;
-use crate::wwid::Wwid;
 
 /// The record file of `spec` below `dir`; `None` for a spec that is not an address.
 fn record(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {

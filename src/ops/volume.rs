@@ -12,13 +12,13 @@ use std::path::Path;
 
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
-use crate::hctl::Hctl;
+use crate::id::Hctl;
+use crate::id::Wwid;
+use crate::id::Wwn;
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
 use crate::sysfs::{self, attr, entries};
-use crate::wwid::Wwid;
-use crate::wwn::Wwn;
 
 /// How a caller names a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]

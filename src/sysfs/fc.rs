@@ -2,9 +2,9 @@
 
 use super::{Confine, attr, attr_parse, entries, resolve};
 use crate::error::Result;
-use crate::hctl::decimal;
+use crate::id::Wwn;
+use crate::id::decimal;
 use crate::root::Root;
-use crate::wwn::Wwn;
 
 /// One local FC port (HBA), `/sys/class/fc_host/hostN`.
 #[derive(Debug, Clone, PartialEq, Eq)]

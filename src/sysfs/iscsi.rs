@@ -2,7 +2,7 @@
 
 use super::{Confine, attr, attr_parse, entries, file_name, resolve};
 use crate::error::Result;
-use crate::hctl::decimal;
+use crate::id::decimal;
 use crate::root::Root;
 
 /// One iSCSI session, `/sys/class/iscsi_session/sessionN`.

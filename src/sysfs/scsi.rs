@@ -4,7 +4,7 @@ use std::fmt;
 
 use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
-use crate::hctl::{Hctl, decimal};
+use crate::id::{Hctl, decimal};
 use crate::root::Root;
 
 /// How a SCSI host reaches its storage, decided by which transport class claims it.

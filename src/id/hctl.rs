@@ -3,6 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::decimal;
 use crate::error::{Error, Result};
 
 /// A SCSI device address as the kernel names it in sysfs, `H:C:T:L`.
@@ -71,14 +72,6 @@ impl FromStr for Hctl {
                 .ok_or_else(|| Error::invalid(KIND, s, "LUN is not a 64-bit decimal"))?,
         })
     }
-}
-
-/// Parses a non-empty string of ASCII digits; `u32::from_str` alone would accept a leading `+`.
-pub(crate) fn decimal<T: FromStr>(s: &str) -> Option<T> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 #[cfg(test)]

@@ -1,0 +1,26 @@
+//! The identifiers lunkit names things by: a SCSI address ([`Hctl`]), a volume's identity
+//! ([`Wwid`]), an FC port ([`Wwn`]), a device number ([`DevNum`]) and the uuid format of
+//! multipath maps ([`mpath`]). Each parses strictly (a typed [`crate::Error::Invalid`] for
+//! anything else) and prints the way the kernel writes it.
+
+mod devnum;
+mod hctl;
+pub mod mpath;
+mod wwid;
+mod wwn;
+
+pub use devnum::DevNum;
+pub use hctl::Hctl;
+pub use wwid::Wwid;
+pub use wwn::Wwn;
+
+use std::str::FromStr;
+
+/// Parses a non-empty string of ASCII digits; `u32::from_str` alone would accept a leading `+`.
+/// Every number lunkit reads from a name, an address or the kernel goes through it.
+pub(crate) fn decimal<T: FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
