@@ -64,8 +64,16 @@ struct Loop {
     swap: bool,
 }
 
+/// Held while `losetup --find` runs. Two at once race for the same free device: the loser
+/// opens it, tries to bind it, gets EBUSY and moves on, and for that moment it holds open
+/// (and the kernel claims) a device the winner's test may already be checking for users.
+static LOSETUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl Loop {
     fn new(tag: &str, size: u64) -> Loop {
+        let _one_at_a_time = LOSETUP
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = std::env::temp_dir().join(format!("lunkit-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let backing = dir.join("backing.img");
