@@ -11,7 +11,7 @@ use crate::sysfs::nvme::{self, NvmeController};
 use crate::sysfs::scsi::{self, ScsiDevice, ScsiHost};
 
 /// The uuid prefix multipath-tools gives the maps it creates (the one definition is
-/// [`crate::multipath::UUID_PREFIX`]).
+/// [`crate::id::mpath::UUID_PREFIX`]).
 pub use crate::multipath::UUID_PREFIX as MPATH_UUID_PREFIX;
 
 /// Everything lunkit can see of the node's SCSI, iSCSI, FC, NVMe, block and dm state.

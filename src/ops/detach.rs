@@ -727,10 +727,11 @@ impl Run<'_> {
                 Duration::ZERO,
             );
         } else {
+            let root = self.root;
             self.step_or_force(StepKind::FlushMap, &label, || {
                 match block::flush(&node, deadline) {
                     Ok(()) => Ok(Outcome::Done),
-                    Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
+                    Err(e) if flush_found_it_gone(root, &node, &e) => Ok(Outcome::AlreadyGone),
                     Err(e) => Err(e),
                 }
             })?;
@@ -770,7 +771,7 @@ impl Run<'_> {
                 .map(|p| {
                     s.spawn(move || {
                         let t0 = Instant::now();
-                        let flushed = flush_path(p, behind_map, deadline);
+                        let flushed = flush_path(root, p, behind_map, deadline);
                         let flush_time = t0.elapsed();
                         let t1 = Instant::now();
                         // A path whose flush failed is not deleted (unless forced): `None`.
@@ -860,7 +861,7 @@ impl Run<'_> {
 /// Flushes a path's disk. A path of a multipath volume whose device is not running cannot take
 /// writes at all; what the volume had to write went through the map, which was flushed first,
 /// so it is passed over rather than holding the detach until the transport gives up.
-fn flush_path(p: &VolumePath, behind_map: bool, deadline: Instant) -> Result<Outcome> {
+fn flush_path(root: &Root, p: &VolumePath, behind_map: bool, deadline: Instant) -> Result<Outcome> {
     let Some(disk) = &p.disk else {
         return Ok(Outcome::AlreadyGone);
     };
@@ -880,9 +881,17 @@ fn flush_path(p: &VolumePath, behind_map: bool, deadline: Instant) -> Result<Out
     }
     match block::flush(disk, deadline) {
         Ok(()) => Ok(Outcome::Done),
-        Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
+        Err(e) if flush_found_it_gone(root, disk, &e) => Ok(Outcome::AlreadyGone),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a failed flush failed because the device is gone, and sysfs agrees. The errno
+/// alone does not tell: an offline SCSI disk refuses its open with `ENXIO` too (`sd_open`),
+/// and still holds what it cached; only a device whose `/sys/dev/block/M:m` went away is
+/// gone.
+fn flush_found_it_gone(root: &Root, node: &block::BlockNode, e: &Error) -> bool {
+    e.is_gone() && !root.sys(format!("dev/block/{}", node.dev)).exists()
 }
 
 /// Whether a map can still write to its storage.
@@ -985,6 +994,31 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flush_error_is_gone_only_when_sysfs_agrees() {
+        let dir = std::env::temp_dir().join(format!("lunkit-flush-gone-{}", std::process::id()));
+        let root = Root::new(&dir);
+        let node = block::BlockNode {
+            name: "sdc".into(),
+            dev: DevNum {
+                major: 8,
+                minor: 32,
+            },
+            path: dir.join("dev/sdc"),
+        };
+        let open = |errno| Error::io(&node.path, std::io::Error::from_raw_os_error(errno));
+        std::fs::create_dir_all(dir.join("sys/dev/block/8:32")).unwrap();
+        // The disk is there: an offline disk's ENXIO, or a node udev already removed, is not
+        // a flush that may be skipped.
+        assert!(!flush_found_it_gone(&root, &node, &open(libc::ENXIO)));
+        assert!(!flush_found_it_gone(&root, &node, &open(libc::ENOENT)));
+        std::fs::remove_dir(dir.join("sys/dev/block/8:32")).unwrap();
+        assert!(flush_found_it_gone(&root, &node, &open(libc::ENOENT)));
+        // Gone from sysfs, but the error is not an absence: still an error.
+        assert!(!flush_found_it_gone(&root, &node, &open(libc::EIO)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn an_open_partition_map_keeps_its_map_busy() {

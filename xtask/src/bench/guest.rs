@@ -964,9 +964,12 @@ for i in range(20):
     open(p, "w").close()
     files.append(p)
 r, w = os.pipe()
+me = os.getpid()
 for k in range(n):
     if os.fork() == 0:
-        ctypes.CDLL(None).prctl(1, 9)
+        # PR_SET_PDEATHSIG, SIGKILL; a parent gone before it took effect ends us too.
+        if ctypes.CDLL(None).prctl(1, 9) != 0 or os.getppid() != me:
+            os._exit(1)
         os.close(r)
         keep = [os.open(files[i % 20], os.O_RDONLY) for i in range(40)]
         for _ in range(20):
@@ -1001,10 +1004,24 @@ impl Crowd {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .map_err(|e| format!("python3 for the crowd: {e}"))?;
-        let mut line = String::new();
-        let stdout = parent.stdout.take().ok_or("the crowd's stdout")?;
-        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        let stdout = parent.stdout.take();
+        // Owned from here: any return below kills it and its children.
         let crowd = Crowd { parent, dir };
+        let stdout = stdout.ok_or("the crowd's stdout")?;
+        // The read gets its own thread, so that a python that never says "ready" costs
+        // TIMEOUT, not the whole bench.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = tx.send(
+                std::io::BufReader::new(stdout)
+                    .read_line(&mut line)
+                    .map(|_| line),
+            );
+        });
+        let line = rx
+            .recv_timeout(TIMEOUT)
+            .map_err(|_| format!("the crowd did not say ready within {TIMEOUT:?}"))??;
         if line.trim() != "ready" {
             return Err(format!("the crowd did not start: {line:?}").into());
         }
