@@ -970,13 +970,18 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         });
     }
     // A path device the volume's paths do not list (not SCSI, or not found by WWID) is
-    // taken as able to serve: the normal flush is the safe way for it.
+    // taken as able to serve: the normal flush is the safe way for it. The states are read
+    // now, after the open count, not taken from the round's snapshot: a writer that was
+    // waiting in the map closes as soon as a path recovers, and the in-use walk before this
+    // takes long enough (a tenth of a second under TCG) for that to happen in between, so
+    // the snapshot would pair a closed map with paths that are no longer blocked.
     let mut stopped = Vec::new();
     for p in &active {
         let volume_path = paths
             .iter()
             .find(|vp| vp.disk.as_ref().is_some_and(|d| d.dev == p.dev));
-        match volume_path.and_then(|vp| Some((vp, vp.state.as_deref()?))) {
+        let now = volume_path.and_then(|vp| Some((vp, volume::path_state(root, vp.hctl)?)));
+        match now.as_ref().map(|(vp, s)| (*vp, s.as_str())) {
             Some((vp, state)) if state != "running" => {
                 let name = vp.disk.as_ref().map_or("?", |d| d.name.as_str());
                 stopped.push(format!("{name} {state}"));

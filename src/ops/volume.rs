@@ -397,10 +397,22 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
             hctl: h,
             identity: PathIdentity::of(root, h),
             disk: block::of_scsi_device(root, h)?,
-            state: attr(&dir, "state"),
+            state: path_state(root, h),
         });
     }
     Ok(state)
+}
+
+/// The scsi_device state of the path at `hctl` now (`running`, `blocked`, `offline`,
+/// `transport-offline`...), read from sysfs; `None` when it is gone or unreadable.
+pub fn path_state(root: &Root, hctl: Hctl) -> Option<String> {
+    attr(
+        &root
+            .sys("class/scsi_device")
+            .join(hctl.to_string())
+            .join("device"),
+        "state",
+    )
 }
 
 /// A multipath map none of whose paths is a SCSI disk any more: every path was deleted or
