@@ -22,7 +22,7 @@ use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::id::DevNum;
 use crate::root::Root;
-use crate::sysfs::{self, attr, entries};
+use crate::sysfs;
 
 /// A bound loop device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +57,8 @@ impl Backing {
 
 /// The loop devices that have a backing file bound (`<root>/sys/class/block/loopN/loop/`).
 pub fn bound(root: &Root) -> Result<Vec<LoopDevice>> {
-    let class = root.sys("class/block");
     let mut out = Vec::new();
-    for name in entries(&class)? {
+    for name in sysfs::block::names(root)? {
         // `loopN` only: partitions of a loop device (`loop0p1`) have no `loop/` directory.
         if !name
             .strip_prefix("loop")
@@ -67,9 +66,8 @@ pub fn bound(root: &Root) -> Result<Vec<LoopDevice>> {
         {
             continue;
         }
-        let dir = class.join(&name).join("loop");
         // Unbound between the listing and this read: not bound.
-        let Some(file) = attr(&dir, "backing_file") else {
+        let Some(file) = sysfs::block::loop_backing_file(root, &name) else {
             continue;
         };
         sysfs::check_component("loop device name", &name)?;

@@ -112,7 +112,7 @@ pub(crate) fn trigger(
     let h = t.hctl;
     // Class entries are symlinks: below a --root they must not lead the write out of it.
     let confine = sysfs::Confine::new(root);
-    let dev_dir = scsi_device_dir(root, h);
+    let dev_dir = sysfs::scsi::device_dir(root, h);
     if dev_dir.exists() {
         let Some(dev_dir) = confine.dir(&dev_dir) else {
             return Err(Error::NotFound {
@@ -156,7 +156,7 @@ pub(crate) fn trigger(
         return Ok(Triggered::Present);
     }
     let host_dir = confine
-        .dir(&root.sys("class/scsi_host").join(format!("host{}", h.host)))
+        .dir(&sysfs::scsi::host_dir(root, h.host))
         .filter(|d| d.is_dir())
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI host{}", h.host),
@@ -189,20 +189,12 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
     };
     sysfs::check_component("block device name", &disk)?;
     let old: Option<Wwid> = attr_parse(dev_dir, "wwid");
-    let class = root.sys("class/block");
     let mut family = vec![disk.clone()];
-    family.extend(
-        sysfs::entries(&class.join(&disk))?.into_iter().filter(|p| {
-            p.starts_with(&disk) && class.join(&disk).join(p).join("partition").exists()
-        }),
-    );
+    family.extend(sysfs::block::partitions(root, &disk)?);
     for name in &family {
-        if let Some(h) = sysfs::sub_entries(&class.join(name), "holders")?
-            .into_iter()
-            .next()
-        {
+        if let Some(h) = sysfs::block::holders(root, name)?.into_iter().next() {
             sysfs::check_component("holder name", &h)?;
-            let map_wwid: Option<Wwid> = attr(&class.join(&h).join("dm"), "uuid")
+            let map_wwid: Option<Wwid> = sysfs::block::dm_uuid(root, &h)
                 .and_then(|u| crate::multipath::uuid_wwid(&u).and_then(|w| w.parse().ok()));
             let kind = if map_wwid.is_some() {
                 "multipath map"
@@ -217,7 +209,7 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
     }
     let numbers: Vec<DevNum> = family
         .iter()
-        .filter_map(|n| attr_parse(&class.join(n), "dev"))
+        .filter_map(|n| sysfs::block::number(root, n))
         .collect();
     let table = match mountinfo::read_of(root, 1) {
         Err(e) if e.is_gone() => mountinfo::read(root)?,
@@ -235,15 +227,9 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
     Ok(None)
 }
 
-fn scsi_device_dir(root: &Root, h: Hctl) -> PathBuf {
-    root.sys("class/scsi_device")
-        .join(h.to_string())
-        .join("device")
-}
-
 /// The path device at `hctl` once `sd` has bound it and its node opens; `None` before that.
 pub(crate) fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<Option<PathDevice>> {
-    let dir = scsi_device_dir(root, hctl);
+    let dir = sysfs::scsi::device_dir(root, hctl);
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.
         return Err(Error::NotFound {
@@ -362,7 +348,7 @@ pub enum Deleted {
 /// hangs), which is why the check is here: take the map down first.
 pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> {
     let deadline = wait::deadline_after(opts.timeout);
-    if !scsi_device_dir(root, hctl).exists() {
+    if !sysfs::scsi::device_dir(root, hctl).exists() {
         return Ok(Deleted::AlreadyGone);
     }
     // Before the checks: the delete goes ahead only if the device it writes to is the one
@@ -400,9 +386,9 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
 fn busy_reason(root: &Root, usage: &block::Usage) -> String {
     let mut reason = usage.to_string();
     for h in &usage.holders {
-        let dm = root.sys("class/block").join(h).join("dm");
-        if attr(&dm, "uuid").is_some_and(|u| crate::multipath::uuid_wwid(&u).is_some()) {
-            let name = attr(&dm, "name").unwrap_or_else(|| h.clone());
+        if sysfs::block::dm_uuid(root, h).is_some_and(|u| crate::multipath::uuid_wwid(&u).is_some())
+        {
+            let name = sysfs::block::dm_name(root, h).unwrap_or_else(|| h.clone());
             reason.push_str(&format!(
                 "; it is a path of multipath map {name} ({h}): take the map down first, or \
                  detach the whole volume"
@@ -431,7 +417,7 @@ pub struct PathIdentity {
 impl PathIdentity {
     /// What the device at `hctl` is now.
     pub fn of(root: &Root, hctl: Hctl) -> PathIdentity {
-        let dir = scsi_device_dir(root, hctl);
+        let dir = sysfs::scsi::device_dir(root, hctl);
         PathIdentity {
             device: sysfs::object_id(&dir),
             disk: sysfs::sub_entries(&dir, "block")
@@ -477,7 +463,7 @@ pub(crate) fn remove_device(
     deadline: Instant,
 ) -> Result<Deleted> {
     let dir = sysfs::Confine::new(root)
-        .dir(&scsi_device_dir(root, hctl))
+        .dir(&sysfs::scsi::device_dir(root, hctl))
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI device {hctl} below {}", root.path().display()),
         })?;

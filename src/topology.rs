@@ -1,7 +1,7 @@
 //! One read-only snapshot of a node's storage: what `lsscsi`, `lsblk`, `multipath -ll` and
 //! `iscsiadm -m session` show between them, read straight from sysfs.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::root::Root;
 use crate::sysfs::block::{self, BlockDevice, DevNum};
 use crate::sysfs::fc::{self, FcHost, FcRemotePort};
@@ -72,14 +72,10 @@ pub struct MultipathMap<'a> {
 impl Topology {
     /// Reads the whole topology below `root`.
     ///
-    /// Fails with [`Error::NotFound`] when the root has no `sys/` directory, so a mistyped
+    /// Fails with [`Error::NotFound`](crate::Error::NotFound) when the root has no `sys/` directory, so a mistyped
     /// `--root` is not mistaken for a node without storage.
     pub fn read(root: &Root) -> Result<Self> {
-        if !root.sys("").is_dir() {
-            return Err(Error::NotFound {
-                what: format!("sysfs directory {}", root.sys("").display()),
-            });
-        }
+        crate::sysfs::require(root)?;
         Ok(Topology {
             scsi_hosts: scsi::hosts(root)?,
             scsi_devices: scsi::devices(root)?,

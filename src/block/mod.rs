@@ -24,7 +24,7 @@ use crate::helper::{self, Subject};
 use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::root::Root;
-use crate::sysfs::{self, attr_parse};
+use crate::sysfs;
 
 mod processes;
 mod usage;
@@ -74,11 +74,7 @@ pub fn resolve(root: &Root, spec: &str) -> Result<Option<BlockNode>> {
 /// The disk of the SCSI device at `hctl`; `None` if there is no such device or `sd` has not
 /// bound it.
 pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
-    let dir = root
-        .sys("class/scsi_device")
-        .join(hctl.to_string())
-        .join("device");
-    match sysfs::sub_entries(&dir, "block")?.into_iter().next() {
+    match sysfs::scsi::disk(root, hctl)? {
         Some(name) => by_name(root, &name),
         None => Ok(None),
     }
@@ -87,18 +83,13 @@ pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
 /// The SCSI address of a disk (`/sys/class/block/NAME/device` links to its scsi_device);
 /// `None` for partitions, dm devices and non-SCSI disks.
 pub fn scsi_address(root: &Root, node: &BlockNode) -> Option<Hctl> {
-    let link = root.sys("class/block").join(&node.name).join("device");
-    sysfs::resolve(root, &link)
-        .as_deref()
-        .and_then(sysfs::file_name)
-        .and_then(|n| n.parse().ok())
+    sysfs::block::scsi_address(root, &node.name)
 }
 
 /// The block device with kernel name `name`, `None` if absent.
 pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
     sysfs::check_component("block device name", name)?;
-    let dir = root.sys("class/block").join(name);
-    Ok(attr_parse::<DevNum>(&dir, "dev").map(|dev| BlockNode {
+    Ok(sysfs::block::number(root, name).map(|dev| BlockNode {
         name: name.to_owned(),
         dev,
         path: root.dev(name),
@@ -107,18 +98,14 @@ pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
 
 /// The block device with number `dev`, `None` if the kernel has none.
 pub fn by_number(root: &Root, dev: DevNum) -> Result<Option<BlockNode>> {
-    let link = root.sys(format!("dev/block/{dev}"));
-    let Some(real) = sysfs::resolve(root, &link) else {
+    let Some(name) = sysfs::block::name_of_number(root, dev) else {
         return Ok(None);
     };
-    let Some(name) = sysfs::file_name(&real) else {
-        return Ok(None);
-    };
-    sysfs::check_component("block device name", name)?;
+    sysfs::check_component("block device name", &name)?;
     Ok(Some(BlockNode {
-        name: name.to_owned(),
+        path: root.dev(&name),
+        name,
         dev,
-        path: root.dev(name),
     }))
 }
 

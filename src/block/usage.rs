@@ -14,7 +14,7 @@ use crate::helper::{self, Subject};
 use crate::id::DevNum;
 use crate::mountinfo;
 use crate::root::Root;
-use crate::sysfs::{self, entries};
+use crate::sysfs::block as sysblock;
 
 use super::processes::*;
 use super::{BlockNode, block_number, by_name, open_checked};
@@ -384,15 +384,12 @@ pub fn usage(
         if family.len() > 4096 || !family.insert(n.clone()) {
             continue;
         }
-        let dir = root.sys("class/block").join(&n.name);
-        for sub in entries(&dir)? {
-            if sub.starts_with(&n.name) && dir.join(&sub).join("partition").exists() {
-                if let Some(p) = by_name(root, &sub)? {
-                    todo.push(p);
-                }
+        for sub in sysblock::partitions(root, &n.name)? {
+            if let Some(p) = by_name(root, &sub)? {
+                todo.push(p);
             }
         }
-        for h in sysfs::sub_entries(&dir, "holders")? {
+        for h in sysblock::holders(root, &n.name)? {
             if !scope.own.contains(&h) {
                 foreign_holders.insert(h.clone());
             }
@@ -410,10 +407,7 @@ pub fn usage(
     // `dm/` directory) nor partitions.
     let paths: Vec<DevNum> = devices
         .iter()
-        .filter(|n| {
-            let dir = root.sys("class/block").join(&n.name);
-            !dir.join("dm").exists() && !dir.join("partition").exists()
-        })
+        .filter(|n| !sysblock::is_dm(root, &n.name) && !sysblock::is_partition(root, &n.name))
         .map(|n| n.dev)
         .collect();
 
@@ -533,7 +527,7 @@ pub fn usage(
     // The probe explains nothing by itself, so only ask it about devices nothing above
     // accounts for: tops of stacks that are not mounted or swap.
     for n in &family.nodes {
-        let top = sysfs::sub_entries(&root.sys("class/block").join(&n.name), "holders")?.is_empty();
+        let top = sysblock::holders(root, &n.name)?.is_empty();
         let explained = usage.mounts.iter().any(|m| m.device == n.name)
             || usage.swaps.contains(&n.name)
             || usage.holders.contains(&n.name);

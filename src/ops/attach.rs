@@ -196,7 +196,7 @@ fn wait_map(
     let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
         for map in locate(root, &id)?.maps {
-            let slaves = sysfs::sub_entries(&root.sys("block").join(&map.node.name), "slaves")?;
+            let slaves = sysfs::block::slaves(root, &map.node.name)?;
             if disks.iter().all(|d| slaves.contains(d)) {
                 return Ok(Some(map));
             }

@@ -891,7 +891,7 @@ fn flush_path(root: &Root, p: &VolumePath, behind_map: bool, deadline: Instant) 
 /// and still holds what it cached; only a device whose `/sys/dev/block/M:m` went away is
 /// gone.
 fn flush_found_it_gone(root: &Root, node: &block::BlockNode, e: &Error) -> bool {
-    e.is_gone() && !root.sys(format!("dev/block/{}", node.dev)).exists()
+    e.is_gone() && !crate::sysfs::block::number_exists(root, node.dev)
 }
 
 /// Whether a map can still write to its storage.

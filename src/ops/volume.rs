@@ -8,7 +8,6 @@
 //! they are udev's, and stale after a failed cleanup.
 
 use std::fmt;
-use std::path::Path;
 
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
@@ -18,7 +17,7 @@ use crate::id::Wwn;
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
-use crate::sysfs::{self, attr, entries};
+use crate::sysfs::{block as sysblock, scsi as sysscsi};
 
 /// How a caller names a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +198,7 @@ fn by_addresses(root: &Root, mut addresses: Vec<Hctl>) -> Result<Identity> {
     addresses.dedup();
     let mut wwid: Option<Wwid> = None;
     for &h in &addresses {
-        let Some(w) = scsi_wwid(root, h) else {
+        let Some(w) = sysscsi::wwid(root, h) else {
             continue;
         };
         match &wwid {
@@ -233,8 +232,7 @@ fn identify_device(root: &Root, spec: &str) -> Result<Identity> {
             addresses: Vec::new(),
         });
     };
-    let dir = root.sys("class/block").join(&node.name);
-    if let Some(uuid) = attr(&dir.join("dm"), "uuid") {
+    if let Some(uuid) = sysblock::dm_uuid(root, &node.name) {
         // A multipath map, or one of its partition maps (`part1-mpath-<wwid>`).
         let wwid = multipath::map_or_partition_uuid_wwid(&uuid).ok_or_else(|| {
             Error::invalid(
@@ -249,26 +247,20 @@ fn identify_device(root: &Root, spec: &str) -> Result<Identity> {
         });
     }
     // A partition: the volume is its disk.
-    let disk_dir = if dir.join("partition").exists() {
-        sysfs::resolve(root, &dir)
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .ok_or_else(|| Error::NotFound {
-                what: format!("disk of partition {}", node.name),
-            })?
+    let disk = if sysblock::is_partition(root, &node.name) {
+        sysblock::disk_of_partition(root, &node.name).ok_or_else(|| Error::NotFound {
+            what: format!("disk of partition {}", node.name),
+        })?
     } else {
-        dir
+        node.name.clone()
     };
-    let hctl = sysfs::resolve(root, &disk_dir.join("device"))
-        .as_deref()
-        .and_then(sysfs::file_name)
-        .and_then(|n| n.parse::<Hctl>().ok())
-        .ok_or_else(|| {
-            Error::invalid(
-                "volume device",
-                spec,
-                "neither a SCSI disk nor a multipath map",
-            )
-        })?;
+    let hctl = sysblock::scsi_address(root, &disk).ok_or_else(|| {
+        Error::invalid(
+            "volume device",
+            spec,
+            "neither a SCSI disk nor a multipath map",
+        )
+    })?;
     by_addresses(root, vec![hctl])
 }
 
@@ -281,22 +273,12 @@ fn map_by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
             "not a device path, kernel name, map name or H:C:T:L",
         ));
     }
-    for b in entries(&root.sys("block"))? {
-        if b.starts_with("dm-")
-            && attr(&root.sys("block").join(&b).join("dm"), "name").as_deref() == Some(name)
-        {
+    for b in sysblock::disk_names(root)? {
+        if b.starts_with("dm-") && sysblock::dm_name(root, &b).as_deref() == Some(name) {
             return block::by_name(root, &b);
         }
     }
     Ok(None)
-}
-
-fn scsi_wwid(root: &Root, hctl: Hctl) -> Option<Wwid> {
-    let dir = root
-        .sys("class/scsi_device")
-        .join(hctl.to_string())
-        .join("device");
-    attr(&dir, "wwid")?.parse().ok()
 }
 
 /// What of the volume `id` is on the node now.
@@ -304,11 +286,10 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
     let mut state = VolumeState::default();
     let mut hctls: Vec<Hctl> = Vec::new();
     for &h in &id.addresses {
-        let dir = root.sys("class/scsi_device").join(h.to_string());
-        if !dir.exists() {
+        if !sysscsi::exists(root, h) {
             continue;
         }
-        match (&id.wwid, scsi_wwid(root, h)) {
+        match (&id.wwid, sysscsi::wwid(root, h)) {
             (Some(want), Some(have)) if *want == have => hctls.push(h),
             // A device without a readable WWID at an address of a volume that has one may be
             // anything (another LUN scanned there, its VPD read failing): never counted in.
@@ -318,11 +299,8 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         }
     }
     if let Some(want) = &id.wwid {
-        for name in entries(&root.sys("class/scsi_device"))? {
-            let Ok(h) = name.parse::<Hctl>() else {
-                continue;
-            };
-            if scsi_wwid(root, h).as_ref() == Some(want) {
+        for h in sysscsi::addresses(root)? {
+            if sysscsi::wwid(root, h).as_ref() == Some(want) {
                 hctls.push(h);
             }
         }
@@ -335,19 +313,18 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         .wwid
         .as_ref()
         .map(|w| format!("{UUID_PREFIX}{}", w.to_multipath()));
-    for b in entries(&root.sys("block"))? {
+    for b in sysblock::disk_names(root)? {
         if !b.starts_with("dm-") {
             continue;
         }
-        let u = attr(&root.sys("block").join(&b).join("dm"), "uuid");
+        let u = sysblock::dm_uuid(root, &b);
         if u.is_some() && u == uuid {
             map_names.push(b);
         }
     }
     for &h in &hctls.clone() {
         if let Some(disk) = block::of_scsi_device(root, h)? {
-            for holder in sysfs::sub_entries(&root.sys("class/block").join(&disk.name), "holders")?
-            {
+            for holder in sysblock::holders(root, &disk.name)? {
                 if is_mpath(root, &holder) && !map_names.contains(&holder) {
                     map_names.push(holder);
                 }
@@ -358,17 +335,16 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         let Some(node) = block::by_name(root, &dm)? else {
             continue;
         };
-        let dmdir = root.sys("block").join(&dm).join("dm");
-        let map_uuid = attr(&dmdir, "uuid").unwrap_or_default();
+        let map_uuid = sysblock::dm_uuid(root, &dm).unwrap_or_default();
         let mut partitions = Vec::new();
-        for holder in sysfs::sub_entries(&root.sys("block").join(&dm), "holders")? {
-            let hu = attr(&root.sys("block").join(&holder).join("dm"), "uuid");
+        for holder in sysblock::holders(root, &dm)? {
+            let hu = sysblock::dm_uuid(root, &holder);
             if hu.is_some_and(|u| multipath::is_partition_uuid(&u, &map_uuid)) {
                 partitions.push(holder);
             }
         }
         // The map's own paths belong to the volume even if their wwid cannot be read.
-        for slave in sysfs::sub_entries(&root.sys("block").join(&dm), "slaves")? {
+        for slave in sysblock::slaves(root, &dm)? {
             if let Some(h) =
                 block::by_name(root, &slave)?.and_then(|n| block::scsi_address(root, &n))
             {
@@ -376,7 +352,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
             }
         }
         state.maps.push(MapDevice {
-            name: attr(&dmdir, "name").unwrap_or_else(|| dm.clone()),
+            name: sysblock::dm_name(root, &dm).unwrap_or_else(|| dm.clone()),
             node,
             partitions,
         });
@@ -386,11 +362,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
     hctls.dedup();
     state.strangers.retain(|h| !hctls.contains(h));
     for h in hctls {
-        let dir = root
-            .sys("class/scsi_device")
-            .join(h.to_string())
-            .join("device");
-        if !dir.exists() {
+        if !sysscsi::exists(root, h) {
             continue;
         }
         state.paths.push(VolumePath {
@@ -406,13 +378,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
 /// The scsi_device state of the path at `hctl` now (`running`, `blocked`, `offline`,
 /// `transport-offline`...), read from sysfs; `None` when it is gone or unreadable.
 pub fn path_state(root: &Root, hctl: Hctl) -> Option<String> {
-    attr(
-        &root
-            .sys("class/scsi_device")
-            .join(hctl.to_string())
-            .join("device"),
-        "state",
-    )
+    sysscsi::state(root, hctl)
 }
 
 /// A multipath map none of whose paths is a SCSI disk any more: every path was deleted or
@@ -437,18 +403,17 @@ impl fmt::Display for OrphanMap {
 /// entry of it a disk with a SCSI address). Partition maps are not multipath maps.
 pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
     let mut orphans = Vec::new();
-    for dm in entries(&root.sys("block"))? {
+    for dm in sysblock::disk_names(root)? {
         if !dm.starts_with("dm-") {
             continue;
         }
-        let dir = root.sys("block").join(&dm);
         let Some(wwid) =
-            attr(&dir.join("dm"), "uuid").and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned))
+            sysblock::dm_uuid(root, &dm).and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned))
         else {
             continue;
         };
         let mut has_path = false;
-        for slave in sysfs::sub_entries(&dir, "slaves")? {
+        for slave in sysblock::slaves(root, &dm)? {
             if block::by_name(root, &slave)?
                 .is_some_and(|n| block::scsi_address(root, &n).is_some())
             {
@@ -458,7 +423,7 @@ pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
         }
         if !has_path {
             orphans.push(OrphanMap {
-                name: attr(&dir.join("dm"), "name").unwrap_or_else(|| dm.clone()),
+                name: sysblock::dm_name(root, &dm).unwrap_or_else(|| dm.clone()),
                 dm,
                 wwid,
             });
@@ -468,6 +433,5 @@ pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
 }
 
 fn is_mpath(root: &Root, dm: &str) -> bool {
-    attr(&root.sys("block").join(dm).join("dm"), "uuid")
-        .is_some_and(|u| multipath::uuid_wwid(&u).is_some())
+    sysblock::dm_uuid(root, dm).is_some_and(|u| multipath::uuid_wwid(&u).is_some())
 }

@@ -1,9 +1,10 @@
 //! `/sys/block`: disks, their partitions, and the device-mapper devices among them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{Confine, attr, attr_parse, entries, real_dir, sub_entries};
+use super::{Confine, ObjectId, attr, attr_parse, entries, real_dir, sub_entries};
 use crate::error::Result;
+use crate::id::Hctl;
 use crate::root::Root;
 
 pub use crate::id::DevNum;
@@ -98,6 +99,125 @@ fn read(dir: &Path, name: &str) -> Result<BlockDevice> {
     })
 }
 
+// One attribute or listing each, for the workflows: they ask one thing of one device, often
+// in a loop, where reading the whole [`BlockDevice`] would cost a dozen files. Names come from
+// sysfs listings or went through `check_component`.
+
+/// `/sys/class/block/<name>`: every disk and partition, where `/sys/block` has disks only.
+fn class_dir(root: &Root, name: &str) -> PathBuf {
+    root.sys("class/block").join(name)
+}
+
+/// `/sys/dev/block/<M:m>`: the device the kernel numbers `dev` now.
+fn number_dir(root: &Root, dev: DevNum) -> PathBuf {
+    root.sys(format!("dev/block/{dev}"))
+}
+
+/// The names under `/sys/block`: the disks, dm devices among them, without partitions.
+pub(crate) fn disk_names(root: &Root) -> Result<Vec<String>> {
+    entries(&root.sys("block"))
+}
+
+/// The names under `/sys/class/block`: disks and partitions.
+pub(crate) fn names(root: &Root) -> Result<Vec<String>> {
+    entries(&root.sys("class/block"))
+}
+
+/// `<name>/dev`: the device number, `None` when the device is gone.
+pub(crate) fn number(root: &Root, name: &str) -> Option<DevNum> {
+    attr_parse(&class_dir(root, name), "dev")
+}
+
+/// `<name>/holders/`: what is stacked on the device (dm maps, md arrays, LVM).
+pub(crate) fn holders(root: &Root, name: &str) -> Result<Vec<String>> {
+    sub_entries(&class_dir(root, name), "holders")
+}
+
+/// `<name>/slaves/`: what the device is stacked on (a dm map's paths).
+pub(crate) fn slaves(root: &Root, name: &str) -> Result<Vec<String>> {
+    sub_entries(&class_dir(root, name), "slaves")
+}
+
+/// The partitions of disk `name` (`sda1`...): its subdirectories named after it that have a
+/// `partition` attribute.
+pub(crate) fn partitions(root: &Root, name: &str) -> Result<Vec<String>> {
+    let dir = class_dir(root, name);
+    Ok(entries(&dir)?
+        .into_iter()
+        .filter(|sub| sub.starts_with(name) && dir.join(sub).join("partition").exists())
+        .collect())
+}
+
+/// Whether `name` is a partition (`<name>/partition` exists).
+pub(crate) fn is_partition(root: &Root, name: &str) -> bool {
+    class_dir(root, name).join("partition").exists()
+}
+
+/// The disk that partition `name` belongs to: the parent of its resolved directory, if that
+/// stays below the root.
+pub(crate) fn disk_of_partition(root: &Root, name: &str) -> Option<String> {
+    let real = super::resolve(root, &class_dir(root, name))?;
+    super::file_name(real.parent()?).map(str::to_owned)
+}
+
+/// The SCSI address of disk `name`: its `device` link leads to the scsi_device, named
+/// H:C:T:L. `None` for partitions, dm devices and disks of other buses.
+pub(crate) fn scsi_address(root: &Root, name: &str) -> Option<Hctl> {
+    super::resolve(root, &class_dir(root, name).join("device"))
+        .as_deref()
+        .and_then(super::file_name)
+        .and_then(|n| n.parse().ok())
+}
+
+/// Whether `name` is a device-mapper device (it has a `dm/` directory).
+pub(crate) fn is_dm(root: &Root, name: &str) -> bool {
+    class_dir(root, name).join("dm").exists()
+}
+
+/// `<name>/dm/name`: a dm device's map name.
+pub(crate) fn dm_name(root: &Root, name: &str) -> Option<String> {
+    attr(&class_dir(root, name).join("dm"), "name")
+}
+
+/// `<name>/dm/uuid`: a dm device's uuid, `None` when it has none or is no dm device.
+pub(crate) fn dm_uuid(root: &Root, name: &str) -> Option<String> {
+    attr(&class_dir(root, name).join("dm"), "uuid")
+}
+
+/// `<name>/loop/backing_file`: the file bound to loop device `name`, as the kernel's
+/// `d_path` prints it; `None` when nothing is bound (the `loop/` directory is absent).
+pub(crate) fn loop_backing_file(root: &Root, name: &str) -> Option<String> {
+    attr(&class_dir(root, name).join("loop"), "backing_file")
+}
+
+/// The kernel name of the device numbered `dev` (`/sys/dev/block/M:m` resolved), `None` when
+/// the kernel has none or its link leads outside the root.
+pub(crate) fn name_of_number(root: &Root, dev: DevNum) -> Option<String> {
+    let real = super::resolve(root, &number_dir(root, dev))?;
+    super::file_name(&real).map(str::to_owned)
+}
+
+/// Whether the kernel has a device numbered `dev`.
+pub(crate) fn number_exists(root: &Root, dev: DevNum) -> bool {
+    number_dir(root, dev).exists()
+}
+
+/// Whether the device numbered `dev` is a device-mapper device.
+pub(crate) fn number_is_dm(root: &Root, dev: DevNum) -> bool {
+    number_dir(root, dev).join("dm").is_dir()
+}
+
+/// The holders of the device numbered `dev`.
+pub(crate) fn holders_of_number(root: &Root, dev: DevNum) -> Result<Vec<String>> {
+    entries(&number_dir(root, dev).join("holders"))
+}
+
+/// The sysfs object the device numbered `dev` is now ([`ObjectId`]): a number is reused by
+/// the next device created, the object is not.
+pub(crate) fn object_of_number(root: &Root, dev: DevNum) -> Option<ObjectId> {
+    super::object_id(&number_dir(root, dev))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +249,79 @@ mod tests {
             })
         );
         assert_eq!(through_link, resolved);
+    }
+
+    /// The narrow queries read the class directory of a disk, its partitions and its dm
+    /// holder the way the kernel lays them out: class links into `/sys/devices`, partitions
+    /// as subdirectories of their disk, and the disk's `device` link to its scsi_device.
+    #[test]
+    fn queries_follow_the_class_links() {
+        let top = std::env::temp_dir().join(format!("lunkit-block-query-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&top);
+        let scsi = top.join("sys/devices/platform/host7/target7:0:0/7:0:0:3");
+        let disk = scsi.join("block/sdx");
+        let dm = top.join("sys/devices/virtual/block/dm-4");
+        std::fs::create_dir_all(disk.join("sdx1")).unwrap();
+        std::fs::create_dir_all(disk.join("holders/dm-4")).unwrap();
+        std::fs::create_dir_all(dm.join("dm")).unwrap();
+        std::fs::create_dir_all(dm.join("slaves/sdx")).unwrap();
+        std::fs::create_dir_all(top.join("sys/class/block")).unwrap();
+        std::fs::write(disk.join("dev"), "8:96\n").unwrap();
+        std::fs::write(disk.join("sdx1/partition"), "1\n").unwrap();
+        std::fs::write(dm.join("dm/uuid"), "mpath-3600a\n").unwrap();
+        std::fs::write(dm.join("dm/name"), "mpathe\n").unwrap();
+        let link = |to: &str, name: &str| {
+            std::os::unix::fs::symlink(to, top.join("sys/class/block").join(name)).unwrap()
+        };
+        link(
+            "../../devices/platform/host7/target7:0:0/7:0:0:3/block/sdx",
+            "sdx",
+        );
+        link(
+            "../../devices/platform/host7/target7:0:0/7:0:0:3/block/sdx/sdx1",
+            "sdx1",
+        );
+        link("../../devices/virtual/block/dm-4", "dm-4");
+        std::os::unix::fs::symlink("../../../7:0:0:3", disk.join("device")).unwrap();
+        let root = Root::new(&top);
+
+        let seen = (
+            partitions(&root, "sdx").unwrap(),
+            is_partition(&root, "sdx1"),
+            is_partition(&root, "sdx"),
+            disk_of_partition(&root, "sdx1"),
+            scsi_address(&root, "sdx"),
+            scsi_address(&root, "dm-4"),
+            number(&root, "sdx"),
+            holders(&root, "sdx").unwrap(),
+            slaves(&root, "dm-4").unwrap(),
+            (is_dm(&root, "dm-4"), is_dm(&root, "sdx")),
+            (
+                dm_uuid(&root, "dm-4"),
+                dm_name(&root, "dm-4"),
+                dm_uuid(&root, "sdx"),
+            ),
+        );
+        std::fs::remove_dir_all(&top).unwrap();
+        assert_eq!(seen.0, ["sdx1"]);
+        assert!(seen.1 && !seen.2);
+        assert_eq!(seen.3.as_deref(), Some("sdx"));
+        assert_eq!(seen.4, Some("7:0:0:3".parse().unwrap()));
+        assert_eq!(seen.5, None);
+        assert_eq!(
+            seen.6,
+            Some(DevNum {
+                major: 8,
+                minor: 96
+            })
+        );
+        assert_eq!(seen.7, ["dm-4"]);
+        assert_eq!(seen.8, ["sdx"]);
+        assert_eq!(seen.9, (true, false));
+        assert_eq!(
+            seen.10,
+            (Some("mpath-3600a".into()), Some("mpathe".into()), None)
+        );
     }
 
     #[test]

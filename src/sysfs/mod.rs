@@ -21,6 +21,18 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::root::Root;
 
+/// Fails with [`Error::NotFound`] when `<root>/sys` is not a directory: a mistyped `--root`
+/// must not pass for a node without storage.
+pub(crate) fn require(root: &Root) -> Result<()> {
+    let top = root.sys("");
+    if top.is_dir() {
+        return Ok(());
+    }
+    Err(Error::NotFound {
+        what: format!("sysfs directory {}", top.display()),
+    })
+}
+
 /// sysfs attributes are at most a page; anything larger is not a sysfs attribute.
 const MAX_ATTR: u64 = 64 * 1024;
 

@@ -1,10 +1,11 @@
 //! `/sys/class/scsi_host` and `/sys/class/scsi_device`.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
-use crate::id::{Hctl, decimal};
+use crate::id::{Hctl, Wwid, decimal};
 use crate::root::Root;
 
 /// How a SCSI host reaches its storage, decided by which transport class claims it.
@@ -120,10 +121,7 @@ pub fn devices(root: &Root) -> Result<Vec<ScsiDevice>> {
 
 /// Reads the SCSI device at `hctl`, `None` if it does not exist.
 pub fn device(root: &Root, hctl: Hctl) -> Result<Option<ScsiDevice>> {
-    let dir = root
-        .sys("class/scsi_device")
-        .join(hctl.to_string())
-        .join("device");
+    let dir = device_dir(root, hctl);
     if !dir.exists() {
         return Ok(None);
     }
@@ -131,6 +129,49 @@ pub fn device(root: &Root, hctl: Hctl) -> Result<Option<ScsiDevice>> {
         Some(dir) => read_device(&dir, hctl).map(Some),
         None => Ok(None),
     }
+}
+
+/// `/sys/class/scsi_device/<hctl>/device`: the SCSI device's own directory, where its
+/// attributes (`wwid`, `state`, `rescan`, `delete`) and its disk (`block/`) are.
+pub(crate) fn device_dir(root: &Root, hctl: Hctl) -> PathBuf {
+    root.sys("class/scsi_device")
+        .join(hctl.to_string())
+        .join("device")
+}
+
+/// `/sys/class/scsi_host/host<n>`: a SCSI host's directory (its `scan` attribute).
+pub(crate) fn host_dir(root: &Root, host: u32) -> PathBuf {
+    root.sys("class/scsi_host").join(format!("host{host}"))
+}
+
+/// The addresses of every SCSI device, in listing order.
+pub(crate) fn addresses(root: &Root) -> Result<Vec<Hctl>> {
+    Ok(entries(&root.sys("class/scsi_device"))?
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect())
+}
+
+/// Whether a SCSI device is at `hctl`.
+pub(crate) fn exists(root: &Root, hctl: Hctl) -> bool {
+    device_dir(root, hctl).exists()
+}
+
+/// The WWID the kernel read from the device at `hctl` (VPD page 0x83), if it parses.
+pub(crate) fn wwid(root: &Root, hctl: Hctl) -> Option<Wwid> {
+    attr_parse(&device_dir(root, hctl), "wwid")
+}
+
+/// The device's state now (`running`, `blocked`, `offline`, `transport-offline`...).
+pub(crate) fn state(root: &Root, hctl: Hctl) -> Option<String> {
+    attr(&device_dir(root, hctl), "state")
+}
+
+/// The kernel name of the disk `sd` bound to the device at `hctl` (its `block/` entry).
+pub(crate) fn disk(root: &Root, hctl: Hctl) -> Result<Option<String>> {
+    Ok(sub_entries(&device_dir(root, hctl), "block")?
+        .into_iter()
+        .next())
 }
 
 fn read_device(dir: &std::path::Path, hctl: Hctl) -> Result<ScsiDevice> {
