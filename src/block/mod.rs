@@ -5,7 +5,7 @@
 //! node that is finally opened must have that number (`fstat`), so a stale or planted node is
 //! never flushed in the device's place.
 //!
-//! [`usage`] answers "may this be taken away?" the way the kernel would be surprised by:
+//! [`usage()`] answers "may this be taken away?" the way the kernel would be surprised by:
 //! mounts matched by device number in `/proc/self/mountinfo` (bind mounts included), devices
 //! stacked on top (`holders/`, followed up the stack), active swap, processes holding it open
 //! (`/proc/PID/fd`), and an `O_EXCL` open probe that catches any other exclusive claim.

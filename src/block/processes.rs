@@ -1,5 +1,5 @@
 //! Who has a block device open, and which mount namespaces there are: the `/proc` walk
-//! behind step 5 of [`usage`](super::usage), split between threads.
+//! behind step 5 of [`usage`](super::usage()), split between threads.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;

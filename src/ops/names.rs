@@ -4,8 +4,8 @@
 //! identified through the devices at that address. When every path is gone but the
 //! multipath map is left (a session logged out, paths deleted behind lunkit's back), nothing
 //! at the address tells the WWID any more, and the map would be missed: "nothing left" while
-//! a map, maybe with queued writes, stays on the node. So [`crate::ops::attach`] and
-//! [`crate::ops::detach`] remember the WWID they found for the name, one small file per name
+//! a map, maybe with queued writes, stays on the node. So [`crate::ops::attach()`] and
+//! [`crate::ops::detach()`] remember the WWID they found for the name, one small file per name
 //! in `<dir>/names/` beside the lock files, and a detach that finds no device at the address
 //! recalls it.
 //!

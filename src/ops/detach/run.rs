@@ -1,0 +1,423 @@
+//! One detach in progress ([`Run`]): its steps, recorded as they happen, and the taking
+//! down of maps and paths. The in-use check that opens every round is in `in_use.rs`.
+
+use std::time::{Duration, Instant};
+
+use super::{DetachOptions, Outcome, Step, StepKind, Stop, step_error};
+use crate::block;
+use crate::dm::{Control, DevId};
+use crate::error::{Error, Result};
+use crate::id::DevNum;
+use crate::multipath::{self, RemoveOptions};
+use crate::ops::volume::{MapDevice, VolumePath, VolumeState};
+use crate::root::Root;
+use crate::scsi::{self, Deleted};
+
+/// One detach in progress: where steps go.
+pub(super) struct Run<'a> {
+    pub(super) root: &'a Root,
+    pub(super) opts: &'a DetachOptions,
+    pub(super) deadline: Instant,
+    pub(super) steps: Vec<Step>,
+    pub(super) on_step: &'a mut dyn FnMut(&Step),
+    /// Maps this detach waited on for a path to come back (open, no path, queueing).
+    pub(super) waited_on: Vec<String>,
+    /// Of those, the ones found later closed with their queued I/O failed by someone else.
+    pub(super) failed_while_waiting: Vec<String>,
+}
+
+impl Run<'_> {
+    pub(super) fn record(
+        &mut self,
+        kind: StepKind,
+        target: &str,
+        outcome: Outcome,
+        duration: Duration,
+    ) {
+        let step = Step {
+            kind,
+            target: target.to_owned(),
+            outcome,
+            duration,
+        };
+        (self.on_step)(&step);
+        self.steps.push(step);
+    }
+
+    /// Runs `f` as one step; an error is recorded as `Failed` and returned.
+    pub(super) fn step<T>(
+        &mut self,
+        kind: StepKind,
+        target: &str,
+        f: impl FnOnce() -> Result<(T, Outcome)>,
+    ) -> Result<T> {
+        let t0 = Instant::now();
+        match f() {
+            Ok((v, outcome)) => {
+                self.record(kind, target, outcome, t0.elapsed());
+                Ok(v)
+            }
+            Err(e) => {
+                self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
+                Err(step_error(kind, target, e))
+            }
+        }
+    }
+
+    /// Like [`Run::step`], but when forced a failure is recorded as `Skipped` and the detach
+    /// goes on.
+    fn step_or_force(
+        &mut self,
+        kind: StepKind,
+        target: &str,
+        f: impl FnOnce() -> Result<Outcome>,
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        let outcome = match f() {
+            Ok(o) => o,
+            Err(e) if self.opts.force => Outcome::Skipped(format!("forced past: {e}")),
+            Err(e) => {
+                self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
+                return Err(step_error(kind, target, e));
+            }
+        };
+        self.record(kind, target, outcome, t0.elapsed());
+        Ok(())
+    }
+
+    /// One take-down round over what `state` found.
+    ///
+    /// Normally the maps go first, then the paths (a path deleted under a map that queues
+    /// would leave its I/O hanging). A map that no path can serve goes the other way round:
+    /// its queueing is disabled first, then its paths are deleted, which fails the reads
+    /// udev's probes have stuck on them (a blocked path keeps them until it is deleted), and
+    /// then the map, no longer open, is removed.
+    pub(super) fn round(
+        &mut self,
+        state: &VolumeState,
+        busy_since: &mut Option<Instant>,
+    ) -> std::result::Result<(), Stop> {
+        self.resume_suspended(state)?;
+        let unreachable = self.check_in_use(state, busy_since)?;
+        let maps = || state.maps.iter().zip(&unreachable);
+        for (map, _) in maps().filter(|(_, why)| why.is_none()) {
+            self.take_down_map(map, None)?;
+        }
+        let stuck: Vec<_> = maps()
+            .filter_map(|(m, why)| Some((m, why.as_deref()?)))
+            .collect();
+        for (map, _) in &stuck {
+            self.disable_queueing(map)?;
+        }
+        self.take_down_paths(&state.paths, !state.maps.is_empty())?;
+        for (map, why) in stuck {
+            self.take_down_map(map, Some(why))?;
+        }
+        Ok(())
+    }
+
+    /// Resumes the volume's maps (and their partition maps) that are suspended, parents
+    /// first, before anything is checked or flushed: a flush of a suspended map would wait
+    /// for the resume, and nothing else would ever resume it. Resuming gives the map back the
+    /// table it has, and its users the I/O it held; no data is dropped.
+    fn resume_suspended(&mut self, state: &VolumeState) -> std::result::Result<(), Stop> {
+        if state.maps.is_empty() {
+            return Ok(());
+        }
+        // Without the control node no map can be looked at; check-in-use, which reads the
+        // maps through it too, reports that as its own failure.
+        let Ok(ctl) = Control::open(self.root) else {
+            return Ok(());
+        };
+        for map in &state.maps {
+            // A dm device's kernel name is `dm-<minor>`, its major the map's.
+            let major = map.node.dev.major;
+            let parts = map.partitions.iter().filter_map(|p| {
+                let minor = p.strip_prefix("dm-")?.parse().ok()?;
+                Some(DevNum { major, minor })
+            });
+            for dev in std::iter::once(map.node.dev).chain(parts) {
+                let info = match ctl.info(&DevId::Dev(dev)) {
+                    Ok(info) => info,
+                    Err(e) if e.is_gone() => continue,
+                    Err(e) => {
+                        let target = format!("{} ({})", map.name, map.node.name);
+                        let failed = Outcome::Failed(e.to_string());
+                        self.record(StepKind::ResumeMap, &target, failed, Duration::ZERO);
+                        return Err(step_error(StepKind::ResumeMap, &target, e).into());
+                    }
+                };
+                if !info.suspended() {
+                    continue;
+                }
+                let label = format!("{} ({})", info.name, info.kernel_name());
+                self.step(StepKind::ResumeMap, &label, || {
+                    match ctl.resume(&DevId::Dev(dev)) {
+                        Ok(_) => Ok(((), Outcome::Done)),
+                        Err(e) if e.is_gone() => Ok(((), Outcome::AlreadyGone)),
+                        Err(e) => Err(e),
+                    }
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a map that no path can serve fail its I/O instead of queueing it: through
+    /// multipathd when it runs (`disablequeueing map NAME`, so that its own reloads of the
+    /// map, after each path removal, keep it that way), and with dm's `fail_if_no_path`
+    /// message on the table as it is now.
+    fn disable_queueing(&mut self, map: &MapDevice) -> std::result::Result<(), Stop> {
+        let label = format!("{} ({})", map.name, map.node.name);
+        let root = self.root;
+        let deadline = self.deadline;
+        let use_multipathd = self.opts.use_multipathd;
+        let name = map.name.clone();
+        self.step_or_force(StepKind::DisableQueueing, &label, || {
+            if use_multipathd {
+                // Best effort, with half the time left: the dm message below does the job
+                // whatever multipathd answers, and a multipathd that is not running, not
+                // answering, not root, or not knowing the map ("fail") changes nothing.
+                let now = Instant::now();
+                let theirs = now + deadline.saturating_duration_since(now) / 2;
+                if let Ok(Some(mut d)) = multipath::Multipathd::connect(root, theirs) {
+                    let _ = d.command(&format!("disablequeueing map {name}"), theirs);
+                }
+            }
+            let ctl = Control::open(root)?;
+            match ctl.message(&DevId::Name(&name), 0, "fail_if_no_path") {
+                Ok(_) => Ok(Outcome::Done),
+                Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(Stop::from)
+    }
+
+    /// Flushes and removes one map. `unreachable` says why no path can serve it: then it
+    /// is not flushed (the check found nothing waiting to be written, or the detach is
+    /// forced) and its queued I/O is failed.
+    fn take_down_map(
+        &mut self,
+        map: &MapDevice,
+        unreachable: Option<&str>,
+    ) -> std::result::Result<(), Stop> {
+        let label = format!("{} ({})", map.name, map.node.name);
+        let deadline = self.deadline;
+        let node = map.node.clone();
+        if let Some(why) = unreachable {
+            let outcome = if self.opts.force {
+                format!("no path can take I/O ({why}); forced: whatever it held is lost")
+            } else if self.failed_while_waiting.contains(&map.name) {
+                format!(
+                    "no path can take I/O ({why}); it was open while this detach waited for \
+                     a path, until its queued I/O was failed (queueing turned off, as \
+                     multipathd does when no_path_retry runs out): writes that waited in it \
+                     are lost"
+                )
+            } else {
+                format!("no path can take I/O ({why}); nothing had it open, so nothing waits")
+            };
+            self.record(
+                StepKind::FlushMap,
+                &label,
+                Outcome::Skipped(outcome),
+                Duration::ZERO,
+            );
+        } else {
+            let root = self.root;
+            self.step_or_force(StepKind::FlushMap, &label, || {
+                match block::flush(&node, deadline) {
+                    Ok(()) => Ok(Outcome::Done),
+                    Err(e) if flush_found_it_gone(root, &node, &e) => Ok(Outcome::AlreadyGone),
+                    Err(e) => Err(e),
+                }
+            })?;
+        }
+        let root = self.root;
+        let mut opts = RemoveOptions::default();
+        opts.timeout = deadline.saturating_duration_since(Instant::now());
+        // A map no path can serve was checked to hold nothing: failing its queued I/O (udev's
+        // stuck reads) is safe.
+        opts.force = self.opts.force || unreachable.is_some();
+        opts.use_multipathd = self.opts.use_multipathd;
+        let name = map.name.clone();
+        self.step_or_force(StepKind::RemoveMap, &label, || {
+            match multipath::remove(root, &name, &opts) {
+                Ok(_) => Ok(Outcome::Done),
+                Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(|e| match e {
+            // The check above found it free, so this is an opener of a moment (udev probing
+            // the map after its flush): another round retries.
+            Error::Busy { .. } => Stop::Again(e),
+            e => e.into(),
+        })
+    }
+
+    fn take_down_paths(&mut self, paths: &[VolumePath], behind_map: bool) -> Result<()> {
+        let root = self.root;
+        let deadline = self.deadline;
+        let force = self.opts.force;
+        // Each delete blocks on its device's cache flush and teardown: do them side by side.
+        type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
+        let results: Vec<PathResult> = std::thread::scope(|s| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|p| {
+                    s.spawn(move || {
+                        let t0 = Instant::now();
+                        let flushed = flush_path(root, p, behind_map, deadline);
+                        let flush_time = t0.elapsed();
+                        let t1 = Instant::now();
+                        // A path whose flush failed is not deleted (unless forced): `None`.
+                        let deleted = match (&flushed, force) {
+                            (Err(_), false) => None,
+                            _ => Some(
+                                scsi::remove_device(root, p.hctl, &p.identity, deadline).map(|d| {
+                                    match d {
+                                        Deleted::Now => Outcome::Done,
+                                        Deleted::AlreadyGone => Outcome::AlreadyGone,
+                                    }
+                                }),
+                            ),
+                        };
+                        (flush_time, flushed, t1.elapsed(), deleted)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    // Its flush may or may not have run; its delete did not finish.
+                    h.join().unwrap_or_else(|_| {
+                        let e = Error::Internal {
+                            what: "the thread flushing and deleting this path panicked".into(),
+                        };
+                        (Duration::ZERO, Err(e), Duration::ZERO, None)
+                    })
+                })
+                .collect()
+        });
+        let mut first_err = None;
+        for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
+            let target = p.to_string();
+            let flush_failed = flushed.is_err();
+            match flushed {
+                Ok(o) => self.record(StepKind::FlushPath, &target, o, ft),
+                Err(e) if force => self.record(
+                    StepKind::FlushPath,
+                    &target,
+                    Outcome::Skipped(format!("forced past: {e}")),
+                    ft,
+                ),
+                Err(e) => {
+                    self.record(
+                        StepKind::FlushPath,
+                        &target,
+                        Outcome::Failed(e.to_string()),
+                        ft,
+                    );
+                    first_err.get_or_insert(step_error(StepKind::FlushPath, &target, e));
+                }
+            }
+            if flush_failed && !force {
+                continue;
+            }
+            match deleted {
+                // Not attempted: its flush failed (recorded above).
+                None => {}
+                Some(Ok(o)) => self.record(StepKind::DeletePath, &target, o, dt),
+                // Another device at the address since this round checked it: left alone, and
+                // the next round looks at what is there now.
+                Some(Err(e @ Error::Replaced { .. })) => {
+                    self.record(
+                        StepKind::DeletePath,
+                        &target,
+                        Outcome::Skipped(format!("{e}; looking again")),
+                        dt,
+                    );
+                    first_err.get_or_insert(e);
+                }
+                Some(Err(e)) => {
+                    self.record(
+                        StepKind::DeletePath,
+                        &target,
+                        Outcome::Failed(e.to_string()),
+                        dt,
+                    );
+                    first_err.get_or_insert(step_error(StepKind::DeletePath, &target, e));
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// Flushes a path's disk. A path of a multipath volume whose device is not running cannot take
+/// writes at all; what the volume had to write went through the map, which was flushed first,
+/// so it is passed over rather than holding the detach until the transport gives up.
+fn flush_path(root: &Root, p: &VolumePath, behind_map: bool, deadline: Instant) -> Result<Outcome> {
+    let Some(disk) = &p.disk else {
+        return Ok(Outcome::AlreadyGone);
+    };
+    match p.state.as_deref() {
+        // A lone disk is the volume's only writer: its flush must run, within the deadline.
+        _ if !behind_map => {}
+        Some("running") => {}
+        // blocked (a session in recovery) would hold the flush until the transport gives up,
+        // minutes later; offline and transport-offline fail it. The kernel fails a blocked
+        // device's queue when it is deleted, so the delete itself does not wait.
+        state => {
+            return Ok(Outcome::Skipped(format!(
+                "device is {}: it takes no writes now, and the map was flushed first",
+                state.unwrap_or("in an unknown state")
+            )));
+        }
+    }
+    match block::flush(disk, deadline) {
+        Ok(()) => Ok(Outcome::Done),
+        Err(e) if flush_found_it_gone(root, disk, &e) => Ok(Outcome::AlreadyGone),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a failed flush failed because the device is gone, and sysfs agrees. The errno
+/// alone does not tell: an offline SCSI disk refuses its open with `ENXIO` too (`sd_open`),
+/// and still holds what it cached; only a device whose `/sys/dev/block/M:m` went away is
+/// gone.
+fn flush_found_it_gone(root: &Root, node: &block::BlockNode, e: &Error) -> bool {
+    e.is_gone() && !crate::sysfs::block::number_exists(root, node.dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flush_error_is_gone_only_when_sysfs_agrees() {
+        let dir = std::env::temp_dir().join(format!("lunkit-flush-gone-{}", std::process::id()));
+        let root = Root::new(&dir);
+        let node = block::BlockNode {
+            name: "sdc".into(),
+            dev: DevNum {
+                major: 8,
+                minor: 32,
+            },
+            path: dir.join("dev/sdc"),
+        };
+        let open = |errno| Error::io(&node.path, std::io::Error::from_raw_os_error(errno));
+        std::fs::create_dir_all(dir.join("sys/dev/block/8:32")).unwrap();
+        // The disk is there: an offline disk's ENXIO, or a node udev already removed, is not
+        // a flush that may be skipped.
+        assert!(!flush_found_it_gone(&root, &node, &open(libc::ENXIO)));
+        assert!(!flush_found_it_gone(&root, &node, &open(libc::ENOENT)));
+        std::fs::remove_dir(dir.join("sys/dev/block/8:32")).unwrap();
+        assert!(flush_found_it_gone(&root, &node, &open(libc::ENOENT)));
+        // Gone from sysfs, but the error is not an absence: still an error.
+        assert!(!flush_found_it_gone(&root, &node, &open(libc::EIO)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
