@@ -61,6 +61,12 @@ pub enum Error {
         device: String,
         /// Who uses it: mount points, holders, open count.
         reason: String,
+        /// What the in-use check found, when one ran, for a caller to branch on: a
+        /// filesystem mount, kubelet's loop device or bind mount, a process. `None` when the
+        /// refusal came from elsewhere (device-mapper's open count, a map that queues with
+        /// no path, a path of another volume's map). [`Error::usage`] finds it through
+        /// [`Error::Step`].
+        usage: Option<Box<crate::block::Usage>>,
     },
 
     /// Nothing was found using the device, but the check could not look everywhere (a
@@ -72,6 +78,10 @@ pub enum Error {
         device: String,
         /// What could not be checked, and why.
         reason: String,
+        /// What the in-use check saw, with what it could not look at in
+        /// [`Usage::unchecked`](crate::block::Usage::unchecked); `None` when the doubt is not
+        /// the check's (a map left with no path and no remembered WWID).
+        usage: Option<Box<crate::block::Usage>>,
     },
 
     /// The device at an address is not the one the operation checked: it was removed and
@@ -230,6 +240,25 @@ impl Error {
                 io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
                 _ => ErrorKind::Other,
             },
+        }
+    }
+
+    /// What the in-use check found, for a refusal that came from it ([`Error::Busy`] or
+    /// [`Error::Unverified`]), looking through [`Error::Step`]: a detach reports its refusal
+    /// as a failed `check-in-use` step.
+    ///
+    /// ```
+    /// # use lunkit::{Error, block::Usage};
+    /// fn waits_for_kubelet(e: &Error) -> bool {
+    ///     // kubelet's loop device on the volume is let go when its unmap ends: retry.
+    ///     e.usage().is_some_and(|u| !u.loops.is_empty() && u.mounts.is_empty())
+    /// }
+    /// ```
+    pub fn usage(&self) -> Option<&crate::block::Usage> {
+        match self {
+            Error::Busy { usage, .. } | Error::Unverified { usage, .. } => usage.as_deref(),
+            Error::Step { source, .. } => source.usage(),
+            _ => None,
         }
     }
 

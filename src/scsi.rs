@@ -132,6 +132,7 @@ pub(crate) fn trigger(
                         show(&held.wwid),
                         held.by
                     ),
+                    usage: None,
                 });
             }
         }
@@ -150,6 +151,7 @@ pub(crate) fn trigger(
                         show(&held.wwid),
                         held.by
                     ),
+                    usage: None,
                 });
             }
         }
@@ -363,10 +365,15 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
             };
             let usage = block::usage(root, std::slice::from_ref(node), &scope, deadline)?;
             match usage.refusal(&format!("{node} ({hctl})")) {
-                Some(Error::Busy { device, .. }) => {
+                Some(Error::Busy {
+                    device,
+                    usage: found,
+                    ..
+                }) => {
                     return Err(Error::Busy {
                         device,
                         reason: busy_reason(root, &usage),
+                        usage: found,
                     });
                 }
                 Some(e) => return Err(e),

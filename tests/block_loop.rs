@@ -290,6 +290,15 @@ fn usage_names_mounts_openers_and_swap() {
     assert_eq!(u.mounts.len(), 1, "{u}");
     assert_eq!(u.mounts[0].mount_point, mp);
     assert!(u.to_string().contains("mount point"), "{u}");
+    // The refusal carries what was found, and a workflow's step error hands it on.
+    let refusal = u.refusal(&node.name).expect("a mounted device is refused");
+    assert_eq!(refusal.kind(), lunkit::ErrorKind::Busy, "{refusal}");
+    let step = lunkit::Error::Step {
+        step: "check-in-use",
+        target: node.name.clone(),
+        source: Box::new(refusal),
+    };
+    assert_eq!(step.usage(), Some(&u), "{step}");
     run("umount", &[mp.to_str().unwrap()]);
     lo.mount = None;
 

@@ -1503,6 +1503,30 @@ fn kubelet_block_layout_on_a_multipath_map_is_refused_and_named() {
     assert!(err.contains("bind-mounted at"), "{err}");
     assert!(vol.map().is_some(), "the map is still there");
 
+    // A node plugin linking the library gets the same users as typed fields, to branch on.
+    {
+        use lunkit::block::MountKind;
+        let root = lunkit::Root::default();
+        let spec = lunkit::ops::VolumeSpec::Wwid(wwid.parse().unwrap());
+        let e = lunkit::ops::detach(&root, &spec, &lunkit::ops::DetachOptions::new(&root))
+            .expect_err("the layout holds the volume");
+        assert_eq!(e.kind(), lunkit::ErrorKind::Busy, "{e}");
+        let u = e.usage().unwrap_or_else(|| panic!("no usage in {e:?}"));
+        let loops: Vec<&str> = u.loops.iter().map(|l| l.loop_device.as_str()).collect();
+        assert_eq!(loops, [lo.as_str()], "{u}");
+        assert_eq!(u.loops[0].backing_file, Path::new(&global), "{u}");
+        let nodes: Vec<String> = u
+            .mounts
+            .iter()
+            .filter(|m| m.kind == MountKind::DeviceNode)
+            .map(|m| m.mount_point.display().to_string())
+            .collect();
+        for want in [&pod, &publish] {
+            assert!(nodes.contains(want), "{want} not in {nodes:?}: {u}");
+        }
+        assert!(vol.map().is_some(), "the map is still there");
+    }
+
     // Kubelet lets go step by step; every step short of the last is still a refusal.
     layout.release_loop();
     let err = assert_refused_naming(&vol, &spec, &[&global, &pod, &publish]);

@@ -185,11 +185,13 @@ impl Usage {
             Some(Error::Busy {
                 device: device.to_owned(),
                 reason: self.to_string(),
+                usage: Some(Box::new(self.clone())),
             })
         } else if !self.unchecked.is_empty() {
             Some(Error::Unverified {
                 device: device.to_owned(),
                 reason: self.to_string(),
+                usage: Some(Box::new(self.clone())),
             })
         } else {
             None

@@ -143,6 +143,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
                 reason: "no path is active and queue_if_no_path is set: queued and dirty data \
                          cannot reach the storage; refusing (force fails that I/O)"
                     .into(),
+                usage: None,
             });
         }
         // Fail the queued I/O now, so that writers stuck on it (a close that syncs) let go
@@ -182,6 +183,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
             return Err(Error::Busy {
                 device: map.label(),
                 reason,
+                usage: None,
             });
         }
     }
@@ -303,6 +305,7 @@ fn flush_and_remove(
                 return Err(fail(Error::Busy {
                     device: format!("{} ({})", map.label(), p.name),
                     reason: "its partition map is open".into(),
+                    usage: None,
                 }));
             }
             Err(e) => return Err(fail(e)),

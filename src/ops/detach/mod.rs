@@ -246,6 +246,7 @@ pub fn detach_with(
                         list.join(", "),
                         if orphans.len() == 1 { "is" } else { "are" }
                     ),
+                    usage: None,
                 };
                 run.record(
                     StepKind::Verify,
