@@ -72,8 +72,8 @@ pub struct MultipathMap<'a> {
 impl Topology {
     /// Reads the whole topology below `root`.
     ///
-    /// Fails with [`Error::NotFound`](crate::Error::NotFound) when the root has no `sys/` directory, so a mistyped
-    /// `--root` is not mistaken for a node without storage.
+    /// Fails with [`Error::NotFound`](crate::Error::NotFound) when the root has no `sys/`
+    /// directory, so a mistyped `--root` is not mistaken for a node without storage.
     pub fn read(root: &Root) -> Result<Self> {
         crate::sysfs::require(root)?;
         Ok(Topology {
