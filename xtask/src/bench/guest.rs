@@ -95,6 +95,13 @@ pub fn main(args: &[String]) -> Result<u8> {
             lab_phase(ctx, wants("scan"), wants("teardown"), wants("crowd"))
         });
     }
+    if wants("node") {
+        phase(
+            "node: scans with udevd and multipathd running, 2 sessions",
+            "node",
+            &mut node_phase,
+        );
+    }
     if wants("scale") {
         phase(
             &format!("scale: 1 and {SCALE_LUNS} LUNs exported"),
@@ -738,6 +745,261 @@ fn scale_phase(ctx: &mut Ctx) -> Result<()> {
     one.teardown()?;
     lab_down?;
     result.map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------
+// Scan rows on a node as it runs in production
+// ---------------------------------------------------------------------------------------
+
+/// How the `node` row brings the LUN in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeScan {
+    /// `lunkit scan iscsi --portal P`: one path.
+    Lunkit,
+    /// The kernel alone, one path.
+    Floor,
+    /// `lunkit scan iscsi` on both sessions at once.
+    LunkitBoth,
+}
+
+/// The scan rows with what every node runs beside them: udevd (virtme-ng's init starts it)
+/// and multipathd with `find_multipaths no`, which maps every new disk at once, two sessions
+/// to the target. The bare `scan` row (no multipathd) stays.
+fn node_phase(ctx: &mut Ctx) -> Result<()> {
+    let lab = IscsiLab::build(LabConfig {
+        scan: vec![0],
+        multipath: None,
+        ..LabConfig::default()
+    })?;
+    if lab.sessions.len() < 2 {
+        return Err(format!(
+            "the node row needs 2 sessions, the lab has {}",
+            lab.sessions.len()
+        )
+        .into());
+    }
+    let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
+    let result = (|| -> Result<()> {
+        // LUN 0 is on both sessions: multipathd maps it first; let that finish.
+        multipath::wait_maps(1, lab.sessions.len())?;
+        settle(ctx)?;
+        let sessions = &lab.sessions;
+        let portal = &sessions[0].portal;
+        let list = [
+            (
+                NodeScan::Lunkit,
+                Measurement::new(
+                    "node",
+                    "lunkit",
+                    "lunkit scan iscsi, one path",
+                    &format!(
+                        "`lunkit scan iscsi --target IQN --portal {portal} --lun {SCAN_LUN} \
+                         --json`, spawn to exit, with udevd and multipathd (find_multipaths \
+                         no) running: multipathd maps the disk as it comes. The library time \
+                         is `elapsed_us`."
+                    ),
+                ),
+            ),
+            (
+                NodeScan::Floor,
+                Measurement::new(
+                    "node",
+                    "floor",
+                    "kernel floor",
+                    &format!(
+                        "`0 0 {SCAN_LUN}` written to host{}/scan from the benchmark process; \
+                         time until an independent netlink listener receives the disk's `add` \
+                         uevent. udevd and multipathd run as for lunkit.",
+                        sessions[0].host
+                    ),
+                ),
+            ),
+            (
+                NodeScan::LunkitBoth,
+                Measurement::new(
+                    "node",
+                    "both",
+                    "lunkit scan iscsi, both sessions",
+                    &format!(
+                        "`lunkit scan iscsi --target IQN --lun {SCAN_LUN} --json` (no \
+                         --portal: every session, scanned at once), spawn to exit; it returns \
+                         once both disks' nodes open. Its library time against the one-path \
+                         scan's is what a second path costs."
+                    ),
+                ),
+            ),
+        ];
+        node_cleanup(ctx, sessions)?;
+        rounds(ctx, &list, |ctx, m| node_scan_once(ctx, sessions, m)).map(|_| ())
+    })();
+    let stopped = mpd.stop();
+    result?;
+    stopped?;
+    lab.teardown()
+}
+
+/// The scanned LUN's address on each session.
+fn node_hctls(sessions: &[Session]) -> Vec<String> {
+    sessions
+        .iter()
+        .map(|s| format!("{}:0:0:{SCAN_LUN}", s.host))
+        .collect()
+}
+
+fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Run> {
+    let first = Target {
+        session: sessions[0].clone(),
+        lun: SCAN_LUN,
+    };
+    let hctl = first.hctl();
+    let wanted: Vec<String> = if m == NodeScan::LunkitBoth {
+        node_hctls(sessions)
+    } else {
+        vec![hctl.clone()]
+    };
+    let mut run = Run::default();
+    let seq0 = seqnum()?;
+    warm_cpu();
+    let t_start = Instant::now();
+    let result = (|| -> Result<()> {
+        match m {
+            NodeScan::Lunkit | NodeScan::LunkitBoth => {
+                let lun = SCAN_LUN.to_string();
+                let mut args = vec!["scan", "iscsi", "--target", &first.session.target];
+                if m == NodeScan::Lunkit {
+                    args.extend(["--portal", &first.session.portal]);
+                }
+                args.extend(["--lun", &lun, "--timeout", "60", "--json"]);
+                let out = proc::timed(Command::new(&ctx.lunkit).args(&args), true)?
+                    .ok("lunkit scan iscsi")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.rss_kib = Some(out.rss_kib);
+            }
+            NodeScan::Floor => {
+                fs::write(first.scan_attr(), format!("0 0 {SCAN_LUN}"))?;
+                let ev = ctx
+                    .listener
+                    .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
+                    .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
+                run.wall_us = ev.at.saturating_duration_since(t_start).as_micros() as u64;
+            }
+        }
+        Ok(())
+    })();
+    run.add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
+        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    run.dev_add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(&hctl))
+        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    let missing: Vec<&String> = wanted.iter().filter(|h| node_opens(h).is_none()).collect();
+    let missing = format!("{missing:?}");
+    let all_came = missing == "[]";
+    // Count what the action caused, multipathd's map included, before cleaning up.
+    let mapped = node_map(sessions);
+    ctx.listener.wait_quiet(QUIET, TIMEOUT);
+    run.uevents = Some(seqnum()?.saturating_sub(seq0));
+    let cleaned = node_cleanup(ctx, sessions);
+    result?;
+    mapped?;
+    cleaned?;
+    if !all_came {
+        return Err(format!("{missing} have no disk that opens after the run").into());
+    }
+    Ok(run)
+}
+
+/// The scanned LUN's addresses that exist now, and their disks (sorted).
+fn node_present(sessions: &[Session]) -> (Vec<String>, Vec<String>) {
+    let hctls: Vec<String> = node_hctls(sessions)
+        .into_iter()
+        .filter(|h| Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+        .collect();
+    let mut disks: Vec<String> = hctls
+        .iter()
+        .filter_map(|h| {
+            sysfs::names(format!("/sys/class/scsi_device/{h}/device/block"))
+                .into_iter()
+                .next()
+        })
+        .collect();
+    disks.sort();
+    (hctls, disks)
+}
+
+/// multipathd's map over every disk of the scanned LUN (it maps each disk as it comes,
+/// `find_multipaths no`), once it has them all; `None` when no disk is there.
+fn node_map(sessions: &[Session]) -> Result<Option<Map>> {
+    let (_, disks) = node_present(sessions);
+    if disks.is_empty() {
+        return Ok(None);
+    }
+    wait::until(
+        &format!("multipathd's map over {}", disks.join(",")),
+        TIMEOUT,
+        || Ok(multipath::maps().into_iter().find(|m| m.paths == disks)),
+    )
+    .map(Some)
+    .map_err(|e| format!("{e}; multipathd log:\n{}", multipath::log()).into())
+}
+
+/// Takes the scanned LUN off again, whatever a run left: multipathd maps every disk that
+/// comes (find_multipaths no), so its map is awaited first (removing the paths while it
+/// builds the map races with it), then `lunkit detach` takes map and paths down; the
+/// devices' deletes and `multipath -f` are the fallback. Settles, and checks nothing is left.
+fn node_cleanup(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
+    let (hctls, disks) = node_present(sessions);
+    if hctls.is_empty() {
+        return settle(ctx);
+    }
+    let map = node_map(sessions);
+    let lun = SCAN_LUN.to_string();
+    let detached = proc::timed(
+        Command::new(&ctx.lunkit).args([
+            "detach",
+            "--iscsi-target",
+            &sessions[0].target,
+            "--lun",
+            &lun,
+            "--timeout",
+            "60",
+        ]),
+        false,
+    )
+    .and_then(|out| out.ok("lunkit detach (cleanup)").map(|_| ()));
+    if let Err(e) = &detached {
+        say(&format!(
+            "cleanup: {e}; removing the map and paths directly"
+        ));
+        if let Ok(Some(m)) = &map {
+            lunkit_lab::cmd::run_ignoring_failure("multipath", &["-f", &m.name]);
+        }
+        delete_devices(&hctls)?;
+    }
+    settle(ctx)?;
+    let left: Vec<&String> = hctls
+        .iter()
+        .filter(|h| Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+        .collect();
+    // A map whose paths were all deleted has none left to match: its uuid says it.
+    let uuid = map
+        .as_ref()
+        .ok()
+        .and_then(|m| m.as_ref())
+        .map(|m| m.uuid.clone());
+    let maps_left: Vec<String> = multipath::maps()
+        .into_iter()
+        .filter(|m| m.paths.iter().any(|p| disks.contains(p)) || Some(&m.uuid) == uuid.as_ref())
+        .map(|m| m.name)
+        .collect();
+    map?;
+    if !left.is_empty() || !maps_left.is_empty() {
+        return Err(format!("cleanup left devices {left:?} and maps {maps_left:?}").into());
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -47,6 +47,10 @@ pub struct Target {
 /// Rows in table order, with their titles.
 const ROWS: &[(&str, &str)] = &[
     ("scan", "Scan one iSCSI LUN (8 exported)"),
+    (
+        "node",
+        "Scan one iSCSI LUN, udevd and multipathd running, 2 sessions",
+    ),
     ("scale1", "Scan, 1 LUN exported"),
     ("scale256", "Scan, 256 LUNs exported"),
     ("teardown", "Teardown, 2-path multipath volume"),
@@ -371,6 +375,23 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
             detail: "not measured".to_owned(),
         },
     });
+    // Issue 13's goals, on a node as it runs in production (udevd and multipathd).
+    t.push(at_most(
+        "node-floor-library",
+        "node (udevd, multipathd): lunkit's one-path library time within 1.10× of the kernel floor",
+        lib_median(all, "node.lunkit"),
+        median(all, "node.floor"),
+        1.10,
+        "floor",
+    ));
+    t.push(at_most(
+        "node-second-path",
+        "node (udevd, multipathd): a 2-session scan's library time within 1.15× of a one-path scan's",
+        lib_median(all, "node.both"),
+        lib_median(all, "node.lunkit"),
+        1.15,
+        "one path",
+    ));
     t.push(at_most(
         "scan-uevents",
         "scan: uevents per single-LUN attach no more than the floor's",
@@ -673,6 +694,29 @@ mod tests {
         assert!(md.contains("1.6× lunkit"), "{md}");
         let j = json(&all, &Meta::default());
         assert!(j.contains("\"id\": \"scan.lunkit\""));
+    }
+
+    #[test]
+    fn node_targets_compare_library_times() {
+        let all = vec![
+            m("node.lunkit", &[150_000; 3], Some(100_000), 20),
+            m("node.floor", &[95_000; 3], None, 20),
+            m("node.both", &[190_000; 3], Some(120_000), 30),
+        ];
+        let t = targets(&all);
+        let get = |id: &str| t.iter().find(|t| t.id == id).unwrap();
+        assert_eq!(get("node-floor-library").verdict, Verdict::Met);
+        let second = get("node-second-path");
+        assert_eq!(second.verdict, Verdict::Missed);
+        assert!(
+            second.detail.starts_with("1.20× one path"),
+            "{}",
+            second.detail
+        );
+        let md = markdown(&all, &Meta::default());
+        assert!(md.contains("udevd and multipathd running"), "{md}");
+        // The second path's scan is also shown against the one-path command.
+        assert!(md.contains("1.3× lunkit"), "{md}");
     }
 
     #[test]
