@@ -21,7 +21,7 @@ use lunkit_lab::multipath::{self, Map, Multipathd};
 use lunkit_lab::scsi_debug::ScsiDebug;
 use lunkit_lab::{VM_ENV, sysfs, udev, wait};
 
-use super::listener::Listener;
+use super::listener::{Event, Listener};
 use super::model::{Measurement, Recorder, Run, State};
 use super::proc::{self, subcommand_available};
 use super::sys;
@@ -556,14 +556,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.rss_kib = Some(out.rss_kib);
             }
-            Scan::Floor => {
-                fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
-                let ev = ctx
-                    .listener
-                    .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
-                    .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
-                run.wall_us = ev.at.saturating_duration_since(t_start).as_micros() as u64;
-            }
+            Scan::Floor => run.wall_us = floor_scan(ctx, t, seq0, t_start)?,
             Scan::Poll => {
                 fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
                 let link = t.by_path();
@@ -598,16 +591,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
         }
         Ok(())
     })();
-    // When the disk's add uevent came, relative to the start of the run (already received
-    // by now for every method that succeeded).
-    run.add_us = ctx
-        .listener
-        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
-        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
-    run.dev_add_us = ctx
-        .listener
-        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(&hctl))
-        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    add_times(ctx, &mut run, seq0, t_start, &hctl);
     // Count what the action caused (udev's reactions included) before cleaning up.
     ctx.listener.wait_quiet(QUIET, TIMEOUT);
     run.uevents = Some(seqnum()?.saturating_sub(seq0));
@@ -621,6 +605,32 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
         return Err(format!("{hctl} has no disk that opens after the run").into());
     }
     Ok(run)
+}
+
+/// The kernel floor of a scan: `0 0 LUN` written to the host's `scan` from this process,
+/// until the independent listener receives the disk's `add` uevent; microseconds.
+fn floor_scan(ctx: &Ctx, t: &Target, seq0: u64, t_start: Instant) -> Result<u64> {
+    let hctl = t.hctl();
+    fs::write(t.scan_attr(), format!("0 0 {}", t.lun))?;
+    let ev = ctx
+        .listener
+        .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
+        .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
+    Ok(ev.at.saturating_duration_since(t_start).as_micros() as u64)
+}
+
+/// When the disk's and the scsi_device's `add` uevents came, relative to the start of the
+/// run (already received by now for every method that succeeded).
+fn add_times(ctx: &Ctx, run: &mut Run, seq0: u64, t_start: Instant, hctl: &str) {
+    let since = |ev: &Event| ev.at.saturating_duration_since(t_start).as_micros() as u64;
+    run.add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(hctl))
+        .map(|ev| since(&ev));
+    run.dev_add_us = ctx
+        .listener
+        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(hctl))
+        .map(|ev| since(&ev));
 }
 
 fn scan_row(
@@ -876,25 +886,11 @@ fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Ru
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.rss_kib = Some(out.rss_kib);
             }
-            NodeScan::Floor => {
-                fs::write(first.scan_attr(), format!("0 0 {SCAN_LUN}"))?;
-                let ev = ctx
-                    .listener
-                    .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
-                    .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
-                run.wall_us = ev.at.saturating_duration_since(t_start).as_micros() as u64;
-            }
+            NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,
         }
         Ok(())
     })();
-    run.add_us = ctx
-        .listener
-        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(&hctl))
-        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
-    run.dev_add_us = ctx
-        .listener
-        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(&hctl))
-        .map(|ev| ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    add_times(ctx, &mut run, seq0, t_start, &hctl);
     let missing: Vec<&String> = wanted.iter().filter(|h| node_opens(h).is_none()).collect();
     let missing = format!("{missing:?}");
     let all_came = missing == "[]";
