@@ -37,8 +37,8 @@ usage: cargo xtask <command>
                           run CMD as root in the guest, return its exit code
   bench [--runs N] [--only GROUP,...]
                           lunkit against the kernel floor and the peer tools, one boot;
-                          table and JSON in target/bench/ (groups: scan, scale, teardown,
-                          listing, flush)
+                          table and JSON in target/bench/ (groups: scan, node, scale,
+                          teardown, crowd, listing, flush)
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)
