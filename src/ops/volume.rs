@@ -273,8 +273,8 @@ fn map_by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
             "not a device path, kernel name, map name or H:C:T:L",
         ));
     }
-    for b in sysblock::disk_names(root)? {
-        if b.starts_with("dm-") && sysblock::dm_name(root, &b).as_deref() == Some(name) {
+    for b in sysblock::dm_names(root)? {
+        if sysblock::dm_name(root, &b).as_deref() == Some(name) {
             return block::by_name(root, &b);
         }
     }
@@ -313,10 +313,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         .wwid
         .as_ref()
         .map(|w| format!("{UUID_PREFIX}{}", w.to_multipath()));
-    for b in sysblock::disk_names(root)? {
-        if !b.starts_with("dm-") {
-            continue;
-        }
+    for b in sysblock::dm_names(root)? {
         let u = sysblock::dm_uuid(root, &b);
         if u.is_some() && u == uuid {
             map_names.push(b);
@@ -369,16 +366,10 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
             hctl: h,
             identity: PathIdentity::of(root, h),
             disk: block::of_scsi_device(root, h)?,
-            state: path_state(root, h),
+            state: sysscsi::state(root, h),
         });
     }
     Ok(state)
-}
-
-/// The scsi_device state of the path at `hctl` now (`running`, `blocked`, `offline`,
-/// `transport-offline`...), read from sysfs; `None` when it is gone or unreadable.
-pub fn path_state(root: &Root, hctl: Hctl) -> Option<String> {
-    sysscsi::state(root, hctl)
 }
 
 /// A multipath map none of whose paths is a SCSI disk any more: every path was deleted or
@@ -403,10 +394,7 @@ impl fmt::Display for OrphanMap {
 /// entry of it a disk with a SCSI address). Partition maps are not multipath maps.
 pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
     let mut orphans = Vec::new();
-    for dm in sysblock::disk_names(root)? {
-        if !dm.starts_with("dm-") {
-            continue;
-        }
+    for dm in sysblock::dm_names(root)? {
         let Some(wwid) =
             sysblock::dm_uuid(root, &dm).and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned))
         else {

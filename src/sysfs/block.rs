@@ -71,14 +71,7 @@ pub fn device(root: &Root, name: &str) -> Result<Option<BlockDevice>> {
 
 /// Reads the disk `name` from its directory `dir` (resolved and confined to the root).
 fn read(dir: &Path, name: &str) -> Result<BlockDevice> {
-    let mut partitions = Vec::new();
-    for sub in entries(dir)? {
-        // Partitions are real subdirectories; `holders`, `bdi`, `device` and the like are not.
-        let sub_dir = dir.join(&sub);
-        if sub.starts_with(name) && real_dir(&sub_dir) && sub_dir.join("partition").exists() {
-            partitions.push(sub);
-        }
-    }
+    let partitions = partitions_in(dir, name)?;
     let dm = real_dir(&dir.join("dm")).then(|| {
         let d = dir.join("dm");
         DmInfo {
@@ -99,6 +92,19 @@ fn read(dir: &Path, name: &str) -> Result<BlockDevice> {
     })
 }
 
+/// The partitions of disk `name` in its directory `dir`: subdirectories named after the
+/// disk with a `partition` attribute. Partitions are real subdirectories; `holders`, `bdi`,
+/// `device` and the like are not, and a symlink is not followed out of the disk.
+fn partitions_in(dir: &Path, name: &str) -> Result<Vec<String>> {
+    Ok(entries(dir)?
+        .into_iter()
+        .filter(|sub| {
+            let sub_dir = dir.join(sub);
+            sub.starts_with(name) && real_dir(&sub_dir) && sub_dir.join("partition").exists()
+        })
+        .collect())
+}
+
 // One attribute or listing each, for the workflows: they ask one thing of one device, often
 // in a loop, where reading the whole [`BlockDevice`] would cost a dozen files. Names come from
 // sysfs listings or went through `check_component`.
@@ -113,9 +119,12 @@ fn number_dir(root: &Root, dev: DevNum) -> PathBuf {
     root.sys(format!("dev/block/{dev}"))
 }
 
-/// The names under `/sys/block`: the disks, dm devices among them, without partitions.
-pub(crate) fn disk_names(root: &Root) -> Result<Vec<String>> {
-    entries(&root.sys("block"))
+/// The device-mapper devices under `/sys/block` (`dm-N`), by kernel name.
+pub(crate) fn dm_names(root: &Root) -> Result<Vec<String>> {
+    Ok(entries(&root.sys("block"))?
+        .into_iter()
+        .filter(|n| n.starts_with("dm-"))
+        .collect())
 }
 
 /// The names under `/sys/class/block`: disks and partitions.
@@ -138,14 +147,9 @@ pub(crate) fn slaves(root: &Root, name: &str) -> Result<Vec<String>> {
     sub_entries(&class_dir(root, name), "slaves")
 }
 
-/// The partitions of disk `name` (`sda1`...): its subdirectories named after it that have a
-/// `partition` attribute.
+/// The partitions of disk `name` (`sda1`...).
 pub(crate) fn partitions(root: &Root, name: &str) -> Result<Vec<String>> {
-    let dir = class_dir(root, name);
-    Ok(entries(&dir)?
-        .into_iter()
-        .filter(|sub| sub.starts_with(name) && dir.join(sub).join("partition").exists())
-        .collect())
+    partitions_in(&class_dir(root, name), name)
 }
 
 /// Whether `name` is a partition (`<name>/partition` exists).

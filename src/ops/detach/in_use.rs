@@ -9,7 +9,7 @@ use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
 use crate::multipath;
-use crate::ops::volume::{self, MapDevice, VolumePath, VolumeState};
+use crate::ops::volume::{MapDevice, VolumePath, VolumeState};
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
 
@@ -256,7 +256,7 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         let volume_path = paths
             .iter()
             .find(|vp| vp.disk.as_ref().is_some_and(|d| d.dev == p.dev));
-        let now = volume_path.and_then(|vp| Some((vp, volume::path_state(root, vp.hctl)?)));
+        let now = volume_path.and_then(|vp| Some((vp, crate::sysfs::scsi::state(root, vp.hctl)?)));
         match now.as_ref().map(|(vp, s)| (*vp, s.as_str())) {
             Some((vp, state)) if state != "running" => {
                 let name = vp.disk.as_ref().map_or("?", |d| d.name.as_str());
