@@ -839,7 +839,7 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
                 ),
             ),
         ];
-        node_cleanup(ctx, sessions)?;
+        node_cleanup(ctx, sessions, node_map(sessions))?;
         rounds(ctx, &list, |ctx, m| node_scan_once(ctx, sessions, m)).map(|_| ())
     })();
     let stopped = mpd.stop();
@@ -891,19 +891,19 @@ fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Ru
         Ok(())
     })();
     add_times(ctx, &mut run, seq0, t_start, &hctl);
-    let missing: Vec<&String> = wanted.iter().filter(|h| node_opens(h).is_none()).collect();
-    let missing = format!("{missing:?}");
-    let all_came = missing == "[]";
+    let missing: Vec<String> = wanted
+        .into_iter()
+        .filter(|h| node_opens(h).is_none())
+        .collect();
     // Count what the action caused, multipathd's map included, before cleaning up.
     let mapped = node_map(sessions);
     ctx.listener.wait_quiet(QUIET, TIMEOUT);
     run.uevents = Some(seqnum()?.saturating_sub(seq0));
-    let cleaned = node_cleanup(ctx, sessions);
+    let cleaned = node_cleanup(ctx, sessions, mapped);
     result?;
-    mapped?;
     cleaned?;
-    if !all_came {
-        return Err(format!("{missing} have no disk that opens after the run").into());
+    if !missing.is_empty() {
+        return Err(format!("{missing:?} have no disk that opens after the run").into());
     }
     Ok(run)
 }
@@ -942,16 +942,17 @@ fn node_map(sessions: &[Session]) -> Result<Option<Map>> {
     .map_err(|e| format!("{e}; multipathd log:\n{}", multipath::log()).into())
 }
 
-/// Takes the scanned LUN off again, whatever a run left: multipathd maps every disk that
-/// comes (find_multipaths no), so its map is awaited first (removing the paths while it
-/// builds the map races with it), then `lunkit detach` takes map and paths down; the
-/// devices' deletes and `multipath -f` are the fallback. Settles, and checks nothing is left.
-fn node_cleanup(ctx: &mut Ctx, sessions: &[Session]) -> Result<()> {
+/// Takes the scanned LUN off again, whatever a run left. `map` is multipathd's map over
+/// its disks, awaited by [`node_map`]: multipathd maps every disk that comes
+/// (find_multipaths no), and removing the paths while it builds the map races with it.
+/// `lunkit detach` takes map and paths down; the devices' deletes and `multipath -f` are
+/// the fallback. Settles, and checks nothing is left; a failed wait for the map is the
+/// error then.
+fn node_cleanup(ctx: &mut Ctx, sessions: &[Session], map: Result<Option<Map>>) -> Result<()> {
     let (hctls, disks) = node_present(sessions);
     if hctls.is_empty() {
-        return settle(ctx);
+        return settle(ctx).and(map.map(|_| ()));
     }
-    let map = node_map(sessions);
     let lun = SCAN_LUN.to_string();
     let detached = proc::timed(
         Command::new(&ctx.lunkit).args([
