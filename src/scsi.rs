@@ -521,6 +521,21 @@ pub(crate) fn remove_device(
     Ok(Deleted::Now)
 }
 
+/// Writes `1` to the `rescan` attribute of the device at `hctl`: the midlayer re-reads its
+/// VPD pages and `sd` its capacity (READ CAPACITY), synchronously, so the disk's `size` is
+/// current when this returns. Bounded by `deadline` like every SCSI write.
+///
+/// [`Error::NotFound`] when no device is at `hctl` (or its directory leads out of the root).
+pub fn rescan(root: &Root, hctl: Hctl, deadline: Instant) -> Result<()> {
+    let dir = sysfs::Confine::new(root)
+        .dir(&sysfs::scsi::device_dir(root, hctl))
+        .filter(|d| d.is_dir())
+        .ok_or_else(|| Error::NotFound {
+            what: format!("SCSI device {hctl}"),
+        })?;
+    write_within(dir.join("rescan"), "1", deadline)
+}
+
 /// Writes a SCSI sysfs attribute whose store can block for as long as the midlayer waits on
 /// the device (`scan` waits out INQUIRY timeouts, `rescan` and `delete` every command's),
 /// giving up at `deadline`.

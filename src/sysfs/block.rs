@@ -152,6 +152,13 @@ pub(crate) fn partitions(root: &Root, name: &str) -> Result<Vec<String>> {
     partitions_in(&class_dir(root, name), name)
 }
 
+/// `<name>/size` in bytes: the attribute counts 512-byte sectors whatever the logical block
+/// size. The kernel updates it as soon as it learns a new capacity (`set_capacity`), before
+/// the `change` uevent that announces it.
+pub(crate) fn size_bytes(root: &Root, name: &str) -> Option<u64> {
+    attr_parse::<u64>(&class_dir(root, name), "size").and_then(|s| s.checked_mul(512))
+}
+
 /// Whether `name` is a partition (`<name>/partition` exists).
 pub(crate) fn is_partition(root: &Root, name: &str) -> bool {
     class_dir(root, name).join("partition").exists()
