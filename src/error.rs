@@ -161,6 +161,105 @@ pub enum Error {
         /// The WWID the device has (`None` without VPD page 0x83).
         actual: Option<crate::id::Wwid>,
     },
+
+    /// A resize was refused, or did not take. Every refusal comes before the multipath map
+    /// is touched; [`ResizeFailure::MapNotGrown`] and [`ResizeFailure::Multipathd`] say what
+    /// became of it.
+    #[error("cannot resize {volume}: {reason}")]
+    Resize {
+        /// The volume (`mpatha (dm-0)`, `WWID naa.…`, `sdc`).
+        volume: String,
+        /// Why.
+        reason: ResizeFailure,
+    },
+}
+
+/// Why [`Error::Resize`]: each case names the devices and sizes involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResizeFailure {
+    /// A path is not running (or has no disk): its size cannot be trusted, and the map must
+    /// not grow past what that path can serve. Nothing was rescanned.
+    PathDown {
+        /// The path (`7:0:0:1 (sdc)`).
+        path: String,
+        /// Its scsi_device state (`offline`, `blocked`, `transport-offline`, `no disk`).
+        state: String,
+    },
+    /// The paths report different sizes after their rescan: one of them is not this
+    /// volume's current size yet. The map was not touched.
+    SizesDiffer {
+        /// Every path with the size it reports, in bytes.
+        sizes: Vec<(String, u64)>,
+    },
+    /// The paths report less than the map has: a volume shrunk on the array. The map is
+    /// never shrunk (what lay beyond the new end would be cut off under its users).
+    Shrunk {
+        /// The map (`mpatha (dm-0)`) or, without one, the path.
+        device: String,
+        /// Its size, in bytes.
+        from: u64,
+        /// What the paths report now, in bytes.
+        to: u64,
+    },
+    /// multipathd answered something else than `ok` to `resize map`. The map is as it was.
+    Multipathd {
+        /// Its answer.
+        reply: String,
+    },
+    /// The map's length did not become the paths' size (read back from device-mapper).
+    MapNotGrown {
+        /// The map (`mpatha (dm-0)`).
+        map: String,
+        /// Its size now, in bytes.
+        size: u64,
+        /// The paths' size, in bytes.
+        wanted: u64,
+        /// Whether multipathd did the resize (and answered `ok`).
+        by_multipathd: bool,
+    },
+}
+
+impl std::fmt::Display for ResizeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResizeFailure::PathDown { path, state } => write!(
+                f,
+                "path {path} is {state}; bring it back or delete it before resizing                  (nothing was rescanned)"
+            ),
+            ResizeFailure::SizesDiffer { sizes } => {
+                f.write_str("the paths disagree on the size: ")?;
+                for (i, (p, s)) in sizes.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{p} {s} bytes")?;
+                }
+                f.write_str(" (the map was not touched)")
+            }
+            ResizeFailure::Shrunk { device, from, to } => write!(
+                f,
+                "{device} has {from} bytes and its paths now report {to}: the volume shrank;                  the map is never shrunk"
+            ),
+            ResizeFailure::Multipathd { reply } => write!(
+                f,
+                "multipathd answered {reply:?} to resize map; the map was not changed (see                  its log)"
+            ),
+            ResizeFailure::MapNotGrown {
+                map,
+                size,
+                wanted,
+                by_multipathd,
+            } => {
+                write!(f, "{map} has {size} bytes after the resize, not {wanted}")?;
+                if *by_multipathd {
+                    f.write_str(
+                        " although multipathd answered ok (it takes the size from the first \
+                         path of the first path group)",
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Coarse classification of an [`Error`], stable across versions; the CLI's exit codes follow it.
@@ -227,9 +326,10 @@ impl Error {
                 ErrorKind::Busy
             }
             Error::Ioctl { source, .. } => errno_kind(source),
-            Error::WwidMismatch { .. } | Error::Replaced { .. } | Error::Internal { .. } => {
-                ErrorKind::Other
-            }
+            Error::WwidMismatch { .. }
+            | Error::Replaced { .. }
+            | Error::Internal { .. }
+            | Error::Resize { .. } => ErrorKind::Other,
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
             // A file's ENXIO and ENODEV are not "not found", deliberately: opening an offline

@@ -49,7 +49,7 @@ pub mod udev;
 pub mod uevent;
 pub mod wait;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, ResizeFailure, Result};
 pub use id::{DevNum, Hctl, Wwid, Wwn};
 pub use root::Root;
 pub use scan::{PathOutcome, PathScan, ScanOptions, ScanReport};

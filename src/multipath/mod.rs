@@ -11,15 +11,17 @@
 //!
 //! One file per part, their items re-exported here: `table.rs` (the table and status lines'
 //! parsers), `find.rs` (a map by name, number, node or WWID, its uuid, its partition maps),
-//! `multipathd.rs` (the control-socket client) and `remove.rs` (the flush-and-remove
-//! sequence).
+//! `multipathd.rs` (the control-socket client), `remove.rs` (the flush-and-remove
+//! sequence) and `resize.rs` (growing a map to its paths' new size).
 
 mod find;
 mod multipathd;
 mod remove;
+mod resize;
 mod table;
 
 pub use find::*;
 pub use multipathd::{MULTIPATHD_SOCKET, Multipathd, Peer};
 pub use remove::*;
+pub use resize::{GrownBy, grow};
 pub use table::*;
