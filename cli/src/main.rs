@@ -4,6 +4,7 @@ mod attach;
 mod human;
 mod json;
 mod multipath;
+mod resize;
 mod scan;
 mod teardown;
 mod watch;
@@ -57,6 +58,11 @@ enum Command {
     /// map, flush and delete every path, verify nothing is left; retried until the deadline.
     /// Exit 0 done (or nothing was there), 4 refused (in use), 5 deadline passed.
     Detach(teardown::Detach),
+    /// Grow an attached volume online: rescan every path at once, check they agree, then grow
+    /// its multipath map (through multipathd when it runs). The filesystem is the caller's to
+    /// grow. Exit 0 resized (or already the size), 1 refused (a path down, paths that
+    /// disagree, a volume that shrank), 3 no such volume, 5 --expect-size not reached.
+    Resize(resize::Resize),
     /// Delete one SCSI device (after a flush); refused while it is in use or a path of a live
     /// multipath map. An H:C:T:L that is already gone is success.
     Delete(teardown::Delete),
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
         Command::Watch { json } => watch::run(json),
         Command::Attach(cmd) => attach::run(&root, cmd),
         Command::Detach(cmd) => teardown::detach(&root, cmd),
+        Command::Resize(cmd) => resize::run(&root, cmd),
         Command::Delete(cmd) => teardown::delete(&root, cmd),
         Command::Flush(cmd) => teardown::flush(&root, cmd),
     };

@@ -293,3 +293,64 @@ fn attach_lists_every_path_and_exits_by_min_paths() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `resize` on the two-session iSCSI node: every path of the map is rescanned (and no other
+/// LUN's), a path that is down refuses the whole before anything is written, and a size the
+/// paths never reach fails at the deadline naming what each reports. (Growing a real map is
+/// tests/vm_resize.rs.)
+#[test]
+fn resize_rescans_every_path_and_refuses_a_path_down_first() {
+    let dir = scratch("iscsi-multipath", "resize");
+    let root = dir.to_str().unwrap();
+    let dev = |h: &str| dir.join(format!("sys/class/scsi_device/{h}/device"));
+    let rescan = |h: &str| std::fs::read_to_string(dev(h).join("rescan")).unwrap();
+    let resize = |extra: &[&str]| {
+        let mut args = vec!["--root", root, "resize", "--json"];
+        args.extend_from_slice(extra);
+        let out = lunkit(&args);
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {out:?}"));
+        (out.status.code(), doc)
+    };
+
+    // mpatha (dm-0) is sda (6:0:0:0) and sdc (7:0:0:0).
+    std::fs::write(dev("7:0:0:0").join("state"), "offline").unwrap();
+    let (code, doc) = resize(&["mpatha"]);
+    assert_eq!(code, Some(1), "{doc}");
+    let err = doc["error"].as_str().unwrap();
+    assert!(err.contains("path 7:0:0:0 (sdc) is offline"), "{err}");
+    assert_eq!(
+        (rescan("6:0:0:0"), rescan("7:0:0:0")),
+        (String::new(), String::new())
+    );
+
+    std::fs::write(dev("7:0:0:0").join("state"), "running").unwrap();
+    let (code, doc) = resize(&["mpatha"]);
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(
+        (rescan("6:0:0:0"), rescan("7:0:0:0")),
+        ("1".into(), "1".into())
+    );
+    assert_eq!(rescan("6:0:0:1"), "", "mpathb's path was rescanned");
+    let r = &doc["result"];
+    assert_eq!(r["changed"], false, "{doc}");
+    assert_eq!(r["size"], 16 << 20, "{doc}");
+    assert_eq!(r["map"]["by"], "unchanged", "{doc}");
+    assert_eq!(r["paths"].as_array().unwrap().len(), 2, "{doc}");
+
+    let (code, doc) = resize(&["mpatha", "--expect-size", "33554432", "--timeout", "0.3"]);
+    assert_eq!(code, Some(5), "{doc}");
+    let err = doc["error"].as_str().unwrap();
+    for p in [
+        "6:0:0:0 (sda) 16777216 bytes",
+        "7:0:0:0 (sdc) 16777216 bytes",
+    ] {
+        assert!(err.contains(p), "{err}");
+    }
+
+    let (code, doc) = resize(&["sdz"]);
+    assert_eq!(code, Some(3), "{doc}");
+    let out = lunkit(&["--root", root, "resize", "--wwid", "naa.xyz"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,7 @@
 //! The workflows a CSI node plugin calls, built from everything below: bringing a volume
-//! onto the node ([`attach()`]) and taking it off ([`detach()`]), with per-volume locking
-//! ([`lock`]) and volume discovery ([`volume`]). Both name the volume the same way
-//! ([`VolumeSpec`]).
+//! onto the node ([`attach()`]), growing it online ([`resize()`]) and taking it off
+//! ([`detach()`]), with per-volume locking ([`lock`]) and volume discovery ([`volume`]). All
+//! three name the volume the same way ([`VolumeSpec`]).
 //!
 //! ```no_run
 //! use lunkit::Root;
@@ -20,6 +20,7 @@ pub mod attach;
 pub mod detach;
 pub mod lock;
 mod names;
+pub mod resize;
 pub mod volume;
 
 pub use attach::{AttachOptions, Attachment, attach};
@@ -27,4 +28,5 @@ pub use detach::{
     DEFAULT_DETACH_TIMEOUT, DetachOptions, DetachReport, Outcome, Step, StepKind, detach,
     detach_with,
 };
+pub use resize::{DEFAULT_RESIZE_TIMEOUT, MapSize, PathSize, ResizeOptions, Resized, resize};
 pub use volume::{Identity, MapDevice, OrphanMap, VolumeSpec, VolumeState};

@@ -1,0 +1,105 @@
+//! `lunkit resize`: grow an attached volume online, on every path and its multipath map.
+
+use std::time::Instant;
+
+use clap::Args;
+use lunkit::Root;
+use lunkit::ops::{self, ResizeOptions, Resized};
+
+use crate::teardown::VolumeArgs;
+
+/// `lunkit resize`.
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
+pub struct Resize {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// Wait until every path reports this size in bytes (fail at the deadline, naming what
+    /// each reports); already at it, nothing is rescanned.
+    #[arg(long, value_name = "BYTES")]
+    expect_size: Option<u64>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    timeout: f64,
+    /// Reload the map's table directly even when multipathd runs.
+    #[arg(long)]
+    no_multipathd: bool,
+    /// Lock the volume within this process only, not with a file under /run/lunkit/locks.
+    #[arg(long)]
+    no_lock_file: bool,
+    /// Print the result as one JSON object (also on failure).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(root: &Root, cmd: Resize) -> lunkit::Result<()> {
+    let spec = cmd.volume.spec()?;
+    let mut opts = ResizeOptions::new(root);
+    opts.timeout = crate::seconds(cmd.timeout)?;
+    opts.expect_size = cmd.expect_size;
+    opts.use_multipathd = !cmd.no_multipathd;
+    if cmd.no_lock_file {
+        opts.lock_dir = None;
+    }
+    let t0 = Instant::now();
+    let result = ops::resize(root, &spec, &opts);
+    if cmd.json {
+        let elapsed = t0.elapsed();
+        let doc = serde_json::json!({
+            "version": 1,
+            "volume": spec.to_string(),
+            "ok": result.is_ok(),
+            "error": result.as_ref().err().map(ToString::to_string),
+            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            "result": result.as_ref().ok().map(json),
+        });
+        println!("{doc}");
+    } else if let Ok(r) = &result {
+        print(r);
+    }
+    result.map(drop)
+}
+
+fn json(r: &Resized) -> serde_json::Value {
+    serde_json::json!({
+        "wwid": r.wwid.as_ref().map(|w| w.to_multipath()),
+        "size": r.size(),
+        "changed": r.changed(),
+        "rescanned": r.rescanned,
+        "paths": r.paths.iter().map(|p| serde_json::json!({
+            "hctl": p.hctl.to_string(),
+            "disk": p.disk,
+            "before": p.before,
+            "after": p.after,
+        })).collect::<Vec<_>>(),
+        "map": r.map.as_ref().map(|m| serde_json::json!({
+            "name": m.name,
+            "device": m.device,
+            "before": m.before,
+            "after": m.after,
+            "by": m.by.as_str(),
+        })),
+        "elapsed_us": u64::try_from(r.elapsed.as_micros()).unwrap_or(u64::MAX),
+    })
+}
+
+fn print(r: &Resized) {
+    for p in &r.paths {
+        println!("{:<24} {:>16} -> {:>16} bytes", p.device, p.before, p.after);
+    }
+    if let Some(m) = &r.map {
+        println!(
+            "{:<24} {:>16} -> {:>16} bytes ({})",
+            m.device,
+            m.before,
+            m.after,
+            m.by.as_str()
+        );
+    }
+    let what = if r.changed() { "resized" } else { "unchanged" };
+    println!(
+        "{what}: {} bytes in {:.1} ms",
+        r.size(),
+        r.elapsed.as_secs_f64() * 1e3
+    );
+}
