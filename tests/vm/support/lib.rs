@@ -19,6 +19,7 @@ pub mod iscsi;
 pub mod lab;
 pub mod lio;
 pub mod lio_extra;
+pub mod lio_grow;
 pub mod lio_split;
 pub mod multipath;
 pub mod netlink;

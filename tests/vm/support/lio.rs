@@ -201,7 +201,7 @@ fn is_mountpoint(dir: &str) -> bool {
 
 /// 127.0.0.2 answers on Linux anyway (lo owns 127/8), but iscsid and LIO bind and report the
 /// address: put it on `lo` so both portals are real addresses.
-fn ensure_loopback_address(portal: &str) -> Result<()> {
+pub(crate) fn ensure_loopback_address(portal: &str) -> Result<()> {
     let addr = portal.rsplit_once(':').map_or(portal, |(a, _)| a);
     if addr == "127.0.0.1" {
         return Ok(());

@@ -63,7 +63,20 @@ impl Multipathd {
         self.shutdown()
     }
 
+    /// Asks multipathd to shut down and waits for it, leaving its maps in place: a node
+    /// whose maps outlive the daemon. Flush them with [`flush_all`] afterwards.
+    pub fn stop_keeping_maps(mut self) -> Result<()> {
+        self.exit()
+    }
+
     fn shutdown(&mut self) -> Result<()> {
+        if self.child.is_none() {
+            return Ok(());
+        }
+        self.exit().and(flush_all())
+    }
+
+    fn exit(&mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -75,7 +88,7 @@ impl Multipathd {
             let _ = child.kill();
             let _ = child.wait();
         }
-        exited.and(flush_all())
+        exited
     }
 }
 
