@@ -50,7 +50,7 @@ pub fn run(root: &Root, cmd: Resize) -> lunkit::Result<()> {
             "volume": spec.to_string(),
             "ok": result.is_ok(),
             "error": result.as_ref().err().map(ToString::to_string),
-            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            "elapsed_us": micros(elapsed),
             "result": result.as_ref().ok().map(json),
         });
         println!("{doc}");
@@ -79,8 +79,14 @@ fn json(r: &Resized) -> serde_json::Value {
             "after": m.after,
             "by": m.by.as_str(),
         })),
-        "elapsed_us": u64::try_from(r.elapsed.as_micros()).unwrap_or(u64::MAX),
+        "elapsed_us": micros(r.elapsed),
+        "rescan_us": micros(r.rescan_elapsed),
+        "map_us": micros(r.map_elapsed),
     })
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn print(r: &Resized) {
@@ -97,9 +103,12 @@ fn print(r: &Resized) {
         );
     }
     let what = if r.changed() { "resized" } else { "unchanged" };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     println!(
-        "{what}: {} bytes in {:.1} ms",
+        "{what}: {} bytes in {:.1} ms (rescans {:.1} ms, map {:.1} ms)",
         r.size(),
-        r.elapsed.as_secs_f64() * 1e3
+        ms(r.elapsed),
+        ms(r.rescan_elapsed),
+        ms(r.map_elapsed)
     );
 }

@@ -10,7 +10,7 @@
 //! 3. `1` is written to every path's `rescan`, all at once, each write bounded by the
 //!    deadline (a path's rescan waits out its commands' timeouts). `sd` re-reads the capacity
 //!    before the write returns. With [`ResizeOptions::expect_size`] the wait goes on until
-//!    every path reports that size: a path's `change` uevent, or its `scsi_device` event for
+//!    every path reports at least that size: a path's `change` uevent, or its `scsi_device` event for
 //!    the target's "capacity data has changed" unit attention, wakes it, and a path still
 //!    short is rescanned again at most every [`RESCAN_INTERVAL`] (the array may grow the LUN
 //!    a moment after it said it did).
@@ -19,8 +19,8 @@
 //! 5. The map grows ([`crate::multipath::grow`]): through multipathd when it runs, else by a
 //!    table reload; its length is read back either way.
 //!
-//! A volume already at [`ResizeOptions::expect_size`] everywhere is left alone: nothing is
-//! written. Resizing again when the array did not grow rescans the paths and changes nothing.
+//! A volume whose map and paths already have one size of at least
+//! [`ResizeOptions::expect_size`] is left alone: nothing is written. Resizing again when the array did not grow rescans the paths and changes nothing.
 //!
 //! ```no_run
 //! use lunkit::Root;
@@ -70,9 +70,9 @@ pub const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
 pub struct ResizeOptions {
     /// How long the whole resize may take.
     pub timeout: Duration,
-    /// The size in bytes the volume must reach: wait until every path reports it, or fail at
-    /// the deadline naming what each one reports. `None` takes what the paths report after
-    /// one rescan.
+    /// The size in bytes the volume must reach at least (CSI's `required_bytes`): wait until
+    /// every path reports that much, or fail at the deadline naming what each one reports.
+    /// `None` takes what the paths report after one rescan.
     pub expect_size: Option<u64>,
     /// Grow the map through multipathd when it runs (the default); `false` always reloads
     /// the table directly (only for nodes whose maps multipathd does not manage).
@@ -145,6 +145,10 @@ pub struct Resized {
     pub map: Option<MapSize>,
     /// Whether any path was rescanned (not when the volume already had the expected size).
     pub rescanned: bool,
+    /// How long the rescans took, the wait for [`ResizeOptions::expect_size`] included.
+    pub rescan_elapsed: Duration,
+    /// How long growing the map took (multipathd's `resize map` or the table reload).
+    pub map_elapsed: Duration,
     /// How long the whole resize took.
     pub elapsed: Duration,
 }
@@ -240,13 +244,16 @@ pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Re
         None => None,
     };
 
-    let at_expected = |s: u64| opts.expect_size.is_none_or(|e| s == e);
-    let already = opts.expect_size.is_some()
-        && paths.iter().all(|p| at_expected(p.before))
-        && map_before.is_none_or(at_expected);
+    // Every device of one size, and that size enough: nothing to learn, nothing to grow.
+    let already = opts.expect_size.is_some_and(|e| {
+        let size = map_before.unwrap_or(paths[0].before);
+        size >= e && paths.iter().all(|p| p.before == size)
+    });
+    let rescan_start = Instant::now();
     if !already {
         rescan_until(root, &mut paths, opts.expect_size, deadline)?;
     }
+    let rescan_elapsed = rescan_start.elapsed();
 
     let size = paths[0].after;
     if paths.iter().any(|p| p.after != size) {
@@ -262,6 +269,7 @@ pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Re
             to: size,
         }));
     }
+    let map_start = Instant::now();
     let map = match (map, map_before) {
         (Some(m), Some(before)) => {
             // A map already of the paths' size needs no device-mapper call at all.
@@ -285,6 +293,8 @@ pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Re
         paths,
         map,
         rescanned: !already,
+        rescan_elapsed,
+        map_elapsed: map_start.elapsed(),
         elapsed: start.elapsed(),
     })
 }
@@ -296,7 +306,7 @@ fn size_of(root: &Root, name: &str) -> Result<u64> {
     })
 }
 
-/// Rescans every path at once, then (with `expect`) waits until each reports `expect`,
+/// Rescans every path at once, then (with `expect`) waits until each reports `expect` or more,
 /// rescanning a path that is still short every [`RESCAN_INTERVAL`]. Fills in `after`.
 fn rescan_until(
     root: &Root,
@@ -310,7 +320,9 @@ fn rescan_until(
     let hctls: Vec<String> = paths.iter().map(|p| p.hctl.to_string()).collect();
     let short = |root: &Root| -> Vec<usize> {
         (0..disks.len())
-            .filter(|&i| expect.is_some_and(|e| sysblock::size_bytes(root, &disks[i]) != Some(e)))
+            .filter(|&i| {
+                expect.is_some_and(|e| sysblock::size_bytes(root, &disks[i]).is_none_or(|s| s < e))
+            })
             .collect()
     };
     let all: Vec<usize> = (0..paths.len()).collect();
@@ -325,7 +337,7 @@ fn rescan_until(
             })
             .collect();
         format!(
-            "size {} bytes on every path (they report: {}); has the volume grown on the \
+            "at least {} bytes on every path (they report: {}); has the volume grown on the \
              array?",
             expect.unwrap_or_default(),
             now.join(", ")
