@@ -38,7 +38,7 @@ usage: cargo xtask <command>
   bench [--runs N] [--only GROUP,...]
                           lunkit against the kernel floor and the peer tools, one boot;
                           table and JSON in target/bench/ (groups: scan, node, scale,
-                          teardown, crowd, listing, flush)
+                          teardown, crowd, resize, listing, flush)
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)

@@ -1,5 +1,6 @@
-//! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), a
-//! 256-LUN and a 1-LUN target side by side (scale rows), then 512 scsi_debug devices (listing).
+//! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), the
+//! node row, a growable LUN behind two portals (resize row), a 256-LUN and a 1-LUN target side
+//! by side (scale rows), then 512 scsi_debug devices (listing).
 //!
 //! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
 //! binaries over 9p), interleaved so that drift on this shared machine hits all methods
@@ -17,12 +18,14 @@ use lunkit_lab::iscsi::{self, Session};
 use lunkit_lab::lab::{IscsiLab, LabConfig};
 use lunkit_lab::lio::LioConfig;
 use lunkit_lab::lio_extra::ExtraTarget;
+use lunkit_lab::lio_grow::GrowTarget;
 use lunkit_lab::multipath::{self, Map, Multipathd};
 use lunkit_lab::scsi_debug::ScsiDebug;
 use lunkit_lab::{VM_ENV, sysfs, udev, wait};
 
 use super::listener::{Event, Listener};
 use super::model::{Measurement, Recorder, Run, State};
+use super::multipathd;
 use super::proc::{self, subcommand_available};
 use super::sys;
 use super::{GROUPS, LISTING_HOSTS, LISTING_LUNS};
@@ -100,6 +103,13 @@ pub fn main(args: &[String]) -> Result<u8> {
             "node: scans with udevd and multipathd running, 2 sessions",
             "node",
             &mut node_phase,
+        );
+    }
+    if wants("resize") {
+        phase(
+            "resize: grow a 2-path volume online, udevd and multipathd running",
+            "resize",
+            &mut resize_phase,
         );
     }
     if wants("scale") {
@@ -1332,6 +1342,329 @@ fn count_fds() -> usize {
             .map(|fds| fds.count())
             .sum()
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Resize row
+// ---------------------------------------------------------------------------------------
+
+/// The growable target's own IQN, apart from the lab's (whose phases took it down before).
+const GROW_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:bench-grow";
+/// One session per portal: the volume's two paths.
+const GROW_PORTALS: [&str; 2] = ["127.0.0.1:3260", "127.0.0.2:3260"];
+const MIB: u64 = 1 << 20;
+/// The LUN's size when the phase starts.
+const GROW_FROM: u64 = 64 * MIB;
+/// What every run (warm-ups included) adds to the LUN. Sizes only go up: a map is never
+/// shrunk, so every run grows the volume from where the run before left it.
+const GROW_STEP: u64 = 16 * MIB;
+
+/// How the `resize` row grows the volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grow {
+    /// `lunkit resize /dev/mapper/NAME --expect-size BYTES --json`.
+    Lunkit,
+    /// The kernel's work from this process: both rescans at once, multipathd's `resize map`.
+    Floor,
+    /// os-brick's sequence in a shell, then a 1 s poll.
+    Shell,
+}
+
+/// The growable LUN ([`GrowTarget`]) behind [`GROW_PORTALS`], one manual-scan session per
+/// portal, and multipathd (find_multipaths no) with its map over LUN 0 on both: the
+/// vm_resize tests' lab. [`GrowLab::teardown`] (or drop) takes it down in the lab's order:
+/// multipathd and its maps, the sessions, iscsid if it started it, the target.
+struct GrowLab {
+    target: Option<GrowTarget>,
+    multipathd: Option<Multipathd>,
+    started_iscsid: bool,
+}
+
+impl GrowLab {
+    /// The lab and its volume, once multipathd has mapped both paths.
+    fn build() -> Result<(GrowLab, Volume)> {
+        let target = GrowTarget::create(GROW_IQN, &GROW_PORTALS, GROW_FROM)?;
+        let mut lab = GrowLab {
+            target: Some(target),
+            multipathd: None,
+            started_iscsid: false,
+        };
+        lab.started_iscsid = iscsi::ensure_iscsid()?;
+        let mut sessions = Vec::new();
+        for portal in GROW_PORTALS {
+            iscsi::discover(portal)?;
+            sessions.push(iscsi::login(GROW_IQN, portal)?);
+        }
+        lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF)?);
+        let volume = attach_volume(&sessions, 0)?;
+        Ok((lab, volume))
+    }
+
+    fn target(&self) -> &GrowTarget {
+        self.target
+            .as_ref()
+            .expect("the target lives until teardown")
+    }
+
+    /// Tears down and reports the first failure (drop does the same silently).
+    fn teardown(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let mut first_err = None;
+        if let Some(mpd) = self.multipathd.take() {
+            // Flushes the map too (`multipath -F` until none is left).
+            first_err = mpd.stop().err();
+        }
+        // As the lab's teardown: the guest has no iSCSI sessions but this phase's.
+        iscsi::logout_all();
+        if std::mem::take(&mut self.started_iscsid) {
+            if let Err(e) = iscsi::stop_iscsid() {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(t) = self.target.take() {
+            if let Err(e) = t.teardown() {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for GrowLab {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Online resize (issue 16) on a node as it runs in production (udevd, multipathd): the
+/// 2-path map over the growable LUN, grown by [`GROW_STEP`] before every run of lunkit, the
+/// kernel floor and the shell sequence, interleaved.
+fn resize_phase(ctx: &mut Ctx) -> Result<()> {
+    let t0 = Instant::now();
+    let (lab, v) = GrowLab::build()?;
+    say(&format!(
+        "growable LUN mapped as {} ({}) over {:?} after {:.1} s",
+        v.map.name,
+        v.map.dm,
+        v.map.paths,
+        t0.elapsed().as_secs_f64()
+    ));
+    let result = resize_row(ctx, &lab, &v);
+    let down = lab.teardown();
+    result?;
+    down
+}
+
+fn resize_row(ctx: &mut Ctx, lab: &GrowLab, v: &Volume) -> Result<()> {
+    settle(ctx)?;
+    let step = GROW_STEP / MIB;
+    let lunkit = Measurement::new(
+        "resize",
+        "lunkit",
+        "lunkit resize",
+        &format!(
+            "`lunkit resize /dev/mapper/NAME --expect-size BYTES --timeout 60 --json` (release \
+             build), spawn to exit, with udevd and multipathd running, after the LUN grew by \
+             {step} MiB on the target; it returns once both paths and the map (through \
+             multipathd, checked in its JSON) have the new size. The library time is \
+             `elapsed_us`."
+        ),
+    );
+    let floor = Measurement::new(
+        "resize",
+        "floor",
+        "kernel floor",
+        "from the benchmark process: `1` written to both paths' \
+         /sys/class/scsi_device/H:C:T:L/device/rescan at once (one thread each; the write \
+         returns once sd has re-read the capacity), then `resize map NAME` on multipathd's \
+         socket (multipathd owns the map while it runs), until /sys/block/dm-N/size shows the \
+         new size. No spawn, no lookup, no check.",
+    );
+    let shell = Measurement::new(
+        "resize",
+        "shell",
+        "shell sequence (os-brick)",
+        "`sh -c 'echo 1 > .../H:C:T:L/device/rescan && echo 1 > ... && multipathd resize map \
+         NAME'` (the paths one after the other, as os-brick's extend_volume), then \
+         /sys/block/dm-N/size checked at once and every 1 s until it shows the new size; \
+         spawn of the shell to the check that sees it.",
+    );
+    let mut list = vec![(Grow::Floor, floor), (Grow::Shell, shell)];
+    match subcommand_available(&ctx.lunkit, "resize") {
+        Ok(()) => list.insert(0, (Grow::Lunkit, lunkit)),
+        Err(why) => unavailable(ctx, lunkit, why)?,
+    }
+    let mut size = GROW_FROM;
+    rounds(ctx, &list, |ctx, m| {
+        resize_once(ctx, lab.target(), v, m, &mut size)
+    })
+    .map(|_| ())
+}
+
+/// A block device's size in bytes, from sysfs.
+fn block_bytes(name: &str) -> Option<u64> {
+    sysfs::attr(format!("/sys/block/{name}/size"))?
+        .parse::<u64>()
+        .ok()
+        .map(|s| s * 512)
+}
+
+/// What of the volume (map and paths) does not have `want` bytes, for messages; `None` when
+/// all do.
+fn off_size(v: &Volume, want: u64) -> Option<String> {
+    let devices = std::iter::once(&v.map.dm).chain(&v.map.paths);
+    let off: Vec<String> = devices
+        .filter_map(|d| match block_bytes(d) {
+            Some(s) if s == want => None,
+            Some(s) => Some(format!("{d} has {} MiB", s / MIB)),
+            None => Some(format!("{d} has no size")),
+        })
+        .collect();
+    (!off.is_empty()).then(|| format!("{} (want {} MiB)", off.join(", "), want / MIB))
+}
+
+/// One run: the target grows by [`GROW_STEP`] (udev's work on that done before the clock
+/// starts), then method `m` brings the volume to the new size. A run that leaves the volume
+/// short is an error, and the floor's steps catch it up so the next run starts level.
+fn resize_once(
+    ctx: &mut Ctx,
+    target: &GrowTarget,
+    v: &Volume,
+    m: Grow,
+    size: &mut u64,
+) -> Result<Run> {
+    let from = *size;
+    if let Some(off) = off_size(v, from) {
+        return Err(format!("before the run: {off}").into());
+    }
+    let to = from + GROW_STEP;
+    target.grow(to)?;
+    *size = to;
+    // `losetup -c` sends a change uevent for the loop device; udev handles it now.
+    settle(ctx)?;
+    // Nothing on the initiator may know yet, or the run would measure nothing.
+    if let Some(off) = off_size(v, from) {
+        return Err(format!("after growing the target, before the run: {off}").into());
+    }
+    let dev = format!("/dev/mapper/{}", v.map.name);
+    let want = to.to_string();
+    let mut script: Vec<String> = v
+        .hctls
+        .iter()
+        .map(|h| format!("echo 1 > /sys/class/scsi_device/{h}/device/rescan"))
+        .collect();
+    script.push(format!("multipathd resize map {}", v.map.name));
+    let script = script.join(" && ");
+    let seq0 = seqnum()?;
+    let mut run = Run::default();
+    warm_cpu();
+    let t_start = Instant::now();
+    let result = (|| -> Result<()> {
+        match m {
+            Grow::Lunkit => {
+                let out = proc::timed(
+                    Command::new(&ctx.lunkit).args([
+                        "resize",
+                        &dev,
+                        "--expect-size",
+                        &want,
+                        "--timeout",
+                        "60",
+                        "--json",
+                    ]),
+                    true,
+                )?
+                .ok("lunkit resize")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.rss_kib = Some(out.rss_kib);
+                // The floor and the shell go through multipathd: so must lunkit, to compare.
+                if !out.stdout.contains("\"by\":\"multipathd\"") {
+                    return Err(format!(
+                        "lunkit resize did not grow the map through multipathd: {}",
+                        out.stdout.trim()
+                    )
+                    .into());
+                }
+            }
+            Grow::Floor => run.wall_us = floor_resize(v, to, t_start)?,
+            Grow::Shell => {
+                let out = proc::timed(Command::new("sh").args(["-c", &script]), true)?
+                    .ok("the shell sequence")?;
+                if out.stdout.trim() != "ok" {
+                    return Err(format!(
+                        "`multipathd resize map {}` answered {:?}",
+                        v.map.name,
+                        out.stdout.trim()
+                    )
+                    .into());
+                }
+                let shell_done = t_start.elapsed();
+                poll_every(Duration::from_secs(1), "the map's new size", || {
+                    block_bytes(&v.map.dm) == Some(to)
+                })?;
+                let wall = t_start.elapsed();
+                run.wall_us = wall.as_micros() as u64;
+                // multipathd resumes the grown map before it answers: a poll that had to
+                // wait says otherwise, and is worth a line in the log.
+                if wall - shell_done >= Duration::from_millis(500) {
+                    say(&format!(
+                        "resize.shell: the map had not grown when the shell exited after {}",
+                        ms(shell_done.as_micros() as u64)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    })();
+    // Count what the run caused (udev's and multipathd's reactions too) before anything else.
+    ctx.listener.wait_quiet(QUIET, TIMEOUT);
+    run.uevents = Some(seqnum()?.saturating_sub(seq0));
+    let short = off_size(v, to);
+    if short.is_some() {
+        let _ = floor_resize(v, to, Instant::now());
+    }
+    settle(ctx)?;
+    result?;
+    if let Some(off) = short {
+        return Err(format!("after the run: {off}").into());
+    }
+    Ok(run)
+}
+
+/// The kernel floor of a resize, from `t_start`: `1` to both paths' `rescan` at once, then
+/// `resize map NAME` on multipathd's socket, until the map's size in sysfs is `to`;
+/// microseconds.
+fn floor_resize(v: &Volume, to: u64, t_start: Instant) -> Result<u64> {
+    std::thread::scope(|s| -> Result<()> {
+        let writes: Vec<_> = v
+            .hctls
+            .iter()
+            .map(|h| {
+                s.spawn(move || {
+                    let p = format!("/sys/class/scsi_device/{h}/device/rescan");
+                    fs::write(&p, "1").map_err(|e| format!("write 1 to {p}: {e}"))
+                })
+            })
+            .collect();
+        for w in writes {
+            w.join().map_err(|_| "a rescan panicked")??;
+        }
+        Ok(())
+    })?;
+    let command = format!("resize map {}", v.map.name);
+    let reply = multipathd::command(multipathd::SOCKET, &command, t_start + TIMEOUT)?;
+    if reply.trim_end() != "ok" {
+        return Err(format!("multipathd answered {reply:?} to `{command}`").into());
+    }
+    // multipathd resumes the grown table before it answers: this holds at the first look.
+    poll_every(Duration::from_millis(1), "the map's new size", || {
+        block_bytes(&v.map.dm) == Some(to)
+    })?;
+    Ok(t_start.elapsed().as_micros() as u64)
 }
 
 // ---------------------------------------------------------------------------------------

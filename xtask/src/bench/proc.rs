@@ -88,7 +88,9 @@ pub fn subcommand_available(lunkit: &Path, sub: &str) -> std::result::Result<(),
     }
 }
 
-/// The last `"key": N` in a JSON text (lunkit's top-level `elapsed_us` comes last).
+/// The last `"key": N` in a JSON text: for `scan` and `detach`, the top-level `elapsed_us`
+/// (it comes last); for `resize`, whose keys serde_json sorts, the library's own
+/// `result.elapsed_us`, which comes after the top-level one.
 pub fn json_u64(text: &str, key: &str) -> Option<u64> {
     let pat = format!("\"{key}\":");
     let at = text.rfind(&pat)? + pat.len();
@@ -168,5 +170,8 @@ mod tests {
         assert_eq!(json_u64(doc, "elapsed_us"), Some(111_081));
         assert_eq!(json_u64(doc, "nope"), None);
         assert_eq!(json_u64("{\"elapsed_us\":null}", "elapsed_us"), None);
+        // lunkit resize (serde_json, keys sorted): the library's own figure, under `result`.
+        let resize = r#"{"elapsed_us":151000,"error":null,"ok":true,"result":{"changed":true,"elapsed_us":150900,"map":{"by":"multipathd"},"paths":[],"rescanned":true,"size":83886080,"wwid":null},"version":1,"volume":"/dev/mapper/mpatha"}"#;
+        assert_eq!(json_u64(resize, "elapsed_us"), Some(150_900));
     }
 }

@@ -58,6 +58,10 @@ const ROWS: &[(&str, &str)] = &[
         "crowd",
         "Teardown, 2-path volume, 200 more processes holding 20,000 fds",
     ),
+    (
+        "resize",
+        "Grow a 2-path volume online, udevd and multipathd running",
+    ),
     ("listing", "Listing, 512 SCSI devices"),
     ("flush", "Flush a loop device (host)"),
 ];
@@ -736,6 +740,22 @@ mod tests {
             "{}",
             td.detail
         );
+    }
+
+    #[test]
+    fn resize_rows_compare_with_the_floor_and_lunkit_without_a_target() {
+        let all = vec![
+            m("resize.lunkit", &[300_000; 3], Some(150_000), 12),
+            m("resize.floor", &[100_000; 3], None, 12),
+            m("resize.shell", &[600_000; 3], None, 12),
+        ];
+        let md = markdown(&all, &Meta::default());
+        assert!(md.contains("Grow a 2-path volume online"), "{md}");
+        // The command and its library time against the floor; the shell against both.
+        assert!(md.contains("| 3.00× floor |"), "{md}");
+        assert!(md.contains("| 1.50× floor |"), "{md}");
+        assert!(md.contains("| 6.00× floor, 2.0× lunkit |"), "{md}");
+        assert!(!targets(&all).iter().any(|t| t.id.contains("resize")));
     }
 
     #[test]

@@ -1,19 +1,23 @@
 //! The system calls the benchmark needs that std does not offer, declared by hand (xtask has
 //! no dependencies, and the floors must not go through lunkit's own code): a kernel-uevent
-//! netlink socket for the independent listener, `wait4` for a child's peak RSS, and the
-//! `BLKFLSBUF` and `DM_DEV_REMOVE` ioctls for the teardown floor. 64-bit Linux only, like the
-//! lab.
+//! netlink socket for the independent listener, `wait4` for a child's peak RSS, the
+//! `BLKFLSBUF` and `DM_DEV_REMOVE` ioctls for the teardown floor, and a non-blocking connect to
+//! multipathd's abstract socket for the resize floor. 64-bit Linux only, like the lab.
 // xtask's one module with `unsafe` (Cargo.toml denies `unsafe_code` elsewhere).
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_long, c_void};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 
+const AF_UNIX: c_int = 1;
 const AF_NETLINK: c_int = 16;
+const SOCK_STREAM: c_int = 1;
 const SOCK_DGRAM: c_int = 2;
+const SOCK_NONBLOCK: c_int = 0o4000;
 const SOCK_CLOEXEC: c_int = 0o2_000_000;
 const NETLINK_KOBJECT_UEVENT: c_int = 15;
 /// The kernel's uevent multicast group (udevd re-broadcasts on group 2; we want the kernel).
@@ -50,6 +54,14 @@ struct Rlimit {
 }
 const _: () = assert!(size_of::<SockaddrNl>() == 12);
 
+/// `struct sockaddr_un`: the family, then `sun_path` (an abstract name starts with a NUL).
+#[repr(C)]
+struct SockaddrUn {
+    sun_family: u16,
+    sun_path: [u8; 108],
+}
+const _: () = assert!(size_of::<SockaddrUn>() == 110);
+
 /// `BLKFLSBUF`, `_IO(0x12, 97)` in <linux/fs.h>.
 const BLKFLSBUF: u64 = 0x1261;
 /// `DM_DEV_REMOVE`, `_IOWR(0xfd, 4, struct dm_ioctl)` in <linux/dm-ioctl.h>.
@@ -73,12 +85,13 @@ struct DmIoctl {
 }
 const _: () = assert!(size_of::<DmIoctl>() == 312);
 
-// SAFETY: these are glibc's declarations of socket(2), bind(2), setsockopt(2), recvfrom(2),
-// wait4(2), getrlimit(2), setrlimit(2), ioctl(2) and mmap(2) for 64-bit Linux, with the argument and
-// struct layouts asserted above.
+// SAFETY: these are glibc's declarations of socket(2), bind(2), connect(2), setsockopt(2),
+// recvfrom(2), wait4(2), getrlimit(2), setrlimit(2), ioctl(2) and mmap(2) for 64-bit Linux, with
+// the argument and struct layouts asserted above.
 unsafe extern "C" {
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
     fn bind(fd: c_int, addr: *const SockaddrNl, len: u32) -> c_int;
+    fn connect(fd: c_int, addr: *const SockaddrUn, len: u32) -> c_int;
     fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int;
     fn recvfrom(
         fd: c_int,
@@ -205,6 +218,44 @@ impl UeventSocket {
         }
         Ok((n as usize, addr.nl_pid))
     }
+}
+
+/// Connects a Unix stream socket to the abstract name `name` (without the leading NUL) without
+/// blocking, and returns it in blocking mode. `Ok(None)` is `EAGAIN`: the listener's accept
+/// queue is full, where a blocking connect would wait without limit; the caller tries again
+/// until its deadline. No listener is `ECONNREFUSED`.
+pub fn connect_abstract(name: &[u8]) -> io::Result<Option<UnixStream>> {
+    let mut addr = SockaddrUn {
+        sun_family: AF_UNIX as u16,
+        sun_path: [0; 108],
+    };
+    if name.is_empty() || name.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad abstract socket name of {} bytes", name.len()),
+        ));
+    }
+    addr.sun_path[1..=name.len()].copy_from_slice(name);
+    // The family, the NUL and the name: an abstract name is exactly that long.
+    let len = (size_of::<u16>() + 1 + name.len()) as u32;
+    // SAFETY: plain socket(2) call with constant arguments; the result is checked.
+    let raw = unsafe { socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor socket(2) just returned to us and nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: `addr` is a valid sockaddr_un for the duration of the call, `len` within it.
+    if unsafe { connect(fd.as_raw_fd(), &raw const addr, len) } != 0 {
+        let err = io::Error::last_os_error();
+        return match err.kind() {
+            io::ErrorKind::WouldBlock => Ok(None),
+            _ => Err(err),
+        };
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(Some(stream))
 }
 
 /// Waits for `child` with `wait4`, returning its exit status and peak RSS in KiB. The child
