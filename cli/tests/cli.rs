@@ -295,8 +295,9 @@ fn attach_lists_every_path_and_exits_by_min_paths() {
 }
 
 /// `resize` on the two-session iSCSI node: every path of the map is rescanned (and no other
-/// LUN's), a path that is down refuses the whole before anything is written, and a size the
-/// paths never reach fails at the deadline naming what each reports. (Growing a real map is
+/// LUN's), a path that is down refuses the whole before anything is written, a size the
+/// paths never reach fails at the deadline naming what each reports, and paths that disagree
+/// are refused. (Growing a real map is
 /// tests/vm_resize.rs.)
 #[test]
 fn resize_rescans_every_path_and_refuses_a_path_down_first() {
@@ -347,6 +348,19 @@ fn resize_rescans_every_path_and_refuses_a_path_down_first() {
     ] {
         assert!(err.contains(p), "{err}");
     }
+
+    // The paths disagree after their rescan (one of them not at the volume's size yet):
+    // refused, naming both sizes, before the map is touched.
+    std::fs::write(dir.join("sys/block/sdc/size"), "65536").unwrap();
+    let (code, doc) = resize(&["mpatha"]);
+    assert_eq!(code, Some(1), "{doc}");
+    let err = doc["error"].as_str().unwrap();
+    assert!(
+        err.contains("disagree")
+            && err.contains("6:0:0:0 (sda) 16777216 bytes")
+            && err.contains("7:0:0:0 (sdc) 33554432 bytes"),
+        "{err}"
+    );
 
     let (code, doc) = resize(&["sdz"]);
     assert_eq!(code, Some(3), "{doc}");
