@@ -172,6 +172,22 @@ pub enum Error {
         /// Why.
         reason: ResizeFailure,
     },
+
+    /// The kernel did not create an NVMe over Fabrics controller: the write of the connect
+    /// string to `/dev/nvme-fabrics` failed.
+    #[error(
+        "connect to {target}: {source}{}",
+        if hint.is_empty() { String::new() } else { format!(" ({hint})") }
+    )]
+    Connect {
+        /// The path (`nqn.… at 192.0.2.10:4420`).
+        target: String,
+        /// What the errno most likely means here, or empty.
+        hint: &'static str,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Why [`Error::Resize`]: each case names the devices and sizes involved.
@@ -307,7 +323,9 @@ impl Error {
     /// The errno behind this error, if the kernel gave one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } | Error::Ioctl { source, .. } => source.raw_os_error(),
+            Error::Io { source, .. }
+            | Error::Ioctl { source, .. }
+            | Error::Connect { source, .. } => source.raw_os_error(),
             Error::Step { source, .. } => source.errno(),
             _ => None,
         }
@@ -332,6 +350,15 @@ impl Error {
             | Error::Resize { .. } => ErrorKind::Other,
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
+            Error::Connect { source, .. } => match source.raw_os_error() {
+                // Nothing at that address: the path asked for is not there.
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => {
+                    ErrorKind::NotFound
+                }
+                Some(libc::ETIMEDOUT) => ErrorKind::Timeout,
+                Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,
+                _ => ErrorKind::Other,
+            },
             // A file's ENXIO and ENODEV are not "not found", deliberately: opening an offline
             // SCSI disk fails with ENXIO (`sd_open`), and a write to one with ENODEV, while
             // the disk and what it caches are still there. Only a missing file is.

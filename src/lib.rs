@@ -37,6 +37,7 @@ pub mod iscsi;
 pub mod loopdev;
 pub mod mountinfo;
 pub mod multipath;
+pub mod nvme;
 pub mod ops;
 pub mod root;
 pub mod scan;
@@ -50,14 +51,14 @@ pub mod uevent;
 pub mod wait;
 
 pub use error::{Error, ErrorKind, ResizeFailure, Result};
-pub use id::{DevNum, Hctl, Wwid, Wwn};
+pub use id::{DevNum, Hctl, Nqn, Wwid, Wwn};
 pub use root::Root;
 pub use scan::{PathOutcome, PathScan, ScanOptions, ScanReport};
 pub use scsi::PathDevice;
 pub use sysfs::block::{BlockDevice, DmInfo};
 pub use sysfs::fc::{FcHost, FcRemotePort};
 pub use sysfs::iscsi::{IscsiConnection, IscsiSession};
-pub use sysfs::nvme::NvmeController;
+pub use sysfs::nvme::{NvmeController, NvmeNamespace, NvmePath, NvmeSubsystem};
 pub use sysfs::scsi::{ScsiDevice, ScsiHost, Transport};
 pub use topology::{DmDevice, MultipathMap, Topology};
 

@@ -1,4 +1,4 @@
-//! Where the node's `/sys`, `/dev`, `/proc` and `/run` are.
+//! Where the node's `/sys`, `/dev`, `/proc`, `/etc` and `/run` are.
 //!
 //! Every file lunkit touches is reached through a [`Root`]: `/` on a node, a fixture directory in
 //! tests, `/host` in a container that bind-mounts the host's root there. Paths below the root are
@@ -42,6 +42,11 @@ impl Root {
     /// `<root>/proc/<rel>`.
     pub fn proc(&self, rel: impl AsRef<Path>) -> PathBuf {
         self.join("proc", rel.as_ref())
+    }
+
+    /// `<root>/etc/<rel>`: the node's configuration (`/etc/nvme/hostnqn`).
+    pub fn etc(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.join("etc", rel.as_ref())
     }
 
     /// `<root>/run/<rel>`.

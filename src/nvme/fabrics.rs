@@ -1,0 +1,673 @@
+//! `/dev/nvme-fabrics`: the kernel's NVMe over Fabrics connect interface.
+//!
+//! A connect is one `write(2)` of an option string (`transport=tcp,traddr=…,nqn=…`, the
+//! grammar of `opt_tokens` in `drivers/nvme/host/fabrics.c`) to a descriptor opened on
+//! `/dev/nvme-fabrics`, which blocks until the controller is created (the TCP connection, the
+//! admin queue, Identify Controller, the I/O queues), followed by a `read(2)` on the same
+//! descriptor of `instance=N,cntlid=M`. Reading a descriptor that wrote nothing gives
+//! `instance=-1,cntlid=-1` followed by every option the kernel knows, which is how
+//! [`supported_options`] learns what this kernel accepts before anything is written.
+//!
+//! The option string is built from typed values only ([`Nqn`], [`Uuid`], [`IpAddr`], numbers,
+//! a checked interface name), so no value can carry a `,` or `=` into an option of its own.
+//! The parsers here are pure and fuzzed (`fuzz/fuzz_targets/nvme_fabrics.rs`).
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::helper::{self, Subject};
+use crate::id::{Nqn, Uuid};
+use crate::root::Root;
+
+/// The longest option string the kernel takes: `nvmf_dev_write` refuses more than a page.
+pub const MAX_OPTIONS_LEN: usize = 4096;
+
+/// Default time a connect may take: the kernel's own connect timeouts are longer
+/// (`NVME_TCP` waits out TCP's SYN retries), so the deadline is the caller's.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An NVMe over Fabrics transport lunkit connects over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// NVMe/TCP (`nvme-tcp`).
+    Tcp,
+}
+
+impl Transport {
+    /// The kernel's name (`tcp`), as in `transport=` and a controller's `transport`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Transport {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "tcp" => Ok(Transport::Tcp),
+            "rdma" | "fc" | "loop" => Err(Error::invalid(
+                "transport",
+                s,
+                "not supported by lunkit yet (only tcp)",
+            )),
+            _ => Err(Error::invalid(
+                "transport",
+                s,
+                "unknown NVMe over Fabrics transport (expected tcp)",
+            )),
+        }
+    }
+}
+
+/// A network interface name, as the kernel checks one (`dev_valid_name`): 1 to 15 bytes,
+/// not `.` or `..`, with no `/`, `:`, white space, and here no `,` or `=` either.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Interface(String);
+
+impl Interface {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Interface {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for Interface {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if s.is_empty() || s.len() > 15 || s == "." || s == ".." {
+            return Err(Error::invalid(
+                "interface",
+                s,
+                "must be 1 to 15 bytes, not . or ..",
+            ));
+        }
+        if s.bytes()
+            .any(|b| !b.is_ascii_graphic() || matches!(b, b'/' | b':' | b',' | b'='))
+        {
+            return Err(Error::invalid(
+                "interface",
+                s,
+                "may hold only printable ASCII other than / : , =",
+            ));
+        }
+        Ok(Interface(s.to_owned()))
+    }
+}
+
+/// Who this node is to the subsystem: the `hostnqn=` and `hostid=` options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// The host NQN.
+    pub nqn: Nqn,
+    /// The host identifier; `None` lets the kernel use its default host's.
+    pub id: Option<Uuid>,
+}
+
+impl Host {
+    /// The node's own identity, from `<root>/etc/nvme/hostnqn` and `<root>/etc/nvme/hostid`
+    /// (written by `nvme gen-hostnqn` or the image; one line each).
+    ///
+    /// [`Error::NotFound`] when `hostnqn` is missing: the kernel would otherwise use a host NQN
+    /// it makes up each time `nvme-fabrics` is loaded, and the subsystem's access list would
+    /// stop knowing this node after a reboot. A missing `hostid` is `None`; a malformed file is
+    /// [`Error::Invalid`].
+    pub fn from_node(root: &Root) -> Result<Host> {
+        let nqn_path = root.etc("nvme/hostnqn");
+        let nqn = match read_line(&nqn_path)? {
+            Some(line) => line.parse()?,
+            None => {
+                return Err(Error::NotFound {
+                    what: format!(
+                        "host NQN: none was given and {} does not exist (write one there, \
+                         e.g. with `nvme gen-hostnqn`, or pass it)",
+                        nqn_path.display()
+                    ),
+                });
+            }
+        };
+        let id = read_line(&root.etc("nvme/hostid"))?
+            .map(|l| l.parse())
+            .transpose()?;
+        Ok(Host { nqn, id })
+    }
+}
+
+/// The first line of a small text file, trimmed; `None` when the file does not exist.
+fn read_line(path: &Path) -> Result<Option<String>> {
+    let mut text = String::new();
+    match fs::File::open(path) {
+        Ok(f) => f
+            .take(4096)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io(path, e))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    Ok(text.lines().next().map(|l| l.trim().to_owned()))
+}
+
+/// One controller to create: one path to a subsystem.
+///
+/// ```
+/// use lunkit::nvme::ConnectOptions;
+///
+/// let opts = ConnectOptions::new(
+///     "192.0.2.10".parse()?,
+///     4420,
+///     "nqn.2016-06.io.spdk:cnode1".parse()?,
+/// );
+/// assert_eq!(opts.trsvcid, 4420);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectOptions {
+    /// The transport (`transport=`).
+    pub transport: Transport,
+    /// The target's address (`traddr=`).
+    pub traddr: IpAddr,
+    /// The target's port (`trsvcid=`), 4420 for I/O controllers by convention.
+    pub trsvcid: u16,
+    /// The subsystem (`nqn=`).
+    pub nqn: Nqn,
+    /// This node's identity; `None` reads it with [`Host::from_node`].
+    pub host: Option<Host>,
+    /// Seconds the kernel keeps reconnecting after the link is lost before it deletes the
+    /// controller (`ctrl_loss_tmo=`); `Some(-1)` reconnects forever. `None`: the kernel's 600.
+    pub ctrl_loss_tmo: Option<i32>,
+    /// Seconds between reconnect attempts (`reconnect_delay=`), at least 1.
+    pub reconnect_delay: Option<u32>,
+    /// How many I/O queues to ask for (`nr_io_queues=`), at least 1.
+    pub nr_io_queues: Option<u32>,
+    /// Keep-alive timeout in seconds (`keep_alive_tmo=`).
+    pub keep_alive_tmo: Option<u32>,
+    /// Connect through this interface only (`host_iface=`).
+    pub host_iface: Option<Interface>,
+    /// How long the connect may take.
+    pub timeout: Duration,
+}
+
+impl ConnectOptions {
+    /// A TCP connect to `nqn` at `traddr`:`trsvcid`, as this node, with the kernel's defaults.
+    pub fn new(traddr: IpAddr, trsvcid: u16, nqn: Nqn) -> ConnectOptions {
+        ConnectOptions {
+            transport: Transport::Tcp,
+            traddr,
+            trsvcid,
+            nqn,
+            host: None,
+            ctrl_loss_tmo: None,
+            reconnect_delay: None,
+            nr_io_queues: None,
+            keep_alive_tmo: None,
+            host_iface: None,
+            timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// `nqn at traddr:trsvcid`, for messages.
+    pub fn describe(&self) -> String {
+        match self.traddr {
+            IpAddr::V4(a) => format!("{} at {a}:{}", self.nqn, self.trsvcid),
+            IpAddr::V6(a) => format!("{} at [{a}]:{}", self.nqn, self.trsvcid),
+        }
+    }
+}
+
+/// The option string for `opts` as `host`, with each option in the kernel's spelling, and the
+/// option names it uses (to check them against [`supported_options`]).
+///
+/// [`Error::Invalid`] for a value the kernel would refuse (`reconnect_delay=0`,
+/// `nr_io_queues=0`, a `ctrl_loss_tmo` below -1) or a port of 0.
+pub fn option_string(opts: &ConnectOptions, host: &Host) -> Result<(String, Vec<&'static str>)> {
+    if opts.trsvcid == 0 {
+        return Err(Error::invalid("port", "0", "must be 1 to 65535"));
+    }
+    let positive = |kind: &'static str, v: Option<u32>| match v {
+        Some(0) => Err(Error::invalid(kind, "0", "must be at least 1")),
+        _ => Ok(()),
+    };
+    positive("reconnect_delay", opts.reconnect_delay)?;
+    positive("nr_io_queues", opts.nr_io_queues)?;
+    if let Some(t) = opts.ctrl_loss_tmo.filter(|&t| t < -1) {
+        return Err(Error::invalid(
+            "ctrl_loss_tmo",
+            &t.to_string(),
+            "must be -1 (reconnect forever) or at least 0",
+        ));
+    }
+    let mut names = vec!["transport", "traddr", "trsvcid", "nqn", "hostnqn"];
+    let mut s = format!(
+        "transport={},traddr={},trsvcid={},nqn={},hostnqn={}",
+        opts.transport, opts.traddr, opts.trsvcid, opts.nqn, host.nqn
+    );
+    let mut push = |name: &'static str, value: Option<String>| {
+        if let Some(v) = value {
+            s.push_str(&format!(",{name}={v}"));
+            names.push(name);
+        }
+    };
+    push("hostid", host.id.map(|u| u.to_string()));
+    push("ctrl_loss_tmo", opts.ctrl_loss_tmo.map(|v| v.to_string()));
+    push(
+        "reconnect_delay",
+        opts.reconnect_delay.map(|v| v.to_string()),
+    );
+    push("nr_io_queues", opts.nr_io_queues.map(|v| v.to_string()));
+    push("keep_alive_tmo", opts.keep_alive_tmo.map(|v| v.to_string()));
+    push(
+        "host_iface",
+        opts.host_iface.as_ref().map(ToString::to_string),
+    );
+    if s.len() >= MAX_OPTIONS_LEN {
+        return Err(Error::invalid(
+            "connect options",
+            &s,
+            "longer than the kernel takes (a page)",
+        ));
+    }
+    Ok((s, names))
+}
+
+/// The kernel's answer to a connect: the controller it created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// The controller's instance: it is `nvme<instance>`.
+    pub instance: u32,
+    /// The controller id the subsystem gave it.
+    pub cntlid: u16,
+}
+
+/// Parses what a read of `/dev/nvme-fabrics` returns after a connect:
+/// `instance=N,cntlid=M` and a newline (keys the kernel may add later are ignored).
+///
+/// [`Error::Invalid`] for anything else, including `instance=-1` (no controller).
+pub fn parse_reply(text: &str) -> Result<Reply> {
+    const KIND: &str = "nvme-fabrics reply";
+    let (mut instance, mut cntlid) = (None, None);
+    for field in text.trim_end_matches('\n').split(',') {
+        match field.split_once('=') {
+            Some(("instance", v)) if instance.is_none() => instance = crate::id::decimal(v),
+            Some(("cntlid", v)) if cntlid.is_none() => cntlid = crate::id::decimal(v),
+            Some((_, _)) => {}
+            None if field.is_empty() => {}
+            None => return Err(Error::invalid(KIND, text, "a field is not key=value")),
+        }
+    }
+    match (instance, cntlid) {
+        (Some(instance), Some(cntlid)) => Ok(Reply { instance, cntlid }),
+        _ => Err(Error::invalid(
+            KIND,
+            text,
+            "expected instance=<N>,cntlid=<N> with N not negative",
+        )),
+    }
+}
+
+/// Parses what a read of a fresh `/dev/nvme-fabrics` descriptor returns:
+/// `instance=-1,cntlid=-1,transport=%s,traddr=%s,…,duplicate_connect,…`, into the option names
+/// (`transport`, `duplicate_connect`).
+pub fn parse_options(text: &str) -> Result<Vec<String>> {
+    let rest = text
+        .trim_end_matches('\n')
+        .strip_prefix("instance=-1,cntlid=-1")
+        .ok_or_else(|| {
+            Error::invalid(
+                "nvme-fabrics options",
+                text,
+                "does not start with instance=-1,cntlid=-1",
+            )
+        })?;
+    Ok(rest
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| t.split_once('=').map_or(t, |(name, _)| name).to_owned())
+        .collect())
+}
+
+/// `<root>/dev/nvme-fabrics`.
+fn device(root: &Root) -> PathBuf {
+    root.dev("nvme-fabrics")
+}
+
+/// Opens `/dev/nvme-fabrics` read-write, refusing anything that is not a character device
+/// (a regular file or FIFO planted at the path in a `--root` tree gets no connect string).
+fn open(path: &Path) -> Result<fs::File> {
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) => Error::NotFound {
+                what: format!(
+                    "{} (is the nvme-fabrics module loaded, with nvme-tcp?)",
+                    path.display()
+                ),
+            },
+            _ => Error::io(path, e),
+        })?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.file_type().is_char_device() {
+        return Err(Error::io(path, io::Error::from_raw_os_error(libc::ENODEV)));
+    }
+    Ok(file)
+}
+
+/// The options this kernel's `nvme-fabrics` accepts, read from a fresh descriptor.
+pub fn supported_options(root: &Root) -> Result<Vec<String>> {
+    let path = device(root);
+    let mut text = String::new();
+    open(&path)?
+        .take(MAX_OPTIONS_LEN as u64)
+        .read_to_string(&mut text)
+        .map_err(|e| Error::io(&path, e))?;
+    parse_options(&text)
+}
+
+/// Writes the connect string `options` (from [`option_string`]) and reads the reply, giving
+/// up at `deadline`.
+///
+/// The write cannot be interrupted and can block for as long as the kernel's TCP connect and
+/// admin commands wait, so it runs on a helper thread ([`crate::helper`]). Past the deadline
+/// this returns [`Error::Timeout`]; the kernel may still finish creating the controller
+/// afterwards, and the next connect of the same path finds it.
+///
+/// The kernel's refusals come back as [`Error::Connect`] with its errno and what it most
+/// likely means.
+pub fn write(root: &Root, options: &str, describe: &str, deadline: Instant) -> Result<Reply> {
+    let path = device(root);
+    // Opened here, so a missing or fake device fails before a thread is started.
+    let mut file = open(&path)?;
+    // Blocking from here on: the connect's write waits for the controller.
+    clear_nonblock(&file, &path)?;
+    let subject = Subject::write(&path, options);
+    let what = || format!("the connect to {describe}");
+    let options = options.to_owned();
+    let text = helper::bounded(subject, deadline, &what, move || {
+        file.write(options.as_bytes())
+            .map_err(|e| Error::io(&path, e))
+            .and_then(|n| {
+                // One store takes the whole string or fails; a short count is the kernel's
+                // way of saying it took a part, which no kernel does.
+                if n == options.len() {
+                    Ok(())
+                } else {
+                    Err(Error::io(&path, io::Error::from(io::ErrorKind::WriteZero)))
+                }
+            })?;
+        let mut text = String::new();
+        (&mut file)
+            .take(MAX_OPTIONS_LEN as u64)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(text)
+    })
+    .map_err(|e| match e {
+        Error::Io { source, .. } => Error::Connect {
+            target: describe.to_owned(),
+            hint: connect_hint(source.raw_os_error()),
+            source,
+        },
+        e => e,
+    })?;
+    parse_reply(&text)
+}
+
+/// Drops `O_NONBLOCK` (set for the open, against a FIFO) from `file`.
+fn clear_nonblock(file: &fs::File, path: &Path) -> Result<()> {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    let flags = fcntl_getfl(file).map_err(|e| Error::io(path, e.into()))?;
+    fcntl_setfl(file, flags - OFlags::NONBLOCK).map_err(|e| Error::io(path, e.into()))
+}
+
+/// What an errno from a connect most likely means (`drivers/nvme/host/fabrics.c`, `tcp.c`).
+fn connect_hint(errno: Option<i32>) -> &'static str {
+    match errno {
+        Some(libc::EALREADY) => {
+            "a controller to this subsystem at this address for this host exists already"
+        }
+        Some(libc::EINVAL) => {
+            "the kernel refused the options (its log says which); a host NQN already \
+             registered with another host id is a common cause"
+        }
+        Some(libc::ECONNREFUSED) => "nothing listens at that address and port",
+        Some(libc::ETIMEDOUT) | Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => {
+            "the address cannot be reached"
+        }
+        Some(libc::ENOENT) | Some(libc::ENODEV) => {
+            "the kernel has no such transport (load nvme-tcp)"
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) => "connecting needs CAP_SYS_ADMIN",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> Host {
+        Host {
+            nqn: "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+                .parse()
+                .unwrap(),
+            id: Some("1b4e28ba-2fa1-11d2-883f-b9a761bde3fb".parse().unwrap()),
+        }
+    }
+
+    /// A scratch directory of its own per test, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!("lunkit-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn opts() -> ConnectOptions {
+        ConnectOptions::new(
+            "127.0.0.2".parse().unwrap(),
+            4420,
+            "nqn.2014-08.org.lunkit:lab".parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_option_string_is_the_kernels_grammar() {
+        let (s, names) = option_string(&opts(), &host()).unwrap();
+        assert_eq!(
+            s,
+            "transport=tcp,traddr=127.0.0.2,trsvcid=4420,nqn=nqn.2014-08.org.lunkit:lab,\
+             hostnqn=nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb,\
+             hostid=1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+        );
+        assert_eq!(
+            names,
+            ["transport", "traddr", "trsvcid", "nqn", "hostnqn", "hostid"]
+        );
+
+        let mut o = opts();
+        o.traddr = "fd00::2".parse().unwrap();
+        o.ctrl_loss_tmo = Some(-1);
+        o.reconnect_delay = Some(2);
+        o.nr_io_queues = Some(4);
+        o.keep_alive_tmo = Some(5);
+        o.host_iface = Some("eth0".parse().unwrap());
+        let h = Host { id: None, ..host() };
+        let (s, names) = option_string(&o, &h).unwrap();
+        assert!(
+            s.starts_with("transport=tcp,traddr=fd00::2,trsvcid=4420,")
+                && s.ends_with(
+                    ",ctrl_loss_tmo=-1,reconnect_delay=2,nr_io_queues=4,keep_alive_tmo=5,\
+                     host_iface=eth0"
+                )
+                && !s.contains("hostid"),
+            "{s}"
+        );
+        assert_eq!(names.len(), 10);
+    }
+
+    #[test]
+    fn values_the_kernel_would_refuse_are_refused_first() {
+        let mut o = opts();
+        o.trsvcid = 0;
+        assert!(option_string(&o, &host()).is_err());
+        let mut o = opts();
+        o.reconnect_delay = Some(0);
+        assert!(option_string(&o, &host()).is_err());
+        let mut o = opts();
+        o.nr_io_queues = Some(0);
+        assert!(option_string(&o, &host()).is_err());
+        let mut o = opts();
+        o.ctrl_loss_tmo = Some(-2);
+        assert!(option_string(&o, &host()).is_err());
+    }
+
+    #[test]
+    fn transports_and_interfaces_are_checked() {
+        assert_eq!("tcp".parse::<Transport>().unwrap(), Transport::Tcp);
+        for bad in ["", "TCP", "rdma", "tcp,traddr=1.2.3.4", "udp"] {
+            assert!(bad.parse::<Transport>().is_err(), "{bad}");
+        }
+        for good in ["eth0", "enp0s31f6", "bond0.100", "a"] {
+            assert_eq!(good.parse::<Interface>().unwrap().as_str(), good);
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "eth0,x=1",
+            "a=b",
+            "a/b",
+            "a:b",
+            "a b",
+            "sixteen-chars-xx",
+        ] {
+            assert!(bad.parse::<Interface>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn replies_parse_strictly() {
+        assert_eq!(
+            parse_reply("instance=3,cntlid=1\n").unwrap(),
+            Reply {
+                instance: 3,
+                cntlid: 1
+            }
+        );
+        // A key a later kernel adds is ignored.
+        assert_eq!(
+            parse_reply("instance=0,cntlid=65535,foo=bar\n")
+                .unwrap()
+                .cntlid,
+            65535
+        );
+        for bad in [
+            "",
+            "\n",
+            "instance=-1,cntlid=-1",
+            "instance=1",
+            "cntlid=1",
+            "instance=1,cntlid=65536",
+            "instance=+1,cntlid=1",
+            "instance=1,cntlid=1,garbage",
+            "instance=x,cntlid=1",
+        ] {
+            assert!(parse_reply(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_options_a_kernel_supports_are_read_from_its_listing() {
+        let text = "instance=-1,cntlid=-1,transport=%s,traddr=%s,trsvcid=%s,nqn=%s,\
+                    queue_size=%d,nr_io_queues=%d,reconnect_delay=%d,ctrl_loss_tmo=%d,\
+                    keep_alive_tmo=%d,hostnqn=%s,host_traddr=%s,host_iface=%s,hostid=%s,\
+                    duplicate_connect,disable_sqflow,hdr_digest,data_digest,\
+                    nr_write_queues=%d,nr_poll_queues=%d,tos=%d,fast_io_fail_tmo=%d,\
+                    discovery,dhchap_secret=%s,dhchap_ctrl_secret=%s\n";
+        let names = parse_options(text).unwrap();
+        assert!(names.iter().any(|n| n == "host_iface"));
+        assert!(names.iter().any(|n| n == "duplicate_connect"));
+        assert_eq!(names[0], "transport");
+        assert!(parse_options("instance=0,cntlid=1\n").is_err());
+    }
+
+    #[test]
+    fn the_host_comes_from_etc_nvme_inside_the_root() {
+        let dir = Scratch::new("hostnqn");
+        let root = Root::new(dir.path());
+        let err = Host::from_node(&root).unwrap_err();
+        assert!(err.to_string().contains("hostnqn"), "{err}");
+        std::fs::create_dir_all(dir.path().join("etc/nvme")).unwrap();
+        std::fs::write(
+            dir.path().join("etc/nvme/hostnqn"),
+            "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb\n",
+        )
+        .unwrap();
+        let h = Host::from_node(&root).unwrap();
+        assert_eq!(h.id, None);
+        std::fs::write(
+            dir.path().join("etc/nvme/hostid"),
+            "1b4e28ba-2fa1-11d2-883f-b9a761bde3fb\n",
+        )
+        .unwrap();
+        assert_eq!(Host::from_node(&root).unwrap(), host());
+        std::fs::write(dir.path().join("etc/nvme/hostid"), "not-a-uuid\n").unwrap();
+        assert!(Host::from_node(&root).is_err());
+    }
+
+    #[test]
+    fn a_regular_file_in_place_of_the_device_gets_nothing_written() {
+        let dir = Scratch::new("fake-fabrics");
+        std::fs::create_dir_all(dir.path().join("dev")).unwrap();
+        let fake = dir.path().join("dev/nvme-fabrics");
+        std::fs::write(&fake, "").unwrap();
+        let root = Root::new(dir.path());
+        let (s, _) = option_string(&opts(), &host()).unwrap();
+        let far = Instant::now() + Duration::from_secs(5);
+        assert!(write(&root, &s, "x", far).is_err());
+        assert_eq!(std::fs::read(&fake).unwrap(), b"");
+        std::fs::remove_file(&fake).unwrap();
+        let err = write(&root, &s, "x", far).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
+    }
+}

@@ -1,0 +1,360 @@
+//! NVMe over Fabrics controllers: connect one path, disconnect a subsystem, rescan, all
+//! through the kernel alone (no `nvme` command, no libnvme).
+//!
+//! - [`connect`] creates one controller, i.e. one path, by writing its options to
+//!   `/dev/nvme-fabrics` ([`fabrics`]). A controller of the same subsystem, transport,
+//!   address, port and host that is already there is returned instead: a second connect
+//!   never makes a duplicate path.
+//! - [`disconnect`] takes a subsystem's controllers away with `delete_controller`, after the
+//!   same in-use check a SCSI detach makes on its namespaces, and a flush of each.
+//! - [`rescan`] asks each controller of a subsystem to look for new or resized namespaces
+//!   (`rescan_controller`).
+//!
+//! The kernel reconnects a controller whose link was lost on its own, every
+//! `reconnect_delay` seconds until `ctrl_loss_tmo` passes; nothing here polls.
+//!
+//! ```no_run
+//! use lunkit::Root;
+//! use lunkit::nvme::{self, ConnectOptions};
+//!
+//! let root = Root::default();
+//! let nqn: lunkit::id::Nqn = "nqn.2016-06.io.spdk:cnode1".parse()?;
+//! for addr in ["192.0.2.10", "192.0.2.11"] {
+//!     let c = nvme::connect(&root, &ConnectOptions::new(addr.parse()?, 4420, nqn.clone()))?;
+//!     println!("{} cntlid {} (existing: {})", c.controller, c.cntlid, c.existing);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod fabrics;
+
+pub use fabrics::{ConnectOptions, Host, Interface, Transport};
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::block::{self, BlockNode, UsageScope};
+use crate::error::{Error, Result};
+use crate::helper::{self, Subject};
+use crate::id::Nqn;
+use crate::root::Root;
+use crate::sysfs::{self, nvme as sysnvme};
+use crate::uevent::{Action, Monitor, Uevent};
+use crate::wait;
+
+/// Default time a [`disconnect`] may take.
+pub const DEFAULT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Controller states in which the kernel is taking a controller away: such a controller is
+/// never handed out as an existing path, and a new connect of its path is allowed.
+const GOING: &[&str] = &["deleting", "deleting (no IO)", "dead"];
+
+/// The controller a [`connect`] made or found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connected {
+    /// Its name (`nvme0`).
+    pub controller: String,
+    /// The controller id the subsystem gave it.
+    pub cntlid: u16,
+    /// Whether it was there already (nothing was written).
+    pub existing: bool,
+    /// Its state when this returned (`live`, or `connecting` for an existing one that is
+    /// reconnecting).
+    pub state: Option<String>,
+    /// How long the call took.
+    pub elapsed: Duration,
+}
+
+/// Connects one path to a subsystem, or returns the controller already connected there.
+///
+/// The host's identity is [`ConnectOptions::host`], or the node's ([`Host::from_node`]). Every
+/// option is checked against what this kernel supports ([`fabrics::supported_options`])
+/// before anything is written.
+///
+/// # Errors
+///
+/// - [`Error::Invalid`] for options the kernel would refuse or does not know;
+/// - [`Error::NotFound`] without a host NQN, or without `/dev/nvme-fabrics`;
+/// - [`Error::Connect`] with the kernel's errno when it refused the connect;
+/// - [`Error::Timeout`] at [`ConnectOptions::timeout`] (the kernel may still finish the
+///   controller afterwards; connecting again returns it).
+pub fn connect(root: &Root, opts: &ConnectOptions) -> Result<Connected> {
+    let start = Instant::now();
+    let deadline = wait::deadline_from(start, opts.timeout);
+    let host = match &opts.host {
+        Some(h) => h.clone(),
+        None => Host::from_node(root)?,
+    };
+    let (options, names) = fabrics::option_string(opts, &host)?;
+    if let Some(c) = find_controller(root, opts, &host)? {
+        return Ok(existing(c, start));
+    }
+    let supported = fabrics::supported_options(root)?;
+    if let Some(missing) = names.iter().find(|n| !supported.iter().any(|s| s == *n)) {
+        return Err(Error::invalid(
+            "connect option",
+            missing,
+            "this kernel's nvme-fabrics does not know it",
+        ));
+    }
+    let describe = opts.describe();
+    match fabrics::write(root, &options, &describe, deadline) {
+        Ok(reply) => {
+            let controller = format!("nvme{}", reply.instance);
+            let state = sysnvme::controller(root, &controller)?.and_then(|c| c.state);
+            Ok(Connected {
+                controller,
+                cntlid: reply.cntlid,
+                existing: false,
+                state,
+                elapsed: start.elapsed(),
+            })
+        }
+        // Another caller connected the same path between the look and the write.
+        Err(e) if e.errno() == Some(libc::EALREADY) => match find_controller(root, opts, &host)? {
+            Some(c) => Ok(existing(c, start)),
+            None => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+fn existing(c: sysnvme::NvmeController, start: Instant) -> Connected {
+    Connected {
+        cntlid: c.cntlid.unwrap_or_default(),
+        existing: true,
+        state: c.state,
+        controller: c.name,
+        elapsed: start.elapsed(),
+    }
+}
+
+/// The controller already connected for `opts` as `host`, if any: same transport, subsystem,
+/// address, port, host interface and host (NQN, and id when both are known), and not being
+/// taken away. This is the match the kernel itself makes before it answers `EALREADY`.
+pub fn find_controller(
+    root: &Root,
+    opts: &ConnectOptions,
+    host: &Host,
+) -> Result<Option<sysnvme::NvmeController>> {
+    Ok(sysnvme::controllers(root)?.into_iter().find(|c| {
+        c.transport.as_deref() == Some(opts.transport.as_str())
+            && c.subsysnqn.as_deref() == Some(opts.nqn.as_str())
+            && c.address_field("traddr")
+                .and_then(|a| a.parse::<IpAddr>().ok())
+                == Some(opts.traddr)
+            && c.address_field("trsvcid")
+                .and_then(|p| p.parse::<u16>().ok())
+                == Some(opts.trsvcid)
+            && c.address_field("host_iface") == opts.host_iface.as_ref().map(|i| i.as_str())
+            && c.hostnqn.as_deref().is_none_or(|n| n == host.nqn.as_str())
+            && match (&c.hostid, host.id) {
+                (Some(have), Some(want)) => have.eq_ignore_ascii_case(&want.to_string()),
+                _ => true,
+            }
+            && !c.state.as_deref().is_some_and(|s| GOING.contains(&s))
+    }))
+}
+
+/// The controllers of subsystem `nqn` on this node.
+pub fn controllers_of(root: &Root, nqn: &Nqn) -> Result<Vec<sysnvme::NvmeController>> {
+    Ok(sysnvme::controllers(root)?
+        .into_iter()
+        .filter(|c| c.subsysnqn.as_deref() == Some(nqn.as_str()))
+        .collect())
+}
+
+/// The block devices through which the namespaces of `controllers` are used: the
+/// native-multipath heads of their subsystem, or each controller's own namespaces.
+fn namespace_nodes(
+    root: &Root,
+    nqn: &Nqn,
+    controllers: &[sysnvme::NvmeController],
+) -> Result<Vec<BlockNode>> {
+    let mut names: Vec<String> = sysnvme::subsystems(root)?
+        .into_iter()
+        .filter(|s| s.nqn.as_deref() == Some(nqn.as_str()))
+        .flat_map(|s| s.namespaces)
+        .collect();
+    for c in controllers {
+        // Without native multipath a controller's namespaces are block devices of their own;
+        // with it, these are hidden paths, which no one can open.
+        names.extend(
+            c.namespaces
+                .iter()
+                .filter(|n| matches!(sysnvme::parse_namespace_name(n), Some((_, None, _))))
+                .cloned(),
+        );
+    }
+    names.sort();
+    names.dedup();
+    let mut nodes = Vec::new();
+    for n in names {
+        if let Some(node) = block::by_name(root, &n)? {
+            nodes.push(node);
+        }
+    }
+    Ok(nodes)
+}
+
+/// How [`disconnect`] behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DisconnectOptions {
+    /// How long the whole disconnect may take.
+    pub timeout: Duration,
+}
+
+impl Default for DisconnectOptions {
+    fn default() -> Self {
+        DisconnectOptions {
+            timeout: DEFAULT_DISCONNECT_TIMEOUT,
+        }
+    }
+}
+
+/// What [`disconnect`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disconnected {
+    /// The namespace devices that were checked and flushed (`nvme0n1`).
+    pub namespaces: Vec<String>,
+    /// The controllers deleted (`nvme0`, `nvme1`); empty when none was connected.
+    pub controllers: Vec<String>,
+    /// How long the call took.
+    pub elapsed: Duration,
+}
+
+/// Takes every controller of subsystem `nqn` away: refuses while anything uses one of its
+/// namespaces (mounts in any namespace, kubelet's loop devices and bind mounts, holders,
+/// swap, open descriptors: [`block::usage`]), flushes each namespace, then writes
+/// `delete_controller` on each controller and waits until it is gone.
+///
+/// Nothing connected is success with no controller: a disconnect can be repeated.
+///
+/// # Errors
+///
+/// [`Error::Busy`] or [`Error::Unverified`] (nothing was changed), [`Error::Step`] naming the
+/// namespace whose flush or the controller whose deletion failed, [`Error::Timeout`].
+pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Disconnected> {
+    let start = Instant::now();
+    let deadline = wait::deadline_from(start, opts.timeout);
+    let controllers = controllers_of(root, nqn)?;
+    let nodes = namespace_nodes(root, nqn, &controllers)?;
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    if !nodes.is_empty() {
+        check_unused(root, nqn, &nodes, deadline)?;
+    }
+    for node in &nodes {
+        block::flush(node, deadline).map_err(|e| Error::Step {
+            step: "flush-namespace",
+            target: node.to_string(),
+            source: Box::new(e),
+        })?;
+    }
+    let mut deleted = Vec::new();
+    for c in &controllers {
+        delete_controller(root, &c.name, deadline).map_err(|e| Error::Step {
+            step: "delete-controller",
+            target: c.name.clone(),
+            source: Box::new(e),
+        })?;
+        deleted.push(c.name.clone());
+    }
+    Ok(Disconnected {
+        namespaces: names,
+        controllers: deleted,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Refuses while anything uses `nodes`. Processes that only have a namespace open are given
+/// [`block::OPENER_GRACE`]: udev probes every new namespace for a moment.
+fn check_unused(root: &Root, nqn: &Nqn, nodes: &[BlockNode], deadline: Instant) -> Result<()> {
+    let grace = wait::deadline_after(block::OPENER_GRACE).min(deadline);
+    let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+    loop {
+        let usage = block::usage(root, nodes, &UsageScope::default(), deadline)?;
+        let device = format!(
+            "subsystem {nqn} ({})",
+            nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        match usage.refusal(&device) {
+            None => return Ok(()),
+            Some(_) if usage.only_openers() && Instant::now() < grace => backoff.sleep(grace),
+            Some(refusal) => return Err(refusal),
+        }
+    }
+}
+
+/// Writes `1` to controller `name`'s `delete_controller` and waits until the controller is
+/// gone. The store itself is synchronous (`nvme_delete_ctrl_sync`), but can wait for as long
+/// as the controller's queues drain, so it is bounded like every such write.
+fn delete_controller(root: &Root, name: &str, deadline: Instant) -> Result<()> {
+    let dir = sysfs::Confine::new(root)
+        .dir(&sysnvme::controller_dir(root, name))
+        .filter(|d| d.is_dir());
+    let Some(dir) = dir else {
+        return Ok(()); // Gone already.
+    };
+    let object = sysfs::object_id(&dir);
+    let path = dir.join("delete_controller");
+    let writer = match sysfs::AttrWriter::open(&path) {
+        Ok(w) => w,
+        Err(e) if e.is_gone() && !dir.exists() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut monitor = Monitor::open().ok();
+    let what = || {
+        format!(
+            "write to {} (the controller is not answering)",
+            path.display()
+        )
+    };
+    match helper::bounded(Subject::write(&path, "1"), deadline, &what, move || {
+        writer.write("1")
+    }) {
+        Ok(()) => {}
+        // ENODEV: removed since the open; EBUSY: another delete of it is under way. Either
+        // way, wait for it to go.
+        Err(e) if matches!(e.errno(), Some(libc::ENODEV | libc::EBUSY)) => {}
+        Err(e) => return Err(e),
+    }
+    let what = || format!("removal of NVMe controller {name}");
+    let relevant = |ev: &Uevent| ev.action == Action::Remove;
+    wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+        Ok((sysfs::object_id(&dir) != object || object.is_none()).then_some(()))
+    })
+}
+
+/// Writes `1` to `rescan_controller` of every live controller of subsystem `nqn`, so that
+/// each looks for namespaces that came, went or changed size; returns the controllers asked.
+///
+/// [`Error::NotFound`] when no controller of `nqn` is connected.
+pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> {
+    let deadline = wait::deadline_after(timeout);
+    let live: Vec<_> = controllers_of(root, nqn)?
+        .into_iter()
+        .filter(|c| c.state.as_deref() == Some("live"))
+        .collect();
+    if live.is_empty() {
+        return Err(Error::NotFound {
+            what: format!("live NVMe controller of subsystem {nqn}"),
+        });
+    }
+    let mut asked = Vec::new();
+    for c in live {
+        let path = sysnvme::controller_dir(root, &c.name).join("rescan_controller");
+        let value = "1";
+        let what = || format!("write to {}", path.display());
+        let p = path.clone();
+        helper::bounded(Subject::write(&path, value), deadline, &what, move || {
+            sysfs::write_attr(&p, value)
+        })?;
+        asked.push(c.name);
+    }
+    Ok(asked)
+}
