@@ -7,7 +7,7 @@ use crate::sysfs::block::{self, BlockDevice, DevNum};
 use crate::sysfs::fc::{self, FcHost, FcRemotePort};
 use crate::sysfs::iscsi::{self, IscsiSession};
 use crate::sysfs::natural_cmp;
-use crate::sysfs::nvme::{self, NvmeController};
+use crate::sysfs::nvme::{self, NvmeController, NvmeNamespace, NvmeSubsystem};
 use crate::sysfs::scsi::{self, ScsiDevice, ScsiHost};
 
 /// The uuid prefix multipath-tools gives the maps it creates (the one definition is
@@ -35,6 +35,10 @@ pub struct Topology {
     pub fc_rports: Vec<FcRemotePort>,
     /// NVMe controllers.
     pub nvme_controllers: Vec<NvmeController>,
+    /// NVMe subsystems.
+    pub nvme_subsystems: Vec<NvmeSubsystem>,
+    /// NVMe namespace block devices (native-multipath heads with their paths).
+    pub nvme_namespaces: Vec<NvmeNamespace>,
 }
 
 /// A device-mapper device, as seen in `/sys/block/dm-N`.
@@ -84,6 +88,8 @@ impl Topology {
             fc_hosts: fc::hosts(root)?,
             fc_rports: fc::remote_ports(root)?,
             nvme_controllers: nvme::controllers(root)?,
+            nvme_subsystems: nvme::subsystems(root)?,
+            nvme_namespaces: nvme::namespaces(root)?,
         })
     }
 

@@ -282,6 +282,33 @@ pub fn render(t: &Topology) -> String {
         nv.render(&mut out);
     }
 
+    if !t.nvme_namespaces.is_empty() {
+        let mut ns = Table::default();
+        for n in &t.nvme_namespaces {
+            let subsystem = t
+                .nvme_subsystems
+                .iter()
+                .find(|s| s.namespaces.contains(&n.name))
+                .and_then(|s| s.nqn.as_deref());
+            let paths: Vec<String> = n
+                .paths
+                .iter()
+                .map(|p| format!("{}:{}", p.controller, or_dash(p.ana_state.as_deref())))
+                .collect();
+            ns.row([
+                n.name.clone(),
+                n.nsid.map_or_else(|| "-".into(), |i| format!("nsid {i}")),
+                human_size(n.size_bytes),
+                or_dash(n.wwid.as_deref()),
+                or_dash(subsystem),
+                paths.join(","),
+            ]);
+        }
+        out.push_str(if out.is_empty() { "" } else { "\n" });
+        out.push_str("NVMe namespaces\n");
+        ns.render(&mut out);
+    }
+
     if out.is_empty() {
         out.push_str("no SCSI hosts, block devices or NVMe controllers found\n");
     }

@@ -22,6 +22,8 @@ pub struct List {
     pub fc_hosts: Vec<FcHost>,
     pub fc_rports: Vec<FcRport>,
     pub nvme_controllers: Vec<NvmeController>,
+    pub nvme_subsystems: Vec<NvmeSubsystem>,
+    pub nvme_namespaces: Vec<NvmeNamespace>,
 }
 
 #[derive(Serialize)]
@@ -133,6 +135,39 @@ pub struct NvmeController {
     pub model: Option<String>,
     pub serial: Option<String>,
     pub namespaces: Vec<String>,
+    pub cntlid: Option<u16>,
+    pub hostnqn: Option<String>,
+    pub hostid: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct NvmeSubsystem {
+    pub name: String,
+    pub nqn: Option<String>,
+    pub model: Option<String>,
+    pub serial: Option<String>,
+    pub iopolicy: Option<String>,
+    pub controllers: Vec<String>,
+    pub namespaces: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct NvmeNamespace {
+    pub name: String,
+    pub nsid: Option<u32>,
+    pub wwid: Option<String>,
+    pub uuid: Option<String>,
+    pub nguid: Option<String>,
+    pub eui: Option<String>,
+    pub size_bytes: Option<u64>,
+    pub paths: Vec<NvmePath>,
+}
+
+#[derive(Serialize)]
+pub struct NvmePath {
+    pub name: String,
+    pub controller: String,
+    pub ana_state: Option<String>,
 }
 
 impl From<&Topology> for List {
@@ -264,6 +299,44 @@ impl From<&Topology> for List {
                     model: n.model.clone(),
                     serial: n.serial.clone(),
                     namespaces: n.namespaces.clone(),
+                    cntlid: n.cntlid,
+                    hostnqn: n.hostnqn.clone(),
+                    hostid: n.hostid.clone(),
+                })
+                .collect(),
+            nvme_subsystems: t
+                .nvme_subsystems
+                .iter()
+                .map(|s| NvmeSubsystem {
+                    name: s.name.clone(),
+                    nqn: s.nqn.clone(),
+                    model: s.model.clone(),
+                    serial: s.serial.clone(),
+                    iopolicy: s.iopolicy.clone(),
+                    controllers: s.controllers.clone(),
+                    namespaces: s.namespaces.clone(),
+                })
+                .collect(),
+            nvme_namespaces: t
+                .nvme_namespaces
+                .iter()
+                .map(|n| NvmeNamespace {
+                    name: n.name.clone(),
+                    nsid: n.nsid,
+                    wwid: n.wwid.clone(),
+                    uuid: n.uuid.clone(),
+                    nguid: n.nguid.clone(),
+                    eui: n.eui.clone(),
+                    size_bytes: n.size_bytes,
+                    paths: n
+                        .paths
+                        .iter()
+                        .map(|p| NvmePath {
+                            name: p.name.clone(),
+                            controller: p.controller.clone(),
+                            ana_state: p.ana_state.clone(),
+                        })
+                        .collect(),
                 })
                 .collect(),
         }

@@ -1,6 +1,14 @@
-//! `/sys/class/nvme`: NVMe controllers (PCIe and fabrics).
+//! NVMe in sysfs: controllers (`/sys/class/nvme`), subsystems (`/sys/class/nvme-subsystem`)
+//! and namespaces (`/sys/block/nvme*n*`).
+//!
+//! With native multipath (`CONFIG_NVME_MULTIPATH`, on in distribution kernels) a namespace
+//! reached through several controllers of one subsystem is one block device, the *head*
+//! `nvme<S>n<N>` (`S` the subsystem's instance), over hidden per-controller *paths*
+//! `nvme<S>c<C>n<N>` (`C` the controller's instance) that have no device node and sit in
+//! their controller's directory with their ANA state. Without it, each controller has its
+//! own `nvme<C>n<N>`, a block device of its own.
 
-use super::{Confine, attr, entries};
+use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::root::Root;
 
@@ -24,48 +32,232 @@ pub struct NvmeController {
     /// Namespace block devices below the controller (`nvme0n1`, or `nvme0c0n1` paths under
     /// native multipath).
     pub namespaces: Vec<String>,
+    /// The controller id the subsystem gave it.
+    pub cntlid: Option<u16>,
+    /// The host NQN it connected as (fabrics only).
+    pub hostnqn: Option<String>,
+    /// The host id it connected with (fabrics only).
+    pub hostid: Option<String>,
+}
+
+impl NvmeController {
+    /// One field of a fabrics controller's `address` (`traddr`, `trsvcid`, `host_iface`,
+    /// `src_addr`): the attribute is `key=value` pairs joined by `,`.
+    pub fn address_field(&self, key: &str) -> Option<&str> {
+        address_field(self.address.as_deref()?, key)
+    }
+}
+
+/// One field of a fabrics `address` attribute (`traddr=127.0.0.1,trsvcid=4420,src_addr=…`).
+pub fn address_field<'a>(address: &'a str, key: &str) -> Option<&'a str> {
+    address
+        .split(',')
+        .filter_map(|f| f.split_once('='))
+        .find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// One NVMe subsystem the node knows, `/sys/class/nvme-subsystem/nvme-subsysN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeSubsystem {
+    /// `nvme-subsys0`.
+    pub name: String,
+    /// The subsystem NQN.
+    pub nqn: Option<String>,
+    /// Model string.
+    pub model: Option<String>,
+    /// Serial number.
+    pub serial: Option<String>,
+    /// The native-multipath I/O policy (`numa`, `round-robin`).
+    pub iopolicy: Option<String>,
+    /// Its controllers on this node (`nvme0`, `nvme1`).
+    pub controllers: Vec<String>,
+    /// Its namespace block devices (heads under native multipath: `nvme0n1`).
+    pub namespaces: Vec<String>,
+}
+
+/// A namespace block device: a native-multipath head, or one controller's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeNamespace {
+    /// `nvme0n1`.
+    pub name: String,
+    /// The namespace id.
+    pub nsid: Option<u32>,
+    /// The kernel's identity for it (`uuid.…`, `eui.…`, `nvme.…`): NGUID, EUI-64 or UUID,
+    /// whichever the controller reported, else one made of the vendor id, serial and model.
+    pub wwid: Option<String>,
+    /// The namespace UUID, when reported.
+    pub uuid: Option<String>,
+    /// The namespace NGUID, when reported.
+    pub nguid: Option<String>,
+    /// The namespace EUI-64, when reported.
+    pub eui: Option<String>,
+    /// Size in bytes.
+    pub size_bytes: Option<u64>,
+    /// Under native multipath, the hidden paths through each controller.
+    pub paths: Vec<NvmePath>,
+}
+
+/// One controller's path to a native-multipath head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmePath {
+    /// `nvme0c1n1`.
+    pub name: String,
+    /// The controller it goes through (`nvme1`).
+    pub controller: String,
+    /// Its ANA state (`optimized`, `non-optimized`, `inaccessible`…).
+    pub ana_state: Option<String>,
+}
+
+/// The parts of a namespace device name: `nvme<S>n<N>` is `(S, None, N)`,
+/// `nvme<S>c<C>n<N>` is `(S, Some(C), N)`.
+pub fn parse_namespace_name(name: &str) -> Option<(u32, Option<u32>, u32)> {
+    let rest = name.strip_prefix("nvme")?;
+    let (ctrl, ns) = rest.split_once('n')?;
+    let ns = crate::id::decimal(ns)?;
+    match ctrl.split_once('c') {
+        Some((s, c)) => Some((crate::id::decimal(s)?, Some(crate::id::decimal(c)?), ns)),
+        None => Some((crate::id::decimal(ctrl)?, None, ns)),
+    }
 }
 
 /// Whether `name` looks like `nvme<X>n<N>` or `nvme<S>c<X>n<N>`.
 fn is_namespace(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("nvme") else {
-        return false;
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let Some((ctrl, ns)) = rest.split_once('n') else {
-        return false;
-    };
-    let ctrl_ok = match ctrl.split_once('c') {
-        Some((s, c)) => digits(s) && digits(c),
-        None => digits(ctrl),
-    };
-    ctrl_ok && digits(ns)
+    parse_namespace_name(name).is_some()
 }
 
 /// Reads every NVMe controller.
 pub fn controllers(root: &Root) -> Result<Vec<NvmeController>> {
     let class = root.sys("class/nvme");
+    let mut out = Vec::new();
+    for name in entries(&class)? {
+        if let Some(c) = controller(root, &name)? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads controller `name` (`nvme0`); `None` when it does not exist (or its directory leads
+/// out of the root).
+pub fn controller(root: &Root, name: &str) -> Result<Option<NvmeController>> {
+    super::check_component("NVMe controller", name)?;
+    let Some(d) = Confine::new(root).dir(&controller_dir(root, name)) else {
+        return Ok(None);
+    };
+    if !d.is_dir() {
+        return Ok(None);
+    }
+    let namespaces = match entries(&d) {
+        Ok(e) => e.into_iter().filter(|n| is_namespace(n)).collect(),
+        // Deleted since it was listed.
+        Err(e) if e.is_gone() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(NvmeController {
+        cntlid: attr_parse(&d, "cntlid"),
+        hostnqn: attr(&d, "hostnqn"),
+        hostid: attr(&d, "hostid"),
+        transport: attr(&d, "transport"),
+        address: attr(&d, "address"),
+        state: attr(&d, "state"),
+        subsysnqn: attr(&d, "subsysnqn"),
+        model: attr(&d, "model"),
+        serial: attr(&d, "serial"),
+        namespaces,
+        name: name.to_owned(),
+    }))
+}
+
+/// `<root>/sys/class/nvme/<name>`: the one spelling of a controller's directory, whose
+/// `delete_controller` and `rescan_controller` the actions write.
+pub(crate) fn controller_dir(root: &Root, name: &str) -> std::path::PathBuf {
+    root.sys("class/nvme").join(name)
+}
+
+/// Reads every NVMe subsystem.
+pub fn subsystems(root: &Root) -> Result<Vec<NvmeSubsystem>> {
+    let class = root.sys("class/nvme-subsystem");
     let confine = Confine::new(root);
     let mut out = Vec::new();
     for name in entries(&class)? {
         let Some(d) = confine.dir(&class.join(&name)) else {
             continue;
         };
-        out.push(NvmeController {
-            transport: attr(&d, "transport"),
-            address: attr(&d, "address"),
-            state: attr(&d, "state"),
-            subsysnqn: attr(&d, "subsysnqn"),
+        let Ok(children) = entries(&d) else {
+            continue;
+        };
+        let (mut controllers, mut namespaces) = (Vec::new(), Vec::new());
+        for c in children {
+            match parse_namespace_name(&c) {
+                Some(_) => namespaces.push(c),
+                None if c
+                    .strip_prefix("nvme")
+                    .and_then(crate::id::decimal::<u32>)
+                    .is_some() =>
+                {
+                    controllers.push(c)
+                }
+                None => {}
+            }
+        }
+        out.push(NvmeSubsystem {
+            nqn: attr(&d, "subsysnqn"),
             model: attr(&d, "model"),
             serial: attr(&d, "serial"),
-            namespaces: entries(&d)?
-                .into_iter()
-                .filter(|n| is_namespace(n))
-                .collect(),
+            iopolicy: attr(&d, "iopolicy"),
+            controllers,
+            namespaces,
             name,
         });
     }
     Ok(out)
+}
+
+/// Reads every namespace block device (`/sys/block/nvme*n*`, not the hidden paths).
+pub fn namespaces(root: &Root) -> Result<Vec<NvmeNamespace>> {
+    let mut out = Vec::new();
+    for name in super::block::names(root)? {
+        if !matches!(parse_namespace_name(&name), Some((_, None, _))) {
+            continue;
+        }
+        if let Some(ns) = namespace(root, &name)? {
+            out.push(ns);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads namespace block device `name` (`nvme0n1`); `None` when it does not exist.
+pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
+    super::check_component("NVMe namespace", name)?;
+    let Some(d) = Confine::new(root).dir(&root.sys("class/block").join(name)) else {
+        return Ok(None);
+    };
+    if !d.is_dir() {
+        return Ok(None);
+    }
+    let mut paths = Vec::new();
+    for p in sub_entries(&d, "multipath")? {
+        let Some((_, Some(c), _)) = parse_namespace_name(&p) else {
+            continue;
+        };
+        let controller = format!("nvme{c}");
+        paths.push(NvmePath {
+            ana_state: attr(&controller_dir(root, &controller).join(&p), "ana_state"),
+            controller,
+            name: p,
+        });
+    }
+    Ok(Some(NvmeNamespace {
+        nsid: attr_parse(&d, "nsid"),
+        wwid: attr(&d, "wwid"),
+        uuid: attr(&d, "uuid"),
+        nguid: attr(&d, "nguid"),
+        eui: attr(&d, "eui"),
+        size_bytes: attr_parse::<u64>(&d, "size").map(|s| s.saturating_mul(512)),
+        paths,
+        name: name.to_owned(),
+    }))
 }
 
 #[cfg(test)]
