@@ -4,6 +4,7 @@ mod attach;
 mod human;
 mod json;
 mod multipath;
+mod nvme;
 mod resize;
 mod scan;
 mod teardown;
@@ -31,7 +32,7 @@ mod exit {
     about = "Scan, flush and remove SCSI LUNs and multipath maps without shelling out"
 )]
 struct Cli {
-    /// Directory that stands for / (where sys/, dev/, proc/ and run/ are); /host in a container
+    /// Directory that stands for / (where sys/, dev/, proc/, etc/ and run/ are); /host in a container
     /// that mounts the host there.
     #[arg(long, global = true, value_name = "DIR", default_value = "/")]
     root: PathBuf,
@@ -68,6 +69,9 @@ enum Command {
     Delete(teardown::Delete),
     /// Write a block device's cached data to it (fsync) and drop its page cache (BLKFLSBUF).
     Flush(teardown::Flush),
+    /// Connect, disconnect and rescan NVMe over Fabrics controllers without nvme-cli.
+    #[command(subcommand)]
+    Nvme(nvme::Nvme),
     /// Remove multipath maps without `multipath -f`.
     #[command(subcommand)]
     Multipath(multipath::Multipath),
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         Command::List { json } => list(&root, json),
         Command::Scan(cmd) => scan::run(&root, cmd),
         Command::Multipath(cmd) => multipath::run(&root, cmd),
+        Command::Nvme(cmd) => nvme::run(&root, cmd),
         Command::Watch { json } => watch::run(json),
         Command::Attach(cmd) => attach::run(&root, cmd),
         Command::Detach(cmd) => teardown::detach(&root, cmd),

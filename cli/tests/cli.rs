@@ -368,3 +368,121 @@ fn resize_rescans_every_path_and_refuses_a_path_down_first() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Bad input to `nvme connect` exits 2 and writes nothing: not to `/dev/nvme-fabrics` (here a
+/// regular file in a scratch root, so a write would show), and not anywhere else. A valid
+/// connect to that fake device is refused too: it is not a character device.
+#[test]
+fn nvme_connect_refuses_bad_input_before_writing_anything() {
+    let root = std::env::temp_dir().join(format!("lunkit-cli-nvme-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::create_dir_all(root.join("sys/class/nvme")).unwrap();
+    std::fs::create_dir_all(root.join("etc/nvme")).unwrap();
+    let fabrics = root.join("dev/nvme-fabrics");
+    std::fs::write(&fabrics, "").unwrap();
+    std::fs::write(
+        root.join("etc/nvme/hostnqn"),
+        "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb\n",
+    )
+    .unwrap();
+    let r = root.to_str().unwrap();
+    let nqn = "nqn.2014-08.org.lunkit:lab";
+    let connect = |extra: &[&str]| {
+        let mut args = vec!["--root", r, "nvme", "connect", "--json"];
+        args.extend_from_slice(extra);
+        lunkit(&args)
+    };
+    for (why, args) in [
+        (
+            "malformed NQN",
+            vec!["--traddr", "127.0.0.1", "--nqn", "nqn.x"],
+        ),
+        (
+            "NQN carrying an option",
+            vec![
+                "--traddr",
+                "127.0.0.1",
+                "--nqn",
+                "nqn.2014-08.org.a,traddr=1.2.3.4",
+            ],
+        ),
+        (
+            "address carrying an option",
+            vec!["--traddr", "1.2.3.4,nqn=x", "--nqn", nqn],
+        ),
+        (
+            "host name as address",
+            vec!["--traddr", "target.example", "--nqn", nqn],
+        ),
+        (
+            "unknown transport",
+            vec!["--transport", "udp", "--traddr", "127.0.0.1", "--nqn", nqn],
+        ),
+        (
+            "port 0",
+            vec!["--traddr", "127.0.0.1", "--trsvcid", "0", "--nqn", nqn],
+        ),
+        (
+            "port +1",
+            vec!["--traddr", "127.0.0.1", "--trsvcid", "+1", "--nqn", nqn],
+        ),
+        (
+            "host id that is no UUID",
+            vec!["--traddr", "127.0.0.1", "--nqn", nqn, "--hostid", "1,x=2"],
+        ),
+        (
+            "host NQN carrying an option",
+            vec![
+                "--traddr",
+                "127.0.0.1",
+                "--nqn",
+                nqn,
+                "--hostnqn",
+                "nqn.2014-08.org.h=1",
+            ],
+        ),
+        (
+            "interface carrying an option",
+            vec![
+                "--traddr",
+                "127.0.0.1",
+                "--nqn",
+                nqn,
+                "--host-iface",
+                "eth0,x=1",
+            ],
+        ),
+        (
+            "reconnect_delay 0",
+            vec![
+                "--traddr",
+                "127.0.0.1",
+                "--nqn",
+                nqn,
+                "--reconnect-delay",
+                "0",
+            ],
+        ),
+    ] {
+        let out = connect(&args);
+        assert_eq!(out.status.code(), Some(2), "{why}: {out:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["ok"], false, "{why}");
+        assert!(
+            doc["error"].as_str().unwrap().starts_with("invalid "),
+            "{why}: {doc}"
+        );
+        assert_eq!(std::fs::read(&fabrics).unwrap(), b"", "{why}: written");
+    }
+    // Well-formed, but the "device" is a regular file: refused, still nothing written.
+    let out = connect(&["--traddr", "127.0.0.1", "--nqn", nqn]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    // No host NQN anywhere: exit 3, naming the file to write it to.
+    std::fs::remove_file(root.join("etc/nvme/hostnqn")).unwrap();
+    let out = connect(&["--traddr", "127.0.0.1", "--nqn", nqn]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("etc/nvme/hostnqn"));
+    let _ = std::fs::remove_dir_all(&root);
+}

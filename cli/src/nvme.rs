@@ -1,0 +1,216 @@
+//! `lunkit nvme connect|disconnect|rescan`: NVMe over Fabrics controllers, with no nvme-cli.
+
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+use lunkit::Root;
+use lunkit::id::{Nqn, Uuid};
+use lunkit::nvme::{self, ConnectOptions, DisconnectOptions, Host};
+
+/// `lunkit nvme`.
+#[derive(Subcommand)]
+pub enum Nvme {
+    /// Connect one path (one controller) to a subsystem; run it once per path. A path that is
+    /// connected already is returned, never duplicated. Exit 0 connected (or already), 2 bad
+    /// input (nothing written), 3 nothing listens there or no host NQN, 5 deadline passed.
+    Connect(Connect),
+    /// Take every controller of a subsystem away, after checking that nothing uses its
+    /// namespaces and flushing them. Nothing connected is success. Exit 4 refused (in use).
+    Disconnect(Disconnect),
+    /// Ask every live controller of a subsystem to look for new or resized namespaces.
+    Rescan(Rescan),
+}
+
+/// `lunkit nvme connect`.
+#[derive(Args)]
+pub struct Connect {
+    /// The transport; only tcp today.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// The target's IP address.
+    #[arg(long, value_name = "ADDR")]
+    traddr: String,
+    /// The target's port.
+    #[arg(long, value_name = "PORT", default_value = "4420")]
+    trsvcid: String,
+    /// The subsystem NQN.
+    #[arg(long, value_name = "NQN")]
+    nqn: String,
+    /// This host's NQN (default: /etc/nvme/hostnqn under --root).
+    #[arg(long, value_name = "NQN")]
+    hostnqn: Option<String>,
+    /// This host's id, a UUID (default: /etc/nvme/hostid under --root, if any).
+    #[arg(long, value_name = "UUID")]
+    hostid: Option<String>,
+    /// Seconds to keep reconnecting a lost link before the kernel deletes the controller;
+    /// -1 reconnects forever.
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    ctrl_loss_tmo: Option<i32>,
+    /// Seconds between reconnect attempts.
+    #[arg(long, value_name = "SECS")]
+    reconnect_delay: Option<u32>,
+    /// How many I/O queues to ask for.
+    #[arg(long, value_name = "N")]
+    nr_io_queues: Option<u32>,
+    /// Keep-alive timeout in seconds.
+    #[arg(long, value_name = "SECS")]
+    keep_alive_tmo: Option<u32>,
+    /// Connect through this network interface only.
+    #[arg(long, value_name = "IFACE")]
+    host_iface: Option<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    timeout: f64,
+    /// Print the result as one JSON object (also on failure).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `lunkit nvme disconnect`.
+#[derive(Args)]
+pub struct Disconnect {
+    /// The subsystem NQN.
+    #[arg(long, value_name = "NQN")]
+    nqn: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    timeout: f64,
+    /// Print the result as one JSON object (also on failure).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `lunkit nvme rescan`.
+#[derive(Args)]
+pub struct Rescan {
+    /// The subsystem NQN.
+    #[arg(long, value_name = "NQN")]
+    nqn: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    timeout: f64,
+}
+
+pub fn run(root: &Root, cmd: Nvme) -> lunkit::Result<()> {
+    match cmd {
+        Nvme::Connect(c) => connect(root, c),
+        Nvme::Disconnect(d) => disconnect(root, d),
+        Nvme::Rescan(r) => {
+            let nqn: Nqn = r.nqn.parse()?;
+            for c in nvme::rescan(root, &nqn, crate::seconds(r.timeout)?)? {
+                println!("{c}: rescan asked");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Every value is parsed into its type before anything is looked at or written.
+fn connect_options(root: &Root, c: &Connect) -> lunkit::Result<ConnectOptions> {
+    let traddr = c
+        .traddr
+        .parse()
+        .map_err(|_| lunkit::Error::invalid("address", &c.traddr, "not an IPv4 or IPv6 address"))?;
+    let port = Some(&c.trsvcid)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|&p| p != 0)
+        .ok_or_else(|| lunkit::Error::invalid("port", &c.trsvcid, "must be 1 to 65535"))?;
+    let mut opts = ConnectOptions::new(traddr, port, c.nqn.parse()?);
+    opts.transport = c.transport.parse()?;
+    let id = c.hostid.as_deref().map(str::parse::<Uuid>).transpose()?;
+    opts.host = Some(match &c.hostnqn {
+        Some(n) => Host {
+            nqn: n.parse()?,
+            id,
+        },
+        None => {
+            let node = Host::from_node(root)?;
+            Host {
+                id: id.or(node.id),
+                ..node
+            }
+        }
+    });
+    opts.ctrl_loss_tmo = c.ctrl_loss_tmo;
+    opts.reconnect_delay = c.reconnect_delay;
+    opts.nr_io_queues = c.nr_io_queues;
+    opts.keep_alive_tmo = c.keep_alive_tmo;
+    opts.host_iface = c.host_iface.as_deref().map(str::parse).transpose()?;
+    opts.timeout = crate::seconds(c.timeout)?;
+    Ok(opts)
+}
+
+fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
+    let t0 = Instant::now();
+    let result = connect_options(root, &c).and_then(|o| nvme::connect(root, &o));
+    if c.json {
+        let doc = serde_json::json!({
+            "version": 1,
+            "nqn": c.nqn,
+            "traddr": c.traddr,
+            "trsvcid": c.trsvcid,
+            "ok": result.is_ok(),
+            "error": result.as_ref().err().map(ToString::to_string),
+            "elapsed_us": micros(t0.elapsed()),
+            "result": result.as_ref().ok().map(|r| serde_json::json!({
+                "controller": r.controller,
+                "cntlid": r.cntlid,
+                "existing": r.existing,
+                "state": r.state,
+                "elapsed_us": micros(r.elapsed),
+            })),
+        });
+        println!("{doc}");
+    } else if let Ok(r) = &result {
+        let how = if r.existing {
+            "already connected"
+        } else {
+            "connected"
+        };
+        println!(
+            "{}: {how} (cntlid {}, {}) in {:.1} ms",
+            r.controller,
+            r.cntlid,
+            r.state.as_deref().unwrap_or("state unknown"),
+            r.elapsed.as_secs_f64() * 1e3
+        );
+    }
+    result.map(drop)
+}
+
+fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
+    let t0 = Instant::now();
+    let result = d.nqn.parse::<Nqn>().and_then(|nqn| {
+        let mut opts = DisconnectOptions::default();
+        opts.timeout = crate::seconds(d.timeout)?;
+        nvme::disconnect(root, &nqn, &opts)
+    });
+    if d.json {
+        let doc = serde_json::json!({
+            "version": 1,
+            "nqn": d.nqn,
+            "ok": result.is_ok(),
+            "error": result.as_ref().err().map(ToString::to_string),
+            "elapsed_us": micros(t0.elapsed()),
+            "result": result.as_ref().ok().map(|r| serde_json::json!({
+                "controllers": r.controllers,
+                "namespaces": r.namespaces,
+                "elapsed_us": micros(r.elapsed),
+            })),
+        });
+        println!("{doc}");
+    } else if let Ok(r) = &result {
+        if r.controllers.is_empty() {
+            println!("{}: nothing connected", d.nqn);
+        }
+        for c in &r.controllers {
+            println!("{c}: deleted");
+        }
+    }
+    result.map(drop)
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
