@@ -11,12 +11,12 @@ use crate::teardown::VolumeArgs;
 
 /// `lunkit attach`.
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
+#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn", "nvme_nqn"]))]
 pub struct Attach {
     #[command(flatten)]
     volume: VolumeArgs,
     /// iSCSI: only sessions through this portal (ADDR:PORT, an IPv6 address in brackets);
-    /// repeatable.
+    /// NVMe: connect this portal if it is not connected yet. Repeatable.
     #[arg(long = "portal", value_name = "ADDR:PORT")]
     portals: Vec<String>,
     /// FC: only through this local port (initiator WWPN); repeatable.
@@ -25,6 +25,12 @@ pub struct Attach {
     /// Also wait until multipathd has built the volume's map with every path that came.
     #[arg(long)]
     wait_map: bool,
+    /// NVMe: this host's NQN for the connects (default: /etc/nvme/hostnqn under --root).
+    #[arg(long, value_name = "NQN")]
+    hostnqn: Option<String>,
+    /// NVMe: this host's id, a UUID (default: /etc/nvme/hostid under --root, if any).
+    #[arg(long, value_name = "UUID", requires = "hostnqn")]
+    hostid: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -36,8 +42,18 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
     opts.portals = cmd.portals;
     opts.initiators = cmd.initiators;
     opts.wait_map = cmd.wait_map;
+    if let Some(nqn) = &cmd.hostnqn {
+        opts.nvme_host = Some(lunkit::nvme::Host {
+            nqn: nqn.parse()?,
+            id: cmd.hostid.as_deref().map(str::parse).transpose()?,
+        });
+    }
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;
+    if let Some(nvme) = &volume.nvme {
+        print_nvme(volume.wwid.as_ref(), nvme, start.elapsed(), cmd.common.json);
+        return Ok(());
+    }
     let udev = wait_udev(
         root,
         &cmd.common,
@@ -53,4 +69,51 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
         cmd.common.json,
     );
     Ok(())
+}
+
+/// An NVMe attach: each portal's connect, then the namespace's devices.
+fn print_nvme(
+    wwid: Option<&lunkit::Wwid>,
+    nvme: &ops::NvmeAttachment,
+    elapsed: std::time::Duration,
+    json: bool,
+) {
+    if json {
+        let doc = serde_json::json!({
+            "wwid": wwid.map(ToString::to_string),
+            "devices": nvme.devices.iter().map(|d| serde_json::json!({
+                "name": d.name,
+                "path": format!("/dev/{}", d.name),
+                "major": d.dev.major,
+                "minor": d.dev.minor,
+            })).collect::<Vec<_>>(),
+            "controllers": nvme.controllers,
+            "portals": nvme.portals.iter().map(|p| serde_json::json!({
+                "portal": p.portal,
+                "outcome": match &p.result {
+                    Ok(c) if c.existing => "existing",
+                    Ok(_) => "connected",
+                    Err(_) => "failed",
+                },
+                "controller": p.result.as_ref().ok().map(|c| c.controller.clone()),
+                "detail": p.result.as_ref().err(),
+            })).collect::<Vec<_>>(),
+            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        });
+        println!("{doc:#}");
+        return;
+    }
+    for p in &nvme.portals {
+        println!("{p}");
+    }
+    for d in &nvme.devices {
+        println!(
+            "/dev/{} ({}) WWID {} via {}",
+            d.name,
+            d.dev,
+            wwid.map_or_else(|| "none".to_owned(), ToString::to_string),
+            nvme.controllers.join(", ")
+        );
+    }
+    println!("attached in {:.1} ms", elapsed.as_secs_f64() * 1e3);
 }

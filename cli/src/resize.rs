@@ -10,7 +10,7 @@ use crate::teardown::VolumeArgs;
 
 /// `lunkit resize`.
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
+#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn", "nvme_nqn"]))]
 pub struct Resize {
     #[command(flatten)]
     volume: VolumeArgs,

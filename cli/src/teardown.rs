@@ -31,7 +31,7 @@ pub struct Delete {
     timeout: f64,
 }
 
-/// How `detach` and `attach` name a volume (one of the four; clap's group on the command
+/// How `detach` and `attach` name a volume (one of the five; clap's group on the command
 /// requires exactly one).
 #[derive(Args)]
 #[group(skip)]
@@ -50,6 +50,12 @@ pub struct VolumeArgs {
     /// The LUN, with --iscsi-target or --fc-wwpn.
     #[arg(long)]
     lun: Option<u64>,
+    /// The NVMe subsystem NQN (with --nsid).
+    #[arg(long, value_name = "NQN", requires = "nsid")]
+    nvme_nqn: Option<String>,
+    /// The NVMe namespace id, with --nvme-nqn.
+    #[arg(long, value_name = "N")]
+    nsid: Option<u32>,
 }
 
 impl VolumeArgs {
@@ -68,6 +74,11 @@ impl VolumeArgs {
                 wwpn: w.parse()?,
                 lun: self.lun.unwrap_or_default(),
             }
+        } else if let Some(n) = self.nvme_nqn {
+            VolumeSpec::Nvme {
+                nqn: n.parse()?,
+                nsid: self.nsid.unwrap_or_default(),
+            }
         } else {
             unreachable!("clap requires one of the volume arguments")
         })
@@ -76,7 +87,7 @@ impl VolumeArgs {
 
 /// `lunkit detach`.
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn"]))]
+#[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn", "nvme_nqn"]))]
 pub struct Detach {
     #[command(flatten)]
     volume: VolumeArgs,

@@ -244,7 +244,31 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     if !nodes.is_empty() {
         check_unused(root, nqn, &nodes, deadline)?;
     }
-    for node in &nodes {
+    // A controller that is not live cannot take a flush (it would wait for a reconnect); a
+    // namespace that nothing has open has nothing cached (check_unused found no opener).
+    let live = controllers
+        .iter()
+        .any(|c| c.state.as_deref() == Some("live"));
+    if !live && !nodes.is_empty() {
+        let probes = block::usage(root, &nodes, &scope(), deadline)?.managers;
+        if !probes.is_empty() {
+            let who: Vec<String> = probes
+                .iter()
+                .map(|o| format!("pid {} ({})", o.pid, o.comm))
+                .collect();
+            return Err(Error::Busy {
+                device: format!("subsystem {nqn} ({})", names.join(", ")),
+                reason: format!(
+                    "no controller is live and udev's probes have a namespace open ({}): data \
+                     may be cached in it that only a path could take; wait for the target, or \
+                     use a forced detach",
+                    who.join(", ")
+                ),
+                usage: None,
+            });
+        }
+    }
+    for node in nodes.iter().filter(|_| live) {
         block::flush(node, deadline).map_err(|e| Error::Step {
             step: "flush-namespace",
             target: node.to_string(),
@@ -273,7 +297,7 @@ fn check_unused(root: &Root, nqn: &Nqn, nodes: &[BlockNode], deadline: Instant) 
     let grace = wait::deadline_after(block::OPENER_GRACE).min(deadline);
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
     loop {
-        let usage = block::usage(root, nodes, &UsageScope::default(), deadline)?;
+        let usage = block::usage(root, nodes, &scope(), deadline)?;
         let device = format!(
             "subsystem {nqn} ({})",
             nodes
@@ -290,10 +314,19 @@ fn check_unused(root: &Root, nqn: &Nqn, nodes: &[BlockNode], deadline: Instant) 
     }
 }
 
+/// Not users: a verified udev worker or multipathd with a namespace open read-only (udev's
+/// probe), listed in [`Usage::managers`](block::Usage::managers).
+fn scope() -> UsageScope<'static> {
+    UsageScope {
+        own: &[],
+        ignore_openers: crate::scsi::PATH_MANAGERS,
+    }
+}
+
 /// Writes `1` to controller `name`'s `delete_controller` and waits until the controller is
 /// gone. The store itself is synchronous (`nvme_delete_ctrl_sync`), but can wait for as long
 /// as the controller's queues drain, so it is bounded like every such write.
-fn delete_controller(root: &Root, name: &str, deadline: Instant) -> Result<()> {
+pub(crate) fn delete_controller(root: &Root, name: &str, deadline: Instant) -> Result<()> {
     let dir = sysfs::Confine::new(root)
         .dir(&sysnvme::controller_dir(root, name))
         .filter(|d| d.is_dir());

@@ -54,6 +54,8 @@ pub struct AttachOptions {
     /// many paths must come.
     pub scan: ScanOptions,
     /// iSCSI: only sessions through these portals (`addr:port`); empty for every session.
+    /// NVMe: connect these portals (`addr:port`, `[v6addr]:port`) that are not connected
+    /// yet; empty to use the controllers already connected.
     pub portals: Vec<String>,
     /// FC: only through these local ports (initiator WWPNs); empty for every port.
     pub initiators: Vec<Wwn>,
@@ -64,6 +66,9 @@ pub struct AttachOptions {
     /// by the same name finds the volume's multipath map even once every path is gone. `None`
     /// (the default) remembers nothing; the CLI uses `<root>/run/lunkit/locks`.
     pub lock_dir: Option<std::path::PathBuf>,
+    /// NVMe: this node's identity for the connects; `None` reads `/etc/nvme/hostnqn` and
+    /// `/etc/nvme/hostid` under the root ([`crate::nvme::Host::from_node`]).
+    pub nvme_host: Option<crate::nvme::Host>,
 }
 
 impl AttachOptions {
@@ -86,6 +91,9 @@ pub struct Attachment {
     pub paths: Vec<PathScan>,
     /// Its multipath map, when [`AttachOptions::wait_map`] asked for it.
     pub map: Option<MapDevice>,
+    /// For an NVMe namespace, its devices, controllers and each portal's connect (`paths`
+    /// is empty then).
+    pub nvme: Option<super::nvme::NvmeAttachment>,
     /// How long the scan took.
     pub scan_elapsed: Duration,
     /// How long the whole attach took, the map wait included.
@@ -107,6 +115,9 @@ impl Attachment {
 /// [`ScanOptions::min_paths`] came, [`Error::WwidMismatch`] when a path is another volume,
 /// [`Error::Timeout`] when the map did not come with every path by the deadline.
 pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<Attachment> {
+    if let VolumeSpec::Nvme { nqn, nsid } = spec {
+        return super::nvme::attach(root, spec, nqn, *nsid, opts);
+    }
     let start = Instant::now();
     let report = scan(root, spec, opts)?;
     let scan_elapsed = report.elapsed;
@@ -125,6 +136,7 @@ pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<At
         wwid,
         paths: report.paths,
         map,
+        nvme: None,
         scan_elapsed,
         elapsed: start.elapsed(),
     })
@@ -152,6 +164,8 @@ fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanRepo
             Err(_) => Err(no_address(d)),
         },
         VolumeSpec::Wwid(w) => Err(no_address(&w.to_string())),
+        // Attached by `super::nvme`, never scanned.
+        VolumeSpec::Nvme { .. } => Err(no_address(&spec.to_string())),
     }
 }
 

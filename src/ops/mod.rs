@@ -20,6 +20,7 @@ pub mod attach;
 pub mod detach;
 pub mod lock;
 mod names;
+pub mod nvme;
 pub mod resize;
 pub mod volume;
 
@@ -28,5 +29,6 @@ pub use detach::{
     DEFAULT_DETACH_TIMEOUT, DetachOptions, DetachReport, Outcome, Step, StepKind, detach,
     detach_with,
 };
+pub use nvme::{NamespaceDevice, NvmeAttachment, PortalConnect};
 pub use resize::{DEFAULT_RESIZE_TIMEOUT, MapSize, PathSize, ResizeOptions, Resized, resize};
 pub use volume::{Identity, MapDevice, OrphanMap, VolumeSpec, VolumeState};

@@ -26,6 +26,7 @@ fn record(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {
     let name = match spec {
         VolumeSpec::Iscsi { target, lun } => format!("iscsi-{}-lun-{lun}", encode(target)),
         VolumeSpec::Fc { wwpn, lun } => format!("fc-{wwpn}-lun-{lun}"),
+        VolumeSpec::Nvme { nqn, nsid } => format!("nvme-{}-ns-{nsid}", encode(nqn.as_str())),
         VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => return None,
     };
     Some(dir.join("names").join(name))
@@ -73,6 +74,53 @@ pub(crate) fn remember(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()>
         let _ = std::fs::remove_file(&tmp);
         Error::io(&path, e)
     })
+}
+
+/// The marker of an attached NVMe namespace below `dir`: `attached/<record name>`.
+fn marker(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {
+    let name = record(dir, spec)?.file_name()?.to_owned();
+    Some(dir.join("attached").join(name))
+}
+
+/// Marks `spec` as attached through lunkit: an NVMe subsystem's controllers serve every
+/// namespace of it at once, and a detach of one namespace keeps them while another one is
+/// marked (or in use).
+pub(crate) fn mark_attached(dir: &Path, spec: &VolumeSpec) -> Result<()> {
+    let Some(path) = marker(dir, spec) else {
+        return Ok(());
+    };
+    let parent = dir.join("attached");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&parent)
+        .map_err(|e| Error::io(&parent, e))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map(drop)
+        .map_err(|e| Error::io(&path, e))
+}
+
+/// Takes the mark of [`mark_attached`] away (none is fine).
+pub(crate) fn unmark_attached(dir: &Path, spec: &VolumeSpec) -> Result<()> {
+    let Some(path) = marker(dir, spec) else {
+        return Ok(());
+    };
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Whether `spec` is marked attached.
+pub(crate) fn is_attached(dir: &Path, spec: &VolumeSpec) -> bool {
+    marker(dir, spec).is_some_and(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
 }
 
 /// The WWID `spec` was last remembered to name, if any (an unreadable or malformed record is

@@ -180,6 +180,16 @@ impl Resized {
 ///   the deadline, naming what each one reports; the map is untouched then.
 /// - [`Error::Step`] (`rescan`) naming the path whose rescan failed.
 pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Resized> {
+    if let VolumeSpec::Nvme { .. } = spec {
+        // The head grows on its own once the controllers rescan (`rescan_controller`, or the
+        // target's namespace-attribute notice); waiting for it is not built yet.
+        return Err(Error::invalid(
+            "volume to resize",
+            &spec.to_string(),
+            "resizing an NVMe namespace is not supported yet: run `lunkit nvme rescan` and \
+             read the namespace's size",
+        ));
+    }
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     let id = identify(root, spec)?;

@@ -12,6 +12,7 @@ use std::fmt;
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
+use crate::id::Nqn;
 use crate::id::Wwid;
 use crate::id::Wwn;
 use crate::multipath::{self, UUID_PREFIX};
@@ -41,13 +42,24 @@ pub enum VolumeSpec {
         /// The LUN.
         lun: u64,
     },
+    /// Namespace `nsid` of the NVMe subsystem `nqn`, through every controller of it (see
+    /// [`crate::ops::nvme`]).
+    Nvme {
+        /// The subsystem NQN.
+        nqn: Nqn,
+        /// The namespace id.
+        nsid: u32,
+    },
 }
 
 impl VolumeSpec {
     /// Whether this names the volume by where it is reached (a target and LUN), so that
     /// once its paths are gone, the name alone no longer tells its WWID.
     pub fn is_address(&self) -> bool {
-        matches!(self, VolumeSpec::Iscsi { .. } | VolumeSpec::Fc { .. })
+        matches!(
+            self,
+            VolumeSpec::Iscsi { .. } | VolumeSpec::Fc { .. } | VolumeSpec::Nvme { .. }
+        )
     }
 }
 
@@ -58,6 +70,7 @@ impl fmt::Display for VolumeSpec {
             VolumeSpec::Wwid(w) => write!(f, "WWID {w}"),
             VolumeSpec::Iscsi { target, lun } => write!(f, "iSCSI {target} LUN {lun}"),
             VolumeSpec::Fc { wwpn, lun } => write!(f, "FC {wwpn} LUN {lun}"),
+            VolumeSpec::Nvme { nqn, nsid } => write!(f, "NVMe {nqn} namespace {nsid}"),
         }
     }
 }
@@ -189,6 +202,13 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
             by_addresses(root, addresses)
         }
         VolumeSpec::Device(d) => identify_device(root, d),
+        // Its devices are no SCSI addresses: its WWID is its namespace's.
+        VolumeSpec::Nvme { nqn, nsid } => Ok(Identity {
+            wwid: crate::ops::nvme::namespace_devices(root, nqn, *nsid)?
+                .first()
+                .and_then(|d| d.wwid.clone()),
+            addresses: Vec::new(),
+        }),
     }
 }
 

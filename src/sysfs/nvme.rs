@@ -236,14 +236,35 @@ pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
     if !d.is_dir() {
         return Ok(None);
     }
+    // A head's paths are named after it (`nvme<S>c<C>n<N>` under `nvme<S>n<N>`) and sit in
+    // their controller's directory; newer kernels also link them from the head's
+    // `multipath/` directory, which 6.1 does not have.
+    let confine = Confine::new(root);
+    let mut names = sub_entries(&d, "multipath")?;
+    if let Some((s, None, n)) = parse_namespace_name(name) {
+        for c in entries(&root.sys("class/nvme"))? {
+            let Some(dir) = confine.dir(&controller_dir(root, &c)) else {
+                continue;
+            };
+            for p in entries(&dir)? {
+                if matches!(parse_namespace_name(&p), Some((ps, Some(_), pn)) if ps == s && pn == n)
+                {
+                    names.push(p);
+                }
+            }
+        }
+    }
+    names.sort_by(|a, b| super::natural_cmp(a, b));
+    names.dedup();
     let mut paths = Vec::new();
-    for p in sub_entries(&d, "multipath")? {
+    for p in names {
         let Some((_, Some(c), _)) = parse_namespace_name(&p) else {
             continue;
         };
         let controller = format!("nvme{c}");
+        let dir = confine.dir(&controller_dir(root, &controller).join(&p));
         paths.push(NvmePath {
-            ana_state: attr(&controller_dir(root, &controller).join(&p), "ana_state"),
+            ana_state: dir.and_then(|d| attr(&d, "ana_state")),
             controller,
             name: p,
         });
@@ -263,6 +284,109 @@ pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::path::Path;
+
+    /// A node with one NVMe/TCP subsystem, two controllers and one native-multipath head, laid
+    /// out as Debian's 6.1 kernel lays it out (no `multipath/` links on the head).
+    fn tree(dir: &Path) {
+        let w = |rel: &str, text: &str| {
+            let p = dir.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, format!("{text}\n")).unwrap();
+        };
+        let nqn = "nqn.2014-08.org.lunkit:lab";
+        for (c, addr, ana) in [
+            (0, "127.0.0.1", "optimized"),
+            (1, "127.0.0.2", "non-optimized"),
+        ] {
+            let d = format!("sys/class/nvme/nvme{c}");
+            w(&format!("{d}/transport"), "tcp");
+            w(
+                &format!("{d}/address"),
+                &format!("traddr={addr},trsvcid=4420,src_addr={addr}"),
+            );
+            w(&format!("{d}/state"), "live");
+            w(&format!("{d}/subsysnqn"), nqn);
+            w(&format!("{d}/cntlid"), &(c + 1).to_string());
+            w(&format!("{d}/hostnqn"), "nqn.2014-08.org.nvmexpress:uuid:h");
+            w(&format!("{d}/nvme0c{c}n1/ana_state"), ana);
+            w(&format!("{d}/nvme0c{c}n1/nsid"), "1");
+        }
+        let s = "sys/class/nvme-subsystem/nvme-subsys0";
+        w(&format!("{s}/subsysnqn"), nqn);
+        w(&format!("{s}/iopolicy"), "numa");
+        for e in ["nvme0", "nvme1", "nvme0n1"] {
+            fs::create_dir_all(dir.join(s).join(e)).unwrap();
+        }
+        let b = "sys/class/block/nvme0n1";
+        w(&format!("{b}/nsid"), "1");
+        w(
+            &format!("{b}/wwid"),
+            "uuid.6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
+        );
+        w(&format!("{b}/size"), "131072");
+        w(&format!("{b}/dev"), "259:0");
+    }
+
+    #[test]
+    fn a_head_its_paths_and_their_controllers_are_read_from_sysfs() {
+        let dir = std::env::temp_dir().join(format!("lunkit-nvme-tree-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        tree(&dir);
+        let root = Root::new(&dir);
+
+        let cs = controllers(&root).unwrap();
+        assert_eq!(cs.len(), 2);
+        assert_eq!(cs[1].name, "nvme1");
+        assert_eq!(cs[1].cntlid, Some(2));
+        assert_eq!(cs[1].address_field("traddr"), Some("127.0.0.2"));
+        assert_eq!(cs[1].address_field("trsvcid"), Some("4420"));
+        assert_eq!(cs[1].address_field("host_iface"), None);
+        assert_eq!(cs[0].namespaces, ["nvme0c0n1"]);
+
+        let ss = subsystems(&root).unwrap();
+        assert_eq!(ss.len(), 1);
+        assert_eq!(ss[0].nqn.as_deref(), Some("nqn.2014-08.org.lunkit:lab"));
+        assert_eq!(ss[0].controllers, ["nvme0", "nvme1"]);
+        assert_eq!(ss[0].namespaces, ["nvme0n1"]);
+
+        let ns = namespaces(&root).unwrap();
+        assert_eq!(ns.len(), 1);
+        assert_eq!(ns[0].nsid, Some(1));
+        assert_eq!(ns[0].size_bytes, Some(64 << 20));
+        let paths: Vec<(&str, &str, Option<&str>)> = ns[0]
+            .paths
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.controller.as_str(),
+                    p.ana_state.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                ("nvme0c0n1", "nvme0", Some("optimized")),
+                ("nvme0c1n1", "nvme1", Some("non-optimized")),
+            ]
+        );
+        // A name that is no single component is refused, not joined.
+        assert!(namespace(&root, "../nvme0n1").is_err());
+        assert!(controller(&root, "nvme9").unwrap().is_none());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn address_fields_are_found_by_whole_key() {
+        let a = "traddr=10.0.0.1,trsvcid=4420,host_traddr=10.0.0.9,src_addr=10.0.0.9";
+        assert_eq!(address_field(a, "traddr"), Some("10.0.0.1"));
+        assert_eq!(address_field(a, "host_traddr"), Some("10.0.0.9"));
+        assert_eq!(address_field(a, "addr"), None);
+        assert_eq!(address_field("", "traddr"), None);
+    }
 
     #[test]
     fn namespace_names() {

@@ -121,6 +121,10 @@ pub enum StepKind {
     FlushPath,
     /// Delete a path's SCSI device.
     DeletePath,
+    /// Flush an NVMe namespace's device.
+    FlushNamespace,
+    /// Delete an NVMe controller (`delete_controller`).
+    DeleteController,
     /// Check that nothing of the volume is left.
     Verify,
 }
@@ -138,6 +142,8 @@ impl StepKind {
             StepKind::RemoveMap => "remove-map",
             StepKind::FlushPath => "flush-path",
             StepKind::DeletePath => "delete-path",
+            StepKind::FlushNamespace => "flush-namespace",
+            StepKind::DeleteController => "delete-controller",
             StepKind::Verify => "verify",
         }
     }
@@ -207,6 +213,9 @@ pub fn detach_with(
     opts: &DetachOptions,
     on_step: &mut dyn FnMut(&Step),
 ) -> Result<DetachReport> {
+    if let VolumeSpec::Nvme { nqn, nsid } = spec {
+        return super::nvme::detach(root, spec, nqn, *nsid, opts, on_step);
+    }
     let start = Instant::now();
     let deadline = crate::wait::deadline_from(start, opts.timeout);
     let mut run = Run {
@@ -368,7 +377,7 @@ fn retryable(e: &Error) -> bool {
 /// `e` as the error of step `kind` on `target`, so that the caller learns which step failed
 /// on what. Refusals (which name the device and say why) and timeouts (which name what was
 /// awaited, and which [`detach_with`] completes with what is left) stay as they are.
-fn step_error(kind: StepKind, target: &str, e: Error) -> Error {
+pub(in crate::ops) fn step_error(kind: StepKind, target: &str, e: Error) -> Error {
     match e {
         Error::Busy { .. }
         | Error::Unverified { .. }

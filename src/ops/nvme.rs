@@ -1,0 +1,642 @@
+//! An NVMe over Fabrics namespace as a volume: attach and detach of
+//! [`VolumeSpec::Nvme`](super::VolumeSpec::Nvme), reached through [`super::attach()`] and
+//! [`super::detach()`] with the same options, locks, reports and exit codes as a SCSI LUN.
+//!
+//! **Attach** connects every portal given ([`AttachOptions::portals`], `addr:port`) that is
+//! not connected yet, all at once, then waits (uevents, with sysfs re-checks) until the
+//! namespace's block device is there with a path through every live controller of the
+//! subsystem. With native multipath (`CONFIG_NVME_MULTIPATH`, on in distribution kernels) that
+//! device is the head `nvme<S>n<N>`; without it, each controller has its own. Its identity is
+//! the kernel's `wwid` (NGUID, EUI-64 or UUID), checked against
+//! [`ScanOptions::expect_wwid`](crate::ScanOptions::expect_wwid).
+//!
+//! **Detach** checks that nothing uses the namespace ([`crate::block::usage`]: mounts in any
+//! mount namespace, kubelet's loop devices and bind mounts, holders, open descriptors),
+//! flushes it, and then deletes the subsystem's controllers (`delete_controller`) that no
+//! other namespace still needs. A controller serves every namespace of its subsystem at once
+//! and the host cannot drop one namespace from it, so while another namespace of the
+//! subsystem is attached through lunkit (marked in the lock directory) or in use, the
+//! controllers it goes through stay, and so does this namespace's device until the array
+//! unmaps it: the report says so.
+//!
+//! With no controller live (the target unreachable: the kernel keeps reconnecting), a
+//! namespace that nothing has open has nothing to write (its last close wrote back what it
+//! could), so it is not flushed (a flush would wait for a path) and its controllers are
+//! deleted, which fails anything still queued for them.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::attach::{AttachOptions, Attachment};
+use super::detach::{DetachOptions, DetachReport, Outcome, Step, StepKind};
+use super::volume::{Identity, VolumeSpec};
+use super::{lock, names};
+use crate::block::{self, BlockNode, UsageScope};
+use crate::error::{Error, Result};
+use crate::id::{Nqn, Wwid};
+use crate::nvme::{self as fabrics_nvme, ConnectOptions, Connected, Host};
+use crate::root::Root;
+use crate::sysfs::nvme as sysnvme;
+use crate::uevent::{Monitor, Uevent};
+use crate::wait;
+
+/// One block device of a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceDevice {
+    /// The device (`nvme0n1`).
+    pub node: BlockNode,
+    /// Its WWID (`uuid.…`, `eui.…`, `nvme.…`).
+    pub wwid: Option<Wwid>,
+    /// The controllers it is reached through: a head's paths', or its own controller.
+    pub controllers: Vec<String>,
+}
+
+/// The block devices of namespace `nsid` of subsystem `nqn` on the node: its native-multipath
+/// head, or each controller's own device without native multipath. Empty when it is not
+/// there.
+pub fn namespace_devices(root: &Root, nqn: &Nqn, nsid: u32) -> Result<Vec<NamespaceDevice>> {
+    Ok(subsystem_namespaces(root, nqn)?
+        .into_iter()
+        .filter(|(ns, _)| ns.nsid == Some(nsid))
+        .map(|(_, d)| d)
+        .collect())
+}
+
+/// Every namespace device of subsystem `nqn`, with what sysfs says of it.
+fn subsystem_namespaces(
+    root: &Root,
+    nqn: &Nqn,
+) -> Result<Vec<(sysnvme::NvmeNamespace, NamespaceDevice)>> {
+    let controllers = fabrics_nvme::controllers_of(root, nqn)?;
+    let mut names: Vec<(String, Option<String>)> = Vec::new();
+    for s in sysnvme::subsystems(root)? {
+        if s.nqn.as_deref() == Some(nqn.as_str()) {
+            names.extend(s.namespaces.into_iter().map(|n| (n, None)));
+        }
+    }
+    for c in &controllers {
+        for n in &c.namespaces {
+            // Without native multipath a controller's namespaces are devices of their own;
+            // with it, these are its hidden paths.
+            if matches!(sysnvme::parse_namespace_name(n), Some((_, None, _))) {
+                names.push((n.clone(), Some(c.name.clone())));
+            }
+        }
+    }
+    names.sort();
+    names.dedup_by(|a, b| a.0 == b.0);
+    let mut out = Vec::new();
+    for (name, own_controller) in names {
+        let Some(ns) = sysnvme::namespace(root, &name)? else {
+            continue;
+        };
+        let Some(node) = block::by_name(root, &name)? else {
+            continue;
+        };
+        let controllers = match own_controller {
+            Some(c) => vec![c],
+            None => ns.paths.iter().map(|p| p.controller.clone()).collect(),
+        };
+        let wwid = ns.wwid.as_deref().and_then(|w| w.parse().ok());
+        out.push((
+            ns,
+            NamespaceDevice {
+                node,
+                wwid,
+                controllers,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// What an NVMe attach did, in [`Attachment::nvme`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeAttachment {
+    /// The namespace's block devices (one head under native multipath).
+    pub devices: Vec<BlockNode>,
+    /// The controllers through which the namespace came.
+    pub controllers: Vec<String>,
+    /// Every portal asked for, with how its connect went.
+    pub portals: Vec<PortalConnect>,
+}
+
+/// One portal's connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortalConnect {
+    /// `addr:port`.
+    pub portal: String,
+    /// The controller made or found, or why there is none.
+    pub result: std::result::Result<Connected, String>,
+}
+
+impl std::fmt::Display for PortalConnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.result {
+            Ok(c) if c.existing => {
+                write!(f, "{}: {} (already connected)", self.portal, c.controller)
+            }
+            Ok(c) => write!(f, "{}: {} (connected)", self.portal, c.controller),
+            Err(e) => write!(f, "{}: failed: {e}", self.portal),
+        }
+    }
+}
+
+/// Parses a portal, `addr:port` or `[v6addr]:port`.
+fn portal(s: &str) -> Result<SocketAddr> {
+    s.parse().map_err(|_| {
+        Error::invalid(
+            "NVMe portal",
+            s,
+            "expected ADDR:PORT with an IP address (IPv6 in brackets)",
+        )
+    })
+}
+
+/// [`super::attach()`] of [`VolumeSpec::Nvme`].
+pub(super) fn attach(
+    root: &Root,
+    spec: &VolumeSpec,
+    nqn: &Nqn,
+    nsid: u32,
+    opts: &AttachOptions,
+) -> Result<Attachment> {
+    let start = Instant::now();
+    let deadline = wait::deadline_from(start, opts.scan.timeout);
+    let portals: Vec<SocketAddr> = opts
+        .portals
+        .iter()
+        .map(|p| portal(p))
+        .collect::<Result<_>>()?;
+    let host = match &opts.nvme_host {
+        Some(h) => Some(h.clone()),
+        None if portals.is_empty() => None,
+        None => Some(Host::from_node(root)?),
+    };
+    // Subscribed before any connect, so the namespace's `add` cannot slip past.
+    let mut monitor = Monitor::open().ok();
+    let connects: Vec<PortalConnect> = std::thread::scope(|s| {
+        let workers: Vec<_> = portals
+            .iter()
+            .map(|&p| {
+                let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
+                o.host = host.clone();
+                o.timeout = deadline.saturating_duration_since(Instant::now());
+                (p, s.spawn(move || fabrics_nvme::connect(root, &o)))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|(p, w)| PortalConnect {
+                portal: p.to_string(),
+                result: match w.join() {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err("the connect worker panicked".to_owned()),
+                },
+            })
+            .collect()
+    });
+    let what = || {
+        let said: Vec<String> = connects.iter().map(ToString::to_string).collect();
+        format!(
+            "{spec} on every live controller of the subsystem{}",
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!(" (portals: {})", said.join("; "))
+            }
+        )
+    };
+    let relevant = |ev: &Uevent| {
+        matches!(
+            ev.subsystem.as_deref(),
+            Some("block" | "nvme" | "nvme-subsystem")
+        )
+    };
+    let min = opts.scan.min_paths.max(1);
+    // Every live controller's path, then at the deadline whatever came if it is enough.
+    let found = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+        let devices = namespace_devices(root, nqn, nsid)?;
+        let live: Vec<String> = fabrics_nvme::controllers_of(root, nqn)?
+            .into_iter()
+            .filter(|c| c.state.as_deref() == Some("live"))
+            .map(|c| c.name)
+            .collect();
+        let reached: Vec<&String> = devices.iter().flat_map(|d| &d.controllers).collect();
+        let complete = !live.is_empty() && live.iter().all(|c| reached.contains(&c));
+        Ok((complete && reached.len() >= min).then_some(devices))
+    });
+    let devices = match found {
+        Ok(d) => d,
+        Err(Error::Timeout { what, waited }) => {
+            let devices = namespace_devices(root, nqn, nsid)?;
+            let reached = devices.iter().map(|d| d.controllers.len()).sum::<usize>();
+            if devices.is_empty() || reached < min {
+                let e = if devices.is_empty() && connects.iter().all(|c| c.result.is_err()) {
+                    Error::NotFound { what: what.clone() }
+                } else {
+                    Error::Timeout { what, waited }
+                };
+                return Err(e);
+            }
+            devices
+        }
+        Err(e) => return Err(e),
+    };
+    let wwid = devices.first().and_then(|d| d.wwid.clone());
+    if let Some(expected) = &opts.scan.expect_wwid {
+        if let Some(d) = devices.iter().find(|d| d.wwid.as_ref() != Some(expected)) {
+            return Err(Error::WwidMismatch {
+                device: format!("{} ({spec})", d.node.name),
+                expected: Some(expected.clone()),
+                reference: None,
+                actual: d.wwid.clone(),
+            });
+        }
+    }
+    if let Some(dir) = &opts.lock_dir {
+        // Hints for a later detach; failing to write them does not undo the attach.
+        if let Some(w) = &wwid {
+            let _ = names::remember(dir, spec, w);
+        }
+        let _ = names::mark_attached(dir, spec);
+    }
+    let mut controllers: Vec<String> = devices.iter().flat_map(|d| d.controllers.clone()).collect();
+    controllers.sort();
+    controllers.dedup();
+    Ok(Attachment {
+        wwid,
+        paths: Vec::new(),
+        map: None,
+        nvme: Some(NvmeAttachment {
+            devices: devices.into_iter().map(|d| d.node).collect(),
+            controllers,
+            portals: connects,
+        }),
+        scan_elapsed: start.elapsed(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Records steps of an NVMe detach, as [`super::detach_with`] does for SCSI.
+struct Steps<'a> {
+    steps: Vec<Step>,
+    on_step: &'a mut dyn FnMut(&Step),
+}
+
+impl Steps<'_> {
+    fn record(&mut self, kind: StepKind, target: &str, outcome: Outcome, since: Instant) {
+        let step = Step {
+            kind,
+            target: target.to_owned(),
+            outcome,
+            duration: since.elapsed(),
+        };
+        (self.on_step)(&step);
+        self.steps.push(step);
+    }
+
+    /// Runs `f` as step `kind`: recorded done, or failed with the error returned.
+    fn run<T>(&mut self, kind: StepKind, target: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let t0 = Instant::now();
+        match f() {
+            Ok(v) => {
+                self.record(kind, target, Outcome::Done, t0);
+                Ok(v)
+            }
+            Err(e) => {
+                self.record(kind, target, Outcome::Failed(e.to_string()), t0);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// [`super::detach_with`] of [`VolumeSpec::Nvme`].
+pub(super) fn detach(
+    root: &Root,
+    spec: &VolumeSpec,
+    nqn: &Nqn,
+    nsid: u32,
+    opts: &DetachOptions,
+    on_step: &mut dyn FnMut(&Step),
+) -> Result<DetachReport> {
+    let start = Instant::now();
+    let deadline = wait::deadline_from(start, opts.timeout);
+    let mut s = Steps {
+        steps: Vec::new(),
+        on_step,
+    };
+    let name = spec.to_string();
+    let identity = s.run(StepKind::Identify, &name, || {
+        let devices = namespace_devices(root, nqn, nsid)?;
+        let wwid = devices.first().and_then(|d| d.wwid.clone()).or_else(|| {
+            opts.lock_dir
+                .as_deref()
+                .and_then(|dir| names::recall(dir, spec))
+        });
+        Ok(Identity {
+            wwid,
+            addresses: Vec::new(),
+        })
+    })?;
+    let key = match &identity.wwid {
+        Some(w) => w.to_multipath(),
+        None => format!("nvme-{nqn}-ns-{nsid}"),
+    };
+    let _lock = s.run(StepKind::Lock, &key, || {
+        lock::lock(&key, opts.lock_dir.as_deref(), deadline)
+    })?;
+    let report = |s: Steps<'_>| DetachReport {
+        identity: identity.clone(),
+        steps: s.steps,
+        rounds: 1,
+        duration: start.elapsed(),
+    };
+
+    // Looked at again under the lock: an attach may have finished meanwhile.
+    let devices = namespace_devices(root, nqn, nsid)?;
+    if devices.is_empty() {
+        s.record(
+            StepKind::Verify,
+            "nothing of the volume is on the node",
+            Outcome::Done,
+            Instant::now(),
+        );
+        unmark(opts.lock_dir.as_deref(), spec);
+        return Ok(DetachReport {
+            rounds: 0,
+            ..report(s)
+        });
+    }
+    let nodes: Vec<BlockNode> = devices.iter().map(|d| d.node.clone()).collect();
+    let target = nodes
+        .iter()
+        .map(|n| n.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+
+    // In use?
+    let t0 = Instant::now();
+    let usage = in_use(root, &nodes, deadline)?;
+    match usage.refusal(&target) {
+        Some(refusal) if !opts.force => {
+            s.record(
+                StepKind::CheckInUse,
+                &target,
+                Outcome::Failed(refusal.to_string()),
+                t0,
+            );
+            return Err(refusal);
+        }
+        Some(refusal) => s.record(
+            StepKind::CheckInUse,
+            &target,
+            Outcome::Skipped(format!("forced: {refusal}")),
+            t0,
+        ),
+        None => s.record(StepKind::CheckInUse, &target, Outcome::Done, t0),
+    }
+
+    // Flush, unless no controller can take the data. Then nothing that has the device open
+    // may have left data cached in it: udev's probes (a read blocked on the queueing head)
+    // keep a writer's close from being the last, so with one there the detach waits for a
+    // controller to come back, as for a SCSI map no path can serve; `force` goes on.
+    let ours: Vec<String> = devices.iter().flat_map(|d| d.controllers.clone()).collect();
+    let any_live = || -> Result<bool> {
+        Ok(fabrics_nvme::controllers_of(root, nqn)?
+            .into_iter()
+            .any(|c| ours.contains(&c.name) && c.state.as_deref() == Some("live")))
+    };
+    let mut live = any_live()?;
+    let mut usage = usage;
+    if !live && !usage.managers.is_empty() && !opts.force {
+        let t0 = Instant::now();
+        let mut monitor = Monitor::open().ok();
+        let what = || {
+            let probes: Vec<String> = usage
+                .managers
+                .iter()
+                .map(|o| format!("pid {} ({})", o.pid, o.comm))
+                .collect();
+            format!(
+                "a live controller for {target}: none is (the target cannot be reached) and \
+                 udev's probes have it open ({}), so data may be cached in it; waiting for a \
+                 path to flush it (force takes it away, and what it caches is lost)",
+                probes.join(", ")
+            )
+        };
+        let relevant = |_: &Uevent| true;
+        let waited = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+            if any_live()? {
+                return Ok(Some(true));
+            }
+            let now = block::usage(root, &nodes, &scope(), deadline)?;
+            Ok(now.managers.is_empty().then_some(false))
+        });
+        match waited {
+            Ok(l) => {
+                live = l;
+                usage = block::usage(root, &nodes, &scope(), deadline)?;
+                if let Some(refusal) = usage.refusal(&target) {
+                    s.record(
+                        StepKind::CheckInUse,
+                        &target,
+                        Outcome::Failed(refusal.to_string()),
+                        t0,
+                    );
+                    return Err(refusal);
+                }
+            }
+            Err(e) => {
+                s.record(
+                    StepKind::FlushNamespace,
+                    &target,
+                    Outcome::Failed(e.to_string()),
+                    t0,
+                );
+                return Err(e);
+            }
+        }
+    }
+    for node in &nodes {
+        let t0 = Instant::now();
+        if !live {
+            let why = if usage.managers.is_empty() && usage.openers.is_empty() {
+                "no controller is live (the target cannot be reached) and nothing has it \
+                 open, so nothing is cached in it"
+                    .to_owned()
+            } else {
+                "forced: no controller is live; what it caches is lost".to_owned()
+            };
+            s.record(
+                StepKind::FlushNamespace,
+                &node.name,
+                Outcome::Skipped(why),
+                t0,
+            );
+            continue;
+        }
+        match block::flush(node, deadline) {
+            Ok(()) => s.record(StepKind::FlushNamespace, &node.name, Outcome::Done, t0),
+            Err(e) if opts.force => s.record(
+                StepKind::FlushNamespace,
+                &node.name,
+                Outcome::Skipped(format!("forced: {e}")),
+                t0,
+            ),
+            Err(e) => {
+                s.record(
+                    StepKind::FlushNamespace,
+                    &node.name,
+                    Outcome::Failed(e.to_string()),
+                    t0,
+                );
+                return Err(super::detach::step_error(
+                    StepKind::FlushNamespace,
+                    &node.name,
+                    e,
+                ));
+            }
+        }
+    }
+
+    // Which controllers another namespace still needs.
+    let t0 = Instant::now();
+    let mut needed: Vec<(String, String)> = Vec::new(); // (controller, namespace)
+    for (ns, other) in subsystem_namespaces(root, nqn)? {
+        if ns.nsid == Some(nsid) {
+            continue;
+        }
+        let other_spec = VolumeSpec::Nvme {
+            nqn: nqn.clone(),
+            nsid: ns.nsid.unwrap_or_default(),
+        };
+        let marked = opts
+            .lock_dir
+            .as_deref()
+            .is_some_and(|dir| names::is_attached(dir, &other_spec));
+        // Whether it could be checked completely counts too: doubt keeps the controllers.
+        let used = !marked && {
+            let u = block::usage(root, std::slice::from_ref(&other.node), &scope(), deadline)?;
+            u.has_users() || !u.unchecked.is_empty()
+        };
+        if marked || used {
+            for c in &other.controllers {
+                needed.push((c.clone(), other.node.name.clone()));
+            }
+        }
+    }
+    let controllers = fabrics_nvme::controllers_of(root, nqn)?;
+    let mut deleted_ours = true;
+    for c in &controllers {
+        let users: Vec<&str> = needed
+            .iter()
+            .filter(|(n, _)| *n == c.name)
+            .map(|(_, ns)| ns.as_str())
+            .collect();
+        if !users.is_empty() {
+            deleted_ours &= !ours.contains(&c.name);
+            s.record(
+                StepKind::DeleteController,
+                &c.name,
+                Outcome::Skipped(format!(
+                    "kept: it also serves {}, attached or in use",
+                    users.join(", ")
+                )),
+                t0,
+            );
+            continue;
+        }
+        let t1 = Instant::now();
+        match fabrics_nvme::delete_controller(root, &c.name, deadline) {
+            Ok(()) => s.record(StepKind::DeleteController, &c.name, Outcome::Done, t1),
+            Err(e) => {
+                s.record(
+                    StepKind::DeleteController,
+                    &c.name,
+                    Outcome::Failed(e.to_string()),
+                    t1,
+                );
+                return Err(super::detach::step_error(
+                    StepKind::DeleteController,
+                    &c.name,
+                    e,
+                ));
+            }
+        }
+    }
+
+    // Verify.
+    let t0 = Instant::now();
+    if deleted_ours {
+        let mut monitor = Monitor::open().ok();
+        let what = || format!("{spec} to be taken off the node (left: {target})");
+        let relevant = |_: &Uevent| true;
+        let gone = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+            Ok(namespace_devices(root, nqn, nsid)?.is_empty().then_some(()))
+        });
+        if let Err(e) = gone {
+            s.record(
+                StepKind::Verify,
+                &target,
+                Outcome::Failed(e.to_string()),
+                t0,
+            );
+            return Err(e);
+        }
+        s.record(
+            StepKind::Verify,
+            "no device of the volume is left",
+            Outcome::Done,
+            t0,
+        );
+    } else {
+        s.record(
+            StepKind::Verify,
+            &target,
+            Outcome::Skipped(
+                "stays on the node while its controllers serve the subsystem's other \
+                 namespaces (the array must unmap it to take it away)"
+                    .to_owned(),
+            ),
+            t0,
+        );
+    }
+    unmark(opts.lock_dir.as_deref(), spec);
+    Ok(report(s))
+}
+
+/// Who uses `nodes`; processes that only have them open (udev probes each new namespace)
+/// are given [`block::OPENER_GRACE`] to let go.
+fn in_use(root: &Root, nodes: &[BlockNode], deadline: Instant) -> Result<block::Usage> {
+    let grace = wait::deadline_after(block::OPENER_GRACE).min(deadline);
+    let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+    loop {
+        let usage = block::usage(root, nodes, &scope(), deadline)?;
+        if usage.only_openers() && Instant::now() < grace {
+            backoff.sleep(grace);
+            continue;
+        }
+        return Ok(usage);
+    }
+}
+
+/// What the in-use check does not count as a user: a verified udev worker (or multipathd)
+/// with the namespace open read-only, udev's probe. It is listed in
+/// [`Usage::managers`](block::Usage::managers), and the flush waits for it.
+fn scope() -> UsageScope<'static> {
+    UsageScope {
+        own: &[],
+        ignore_openers: crate::scsi::PATH_MANAGERS,
+    }
+}
+
+fn unmark(dir: Option<&Path>, spec: &VolumeSpec) {
+    // A stale mark keeps another namespace's detach from deleting controllers, never loses
+    // data; failing to remove it does not fail the detach.
+    if let Some(dir) = dir {
+        let _ = names::unmark_attached(dir, spec);
+    }
+}
