@@ -1,7 +1,8 @@
 //! The guest's storage lab as state: a snapshot of everything a VM test can leave behind
-//! (daemons, processes, dm devices, iSCSI sessions, LIO and nvmet configfs entries,
-//! scsi_debug, SCSI and block devices, loop devices, mounts), the leaks of one snapshot against
-//! the boot's baseline, and the reset that puts the lab back to that baseline.
+//! (daemons, processes, dm devices, iSCSI sessions, NVMe fabrics controllers, LIO and nvmet
+//! configfs entries, scsi_debug, SCSI and block devices, loop devices, mounts), the leaks of
+//! one snapshot against the boot's baseline, and the reset that puts the lab back to that
+//! baseline.
 //!
 //! The guest runner (testrun.rs) takes the baseline before the first test, checks after each
 //! test, resets, and checks again: one test's leftovers must never reach the next test (a
@@ -35,6 +36,8 @@ pub struct Snapshot {
     dm: BTreeMap<String, String>,
     /// `sessionN` -> target IQN.
     sessions: BTreeMap<String, String>,
+    /// `nvmeN` -> the fabrics controller (any transport but PCIe) and its disks.
+    nvme: BTreeMap<String, NvmeController>,
     /// Targets, backstores and nvmet objects, as paths under /sys/kernel/config.
     configfs: BTreeSet<String>,
     scsi_debug: bool,
@@ -54,6 +57,16 @@ pub struct Snapshot {
 struct Process {
     ppid: u32,
     cmdline: String,
+}
+
+/// A host-side NVMe fabrics controller, as a leak names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NvmeController {
+    /// `tcp 127.0.0.1:4420 nqn.2014-08.org.lunkit:lab`: transport, address, subsystem.
+    what: String,
+    /// Its path disks (`nvme0c0n1`) and the multipath heads of its subsystem (`nvme0n1`),
+    /// which go with it: the leak names them here, not again as block devices.
+    disks: Vec<String>,
 }
 
 impl Snapshot {
@@ -77,6 +90,7 @@ impl Snapshot {
                     (s, target)
                 })
                 .collect(),
+            nvme: nvme_controllers(),
             configfs: configfs_objects(),
             scsi_debug: Path::new("/sys/module/scsi_debug").exists(),
             scsi_devices: sysfs::names("/sys/class/scsi_device")
@@ -117,10 +131,12 @@ impl Snapshot {
             })
             .collect();
         format!(
-            "{}; {} dm devices, {} iSCSI sessions, {} SCSI devices, {} mounts, {} processes",
+            "{}; {} dm devices, {} iSCSI sessions, {} NVMe fabrics controllers, {} SCSI devices, \
+             {} mounts, {} processes",
             daemons.join(", "),
             self.dm.len(),
             self.sessions.len(),
+            self.nvme.len(),
             self.scsi_devices.len(),
             self.mounts.len(),
             self.processes.len()
@@ -166,6 +182,20 @@ impl Snapshot {
         if !new_sessions.is_empty() {
             out.push(format!("iSCSI sessions {}", new_sessions.join(", ")));
         }
+        let new_nvme = self.new_nvme_controllers(base);
+        if !new_nvme.is_empty() {
+            let list: Vec<String> = new_nvme
+                .iter()
+                .map(|(name, c)| {
+                    if c.disks.is_empty() {
+                        format!("{name} ({})", c.what)
+                    } else {
+                        format!("{name} ({}; {})", c.what, c.disks.join(", "))
+                    }
+                })
+                .collect();
+            out.push(format!("nvme controllers {}", list.join(", ")));
+        }
         let new_cfs: Vec<&String> = self.configfs.difference(&base.configfs).collect();
         if !new_cfs.is_empty() {
             let list: Vec<&str> = new_cfs.iter().map(|s| s.as_str()).collect();
@@ -192,8 +222,16 @@ impl Snapshot {
                 .collect();
             out.push(format!("SCSI devices {}", list.join(", ")));
         }
-        // Disks of the SCSI devices above are named there already.
-        let named: BTreeSet<&str> = new_scsi.iter().flat_map(|(_, d)| d.split(',')).collect();
+        // Disks of the SCSI devices and NVMe controllers above are named there already.
+        let named: BTreeSet<&str> = new_scsi
+            .iter()
+            .flat_map(|(_, d)| d.split(','))
+            .chain(
+                new_nvme
+                    .iter()
+                    .flat_map(|(_, c)| c.disks.iter().map(String::as_str)),
+            )
+            .collect();
         let new_block: Vec<&str> = self
             .block
             .difference(&base.block)
@@ -230,6 +268,14 @@ impl Snapshot {
             out.push(format!("swaps {}", new_swaps.join(", ")));
         }
         out
+    }
+
+    /// The NVMe fabrics controllers the baseline did not have.
+    fn new_nvme_controllers(&self, base: &Snapshot) -> Vec<(&String, &NvmeController)> {
+        self.nvme
+            .iter()
+            .filter(|(n, c)| base.nvme.get(*n).is_none_or(|b| b.what != c.what))
+            .collect()
     }
 
     /// Processes that were not there at the baseline and belong to no daemon, to no udev
@@ -332,9 +378,62 @@ fn swaps() -> BTreeSet<String> {
         .collect()
 }
 
+/// The host's NVMe fabrics controllers: those in /sys/class/nvme whose transport is not
+/// `pcie` (tcp, rdma, fc, loop), each with its disks. A PCIe controller is hardware, not
+/// something a test connects.
+fn nvme_controllers() -> BTreeMap<String, NvmeController> {
+    let class = Path::new("/sys/class/nvme");
+    sysfs::names(class)
+        .into_iter()
+        .filter_map(|name| {
+            let dir = class.join(&name);
+            // One going away has no attributes left: it is no longer there to leak.
+            let transport = sysfs::attr(dir.join("transport"))?;
+            if transport == "pcie" {
+                return None;
+            }
+            let address = short_address(&sysfs::attr(dir.join("address")).unwrap_or_default());
+            let nqn = sysfs::attr(dir.join("subsysnqn")).unwrap_or_default();
+            let what = format!("{transport} {address} {nqn}").replace("  ", " ");
+            let disks = nvme_disks(&name);
+            Some((name, NvmeController { what, disks }))
+        })
+        .collect()
+}
+
+/// `127.0.0.1:4420` from `traddr=127.0.0.1,trsvcid=4420,src_addr=127.0.0.1`; an address
+/// without them (fc, loop) as it is.
+fn short_address(address: &str) -> String {
+    let field = |key: &str| {
+        address
+            .split(',')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    };
+    match (field("traddr"), field("trsvcid")) {
+        (Some(addr), Some(port)) => format!("{addr}:{port}"),
+        (Some(addr), None) => addr.to_owned(),
+        _ => address.to_owned(),
+    }
+}
+
+/// The disks that go when controller `ctrl` is deleted: its own (the hidden paths
+/// `nvme0c0n1` under native multipath, `nvme0n1` without) and the multipath heads of its
+/// subsystem (`nvme0n1`), which go with their last path.
+fn nvme_disks(ctrl: &str) -> Vec<String> {
+    let is_disk = |n: &String| Path::new("/sys/block").join(n).exists();
+    let own = sysfs::names(format!("/sys/class/nvme/{ctrl}"));
+    let heads = sysfs::names("/sys/class/nvme-subsystem")
+        .into_iter()
+        .map(|s| sysfs::names(format!("/sys/class/nvme-subsystem/{s}")))
+        .filter(|members| members.iter().any(|m| m == ctrl))
+        .flatten();
+    let disks: BTreeSet<String> = own.into_iter().chain(heads).filter(is_disk).collect();
+    disks.into_iter().collect()
+}
+
 /// The objects a test creates in configfs, as paths below /sys/kernel/config: LIO targets
 /// (`target/iscsi/IQN`) and backstores (`target/core/fileio_0/lun0`, or the HBA alone when it
-/// is empty), nvmet subsystems, ports and hosts. The default groups the modules create
+/// is empty), and nvmet's objects ([`nvmet_objects`]). The default groups the modules create
 /// (`target/core/alua`, `target/iscsi/discovery_auth`) are not objects of a test.
 fn configfs_objects() -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -361,22 +460,69 @@ fn configfs_objects() -> BTreeSet<String> {
             }
         }
     }
-    for kind in ["subsystems", "ports", "hosts"] {
-        for name in dirs_in(&Path::new(CONFIGFS).join("nvmet").join(kind)) {
-            out.insert(format!("nvmet/{kind}/{name}"));
-        }
-    }
+    nvmet_objects(&mut out);
     out
+}
+
+/// nvmet's objects, each named by where it is: ports (`nvmet/ports/1`) with their links to
+/// subsystems (`nvmet/ports/1/subsystems/NQN`), referrals and ANA groups other than the
+/// default group 1; subsystems (`nvmet/subsystems/NQN`) with their namespaces
+/// (`.../namespaces/1`) and allowed-host links (`.../allowed_hosts/HOSTNQN`); hosts.
+fn nvmet_objects(out: &mut BTreeSet<String>) {
+    let nvmet = Path::new(CONFIGFS).join("nvmet");
+    let mut add = |parent: &str, names: Vec<String>| {
+        for name in names {
+            out.insert(format!("{parent}/{name}"));
+        }
+    };
+    for port in dirs_in(&nvmet.join("ports")) {
+        let dir = nvmet.join("ports").join(&port);
+        let obj = format!("nvmet/ports/{port}");
+        add(
+            &format!("{obj}/subsystems"),
+            links_in(&dir.join("subsystems")),
+        );
+        add(&format!("{obj}/referrals"), dirs_in(&dir.join("referrals")));
+        let groups = dirs_in(&dir.join("ana_groups"));
+        add(
+            &format!("{obj}/ana_groups"),
+            groups.into_iter().filter(|g| g != "1").collect(),
+        );
+        add("nvmet/ports", vec![port]);
+    }
+    for nqn in dirs_in(&nvmet.join("subsystems")) {
+        let dir = nvmet.join("subsystems").join(&nqn);
+        let obj = format!("nvmet/subsystems/{nqn}");
+        add(
+            &format!("{obj}/namespaces"),
+            dirs_in(&dir.join("namespaces")),
+        );
+        add(
+            &format!("{obj}/allowed_hosts"),
+            links_in(&dir.join("allowed_hosts")),
+        );
+        add("nvmet/subsystems", vec![nqn]);
+    }
+    add("nvmet/hosts", dirs_in(&nvmet.join("hosts")));
 }
 
 /// Names of the directories (not files, not symlinks) in `dir`, sorted.
 fn dirs_in(dir: &Path) -> Vec<String> {
+    entries_in(dir, |t| t.is_dir())
+}
+
+/// Names of the symlinks in `dir`, sorted.
+fn links_in(dir: &Path) -> Vec<String> {
+    entries_in(dir, |t| t.is_symlink())
+}
+
+fn entries_in(dir: &Path, keep: impl Fn(&fs::FileType) -> bool) -> Vec<String> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut v: Vec<String> = entries
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| e.file_type().is_ok_and(|t| keep(&t)))
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     v.sort();
@@ -404,8 +550,9 @@ fn settle() {
 }
 
 /// Puts the lab back to `base`, in the order that lets each step work: processes that hold
-/// devices, mounts, multipathd (it would rebuild maps), maps, iSCSI sessions, iscsid, LIO and
-/// nvmet in configfs, scsi_debug and other SCSI devices, loop devices, then udevd. Returns
+/// devices, mounts, multipathd (it would rebuild maps), maps, iSCSI sessions, iscsid, NVMe
+/// fabrics controllers (before their target goes), LIO and nvmet in configfs, scsi_debug and
+/// other SCSI devices, loop devices, then udevd. Returns
 /// one line per thing it did or failed to do, for the log. The overlays (/etc, /var) are the
 /// caller's (overlay.rs).
 pub fn reset(base: &Snapshot) -> Vec<String> {
@@ -422,6 +569,7 @@ pub fn reset(base: &Snapshot) -> Vec<String> {
     remove_dm_devices(base, &mut log);
     logout_sessions(base, &mut log);
     stop_daemon_unless_at_baseline("iscsid", base, &mut log);
+    delete_nvme_controllers(base, &mut log);
     remove_configfs_objects(base, &mut log);
     settle();
     remove_scsi(base, &mut log);
@@ -604,10 +752,31 @@ fn logout_sessions(base: &Snapshot, log: &mut Vec<String>) {
     }
 }
 
+/// Deletes the NVMe fabrics controllers the baseline did not have, with their disks
+/// (`delete_controller`). Before the nvmet objects go: a controller whose target vanished
+/// would keep reconnecting until its `ctrl_loss_tmo` (600 s by default).
+fn delete_nvme_controllers(base: &Snapshot, log: &mut Vec<String>) {
+    let now = Snapshot {
+        nvme: nvme_controllers(),
+        ..Snapshot::default()
+    };
+    for (name, c) in now.new_nvme_controllers(base) {
+        let dir = Path::new("/sys/class/nvme").join(name);
+        let deleted = write_bounded(&dir.join("delete_controller"), "1", STEP).and_then(|()| {
+            let gone = || !dir.exists();
+            wait::until_true(&format!("{name} to go"), STEP, gone).map_err(|e| e.to_string())
+        });
+        match deleted {
+            Ok(()) => log.push(format!("deleted nvme controller {name} ({})", c.what)),
+            Err(e) => log.push(format!("could not delete nvme controller {name}: {e}")),
+        }
+    }
+}
+
 /// Removes the configfs objects the baseline did not have, in the order configfs demands
 /// (see lio.rs): each target's TPGs disabled, then its LUN links, LUNs, portals, ACLs, TPGs
-/// and the target; then the backstores (which a LUN link holds) and their HBAs; nvmet ports
-/// before the subsystems they link, then hosts.
+/// and the target; then the backstores (which a LUN link holds) and their HBAs; then nvmet's
+/// objects in [`removal_rank`]'s order.
 fn remove_configfs_objects(base: &Snapshot, log: &mut Vec<String>) {
     let root = Path::new(CONFIGFS);
     for _pass in 0..3 {
@@ -618,24 +787,18 @@ fn remove_configfs_objects(base: &Snapshot, log: &mut Vec<String>) {
         if extra.is_empty() {
             return;
         }
-        // Fabric targets before backstores; nvmet ports, subsystems, hosts, in that order.
-        let rank = |p: &str| {
-            if p.starts_with("target/core/") {
-                1
-            } else if p.starts_with("nvmet/ports/") {
-                2
-            } else if p.starts_with("nvmet/subsystems/") {
-                3
-            } else if p.starts_with("nvmet/hosts/") {
-                4
-            } else {
-                0
-            }
-        };
         let mut ordered = extra.clone();
-        ordered.sort_by_key(|p| rank(p));
+        ordered.sort_by_key(|p| removal_rank(p));
         for obj in &ordered {
             let path = root.join(obj);
+            // A link goes alone: walking it would empty the directory it points to.
+            if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            if is_nvmet_namespace(obj) {
+                let _ = fs::write(path.join("enable"), "0");
+            }
             for tpg in dirs_in(&path).iter().filter(|d| d.starts_with("tpgt_")) {
                 let _ = fs::write(path.join(tpg).join("enable"), "0");
             }
@@ -666,6 +829,35 @@ fn remove_configfs_objects(base: &Snapshot, log: &mut Vec<String>) {
     if !left.is_empty() {
         log.push(format!("could not remove configfs {}", left.join(", ")));
     }
+}
+
+/// Where configfs object `obj` goes in the removal: lower first. Fabric targets before the
+/// backstores their LUNs link; for nvmet, a port's links to subsystems first (a linked
+/// subsystem cannot be removed: EBUSY; the last link going stops the port's listener), the
+/// port's referrals and ANA groups, the ports, a subsystem's allowed-host links and its
+/// namespaces (disabled, then removed), the subsystems, and the hosts they linked.
+fn removal_rank(obj: &str) -> u8 {
+    let parts: Vec<&str> = obj.split('/').collect();
+    match parts.as_slice() {
+        ["target", "core", ..] => 1,
+        ["target", ..] => 0,
+        ["nvmet", "ports", _, "subsystems", _] => 2,
+        ["nvmet", "ports", _, _, _] => 3,
+        ["nvmet", "ports", _] => 4,
+        ["nvmet", "subsystems", _, "allowed_hosts", _] => 5,
+        ["nvmet", "subsystems", _, "namespaces", _] => 6,
+        ["nvmet", "subsystems", _] => 7,
+        ["nvmet", "hosts", _] => 8,
+        _ => 9,
+    }
+}
+
+/// Whether `obj` is an nvmet namespace (`nvmet/subsystems/NQN/namespaces/N`).
+fn is_nvmet_namespace(obj: &str) -> bool {
+    matches!(
+        obj.split('/').collect::<Vec<_>>().as_slice(),
+        ["nvmet", "subsystems", _, "namespaces", _]
+    )
 }
 
 /// Removes a configfs directory: its symlinks, then its subdirectories (depth first), then
@@ -805,6 +997,15 @@ mod tests {
             "session1".into(),
             "iqn.2003-01.org.linux-iscsi.lunkit:lab".into(),
         );
+        now.nvme.insert(
+            "nvme0".into(),
+            NvmeController {
+                what: "tcp 127.0.0.1:4420 nqn.2014-08.org.lunkit:lab".into(),
+                disks: vec!["nvme0c0n1".into(), "nvme0n1".into()],
+            },
+        );
+        now.block.insert("nvme0c0n1".into());
+        now.block.insert("nvme0n1".into());
         now.configfs.insert("target/core/fileio_0/lun0".into());
         now.scsi_debug = true;
         now.scsi_devices.insert("6:0:0:0".into(), "sda".into());
@@ -821,6 +1022,8 @@ mod tests {
                 "systemd-udevd not running (it ran at the baseline)",
                 "dm devices mpatha (dm-0)",
                 "iSCSI sessions session1 (iqn.2003-01.org.linux-iscsi.lunkit:lab)",
+                "nvme controllers nvme0 (tcp 127.0.0.1:4420 nqn.2014-08.org.lunkit:lab; \
+                 nvme0c0n1, nvme0n1)",
                 "configfs entries target/core/fileio_0/lun0",
                 "scsi_debug loaded",
                 "SCSI devices 6:0:0:0 (sda)",
@@ -830,6 +1033,69 @@ mod tests {
                 "swaps /dev/sdb",
             ]
         );
+    }
+
+    #[test]
+    fn a_controller_at_the_baseline_is_no_leak_but_one_reconnected_elsewhere_is() {
+        let ctrl = |what: &str| NvmeController {
+            what: what.into(),
+            disks: vec![],
+        };
+        let mut b = base();
+        b.nvme
+            .insert("nvme0".into(), ctrl("tcp 127.0.0.1:4420 nqn.a"));
+        let mut now = b.clone();
+        assert_eq!(now.leaks(&b), Vec::<String>::new());
+        now.nvme
+            .insert("nvme0".into(), ctrl("tcp 127.0.0.2:4420 nqn.a"));
+        assert_eq!(
+            now.leaks(&b),
+            ["nvme controllers nvme0 (tcp 127.0.0.2:4420 nqn.a)"]
+        );
+    }
+
+    #[test]
+    fn addresses_are_shortened_to_addr_and_port() {
+        assert_eq!(
+            short_address("traddr=127.0.0.2,trsvcid=4420,src_addr=127.0.0.1"),
+            "127.0.0.2:4420"
+        );
+        assert_eq!(short_address("traddr=10.0.0.1"), "10.0.0.1");
+        assert_eq!(short_address(""), "");
+        assert_eq!(short_address("nn-0x1:pn-0x2"), "nn-0x1:pn-0x2");
+    }
+
+    #[test]
+    fn nvmet_objects_go_links_first_and_hosts_last() {
+        let nqn = "nvmet/subsystems/nqn.2014-08.org.lunkit:lab";
+        let mut objects = vec![
+            "nvmet/hosts/nqn.h".to_owned(),
+            nqn.to_owned(),
+            format!("{nqn}/namespaces/1"),
+            format!("{nqn}/allowed_hosts/nqn.h"),
+            "nvmet/ports/1".to_owned(),
+            "nvmet/ports/1/referrals/r".to_owned(),
+            "nvmet/ports/1/subsystems/nqn.2014-08.org.lunkit:lab".to_owned(),
+            "target/core/fileio_0/lun0".to_owned(),
+            "target/iscsi/iqn.x".to_owned(),
+        ];
+        objects.sort_by_key(|p| removal_rank(p));
+        assert_eq!(
+            objects,
+            [
+                "target/iscsi/iqn.x".to_owned(),
+                "target/core/fileio_0/lun0".to_owned(),
+                "nvmet/ports/1/subsystems/nqn.2014-08.org.lunkit:lab".to_owned(),
+                "nvmet/ports/1/referrals/r".to_owned(),
+                "nvmet/ports/1".to_owned(),
+                format!("{nqn}/allowed_hosts/nqn.h"),
+                format!("{nqn}/namespaces/1"),
+                nqn.to_owned(),
+                "nvmet/hosts/nqn.h".to_owned(),
+            ]
+        );
+        assert!(is_nvmet_namespace(&format!("{nqn}/namespaces/1")));
+        assert!(!is_nvmet_namespace(nqn));
     }
 
     #[test]
