@@ -48,6 +48,14 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
             id: cmd.hostid.as_deref().map(str::parse).transpose()?,
         });
     }
+    if matches!(spec, ops::VolumeSpec::Nvme { .. }) && cmd.wait_map {
+        return Err(lunkit::Error::invalid(
+            "option",
+            "--wait-map",
+            "an NVMe namespace has no dm-multipath map (the kernel's native multipath makes \
+             its head)",
+        ));
+    }
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;
     if let Some(nvme) = &volume.nvme {
@@ -83,7 +91,7 @@ fn print_nvme(
             "wwid": wwid.map(ToString::to_string),
             "devices": nvme.devices.iter().map(|d| serde_json::json!({
                 "name": d.name,
-                "path": format!("/dev/{}", d.name),
+                "path": d.path.display().to_string(),
                 "major": d.dev.major,
                 "minor": d.dev.minor,
             })).collect::<Vec<_>>(),

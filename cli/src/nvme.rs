@@ -75,6 +75,10 @@ pub struct Disconnect {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     timeout: f64,
+    /// Go on while no controller is live and one is reconnecting: I/O waiting in the
+    /// namespaces fails.
+    #[arg(long)]
+    force: bool,
     /// Print the result as one JSON object (also on failure).
     #[arg(long)]
     json: bool,
@@ -184,6 +188,7 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
     let result = d.nqn.parse::<Nqn>().and_then(|nqn| {
         let mut opts = DisconnectOptions::default();
         opts.timeout = crate::seconds(d.timeout)?;
+        opts.force = d.force;
         nvme::disconnect(root, &nqn, &opts)
     });
     if d.json {

@@ -406,10 +406,15 @@ pub fn usage(
     };
     let numbers = family.numbers();
     // The devices the path-manager rule applies to: SCSI disks asked about, not maps (a
-    // `dm/` directory) nor partitions.
+    // `dm/` directory), partitions, or an NVMe namespace head (the device users open, like
+    // a map: only a manager's read-only open of it, udev's probe, is not a use).
     let paths: Vec<DevNum> = devices
         .iter()
-        .filter(|n| !sysblock::is_dm(root, &n.name) && !sysblock::is_partition(root, &n.name))
+        .filter(|n| {
+            !sysblock::is_dm(root, &n.name)
+                && !sysblock::is_partition(root, &n.name)
+                && sysblock::scsi_address(root, &n.name).is_some()
+        })
         .map(|n| n.dev)
         .collect();
 

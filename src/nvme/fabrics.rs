@@ -393,7 +393,7 @@ pub fn supported_options(root: &Root) -> Result<Vec<String>> {
 /// up at `deadline`.
 ///
 /// The write cannot be interrupted and can block for as long as the kernel's TCP connect and
-/// admin commands wait, so it runs on a helper thread ([`crate::helper`]). Past the deadline
+/// admin commands wait, so it runs on a helper thread. Past the deadline
 /// this returns [`Error::Timeout`]; the kernel may still finish creating the controller
 /// afterwards, and the next connect of the same path finds it.
 ///
@@ -452,8 +452,8 @@ fn connect_hint(errno: Option<i32>) -> &'static str {
             "a controller to this subsystem at this address for this host exists already"
         }
         Some(libc::EINVAL) => {
-            "the kernel refused the options (its log says which); a host NQN already \
-             registered with another host id is a common cause"
+            "the kernel refused the options (its log says which): an unknown transport \
+             (is nvme-tcp loaded?), or a host NQN already registered with another host id"
         }
         Some(libc::ECONNREFUSED) => "nothing listens at that address and port",
         Some(libc::ETIMEDOUT) | Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => {

@@ -130,8 +130,10 @@ fn existing(c: sysnvme::NvmeController, start: Instant) -> Connected {
 }
 
 /// The controller already connected for `opts` as `host`, if any: same transport, subsystem,
-/// address, port, host interface and host (NQN, and id when both are known), and not being
-/// taken away. This is the match the kernel itself makes before it answers `EALREADY`.
+/// address, port, host interface, no source address (`host_traddr`, which lunkit does not
+/// set), the same host NQN, the same host id when both are known, and not being taken away.
+/// The kernel's own check before it answers `EALREADY` is close to this; where `host.id` is
+/// `None` it compares with its default host id, which this cannot read, so any id matches.
 pub fn find_controller(
     root: &Root,
     opts: &ConnectOptions,
@@ -147,6 +149,7 @@ pub fn find_controller(
                 .and_then(|p| p.parse::<u16>().ok())
                 == Some(opts.trsvcid)
             && c.address_field("host_iface") == opts.host_iface.as_ref().map(|i| i.as_str())
+            && c.address_field("host_traddr").is_none()
             && c.hostnqn.as_deref().is_none_or(|n| n == host.nqn.as_str())
             && match (&c.hostid, host.id) {
                 (Some(have), Some(want)) => have.eq_ignore_ascii_case(&want.to_string()),
@@ -203,12 +206,16 @@ fn namespace_nodes(
 pub struct DisconnectOptions {
     /// How long the whole disconnect may take.
     pub timeout: Duration,
+    /// Take the controllers away while none is live and the kernel is reconnecting one,
+    /// failing the I/O that waits in the namespaces (the in-use check still refuses).
+    pub force: bool,
 }
 
 impl Default for DisconnectOptions {
     fn default() -> Self {
         DisconnectOptions {
             timeout: DEFAULT_DISCONNECT_TIMEOUT,
+            force: false,
         }
     }
 }
@@ -249,24 +256,25 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     let live = controllers
         .iter()
         .any(|c| c.state.as_deref() == Some("live"));
-    if !live && !nodes.is_empty() {
-        let probes = block::usage(root, &nodes, &scope(), deadline)?.managers;
-        if !probes.is_empty() {
-            let who: Vec<String> = probes
-                .iter()
-                .map(|o| format!("pid {} ({})", o.pid, o.comm))
-                .collect();
-            return Err(Error::Busy {
-                device: format!("subsystem {nqn} ({})", names.join(", ")),
-                reason: format!(
-                    "no controller is live and udev's probes have a namespace open ({}): data \
-                     may be cached in it that only a path could take; wait for the target, or \
-                     use a forced detach",
-                    who.join(", ")
-                ),
-                usage: None,
-            });
-        }
+    // No controller live but one reconnecting: I/O to the namespaces queues until a path
+    // comes back, and what waits there (a writer's last close writing back, which /proc no
+    // longer shows) would fail with the controllers. Refused unless forced.
+    let reconnecting: Vec<&str> = controllers
+        .iter()
+        .filter(|c| matches!(c.state.as_deref(), Some("connecting" | "resetting" | "new")))
+        .map(|c| c.name.as_str())
+        .collect();
+    if !live && !reconnecting.is_empty() && !nodes.is_empty() && !opts.force {
+        return Err(Error::Busy {
+            device: format!("subsystem {nqn} ({})", names.join(", ")),
+            reason: format!(
+                "no controller is live and the kernel is reconnecting {}: I/O to the \
+                 namespaces queues until one is, and would fail if they went; wait for the \
+                 target, or force it",
+                reconnecting.join(", ")
+            ),
+            usage: None,
+        });
     }
     for node in nodes.iter().filter(|_| live) {
         block::flush(node, deadline).map_err(|e| Error::Step {
@@ -277,7 +285,7 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     }
     let mut deleted = Vec::new();
     for c in &controllers {
-        delete_controller(root, &c.name, deadline).map_err(|e| Error::Step {
+        delete_controller(root, c, deadline).map_err(|e| Error::Step {
             step: "delete-controller",
             target: c.name.clone(),
             source: Box::new(e),
@@ -326,7 +334,12 @@ fn scope() -> UsageScope<'static> {
 /// Writes `1` to controller `name`'s `delete_controller` and waits until the controller is
 /// gone. The store itself is synchronous (`nvme_delete_ctrl_sync`), but can wait for as long
 /// as the controller's queues drain, so it is bounded like every such write.
-pub(crate) fn delete_controller(root: &Root, name: &str, deadline: Instant) -> Result<()> {
+pub(crate) fn delete_controller(
+    root: &Root,
+    c: &sysnvme::NvmeController,
+    deadline: Instant,
+) -> Result<()> {
+    let name = c.name.as_str();
     let dir = sysfs::Confine::new(root)
         .dir(&sysnvme::controller_dir(root, name))
         .filter(|d| d.is_dir());
@@ -335,26 +348,42 @@ pub(crate) fn delete_controller(root: &Root, name: &str, deadline: Instant) -> R
     };
     let object = sysfs::object_id(&dir);
     let path = dir.join("delete_controller");
-    let writer = match sysfs::AttrWriter::open(&path) {
-        Ok(w) => w,
-        Err(e) if e.is_gone() && !dir.exists() => return Ok(()),
-        Err(e) => return Err(e),
-    };
+    let mut backoff = wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     let mut monitor = Monitor::open().ok();
-    let what = || {
-        format!(
-            "write to {} (the controller is not answering)",
-            path.display()
-        )
-    };
-    match helper::bounded(Subject::write(&path, "1"), deadline, &what, move || {
-        writer.write("1")
-    }) {
-        Ok(()) => {}
-        // ENODEV: removed since the open; EBUSY: another delete of it is under way. Either
-        // way, wait for it to go.
-        Err(e) if matches!(e.errno(), Some(libc::ENODEV | libc::EBUSY)) => {}
-        Err(e) => return Err(e),
+    loop {
+        let writer = match sysfs::AttrWriter::open(&path) {
+            Ok(w) => w,
+            Err(e) if e.is_gone() && !dir.exists() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        // Opened first, then checked: the write reaches the controller checked here or
+        // nothing (kernfs). Its name may have been given to another controller since it was
+        // listed (the kernel hands out the lowest free instance), which is left alone.
+        let now = sysnvme::controller(root, name)?;
+        if now
+            .as_ref()
+            .is_none_or(|n| n.subsysnqn != c.subsysnqn || n.cntlid != c.cntlid)
+        {
+            return Ok(());
+        }
+        let what = || {
+            format!(
+                "write to {} (the controller is not answering)",
+                path.display()
+            )
+        };
+        match helper::bounded(Subject::write(&path, "1"), deadline, &what, move || {
+            writer.write("1")
+        }) {
+            Ok(()) => break,
+            // Removed since the open.
+            Err(e) if e.errno() == Some(libc::ENODEV) => break,
+            // A controller whose first connect has not finished cannot be deleted yet.
+            Err(e) if e.errno() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                backoff.sleep(deadline);
+            }
+            Err(e) => return Err(e),
+        }
     }
     let what = || format!("removal of NVMe controller {name}");
     let relevant = |ev: &Uevent| ev.action == Action::Remove;
@@ -380,7 +409,11 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
     }
     let mut asked = Vec::new();
     for c in live {
-        let path = sysnvme::controller_dir(root, &c.name).join("rescan_controller");
+        let Some(dir) = sysfs::Confine::new(root).dir(&sysnvme::controller_dir(root, &c.name))
+        else {
+            continue;
+        };
+        let path = dir.join("rescan_controller");
         let value = "1";
         let what = || format!("write to {}", path.display());
         let p = path.clone();

@@ -1,5 +1,5 @@
 //! An NVMe over Fabrics namespace as a volume: attach and detach of
-//! [`VolumeSpec::Nvme`](super::VolumeSpec::Nvme), reached through [`super::attach()`] and
+//! [`VolumeSpec::Nvme`], reached through [`super::attach()`] and
 //! [`super::detach()`] with the same options, locks, reports and exit codes as a SCSI LUN.
 //!
 //! **Attach** connects every portal given ([`AttachOptions::portals`], `addr:port`) that is
@@ -19,10 +19,13 @@
 //! controllers it goes through stay, and so does this namespace's device until the array
 //! unmaps it: the report says so.
 //!
-//! With no controller live (the target unreachable: the kernel keeps reconnecting), a
-//! namespace that nothing has open has nothing to write (its last close wrote back what it
-//! could), so it is not flushed (a flush would wait for a path) and its controllers are
-//! deleted, which fails anything still queued for them.
+//! With no controller live but one reconnecting (the target unreachable), I/O to the
+//! namespace queues until a path comes back, and a writer's last close may be waiting there
+//! where `/proc` no longer shows it: the detach waits for a path until its deadline, as for a
+//! SCSI map no path can serve, and `force` takes the namespace away, failing what waits.
+//! Attach and detach of one subsystem decide which controllers are needed under one lock
+//! (`nvme-subsys-<NQN>`), and a controller is deleted only while it is still the one that
+//! was listed (same subsystem and controller id): its name may have been reused.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -162,8 +165,12 @@ pub(super) fn attach(
     nsid: u32,
     opts: &AttachOptions,
 ) -> Result<Attachment> {
+    check_nsid(nsid)?;
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.scan.timeout);
+    // Held until this namespace is marked attached: a detach of another namespace of the
+    // subsystem decides which controllers are needed under the same lock.
+    let _subsys = lock::lock(&subsystem_key(nqn), opts.lock_dir.as_deref(), deadline)?;
     let portals: Vec<SocketAddr> = opts
         .portals
         .iter()
@@ -322,6 +329,7 @@ pub(super) fn detach(
     opts: &DetachOptions,
     on_step: &mut dyn FnMut(&Step),
 ) -> Result<DetachReport> {
+    check_nsid(nsid)?;
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     let mut s = Steps {
@@ -399,56 +407,47 @@ pub(super) fn detach(
         None => s.record(StepKind::CheckInUse, &target, Outcome::Done, t0),
     }
 
-    // Flush, unless no controller can take the data. Then nothing that has the device open
-    // may have left data cached in it: udev's probes (a read blocked on the queueing head)
-    // keep a writer's close from being the last, so with one there the detach waits for a
-    // controller to come back, as for a SCSI map no path can serve; `force` goes on.
+    // Flush through a live controller. With none live but one reconnecting, I/O to the
+    // namespace queues until a path comes back, and what waits there (a flush, a writer's
+    // last close writing back, whose descriptor /proc no longer shows) would fail if the
+    // controllers went: the detach waits for a path until its deadline, as for a SCSI map
+    // no path can serve, and `force` goes on. With none reconnecting, the kernel has failed
+    // what was queued already and there is nothing to flush into.
     let ours: Vec<String> = devices.iter().flat_map(|d| d.controllers.clone()).collect();
-    let any_live = || -> Result<bool> {
-        Ok(fabrics_nvme::controllers_of(root, nqn)?
-            .into_iter()
-            .any(|c| ours.contains(&c.name) && c.state.as_deref() == Some("live")))
+    let states = || -> Result<(bool, Vec<String>)> {
+        let mut live = false;
+        let mut reconnecting = Vec::new();
+        for c in fabrics_nvme::controllers_of(root, nqn)? {
+            if !ours.contains(&c.name) {
+                continue;
+            }
+            match c.state.as_deref() {
+                Some("live") => live = true,
+                Some("connecting" | "resetting" | "new") => reconnecting.push(c.name),
+                _ => {}
+            }
+        }
+        Ok((live, reconnecting))
     };
-    let mut live = any_live()?;
-    let mut usage = usage;
-    if !live && !usage.managers.is_empty() && !opts.force {
+    let (mut live, reconnecting) = states()?;
+    if !live && !reconnecting.is_empty() && !opts.force {
         let t0 = Instant::now();
         let mut monitor = Monitor::open().ok();
         let what = || {
-            let probes: Vec<String> = usage
-                .managers
-                .iter()
-                .map(|o| format!("pid {} ({})", o.pid, o.comm))
-                .collect();
             format!(
-                "a live controller for {target}: none is (the target cannot be reached) and \
-                 udev's probes have it open ({}), so data may be cached in it; waiting for a \
-                 path to flush it (force takes it away, and what it caches is lost)",
-                probes.join(", ")
+                "a live controller for {target}: none is (the kernel is reconnecting {}), and \
+                 I/O to it queues until one is, so data may be waiting in it; waiting for a \
+                 path to flush it (force takes it away and fails what waits)",
+                reconnecting.join(", ")
             )
         };
         let relevant = |_: &Uevent| true;
         let waited = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-            if any_live()? {
-                return Ok(Some(true));
-            }
-            let now = block::usage(root, &nodes, &scope(), deadline)?;
-            Ok(now.managers.is_empty().then_some(false))
+            let (l, r) = states()?;
+            Ok((l || r.is_empty()).then_some(l))
         });
         match waited {
-            Ok(l) => {
-                live = l;
-                usage = block::usage(root, &nodes, &scope(), deadline)?;
-                if let Some(refusal) = usage.refusal(&target) {
-                    s.record(
-                        StepKind::CheckInUse,
-                        &target,
-                        Outcome::Failed(refusal.to_string()),
-                        t0,
-                    );
-                    return Err(refusal);
-                }
-            }
+            Ok(l) => live = l,
             Err(e) => {
                 s.record(
                     StepKind::FlushNamespace,
@@ -463,12 +462,12 @@ pub(super) fn detach(
     for node in &nodes {
         let t0 = Instant::now();
         if !live {
-            let why = if usage.managers.is_empty() && usage.openers.is_empty() {
-                "no controller is live (the target cannot be reached) and nothing has it \
-                 open, so nothing is cached in it"
+            let why = if reconnecting.is_empty() {
+                "no controller is live or reconnecting: the kernel failed what was queued, \
+                 there is nowhere to flush to"
                     .to_owned()
             } else {
-                "forced: no controller is live; what it caches is lost".to_owned()
+                "forced: no controller is live; what waits in it is failed".to_owned()
             };
             s.record(
                 StepKind::FlushNamespace,
@@ -501,6 +500,12 @@ pub(super) fn detach(
             }
         }
     }
+
+    // One decision per subsystem at a time: an attach of another namespace of it holds this
+    // lock from its connects until it has marked itself, so it is never counted out here
+    // while it is coming in.
+    let subsys_key = subsystem_key(nqn);
+    let _subsys = lock::lock(&subsys_key, opts.lock_dir.as_deref(), deadline)?;
 
     // Which controllers another namespace still needs.
     let t0 = Instant::now();
@@ -550,7 +555,7 @@ pub(super) fn detach(
             continue;
         }
         let t1 = Instant::now();
-        match fabrics_nvme::delete_controller(root, &c.name, deadline) {
+        match fabrics_nvme::delete_controller(root, c, deadline) {
             Ok(()) => s.record(StepKind::DeleteController, &c.name, Outcome::Done, t1),
             Err(e) => {
                 s.record(
@@ -606,6 +611,23 @@ pub(super) fn detach(
     }
     unmark(opts.lock_dir.as_deref(), spec);
     Ok(report(s))
+}
+
+/// The lock of a subsystem's controllers (see [`detach`]).
+fn subsystem_key(nqn: &Nqn) -> String {
+    format!("nvme-subsys-{nqn}")
+}
+
+/// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace.
+fn check_nsid(nsid: u32) -> Result<()> {
+    if nsid == 0 || nsid == u32::MAX {
+        return Err(Error::invalid(
+            "namespace id",
+            &nsid.to_string(),
+            "must be 1 to 4294967294",
+        ));
+    }
+    Ok(())
 }
 
 /// Who uses `nodes`; processes that only have them open (udev probes each new namespace)
