@@ -167,37 +167,62 @@ pub fn controllers_of(root: &Root, nqn: &Nqn) -> Result<Vec<sysnvme::NvmeControl
         .collect())
 }
 
-/// The block devices through which the namespaces of `controllers` are used: the
-/// native-multipath heads of their subsystem, or each controller's own namespaces.
-fn namespace_nodes(
+/// One block device of an NVMe namespace: what users open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceDevice {
+    /// The device (`nvme0n1`).
+    pub node: BlockNode,
+    /// Its WWID (`uuid.…`, `eui.…`, `nvme.…`).
+    pub wwid: Option<crate::id::Wwid>,
+    /// The controllers it is reached through: a head's paths', or its own controller.
+    pub controllers: Vec<String>,
+}
+
+/// Every namespace device of subsystem `nqn` on the node, with what sysfs says of it: the
+/// native-multipath heads of the subsystem, and, without native multipath, each controller's
+/// own namespaces (with it, a controller's namespaces are hidden paths no one can open).
+pub fn namespace_devices(
     root: &Root,
     nqn: &Nqn,
-    controllers: &[sysnvme::NvmeController],
-) -> Result<Vec<BlockNode>> {
-    let mut names: Vec<String> = sysnvme::subsystems(root)?
-        .into_iter()
-        .filter(|s| s.nqn.as_deref() == Some(nqn.as_str()))
-        .flat_map(|s| s.namespaces)
-        .collect();
-    for c in controllers {
-        // Without native multipath a controller's namespaces are block devices of their own;
-        // with it, these are hidden paths, which no one can open.
-        names.extend(
-            c.namespaces
-                .iter()
-                .filter(|n| matches!(sysnvme::parse_namespace_name(n), Some((_, None, _))))
-                .cloned(),
-        );
-    }
-    names.sort();
-    names.dedup();
-    let mut nodes = Vec::new();
-    for n in names {
-        if let Some(node) = block::by_name(root, &n)? {
-            nodes.push(node);
+) -> Result<Vec<(sysnvme::NvmeNamespace, NamespaceDevice)>> {
+    let mut names: Vec<(String, Option<String>)> = Vec::new();
+    for s in sysnvme::subsystems(root)? {
+        if s.nqn.as_deref() == Some(nqn.as_str()) {
+            names.extend(s.namespaces.into_iter().map(|n| (n, None)));
         }
     }
-    Ok(nodes)
+    for c in controllers_of(root, nqn)? {
+        for n in &c.namespaces {
+            if matches!(sysnvme::parse_namespace_name(n), Some((_, None, _))) {
+                names.push((n.clone(), Some(c.name.clone())));
+            }
+        }
+    }
+    names.sort();
+    names.dedup_by(|a, b| a.0 == b.0);
+    let mut out = Vec::new();
+    for (name, own_controller) in names {
+        let Some(ns) = sysnvme::namespace(root, &name)? else {
+            continue;
+        };
+        let Some(node) = block::by_name(root, &name)? else {
+            continue;
+        };
+        let controllers = match own_controller {
+            Some(c) => vec![c],
+            None => ns.paths.iter().map(|p| p.controller.clone()).collect(),
+        };
+        let wwid = ns.wwid.as_deref().and_then(|w| w.parse().ok());
+        out.push((
+            ns,
+            NamespaceDevice {
+                node,
+                wwid,
+                controllers,
+            },
+        ));
+    }
+    Ok(out)
 }
 
 /// How [`disconnect`] behaves.
@@ -246,13 +271,19 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     let controllers = controllers_of(root, nqn)?;
-    let nodes = namespace_nodes(root, nqn, &controllers)?;
+    let nodes: Vec<BlockNode> = namespace_devices(root, nqn)?
+        .into_iter()
+        .map(|(_, d)| d.node)
+        .collect();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
     if !nodes.is_empty() {
-        check_unused(root, nqn, &nodes, deadline)?;
+        let device = format!("subsystem {nqn} ({})", names.join(", "));
+        if let Some(refusal) = in_use(root, &nodes, deadline)?.refusal(&device) {
+            return Err(refusal);
+        }
     }
     // A controller that is not live cannot take a flush (it would wait for a reconnect); a
-    // namespace that nothing has open has nothing cached (check_unused found no opener).
+    // namespace that nothing has open has nothing cached (the in-use check found no opener).
     let live = controllers
         .iter()
         .any(|c| c.state.as_deref() == Some("live"));
@@ -299,32 +330,24 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     })
 }
 
-/// Refuses while anything uses `nodes`. Processes that only have a namespace open are given
-/// [`block::OPENER_GRACE`]: udev probes every new namespace for a moment.
-fn check_unused(root: &Root, nqn: &Nqn, nodes: &[BlockNode], deadline: Instant) -> Result<()> {
+/// Who uses `nodes`; processes that only have them open (udev probes every new namespace)
+/// are given [`block::OPENER_GRACE`] to let go.
+pub(crate) fn in_use(root: &Root, nodes: &[BlockNode], deadline: Instant) -> Result<block::Usage> {
     let grace = wait::deadline_after(block::OPENER_GRACE).min(deadline);
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
     loop {
-        let usage = block::usage(root, nodes, &scope(), deadline)?;
-        let device = format!(
-            "subsystem {nqn} ({})",
-            nodes
-                .iter()
-                .map(|n| n.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        match usage.refusal(&device) {
-            None => return Ok(()),
-            Some(_) if usage.only_openers() && Instant::now() < grace => backoff.sleep(grace),
-            Some(refusal) => return Err(refusal),
+        let usage = block::usage(root, nodes, &usage_scope(), deadline)?;
+        if usage.only_openers() && Instant::now() < grace {
+            backoff.sleep(grace);
+            continue;
         }
+        return Ok(usage);
     }
 }
 
 /// Not users: a verified udev worker or multipathd with a namespace open read-only (udev's
 /// probe), listed in [`Usage::managers`](block::Usage::managers).
-fn scope() -> UsageScope<'static> {
+pub(crate) fn usage_scope() -> UsageScope<'static> {
     UsageScope {
         own: &[],
         ignore_openers: crate::scsi::PATH_MANAGERS,

@@ -29,89 +29,30 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::attach::{AttachOptions, Attachment};
 use super::detach::{DetachOptions, DetachReport, Outcome, Step, StepKind};
 use super::volume::{Identity, VolumeSpec};
 use super::{lock, names};
-use crate::block::{self, BlockNode, UsageScope};
+use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
-use crate::id::{Nqn, Wwid};
+use crate::id::Nqn;
+pub use crate::nvme::NamespaceDevice;
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Connected, Host};
 use crate::root::Root;
-use crate::sysfs::nvme as sysnvme;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
-
-/// One block device of a namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceDevice {
-    /// The device (`nvme0n1`).
-    pub node: BlockNode,
-    /// Its WWID (`uuid.…`, `eui.…`, `nvme.…`).
-    pub wwid: Option<Wwid>,
-    /// The controllers it is reached through: a head's paths', or its own controller.
-    pub controllers: Vec<String>,
-}
 
 /// The block devices of namespace `nsid` of subsystem `nqn` on the node: its native-multipath
 /// head, or each controller's own device without native multipath. Empty when it is not
 /// there.
 pub fn namespace_devices(root: &Root, nqn: &Nqn, nsid: u32) -> Result<Vec<NamespaceDevice>> {
-    Ok(subsystem_namespaces(root, nqn)?
+    Ok(fabrics_nvme::namespace_devices(root, nqn)?
         .into_iter()
         .filter(|(ns, _)| ns.nsid == Some(nsid))
         .map(|(_, d)| d)
         .collect())
-}
-
-/// Every namespace device of subsystem `nqn`, with what sysfs says of it.
-fn subsystem_namespaces(
-    root: &Root,
-    nqn: &Nqn,
-) -> Result<Vec<(sysnvme::NvmeNamespace, NamespaceDevice)>> {
-    let controllers = fabrics_nvme::controllers_of(root, nqn)?;
-    let mut names: Vec<(String, Option<String>)> = Vec::new();
-    for s in sysnvme::subsystems(root)? {
-        if s.nqn.as_deref() == Some(nqn.as_str()) {
-            names.extend(s.namespaces.into_iter().map(|n| (n, None)));
-        }
-    }
-    for c in &controllers {
-        for n in &c.namespaces {
-            // Without native multipath a controller's namespaces are devices of their own;
-            // with it, these are its hidden paths.
-            if matches!(sysnvme::parse_namespace_name(n), Some((_, None, _))) {
-                names.push((n.clone(), Some(c.name.clone())));
-            }
-        }
-    }
-    names.sort();
-    names.dedup_by(|a, b| a.0 == b.0);
-    let mut out = Vec::new();
-    for (name, own_controller) in names {
-        let Some(ns) = sysnvme::namespace(root, &name)? else {
-            continue;
-        };
-        let Some(node) = block::by_name(root, &name)? else {
-            continue;
-        };
-        let controllers = match own_controller {
-            Some(c) => vec![c],
-            None => ns.paths.iter().map(|p| p.controller.clone()).collect(),
-        };
-        let wwid = ns.wwid.as_deref().and_then(|w| w.parse().ok());
-        out.push((
-            ns,
-            NamespaceDevice {
-                node,
-                wwid,
-                controllers,
-            },
-        ));
-    }
-    Ok(out)
 }
 
 /// What an NVMe attach did, in [`Attachment::nvme`].
@@ -387,7 +328,7 @@ pub(super) fn detach(
 
     // In use?
     let t0 = Instant::now();
-    let usage = in_use(root, &nodes, deadline)?;
+    let usage = fabrics_nvme::in_use(root, &nodes, deadline)?;
     match usage.refusal(&target) {
         Some(refusal) if !opts.force => {
             s.record(
@@ -510,7 +451,7 @@ pub(super) fn detach(
     // Which controllers another namespace still needs.
     let t0 = Instant::now();
     let mut needed: Vec<(String, String)> = Vec::new(); // (controller, namespace)
-    for (ns, other) in subsystem_namespaces(root, nqn)? {
+    for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
         if ns.nsid == Some(nsid) {
             continue;
         }
@@ -524,7 +465,12 @@ pub(super) fn detach(
             .is_some_and(|dir| names::is_attached(dir, &other_spec));
         // Whether it could be checked completely counts too: doubt keeps the controllers.
         let used = !marked && {
-            let u = block::usage(root, std::slice::from_ref(&other.node), &scope(), deadline)?;
+            let u = block::usage(
+                root,
+                std::slice::from_ref(&other.node),
+                &fabrics_nvme::usage_scope(),
+                deadline,
+            )?;
             u.has_users() || !u.unchecked.is_empty()
         };
         if marked || used {
@@ -628,31 +574,6 @@ fn check_nsid(nsid: u32) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Who uses `nodes`; processes that only have them open (udev probes each new namespace)
-/// are given [`block::OPENER_GRACE`] to let go.
-fn in_use(root: &Root, nodes: &[BlockNode], deadline: Instant) -> Result<block::Usage> {
-    let grace = wait::deadline_after(block::OPENER_GRACE).min(deadline);
-    let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
-    loop {
-        let usage = block::usage(root, nodes, &scope(), deadline)?;
-        if usage.only_openers() && Instant::now() < grace {
-            backoff.sleep(grace);
-            continue;
-        }
-        return Ok(usage);
-    }
-}
-
-/// What the in-use check does not count as a user: a verified udev worker (or multipathd)
-/// with the namespace open read-only, udev's probe. It is listed in
-/// [`Usage::managers`](block::Usage::managers), and the flush waits for it.
-fn scope() -> UsageScope<'static> {
-    UsageScope {
-        own: &[],
-        ignore_openers: crate::scsi::PATH_MANAGERS,
-    }
 }
 
 fn unmark(dir: Option<&Path>, spec: &VolumeSpec) {
