@@ -28,7 +28,7 @@ use crate::{Result, paths, provision};
 
 /// The rows, by the name `--only` takes.
 pub const GROUPS: &[&str] = &[
-    "scan", "node", "scale", "teardown", "crowd", "resize", "listing", "flush",
+    "scan", "node", "scale", "teardown", "crowd", "resize", "nvme", "listing", "flush",
 ];
 /// Listing row: scsi_debug hosts x LUNs per host.
 pub const LISTING_HOSTS: u32 = 2;
@@ -39,7 +39,7 @@ const DEFAULT_RUNS: usize = 7;
 /// Fewer than this is allowed for trying things out, with a warning.
 const MIN_RUNS: usize = 5;
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N (default 7)] [--only GROUP,...]   (groups: scan, node, scale, teardown, crowd, resize, listing, flush)";
+const USAGE: &str = "usage: cargo xtask bench [--runs N (default 7)] [--only GROUP,...]   (groups: scan, node, scale, teardown, crowd, resize, nvme, listing, flush)";
 
 /// `xtask bench [--runs N] [--only GROUPS]`, or the guest part (`--guest ...`).
 pub fn main(args: &[String]) -> Result<u8> {

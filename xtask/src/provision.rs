@@ -18,6 +18,9 @@ pub const APT_PACKAGES: &[&str] = &[
     "udev",
     "lsscsi",
     "busybox-static",
+    // The peer of the NVMe/TCP bench rows (`nvme connect`, `nvme disconnect`); no test uses
+    // it. Its install writes /etc/nvme/hostnqn and hostid, as on any node that has it.
+    "nvme-cli",
     // tc (netem) for the link-loss detach test.
     "iproute2",
     // Debian's python3 makes no venv (no ensurepip) without it; virtme-ng lives in a venv.
@@ -44,6 +47,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lsscsi", "lsscsi"),
     ("busybox", "busybox-static"),
     ("tc", "iproute2"),
+    ("nvme", "nvme-cli"),
     ("gcc", "gcc"),
 ];
 

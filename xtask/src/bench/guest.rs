@@ -1,6 +1,7 @@
 //! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), the
-//! node row, a growable LUN behind two portals (resize row), a 256-LUN and a 1-LUN target side
-//! by side (scale rows), then 512 scsi_debug devices (listing).
+//! node row, a growable LUN behind two portals (resize row), an NVMe/TCP namespace over two
+//! ports (the nvme rows, in [`nvme`]), a 256-LUN and a 1-LUN target side by side (scale
+//! rows), then 512 scsi_debug devices (listing).
 //!
 //! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
 //! binaries over 9p), interleaved so that drift on this shared machine hits all methods
@@ -30,6 +31,8 @@ use super::proc::{self, subcommand_available};
 use super::sys;
 use super::{GROUPS, LISTING_HOSTS, LISTING_LUNS};
 use crate::Result;
+
+mod nvme;
 
 /// How long the kernel listener must hear nothing before the system counts as quiet.
 const QUIET: Duration = Duration::from_millis(500);
@@ -110,6 +113,14 @@ pub fn main(args: &[String]) -> Result<u8> {
             "resize: grow a 2-path volume online, udevd and multipathd running",
             "resize",
             &mut resize_phase,
+        );
+    }
+    if wants("nvme") {
+        phase(
+            "nvme: connect and disconnect a namespace over 2 NVMe/TCP ports, udevd and \
+             multipathd running",
+            "nvme-connect",
+            &mut nvme::phase,
         );
     }
     if wants("scale") {

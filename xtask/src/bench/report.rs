@@ -62,6 +62,14 @@ const ROWS: &[(&str, &str)] = &[
         "resize",
         "Grow a 2-path volume online, udevd and multipathd running",
     ),
+    (
+        "nvme-connect",
+        "Connect an NVMe/TCP namespace over 2 ports, udevd and multipathd running",
+    ),
+    (
+        "nvme-disconnect",
+        "Disconnect an NVMe/TCP namespace over 2 ports",
+    ),
     ("listing", "Listing, 512 SCSI devices"),
     ("flush", "Flush a loop device (host)"),
 ];
