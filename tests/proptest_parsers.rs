@@ -896,3 +896,29 @@ proptest! {
         let _ = Status::parse(&s);
     }
 }
+
+proptest! {
+    /// Any 16 bytes, written in each of the three forms an NGUID comes in (either case),
+    /// parse back to the same identifier; and no string makes the parser panic.
+    #[test]
+    fn nguids_round_trip_in_every_written_form(bytes in any::<[u8; 16]>(), upper in any::<bool>()) {
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = if upper { hex.to_uppercase() } else { hex };
+        let dashed = format!(
+            "{}-{}-{}-{}-{}",
+            &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]
+        );
+        for form in [hex.clone(), dashed, format!("eui.{hex}")] {
+            let n: lunkit::id::Nguid = form.parse().unwrap();
+            prop_assert_eq!(n.bytes(), bytes);
+            prop_assert_eq!(n.to_string(), hex.to_lowercase());
+        }
+    }
+
+    #[test]
+    fn nguid_parser_never_panics(s in "\\PC{0,40}|[0-9a-fA-F.eui-]{0,40}") {
+        if let Ok(n) = s.parse::<lunkit::id::Nguid>() {
+            prop_assert_eq!(n.to_string().parse::<lunkit::id::Nguid>().unwrap(), n);
+        }
+    }
+}

@@ -297,6 +297,26 @@ fn two_connects_give_one_head_with_both_paths_and_a_third_returns_the_existing_c
     let text = String::from_utf8_lossy(&lunkit(&["list"]).stdout).into_owned();
     eprintln!("lunkit list:\n{text}");
     assert!(text.contains("NVMe namespaces"), "{text}");
+    // The head and its hidden paths are in the NVMe table only, not among "Other block
+    // devices" (where the hidden paths, which no one can open, were listed before).
+    let other = text
+        .split("Other block devices")
+        .nth(1)
+        .map_or("", |rest| rest.split("\n\n").next().unwrap_or(""));
+    for dev in [head["name"].as_str().unwrap()].into_iter().chain(
+        head["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap()),
+    ) {
+        assert!(
+            !other
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(dev)),
+            "{dev} under Other block devices:\n{text}"
+        );
+    }
 
     let out = lunkit(&["nvme", "rescan", "--nqn", &nqn]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -443,6 +463,99 @@ fn detaching_one_of_two_namespaces_keeps_the_other_usable() {
     // The last one takes the controllers with it.
     let (code, d, out) = detach(&nqn, 2);
     assert_eq!(code, Some(0), "{}", describe(&out));
+    assert!(
+        steps(&d, "delete-controller")
+            .iter()
+            .all(|(_, o, _)| *o == "done"),
+        "{d}"
+    );
+    assert_eq!(controllers(&nqn), Vec::<String>::new());
+    assert_eq!(heads(), Vec::<String>::new());
+    target.teardown().expect("target teardown");
+}
+
+/// `lunkit attach|detach --nvme-nqn NQN --nguid NGUID` (the portals and host of [`attach`]).
+fn by_nguid(verb: &str, nqn: &str, nguid: &str) -> (Option<i32>, Value, Output) {
+    let mut args = vec![verb, "--nvme-nqn", nqn, "--nguid", nguid];
+    if verb == "attach" {
+        args.extend([
+            "--portal",
+            PORTALS[0],
+            "--portal",
+            PORTALS[1],
+            "--hostnqn",
+            HOSTNQN,
+            "--hostid",
+            HOSTID,
+        ]);
+    }
+    args.extend(["--timeout", "60", "--json"]);
+    json(&args)
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_namespace_named_by_nguid_is_that_namespace_and_counts_for_its_neighbours() {
+    require_vm();
+    let target = Target::builder()
+        .namespace(32 * MIB)
+        .namespace(48 * MIB)
+        .build()
+        .expect("nvmet target");
+    let nqn = target.nqn().to_owned();
+    let _cleanup = Disconnect(nqn.clone());
+    // As `nvme id-ns` and an array's console print it: 32 hex digits, upper case here.
+    let nguid2 = target
+        .namespace(2)
+        .unwrap()
+        .nguid
+        .replace('-', "")
+        .to_uppercase();
+
+    let (code, two, out) = by_nguid("attach", &nqn, &nguid2);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let dev2 = two["devices"][0]["name"].as_str().unwrap().to_owned();
+    assert_eq!(
+        sysfs::attr(format!("/sys/block/{dev2}/nsid")).as_deref(),
+        Some("2"),
+        "the NGUID named namespace 2, attach brought {dev2}: {two}"
+    );
+    assert_eq!(
+        sysfs::attr(format!("/sys/block/{dev2}/size")).as_deref(),
+        Some((48 * MIB / 512).to_string().as_str())
+    );
+    let (code, one, out) = attach(&nqn, 1);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let dev1 = one["devices"][0]["name"].as_str().unwrap().to_owned();
+    assert_ne!(dev1, dev2);
+
+    // An NGUID the subsystem does not have is nothing on the node: nothing is touched.
+    let (code, d, out) = by_nguid("detach", &nqn, "0123456789abcdef0123456789abcdef");
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert!(steps(&d, "delete-controller").is_empty(), "{d}");
+    assert!(steps(&d, "flush-namespace").is_empty(), "{d}");
+    assert_eq!(controllers(&nqn).len(), 2);
+    assert_eq!(heads().len(), 2, "both namespaces stay: {:?}", heads());
+
+    // Namespace 1 by id: namespace 2 was attached by NGUID, and still keeps the controllers.
+    let (code, d, out) = detach(&nqn, 1);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let kept = steps(&d, "delete-controller");
+    assert_eq!(kept.len(), 2, "{d}");
+    assert!(
+        kept.iter()
+            .all(|(_, o, why)| *o == "skipped" && why.contains(&dev2)),
+        "{d}"
+    );
+    assert_eq!(controllers(&nqn).len(), 2);
+
+    // Namespace 2 by its NGUID as sysfs prints it: the last one, so the controllers go.
+    let sysfs_form = target.namespace(2).unwrap().nguid.clone();
+    let (code, d, out) = by_nguid("detach", &nqn, &sysfs_form);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let flushed = steps(&d, "flush-namespace");
+    assert_eq!(flushed.len(), 1, "{d}");
+    assert_eq!(flushed[0].0, dev2, "{d}");
     assert!(
         steps(&d, "delete-controller")
             .iter()

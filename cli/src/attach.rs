@@ -6,12 +6,13 @@ use clap::Args;
 use lunkit::ops::{self, AttachOptions};
 use lunkit::{Root, Wwn};
 
-use crate::scan::{Common, print, wait_udev};
+use crate::scan::{Common, Udev, print, wait_udev};
 use crate::teardown::VolumeArgs;
 
 /// `lunkit attach`.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn", "nvme_nqn"]))]
+#[command(group = clap::ArgGroup::new("nvme_namespace").args(["nsid", "nguid"]))]
 pub struct Attach {
     #[command(flatten)]
     volume: VolumeArgs,
@@ -59,13 +60,26 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;
     if let Some(nvme) = &volume.nvme {
-        print_nvme(volume.wwid.as_ref(), nvme, start.elapsed(), cmd.common.json);
+        let udev = wait_udev(
+            root,
+            &cmd.common,
+            nvme.devices.iter().map(|d| (d.name.clone(), d.dev)),
+            start,
+            opts.scan.timeout,
+        )?;
+        print_nvme(
+            volume.wwid.as_ref(),
+            nvme,
+            udev,
+            start.elapsed(),
+            cmd.common.json,
+        );
         return Ok(());
     }
     let udev = wait_udev(
         root,
         &cmd.common,
-        volume.devices(),
+        volume.devices().map(|d| (d.name.clone(), d.dev)),
         start,
         opts.scan.timeout,
     )?;
@@ -83,18 +97,26 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
 fn print_nvme(
     wwid: Option<&lunkit::Wwid>,
     nvme: &ops::NvmeAttachment,
+    udev: Option<Vec<Udev>>,
     elapsed: std::time::Duration,
     json: bool,
 ) {
+    let udev_of = |i: usize| udev.as_ref().and_then(|u| u.get(i));
     if json {
         let doc = serde_json::json!({
             "wwid": wwid.map(ToString::to_string),
-            "devices": nvme.devices.iter().map(|d| serde_json::json!({
-                "name": d.name,
-                "path": d.path.display().to_string(),
-                "major": d.dev.major,
-                "minor": d.dev.minor,
-            })).collect::<Vec<_>>(),
+            "devices": nvme.devices.iter().enumerate().map(|(i, d)| {
+                let mut dev = serde_json::json!({
+                    "name": d.name,
+                    "path": d.path.display().to_string(),
+                    "major": d.dev.major,
+                    "minor": d.dev.minor,
+                });
+                if let Some(u) = udev_of(i) {
+                    dev["udev"] = serde_json::json!({ "state": u.state, "links": u.links });
+                }
+                dev
+            }).collect::<Vec<_>>(),
             "controllers": nvme.controllers,
             "portals": nvme.portals.iter().map(|p| serde_json::json!({
                 "portal": p.portal,
@@ -114,13 +136,17 @@ fn print_nvme(
     for p in &nvme.portals {
         println!("{p}");
     }
-    for d in &nvme.devices {
+    for (i, d) in nvme.devices.iter().enumerate() {
+        let u = udev_of(i).map_or(String::new(), |u| {
+            format!("  udev {} {}", u.state, u.links.join(" "))
+        });
         println!(
-            "/dev/{} ({}) WWID {} via {}",
+            "/dev/{} ({}) WWID {} via {}{}",
             d.name,
             d.dev,
             wwid.map_or_else(|| "none".to_owned(), ToString::to_string),
-            nvme.controllers.join(", ")
+            nvme.controllers.join(", "),
+            u.trim_end()
         );
     }
     println!("attached in {:.1} ms", elapsed.as_secs_f64() * 1e3);

@@ -244,6 +244,12 @@ pub fn render(t: &Topology) -> String {
                 .iter()
                 .any(|d| d.block.as_deref() == Some(b.name.as_str()))
         })
+        // NVMe heads and their hidden per-controller paths have their own table below.
+        .filter(|b| {
+            !t.nvme_namespaces
+                .iter()
+                .any(|n| n.name == b.name || n.paths.iter().any(|p| p.name == b.name))
+        })
         .collect();
     if !plain.is_empty() {
         let mut bt = Table::default();

@@ -11,6 +11,7 @@ use crate::teardown::VolumeArgs;
 /// `lunkit resize`.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn", "nvme_nqn"]))]
+#[command(group = clap::ArgGroup::new("nvme_namespace").args(["nsid", "nguid"]))]
 pub struct Resize {
     #[command(flatten)]
     volume: VolumeArgs,

@@ -133,8 +133,8 @@ struct Map {
 #[derive(Serialize)]
 pub struct Udev {
     /// `processed` or `not running`.
-    state: &'static str,
-    links: Vec<String>,
+    pub state: &'static str,
+    pub links: Vec<String>,
 }
 
 pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
@@ -173,24 +173,30 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
             lunkit::fc::scan(root, &lun, &opts)?
         }
     };
-    let udev = wait_udev(root, common, report.devices(), start, opts.timeout)?;
+    let udev = wait_udev(
+        root,
+        common,
+        report.devices().map(|d| (d.name.clone(), d.dev)),
+        start,
+        opts.timeout,
+    )?;
     print(&report.paths, None, udev, start.elapsed(), common.json);
     Ok(())
 }
 
 /// With `--wait-udev`, waits until udevd has processed every device, within the scan's
 /// deadline.
-pub fn wait_udev<'a>(
+pub fn wait_udev(
     root: &Root,
     common: &Common,
-    devices: impl Iterator<Item = &'a PathDevice>,
+    devices: impl Iterator<Item = (String, lunkit::DevNum)>,
     start: Instant,
     timeout: Duration,
 ) -> lunkit::Result<Option<Vec<Udev>>> {
     if !common.wait_udev {
         return Ok(None);
     }
-    let devs: Vec<(String, lunkit::DevNum)> = devices.map(|p| (p.name.clone(), p.dev)).collect();
+    let devs: Vec<(String, lunkit::DevNum)> = devices.collect();
     let states =
         lunkit::udev::wait_processed(root, &devs, lunkit::wait::deadline_from(start, timeout))?;
     Ok(Some(

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use lunkit::block;
-use lunkit::ops::{self, DetachOptions, Outcome, Step, VolumeSpec};
+use lunkit::ops::{self, DetachOptions, NamespaceSelector, Outcome, Step, VolumeSpec};
 use lunkit::scsi::{self, DeleteOptions, Deleted};
 use lunkit::{Error, Hctl, Root};
 
@@ -50,12 +50,16 @@ pub struct VolumeArgs {
     /// The LUN, with --iscsi-target or --fc-wwpn.
     #[arg(long)]
     lun: Option<u64>,
-    /// The NVMe subsystem NQN (with --nsid).
-    #[arg(long, value_name = "NQN", requires = "nsid")]
+    /// The NVMe subsystem NQN (with --nsid or --nguid).
+    #[arg(long, value_name = "NQN", requires = "nvme_namespace")]
     nvme_nqn: Option<String>,
     /// The NVMe namespace id, with --nvme-nqn.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", requires = "nvme_nqn")]
     nsid: Option<u32>,
+    /// The NVMe namespace's NGUID, with --nvme-nqn: 32 hex digits (as `nvme id-ns` prints
+    /// it), 8-4-4-4-12 (as sysfs does) or eui.<32 hex digits>.
+    #[arg(long, value_name = "NGUID", requires = "nvme_nqn")]
+    nguid: Option<String>,
 }
 
 impl VolumeArgs {
@@ -77,7 +81,11 @@ impl VolumeArgs {
         } else if let Some(n) = self.nvme_nqn {
             VolumeSpec::Nvme {
                 nqn: n.parse()?,
-                nsid: self.nsid.unwrap_or_default(),
+                namespace: match (self.nsid, self.nguid) {
+                    (Some(id), _) => NamespaceSelector::Id(id),
+                    (None, Some(g)) => NamespaceSelector::Nguid(g.parse()?),
+                    (None, None) => unreachable!("clap requires --nsid or --nguid with --nvme-nqn"),
+                },
             }
         } else {
             unreachable!("clap requires one of the volume arguments")
@@ -88,6 +96,7 @@ impl VolumeArgs {
 /// `lunkit detach`.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("volume").required(true).args(["device", "wwid", "iscsi_target", "fc_wwpn", "nvme_nqn"]))]
+#[command(group = clap::ArgGroup::new("nvme_namespace").args(["nsid", "nguid"]))]
 pub struct Detach {
     #[command(flatten)]
     volume: VolumeArgs,

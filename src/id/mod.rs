@@ -1,17 +1,20 @@
 //! The identifiers lunkit names things by: a SCSI address ([`Hctl`]), a volume's identity
-//! ([`Wwid`]), an FC port ([`Wwn`]), an NVMe subsystem or host ([`Nqn`], [`Uuid`]), a device number ([`DevNum`]) and the uuid format of
-//! multipath maps ([`mpath`]). Each parses strictly (a typed [`crate::Error::Invalid`] for
+//! ([`Wwid`]), an FC port ([`Wwn`]), an NVMe subsystem or host ([`Nqn`], [`Uuid`]), an NVMe
+//! namespace ([`Nguid`]), a device number ([`DevNum`]) and the uuid format of multipath maps
+//! ([`mpath`]). Each parses strictly (a typed [`crate::Error::Invalid`] for
 //! anything else) and prints the way the kernel writes it.
 
 mod devnum;
 mod hctl;
 pub mod mpath;
+mod nguid;
 mod nqn;
 mod wwid;
 mod wwn;
 
 pub use devnum::DevNum;
 pub use hctl::Hctl;
+pub use nguid::Nguid;
 pub use nqn::{MAX_NQN_LEN, Nqn, Uuid};
 pub use wwid::Wwid;
 pub use wwn::Wwn;

@@ -115,8 +115,8 @@ impl Attachment {
 /// [`ScanOptions::min_paths`] came, [`Error::WwidMismatch`] when a path is another volume,
 /// [`Error::Timeout`] when the map did not come with every path by the deadline.
 pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<Attachment> {
-    if let VolumeSpec::Nvme { nqn, nsid } = spec {
-        return super::nvme::attach(root, spec, nqn, *nsid, opts);
+    if let VolumeSpec::Nvme { nqn, namespace } = spec {
+        return super::nvme::attach(root, spec, nqn, namespace, opts);
     }
     let start = Instant::now();
     let report = scan(root, spec, opts)?;

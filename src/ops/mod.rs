@@ -31,4 +31,4 @@ pub use detach::{
 };
 pub use nvme::{NamespaceDevice, NvmeAttachment, PortalConnect};
 pub use resize::{DEFAULT_RESIZE_TIMEOUT, MapSize, PathSize, ResizeOptions, Resized, resize};
-pub use volume::{Identity, MapDevice, OrphanMap, VolumeSpec, VolumeState};
+pub use volume::{Identity, MapDevice, NamespaceSelector, OrphanMap, VolumeSpec, VolumeState};

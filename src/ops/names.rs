@@ -19,14 +19,20 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::id::Wwid;
-use crate::ops::VolumeSpec;
+use crate::ops::{NamespaceSelector, VolumeSpec};
 
 /// The record file of `spec` below `dir`; `None` for a spec that is not an address.
 fn record(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {
     let name = match spec {
         VolumeSpec::Iscsi { target, lun } => format!("iscsi-{}-lun-{lun}", encode(target)),
         VolumeSpec::Fc { wwpn, lun } => format!("fc-{wwpn}-lun-{lun}"),
-        VolumeSpec::Nvme { nqn, nsid } => format!("nvme-{}-ns-{nsid}", encode(nqn.as_str())),
+        VolumeSpec::Nvme { nqn, namespace } => {
+            let nqn = encode(nqn.as_str());
+            match namespace {
+                NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
+                NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
+            }
+        }
         VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => return None,
     };
     Some(dir.join("names").join(name))

@@ -10,12 +10,16 @@
 //! the kernel's `wwid` (NGUID, EUI-64 or UUID), checked against
 //! [`ScanOptions::expect_wwid`](crate::ScanOptions::expect_wwid).
 //!
+//! The namespace is named by id or by NGUID ([`NamespaceSelector`]). Whichever it was, an
+//! attach is remembered (the WWID hint, the "attached" mark) under its id as well, since the
+//! id is what a detach of another namespace of the subsystem looks for.
+//!
 //! **Detach** checks that nothing uses the namespace ([`crate::block::usage`]: mounts in any
 //! mount namespace, kubelet's loop devices and bind mounts, holders, open descriptors),
 //! flushes it, and then deletes the subsystem's controllers (`delete_controller`) that no
-//! other namespace still needs. A controller serves every namespace of its subsystem at once
-//! and the host cannot drop one namespace from it, so while another namespace of the
-//! subsystem is attached through lunkit (marked in the lock directory) or in use, the
+//! other namespace still needs, side by side. A controller serves every namespace of its
+//! subsystem at once and the host cannot drop one namespace from it, so while another
+//! namespace of the subsystem is attached through lunkit (marked in the lock directory) or in use, the
 //! controllers it goes through stay, and so does this namespace's device until the array
 //! unmaps it: the report says so.
 //!
@@ -33,7 +37,7 @@ use std::time::Instant;
 
 use super::attach::{AttachOptions, Attachment};
 use super::detach::{DetachOptions, DetachReport, Outcome, Step, StepKind};
-use super::volume::{Identity, VolumeSpec};
+use super::volume::{Identity, NamespaceSelector, VolumeSpec};
 use super::{lock, names};
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
@@ -41,18 +45,45 @@ use crate::id::Nqn;
 pub use crate::nvme::NamespaceDevice;
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Connected, Host};
 use crate::root::Root;
+use crate::sysfs::nvme::NvmeNamespace;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
-/// The block devices of namespace `nsid` of subsystem `nqn` on the node: its native-multipath
-/// head, or each controller's own device without native multipath. Empty when it is not
-/// there.
-pub fn namespace_devices(root: &Root, nqn: &Nqn, nsid: u32) -> Result<Vec<NamespaceDevice>> {
-    Ok(fabrics_nvme::namespace_devices(root, nqn)?
+/// The block devices of the selected namespace of subsystem `nqn` on the node: its
+/// native-multipath head, or each controller's own device without native multipath. Empty
+/// when it is not there.
+pub fn namespace_devices(
+    root: &Root,
+    nqn: &Nqn,
+    namespace: &NamespaceSelector,
+) -> Result<Vec<NamespaceDevice>> {
+    Ok(selected(root, nqn, namespace)?
         .into_iter()
-        .filter(|(ns, _)| ns.nsid == Some(nsid))
         .map(|(_, d)| d)
         .collect())
+}
+
+/// [`namespace_devices`] with what sysfs says of each namespace (its id, for one).
+fn selected(
+    root: &Root,
+    nqn: &Nqn,
+    namespace: &NamespaceSelector,
+) -> Result<Vec<(NvmeNamespace, NamespaceDevice)>> {
+    Ok(fabrics_nvme::namespace_devices(root, nqn)?
+        .into_iter()
+        .filter(|(ns, _)| namespace.matches(ns))
+        .collect())
+}
+
+/// The spec naming the namespace by its id, once the node has it: the name its hints and
+/// marks are kept under, whether the caller named it by id or by NGUID, so that a detach of
+/// another namespace of the subsystem sees it either way.
+fn by_id(nqn: &Nqn, found: &[(NvmeNamespace, NamespaceDevice)]) -> Option<VolumeSpec> {
+    let nsid = found.iter().find_map(|(ns, _)| ns.nsid)?;
+    Some(VolumeSpec::Nvme {
+        nqn: nqn.clone(),
+        namespace: NamespaceSelector::Id(nsid),
+    })
 }
 
 /// What an NVMe attach did, in [`Attachment::nvme`].
@@ -103,10 +134,10 @@ pub(super) fn attach(
     root: &Root,
     spec: &VolumeSpec,
     nqn: &Nqn,
-    nsid: u32,
+    namespace: &NamespaceSelector,
     opts: &AttachOptions,
 ) -> Result<Attachment> {
-    check_nsid(nsid)?;
+    check_selector(namespace)?;
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.scan.timeout);
     // Held until this namespace is marked attached: a detach of another namespace of the
@@ -165,21 +196,24 @@ pub(super) fn attach(
     let min = opts.scan.min_paths.max(1);
     // Every live controller's path, then at the deadline whatever came if it is enough.
     let found = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        let devices = namespace_devices(root, nqn, nsid)?;
+        let devices = selected(root, nqn, namespace)?;
         let live: Vec<String> = fabrics_nvme::controllers_of(root, nqn)?
             .into_iter()
             .filter(|c| c.state.as_deref() == Some("live"))
             .map(|c| c.name)
             .collect();
-        let reached: Vec<&String> = devices.iter().flat_map(|d| &d.controllers).collect();
+        let reached: Vec<&String> = devices.iter().flat_map(|(_, d)| &d.controllers).collect();
         let complete = !live.is_empty() && live.iter().all(|c| reached.contains(&c));
         Ok((complete && reached.len() >= min).then_some(devices))
     });
     let devices = match found {
         Ok(d) => d,
         Err(Error::Timeout { what, waited }) => {
-            let devices = namespace_devices(root, nqn, nsid)?;
-            let reached = devices.iter().map(|d| d.controllers.len()).sum::<usize>();
+            let devices = selected(root, nqn, namespace)?;
+            let reached = devices
+                .iter()
+                .map(|(_, d)| d.controllers.len())
+                .sum::<usize>();
             if devices.is_empty() || reached < min {
                 let e = if devices.is_empty() && connects.iter().all(|c| c.result.is_err()) {
                     Error::NotFound { what: what.clone() }
@@ -192,6 +226,8 @@ pub(super) fn attach(
         }
         Err(e) => return Err(e),
     };
+    let canonical = by_id(nqn, &devices);
+    let devices: Vec<NamespaceDevice> = devices.into_iter().map(|(_, d)| d).collect();
     let wwid = devices.first().and_then(|d| d.wwid.clone());
     if let Some(expected) = &opts.scan.expect_wwid {
         if let Some(d) = devices.iter().find(|d| d.wwid.as_ref() != Some(expected)) {
@@ -205,10 +241,14 @@ pub(super) fn attach(
     }
     if let Some(dir) = &opts.lock_dir {
         // Hints for a later detach; failing to write them does not undo the attach.
+        let canonical = canonical.as_ref().unwrap_or(spec);
         if let Some(w) = &wwid {
             let _ = names::remember(dir, spec, w);
+            if canonical != spec {
+                let _ = names::remember(dir, canonical, w);
+            }
         }
-        let _ = names::mark_attached(dir, spec);
+        let _ = names::mark_attached(dir, canonical);
     }
     let mut controllers: Vec<String> = devices.iter().flat_map(|d| d.controllers.clone()).collect();
     controllers.sort();
@@ -266,11 +306,11 @@ pub(super) fn detach(
     root: &Root,
     spec: &VolumeSpec,
     nqn: &Nqn,
-    nsid: u32,
+    namespace: &NamespaceSelector,
     opts: &DetachOptions,
     on_step: &mut dyn FnMut(&Step),
 ) -> Result<DetachReport> {
-    check_nsid(nsid)?;
+    check_selector(namespace)?;
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     let mut s = Steps {
@@ -279,7 +319,7 @@ pub(super) fn detach(
     };
     let name = spec.to_string();
     let identity = s.run(StepKind::Identify, &name, || {
-        let devices = namespace_devices(root, nqn, nsid)?;
+        let devices = namespace_devices(root, nqn, namespace)?;
         let wwid = devices.first().and_then(|d| d.wwid.clone()).or_else(|| {
             opts.lock_dir
                 .as_deref()
@@ -292,7 +332,10 @@ pub(super) fn detach(
     })?;
     let key = match &identity.wwid {
         Some(w) => w.to_multipath(),
-        None => format!("nvme-{nqn}-ns-{nsid}"),
+        None => match namespace {
+            NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
+            NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
+        },
     };
     let _lock = s.run(StepKind::Lock, &key, || {
         lock::lock(&key, opts.lock_dir.as_deref(), deadline)
@@ -305,7 +348,9 @@ pub(super) fn detach(
     };
 
     // Looked at again under the lock: an attach may have finished meanwhile.
-    let devices = namespace_devices(root, nqn, nsid)?;
+    let found = selected(root, nqn, namespace)?;
+    let canonical = by_id(nqn, &found);
+    let devices: Vec<NamespaceDevice> = found.into_iter().map(|(_, d)| d).collect();
     if devices.is_empty() {
         s.record(
             StepKind::Verify,
@@ -452,12 +497,12 @@ pub(super) fn detach(
     let t0 = Instant::now();
     let mut needed: Vec<(String, String)> = Vec::new(); // (controller, namespace)
     for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
-        if ns.nsid == Some(nsid) {
+        if namespace.matches(&ns) {
             continue;
         }
         let other_spec = VolumeSpec::Nvme {
             nqn: nqn.clone(),
-            nsid: ns.nsid.unwrap_or_default(),
+            namespace: NamespaceSelector::Id(ns.nsid.unwrap_or_default()),
         };
         let marked = opts
             .lock_dir
@@ -526,7 +571,9 @@ pub(super) fn detach(
         let what = || format!("{spec} to be taken off the node (left: {target})");
         let relevant = |_: &Uevent| true;
         let gone = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-            Ok(namespace_devices(root, nqn, nsid)?.is_empty().then_some(()))
+            Ok(namespace_devices(root, nqn, namespace)?
+                .is_empty()
+                .then_some(()))
         });
         if let Err(e) = gone {
             s.record(
@@ -556,6 +603,9 @@ pub(super) fn detach(
         );
     }
     unmark(opts.lock_dir.as_deref(), spec);
+    if let Some(c) = &canonical {
+        unmark(opts.lock_dir.as_deref(), c);
+    }
     Ok(report(s))
 }
 
@@ -565,7 +615,10 @@ fn subsystem_key(nqn: &Nqn) -> String {
 }
 
 /// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace.
-fn check_nsid(nsid: u32) -> Result<()> {
+fn check_selector(namespace: &NamespaceSelector) -> Result<()> {
+    let NamespaceSelector::Id(nsid) = *namespace else {
+        return Ok(());
+    };
     if nsid == 0 || nsid == u32::MAX {
         return Err(Error::invalid(
             "namespace id",

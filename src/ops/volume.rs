@@ -12,9 +12,9 @@ use std::fmt;
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
-use crate::id::Nqn;
 use crate::id::Wwid;
 use crate::id::Wwn;
+use crate::id::{Nguid, Nqn};
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
@@ -42,14 +42,65 @@ pub enum VolumeSpec {
         /// The LUN.
         lun: u64,
     },
-    /// Namespace `nsid` of the NVMe subsystem `nqn`, through every controller of it (see
+    /// A namespace of the NVMe subsystem `nqn`, through every controller of it (see
     /// [`crate::ops::nvme`]).
     Nvme {
         /// The subsystem NQN.
         nqn: Nqn,
-        /// The namespace id.
-        nsid: u32,
+        /// Which of its namespaces: by id, or by NGUID.
+        namespace: NamespaceSelector,
     },
+}
+
+/// Which namespace of an NVMe subsystem a volume is.
+///
+/// The namespace id is what the array's mapping says (LUN-like, and reusable once a namespace
+/// is deleted); the NGUID is the namespace's own, globally unique identity, so naming a
+/// volume by it can never reach another volume that took over the id. The NGUID can only be
+/// matched once the namespace is on the node: until then, an attach by NGUID waits for a
+/// namespace of the subsystem that reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NamespaceSelector {
+    /// The namespace id (1 to 0xFFFFFFFE).
+    Id(u32),
+    /// The namespace's NGUID.
+    Nguid(Nguid),
+}
+
+impl NamespaceSelector {
+    /// Whether the namespace sysfs shows as `ns` is the one selected. An NGUID that sysfs
+    /// does not report, or reports malformed, matches nothing.
+    pub fn matches(&self, ns: &crate::sysfs::nvme::NvmeNamespace) -> bool {
+        match self {
+            NamespaceSelector::Id(id) => ns.nsid == Some(*id),
+            NamespaceSelector::Nguid(g) => ns
+                .nguid
+                .as_deref()
+                .and_then(|s| s.parse::<Nguid>().ok())
+                .is_some_and(|n| n == *g),
+        }
+    }
+}
+
+impl From<u32> for NamespaceSelector {
+    fn from(nsid: u32) -> Self {
+        NamespaceSelector::Id(nsid)
+    }
+}
+
+impl From<Nguid> for NamespaceSelector {
+    fn from(nguid: Nguid) -> Self {
+        NamespaceSelector::Nguid(nguid)
+    }
+}
+
+impl fmt::Display for NamespaceSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NamespaceSelector::Id(id) => write!(f, "namespace {id}"),
+            NamespaceSelector::Nguid(g) => write!(f, "namespace NGUID {g}"),
+        }
+    }
 }
 
 impl VolumeSpec {
@@ -70,7 +121,7 @@ impl fmt::Display for VolumeSpec {
             VolumeSpec::Wwid(w) => write!(f, "WWID {w}"),
             VolumeSpec::Iscsi { target, lun } => write!(f, "iSCSI {target} LUN {lun}"),
             VolumeSpec::Fc { wwpn, lun } => write!(f, "FC {wwpn} LUN {lun}"),
-            VolumeSpec::Nvme { nqn, nsid } => write!(f, "NVMe {nqn} namespace {nsid}"),
+            VolumeSpec::Nvme { nqn, namespace } => write!(f, "NVMe {nqn} {namespace}"),
         }
     }
 }
@@ -203,8 +254,8 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
         }
         VolumeSpec::Device(d) => identify_device(root, d),
         // Its devices are no SCSI addresses: its WWID is its namespace's.
-        VolumeSpec::Nvme { nqn, nsid } => Ok(Identity {
-            wwid: crate::ops::nvme::namespace_devices(root, nqn, *nsid)?
+        VolumeSpec::Nvme { nqn, namespace } => Ok(Identity {
+            wwid: crate::ops::nvme::namespace_devices(root, nqn, namespace)?
                 .first()
                 .and_then(|d| d.wwid.clone()),
             addresses: Vec::new(),

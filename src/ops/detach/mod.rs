@@ -213,8 +213,8 @@ pub fn detach_with(
     opts: &DetachOptions,
     on_step: &mut dyn FnMut(&Step),
 ) -> Result<DetachReport> {
-    if let VolumeSpec::Nvme { nqn, nsid } = spec {
-        return super::nvme::detach(root, spec, nqn, *nsid, opts, on_step);
+    if let VolumeSpec::Nvme { nqn, namespace } = spec {
+        return super::nvme::detach(root, spec, nqn, namespace, opts, on_step);
     }
     let start = Instant::now();
     let deadline = crate::wait::deadline_from(start, opts.timeout);
