@@ -526,42 +526,73 @@ pub(super) fn detach(
     }
     let controllers = fabrics_nvme::controllers_of(root, nqn)?;
     let mut deleted_ours = true;
+    let mut delete = Vec::new();
     for c in &controllers {
         let users: Vec<&str> = needed
             .iter()
             .filter(|(n, _)| *n == c.name)
             .map(|(_, ns)| ns.as_str())
             .collect();
-        if !users.is_empty() {
-            deleted_ours &= !ours.contains(&c.name);
-            s.record(
-                StepKind::DeleteController,
-                &c.name,
-                Outcome::Skipped(format!(
-                    "kept: it also serves {}, attached or in use",
-                    users.join(", ")
-                )),
-                t0,
-            );
+        if users.is_empty() {
+            delete.push(c);
             continue;
         }
-        let t1 = Instant::now();
-        match fabrics_nvme::delete_controller(root, c, deadline) {
-            Ok(()) => s.record(StepKind::DeleteController, &c.name, Outcome::Done, t1),
+        deleted_ours &= !ours.contains(&c.name);
+        s.record(
+            StepKind::DeleteController,
+            &c.name,
+            Outcome::Skipped(format!(
+                "kept: it also serves {}, attached or in use",
+                users.join(", ")
+            )),
+            t0,
+        );
+    }
+    // Side by side: each write returns once its controller is torn down, which the kernel
+    // does for each on its own. Every one decided on is attempted; the first failure is the
+    // detach's.
+    let deleted: Vec<(&str, Instant, Result<()>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = delete
+            .iter()
+            .map(|&c| {
+                let t1 = Instant::now();
+                let w = scope.spawn(move || fabrics_nvme::delete_controller(root, c, deadline));
+                (c.name.as_str(), t1, w)
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|(name, t1, w)| {
+                let r = w.join().unwrap_or_else(|_| {
+                    Err(Error::Internal {
+                        what: format!("the worker deleting controller {name} panicked"),
+                    })
+                });
+                (name, t1, r)
+            })
+            .collect()
+    });
+    let mut failed = None;
+    for (name, t1, r) in deleted {
+        match r {
+            Ok(()) => s.record(StepKind::DeleteController, name, Outcome::Done, t1),
             Err(e) => {
                 s.record(
                     StepKind::DeleteController,
-                    &c.name,
+                    name,
                     Outcome::Failed(e.to_string()),
                     t1,
                 );
-                return Err(super::detach::step_error(
+                failed.get_or_insert(super::detach::step_error(
                     StepKind::DeleteController,
-                    &c.name,
+                    name,
                     e,
                 ));
             }
         }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
 
     // Verify.
