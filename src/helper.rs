@@ -48,6 +48,14 @@ impl Subject {
         }
     }
 
+    /// Operation `op` on the character device `dev` (an NVMe controller's `/dev/nvmeN`).
+    pub(crate) fn char_device(op: &'static str, dev: DevNum) -> Subject {
+        Subject {
+            op,
+            on: format!("char {dev}"),
+        }
+    }
+
     /// A write of `value` to the sysfs attribute `path` (`delete`, `rescan`, a host's
     /// `scan`): the same write again is the same subject, a scan of another LUN is not.
     pub(crate) fn write(path: &std::path::Path, value: &str) -> Subject {

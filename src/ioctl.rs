@@ -1,5 +1,5 @@
-//! The library's only `unsafe`: raw ioctls on block devices and `/dev/mapper/control`, and
-//! one `getsockopt` ([`so_peercred`]).
+//! The library's only `unsafe`: raw ioctls on block devices, `/dev/mapper/control` and NVMe
+//! controllers, and one `getsockopt` ([`so_peercred`]).
 //!
 //! Each function issues exactly one call (the ioctls through [`rustix::ioctl`]) and returns
 //! what the kernel returned; the callers (`dm`, block operations, the multipathd client) own
@@ -13,7 +13,11 @@ use std::os::fd::AsFd;
 use lunkit_sys::block::{BLKFLSBUF, BLKGETSIZE64, BLKRRPART, BLKSSZGET};
 use lunkit_sys::dm::dm_ioctl;
 use lunkit_sys::loop_dev::{LOOP_GET_STATUS64, loop_info64};
-use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, ioctl};
+use lunkit_sys::nvme::{
+    NVME_ADMIN_IDENTIFY, NVME_ID_CNS_NS, NVME_IDENTIFY_DATA_SIZE, NVME_IOCTL_ADMIN_CMD,
+    nvme_passthru_cmd,
+};
+use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, Updater, ioctl};
 
 /// `ioctl(fd, BLKFLSBUF)` — writes back the block device's page cache (or syncs the mounted
 /// filesystem on it) and drops its clean pages. Needs `CAP_SYS_ADMIN`; sends no cache flush
@@ -68,6 +72,35 @@ pub(crate) fn loop_get_status64(fd: impl AsFd) -> io::Result<loop_info64> {
     let req = unsafe { Getter::<{ LOOP_GET_STATUS64 as Opcode }, loop_info64>::new() };
     // SAFETY: the getter hands the kernel a pointer to a loop_info64 it owns.
     unsafe { ioctl(fd, req) }.map_err(io::Error::from)
+}
+
+/// `ioctl(ctrl_fd, NVME_IOCTL_ADMIN_CMD, &cmd)` with Identify (CNS 0) for namespace `nsid`,
+/// on an open NVMe controller character device (`/dev/nvmeN`): the Identify Namespace data
+/// structure, as the controller returned it (4096 bytes; the caller decodes it). Needs
+/// `CAP_SYS_ADMIN`. The kernel waits for the command's completion, for as long as its admin
+/// timeout allows; callers bound the call.
+pub(crate) fn nvme_identify_ns(
+    ctrl_fd: impl AsFd,
+    nsid: u32,
+) -> io::Result<Box<[u8; NVME_IDENTIFY_DATA_SIZE]>> {
+    let mut data = Box::new([0u8; NVME_IDENTIFY_DATA_SIZE]);
+    let mut cmd = nvme_passthru_cmd {
+        opcode: NVME_ADMIN_IDENTIFY,
+        nsid,
+        addr: data.as_mut_ptr() as u64,
+        data_len: NVME_IDENTIFY_DATA_SIZE as u32,
+        cdw10: NVME_ID_CNS_NS,
+        ..nvme_passthru_cmd::default()
+    };
+    // SAFETY: NVME_IOCTL_ADMIN_CMD reads and writes back exactly one `nvme_passthru_cmd`
+    // through its pointer argument; lunkit-sys checks the struct against the C header.
+    let req =
+        unsafe { Updater::<{ NVME_IOCTL_ADMIN_CMD as Opcode }, nvme_passthru_cmd>::new(&mut cmd) };
+    // SAFETY: besides `cmd`, the kernel writes at most `data_len` bytes at `addr`, which is
+    // `data`: a live heap allocation of exactly that many bytes that nothing else touches
+    // until the call returns. `metadata` is 0, so no other user memory is involved.
+    unsafe { ioctl(ctrl_fd, req) }.map_err(io::Error::from)?;
+    Ok(data)
 }
 
 /// An 8-byte aligned, zero-initialised byte buffer for device-mapper ioctls.

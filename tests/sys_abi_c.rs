@@ -2,10 +2,10 @@
 //! sys/, so that nothing under sys/ or src/ spawns a program (the project's red line).
 //!
 //! Builds a C program with the system C compiler (`$CC`, default `cc`, plus `$CFLAGS`)
-//! against `<linux/dm-ioctl.h>`, `<linux/fs.h>`, `<linux/loop.h>`, `<linux/netlink.h>` and
-//! `<sys/socket.h>` (and `<libdevmapper.h>` when installed). The program prints every size,
-//! offset, opcode and flag as `EXPR<TAB>VALUE` lines; the test compares each with the Rust
-//! value and fails with the list of mismatches.
+//! against `<linux/dm-ioctl.h>`, `<linux/fs.h>`, `<linux/loop.h>`, `<linux/netlink.h>`,
+//! `<linux/nvme_ioctl.h>` and `<sys/socket.h>` (and `<libdevmapper.h>` when installed). The
+//! program prints every size, offset, opcode and flag as `EXPR<TAB>VALUE` lines; the test
+//! compares each with the Rust value and fails with the list of mismatches.
 //!
 //! Items newer than the oldest headers we care about carry a guard macro: if the installed
 //! headers lack it, the C side prints `MISSING` and the item is reported as skipped instead
@@ -24,6 +24,7 @@ use lunkit_sys::block::*;
 use lunkit_sys::dm::*;
 use lunkit_sys::loop_dev::*;
 use lunkit_sys::netlink::*;
+use lunkit_sys::nvme::*;
 
 const INSTALL_HINT: &str = "the C ABI cross-check needs a C compiler and the Linux UAPI headers: \
      install them with `apt-get install linux-libc-dev gcc` (or your distribution's equivalent)";
@@ -307,6 +308,14 @@ fn checks() -> Vec<Check> {
         c!(LOOP_CTL_GET_FREE),
     ]);
 
+    // <linux/nvme_ioctl.h>
+    v.push(size!(nvme_passthru_cmd));
+    v.extend(
+        off!(nvme_passthru_cmd; opcode, flags, rsvd1, nsid, cdw2, cdw3, metadata, addr,
+        metadata_len, data_len, cdw10, cdw11, cdw12, cdw13, cdw14, cdw15, timeout_ms, result),
+    );
+    v.push(c!(NVME_IOCTL_ADMIN_CMD));
+
     // <linux/netlink.h>, <sys/socket.h>
     v.extend([
         c!(AF_NETLINK),
@@ -331,6 +340,7 @@ fn c_source(checks: &[Check]) -> String {
          #include <linux/fs.h>\n\
          #include <linux/loop.h>\n\
          #include <linux/netlink.h>\n\
+         #include <linux/nvme_ioctl.h>\n\
          #if defined(__has_include)\n\
          #if __has_include(<libdevmapper.h>)\n\
          #include <libdevmapper.h>\n\

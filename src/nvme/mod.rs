@@ -9,6 +9,8 @@
 //!   same in-use check a SCSI detach makes on its namespaces, and a flush of each.
 //! - [`rescan`] asks each controller of a subsystem to look for new or resized namespaces
 //!   (`rescan_controller`).
+//! - [`identify_namespace`] asks one controller what a namespace is now (Identify, through
+//!   its character device): what a resize brings the namespace's device to.
 //!
 //! The kernel reconnects a controller whose link was lost on its own, every
 //! `reconnect_delay` seconds until `ctrl_loss_tmo` passes; nothing here polls.
@@ -27,8 +29,10 @@
 //! ```
 
 pub mod fabrics;
+pub mod identify;
 
 pub use fabrics::{ConnectOptions, Host, Interface, Transport};
+pub use identify::{IdentifyNamespace, identify_namespace};
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

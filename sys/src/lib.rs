@@ -7,6 +7,7 @@
 //! | [`block`] | `<linux/fs.h>` | `BLK*` opcodes (`BLKFLSBUF`, `BLKGETSIZE64`, ...) |
 //! | [`loop_dev`] | `<linux/loop.h>` | `loop_info64`, `loop_config`, `LOOP_*` opcodes, `LO_FLAGS_*` |
 //! | [`netlink`] | `<linux/netlink.h>`, kernel `kobject.h`, systemd's monitor header | uevent socket protocol, groups, limits, libudev header layout |
+//! | [`nvme`] | `<linux/nvme_ioctl.h>` | `nvme_passthru_cmd`, `NVME_IOCTL_ADMIN_CMD`, the Identify opcode and CNS |
 //!
 //! # Why handwritten
 //!
@@ -47,3 +48,4 @@ pub mod dm;
 pub mod ioctl;
 pub mod loop_dev;
 pub mod netlink;
+pub mod nvme;
