@@ -718,3 +718,137 @@ fn a_target_whose_ports_went_away_is_detached_within_the_deadline_or_forced() {
     assert_eq!(heads(), Vec::<String>::new());
     target.teardown().expect("target teardown");
 }
+
+/// `lunkit resize --nvme-nqn NQN --nsid N [--expect-size B] --json`.
+fn resize(nqn: &str, nsid: u32, expect: Option<u64>) -> (Option<i32>, Value, Output) {
+    let nsid = nsid.to_string();
+    let expect = expect.map(|e| e.to_string());
+    let mut args = vec!["resize", "--nvme-nqn", nqn, "--nsid", &nsid];
+    if let Some(e) = &expect {
+        args.extend(["--expect-size", e]);
+    }
+    args.extend(["--timeout", "30", "--json"]);
+    json(&args)
+}
+
+/// The size of block device `name` in bytes, from sysfs.
+fn block_bytes(name: &str) -> u64 {
+    sysfs::attr(format!("/sys/block/{name}/size"))
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(0, |s| s * 512)
+}
+
+/// Unmounts [`MOUNT`] and removes it, even when an assertion failed.
+struct Unmount;
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        cmd::run_ignoring_failure("umount", &[MOUNT]);
+        let _ = fs::remove_dir(MOUNT);
+    }
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_mounted_namespace_grows_online_to_what_every_controller_reports() {
+    require_vm();
+    let mut target = Target::builder()
+        .namespace(64 * MIB)
+        .build()
+        .expect("nvmet target");
+    let nqn = target.nqn().to_owned();
+    let _cleanup = Disconnect(nqn.clone());
+    let (code, a, out) = attach(&nqn, 1);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let head = a["devices"][0]["name"].as_str().unwrap().to_owned();
+    let dev = format!("/dev/{head}");
+    cmd::run("mkfs.ext4", &["-q", "-F", &dev]).expect("mkfs.ext4");
+    fs::create_dir_all(MOUNT).unwrap();
+    let _unmount = Unmount;
+    cmd::run("mount", &[&dev, MOUNT]).expect("mount");
+    let data = random(4 << 20, 21);
+    fs::write(format!("{MOUNT}/data"), &data).unwrap();
+    cmd::run("sync", &[]).unwrap();
+
+    // Already the size asked for: nothing is rescanned.
+    let (code, r, out) = resize(&nqn, 1, Some(64 * MIB));
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(r["result"]["rescanned"], false, "{r}");
+    assert_eq!(r["result"]["changed"], false, "{r}");
+    let reported = r["result"]["nvme"]["reported"].as_array().unwrap();
+    assert_eq!(reported.len(), 2, "both controllers answer Identify: {r}");
+    assert!(reported.iter().all(|c| c["size"] == 64 * MIB), "{r}");
+
+    // The array grows the namespace; the resize waits until the head has what both
+    // controllers report.
+    target.grow(1, 96 * MIB).expect("grow the namespace");
+    let (code, r, out) = resize(&nqn, 1, Some(96 * MIB));
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(r["result"]["size"], 96 * MIB, "{r}");
+    assert_eq!(block_bytes(&head), 96 * MIB);
+    let reported = r["result"]["nvme"]["reported"].as_array().unwrap();
+    assert!(reported.iter().all(|c| c["size"] == 96 * MIB), "{r}");
+    cmd::run("resize2fs", &[&dev]).expect("resize2fs");
+
+    // Grown again and asked without a size: the controllers' answer is the size.
+    target.grow(1, 128 * MIB).expect("grow the namespace");
+    let (code, r, out) = resize(&nqn, 1, None);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(r["result"]["size"], 128 * MIB, "{r}");
+    assert_eq!(block_bytes(&head), 128 * MIB);
+    cmd::run("resize2fs", &[&dev]).expect("resize2fs");
+    let fs_bytes = {
+        let out = cmd::run("stat", &["-f", "-c", "%b %S", MOUNT]).expect("stat -f");
+        let v: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        v[0] * v[1]
+    };
+    assert!(
+        fs_bytes > 96 * MIB,
+        "ext4 did not grow past 96 MiB: {fs_bytes} bytes"
+    );
+    // Grown without a notice: only lunkit's Identify makes nvmet look at the file, so the
+    // head is still short when the resize finds out, and it rescans the controllers.
+    target.grow_quietly(1, 160 * MIB).expect("grow the file");
+    assert_eq!(block_bytes(&head), 128 * MIB);
+    let (code, r, out) = resize(&nqn, 1, None);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(r["result"]["size"], 160 * MIB, "{r}");
+    assert_eq!(r["result"]["rescanned"], true, "{r}");
+    assert_eq!(r["result"]["changed"], true, "{r}");
+    assert_eq!(block_bytes(&head), 160 * MIB);
+    cmd::run("resize2fs", &[&dev]).expect("resize2fs");
+
+    // What was written before is what the device gives back, not what the cache kept.
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert!(
+        fs::read(format!("{MOUNT}/data")).unwrap() == data,
+        "the file changed across the resizes"
+    );
+
+    // A controller that lost its port cannot be asked: refused, naming it, nothing written.
+    let second = target.ports()[1].id;
+    target.remove_port(second).expect("remove a port");
+    wait::until_true(
+        "a controller to lose its link",
+        Duration::from_secs(60),
+        || {
+            controllers(&nqn).iter().any(|c| {
+                sysfs::attr(format!("/sys/class/nvme/{c}/state")).as_deref() != Some("live")
+            })
+        },
+    )
+    .unwrap();
+    let (code, r, out) = resize(&nqn, 1, Some(160 * MIB));
+    assert_eq!(code, Some(1), "{}", describe(&out));
+    let err = r["error"].as_str().unwrap_or_default();
+    assert!(err.contains("controller nvme"), "{r}");
+    assert_eq!(block_bytes(&head), 160 * MIB);
+
+    drop(_unmount);
+    let (code, _, out) = detach(&nqn, 1);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(controllers(&nqn), Vec::<String>::new());
+    // The flushed ext4 is on the target: its superblock magic, 0xEF53 at byte 1080.
+    assert_eq!(target.read(1, 1080, 2).unwrap(), [0x53, 0xef]);
+    target.teardown().expect("target teardown");
+}

@@ -80,6 +80,17 @@ fn json(r: &Resized) -> serde_json::Value {
             "after": m.after,
             "by": m.by.as_str(),
         })),
+        "nvme": r.nvme.as_ref().map(|n| serde_json::json!({
+            "devices": n.devices.iter().map(|d| serde_json::json!({
+                "device": d.device,
+                "before": d.before,
+                "after": d.after,
+            })).collect::<Vec<_>>(),
+            "reported": n.reported.iter().map(|(c, s)| serde_json::json!({
+                "controller": c,
+                "size": s,
+            })).collect::<Vec<_>>(),
+        })),
         "elapsed_us": micros(r.elapsed),
         "rescan_us": micros(r.rescan_elapsed),
         "map_us": micros(r.map_elapsed),
@@ -93,6 +104,14 @@ fn micros(d: std::time::Duration) -> u64 {
 fn print(r: &Resized) {
     for p in &r.paths {
         println!("{:<24} {:>16} -> {:>16} bytes", p.device, p.before, p.after);
+    }
+    if let Some(n) = &r.nvme {
+        for d in &n.devices {
+            println!("{:<24} {:>16} -> {:>16} bytes", d.device, d.before, d.after);
+        }
+        for (c, size) in &n.reported {
+            println!("{c:<24} reports {size:>16} bytes");
+        }
     }
     if let Some(m) = &r.map {
         println!(

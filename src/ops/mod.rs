@@ -30,5 +30,8 @@ pub use detach::{
     detach_with,
 };
 pub use nvme::{NamespaceDevice, NvmeAttachment, PortalConnect};
-pub use resize::{DEFAULT_RESIZE_TIMEOUT, MapSize, PathSize, ResizeOptions, Resized, resize};
+pub use resize::{
+    DEFAULT_RESIZE_TIMEOUT, MapSize, NamespaceSize, NvmeResize, PathSize, ResizeOptions, Resized,
+    resize,
+};
 pub use volume::{Identity, MapDevice, NamespaceSelector, OrphanMap, VolumeSpec, VolumeState};

@@ -19,6 +19,11 @@
 //! 5. The map grows ([`crate::multipath::grow`]): through multipathd when it runs, else by a
 //!    table reload; its length is read back either way.
 //!
+//! An NVMe namespace ([`VolumeSpec::Nvme`]) goes its own way: its controllers are asked
+//! what it is (Identify Namespace), they must agree, and, unless its device already has
+//! that size, they are told to rescan and the resize waits for the device to have it
+//! ([`crate::ops::nvme`]).
+//!
 //! A volume whose map and paths already have one size of at least
 //! [`ResizeOptions::expect_size`] is left alone: nothing is written. Resizing again when the array did not grow rescans the paths and changes nothing.
 //!
@@ -134,16 +139,41 @@ pub struct MapSize {
     pub by: GrownBy,
 }
 
+/// An NVMe namespace's block device in a resize.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceSize {
+    /// Its kernel name (`nvme0n1`: the native-multipath head, or, without native multipath,
+    /// one controller's own device).
+    pub device: String,
+    /// Size in bytes before.
+    pub before: u64,
+    /// Size in bytes after.
+    pub after: u64,
+}
+
+/// What a resize of an NVMe namespace saw and did, in [`Resized::nvme`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeResize {
+    /// The namespace's block devices.
+    pub devices: Vec<NamespaceSize>,
+    /// What each controller of the subsystem answered to Identify Namespace, in bytes: the
+    /// size the devices were brought to.
+    pub reported: Vec<(String, u64)>,
+}
+
 /// What [`resize`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resized {
     /// The volume's WWID, when it has one.
     pub wwid: Option<Wwid>,
-    /// Every path, in address order.
+    /// Every path, in address order (SCSI; empty for an NVMe namespace).
     pub paths: Vec<PathSize>,
     /// The multipath map, when the volume has one.
     pub map: Option<MapSize>,
-    /// Whether any path was rescanned (not when the volume already had the expected size).
+    /// The namespace, for a volume named [`VolumeSpec::Nvme`].
+    pub nvme: Option<NvmeResize>,
+    /// Whether any path (or NVMe controller) was rescanned: not when the volume already had
+    /// the expected size.
     pub rescanned: bool,
     /// How long the rescans took, the wait for [`ResizeOptions::expect_size`] included.
     pub rescan_elapsed: Duration,
@@ -154,8 +184,12 @@ pub struct Resized {
 }
 
 impl Resized {
-    /// The volume's size now, in bytes: the map's, or the paths' without one.
+    /// The volume's size now, in bytes: the map's, or the paths' without one, or the NVMe
+    /// namespace device's.
     pub fn size(&self) -> u64 {
+        if let Some(n) = &self.nvme {
+            return n.devices.first().map_or(0, |d| d.after);
+        }
         match &self.map {
             Some(m) => m.after,
             None => self.paths.first().map_or(0, |p| p.after),
@@ -166,6 +200,10 @@ impl Resized {
     pub fn changed(&self) -> bool {
         self.paths.iter().any(|p| p.before != p.after)
             || self.map.as_ref().is_some_and(|m| m.before != m.after)
+            || self
+                .nvme
+                .as_ref()
+                .is_some_and(|n| n.devices.iter().any(|d| d.before != d.after))
     }
 }
 
@@ -180,15 +218,8 @@ impl Resized {
 ///   the deadline, naming what each one reports; the map is untouched then.
 /// - [`Error::Step`] (`rescan`) naming the path whose rescan failed.
 pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Resized> {
-    if let VolumeSpec::Nvme { .. } = spec {
-        // The head grows on its own once the controllers rescan (`rescan_controller`, or the
-        // target's namespace-attribute notice); waiting for it is not built yet.
-        return Err(Error::invalid(
-            "volume to resize",
-            &spec.to_string(),
-            "resizing an NVMe namespace is not supported yet: run `lunkit nvme rescan` and \
-             read the namespace's size",
-        ));
+    if let VolumeSpec::Nvme { nqn, namespace } = spec {
+        return super::nvme::resize(root, spec, nqn, namespace, opts);
     }
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
@@ -302,6 +333,7 @@ pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Re
         wwid: id.wwid,
         paths,
         map,
+        nvme: None,
         rescanned: !already,
         rescan_elapsed,
         map_elapsed: map_start.elapsed(),
@@ -310,7 +342,7 @@ pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Re
 }
 
 /// The size of block device `name` in bytes, from sysfs.
-fn size_of(root: &Root, name: &str) -> Result<u64> {
+pub(super) fn size_of(root: &Root, name: &str) -> Result<u64> {
     sysblock::size_bytes(root, name).ok_or_else(|| Error::NotFound {
         what: format!("size of block device {name}"),
     })

@@ -330,6 +330,31 @@ impl Target {
         Ok(())
     }
 
+    /// Grows namespace `nsid`'s file to `size` bytes without telling nvmet: hosts learn of it
+    /// only when nvmet next looks at the file, which it does when a host sends Identify
+    /// Namespace (and then raises the namespace-change event). What an array that grew a
+    /// volume without a notice looks like.
+    pub fn grow_quietly(&mut self, nsid: u32, size: u64) -> Result<()> {
+        let ns = self.namespace(nsid)?;
+        if size < ns.size {
+            return Err(format!(
+                "{}: namespace {nsid} is {} bytes; grow to {size} would shrink it",
+                self.nqn, ns.size
+            )
+            .into());
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&ns.file)
+            .map_err(|e| format!("open {}: {e}", ns.file.display()))?;
+        file.set_len(size)
+            .map_err(|e| format!("grow {} to {size}: {e}", ns.file.display()))?;
+        if let Some(ns) = self.namespaces.get_mut(&nsid) {
+            ns.size = size;
+        }
+        Ok(())
+    }
+
     /// `len` bytes of namespace `nsid` at `offset`, read from its backing file: what the host
     /// wrote, to compare with what it meant to write.
     pub fn read(&self, nsid: u32, offset: u64, len: usize) -> Result<Vec<u8>> {
