@@ -309,25 +309,8 @@ impl Target {
     /// Grows namespace `nsid`'s file to `size` bytes and tells nvmet (`revalidate_size`),
     /// which raises a namespace-change event: connected hosts rescan and see the new size.
     pub fn grow(&mut self, nsid: u32, size: u64) -> Result<()> {
-        let ns = self.namespace(nsid)?;
-        if size < ns.size {
-            return Err(format!(
-                "{}: namespace {nsid} is {} bytes; grow to {size} would shrink it",
-                self.nqn, ns.size
-            )
-            .into());
-        }
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&ns.file)
-            .map_err(|e| format!("open {}: {e}", ns.file.display()))?;
-        file.set_len(size)
-            .map_err(|e| format!("grow {} to {size}: {e}", ns.file.display()))?;
-        write(&self.namespace_dir(nsid).join("revalidate_size"), "1")?;
-        if let Some(ns) = self.namespaces.get_mut(&nsid) {
-            ns.size = size;
-        }
-        Ok(())
+        self.grow_quietly(nsid, size)?;
+        write(&self.namespace_dir(nsid).join("revalidate_size"), "1")
     }
 
     /// Grows namespace `nsid`'s file to `size` bytes without telling nvmet: hosts learn of it
