@@ -853,3 +853,84 @@ fn a_mounted_namespace_grows_online_to_what_every_controller_reports() {
     assert_eq!(target.read(1, 1080, 2).unwrap(), [0x53, 0xef]);
     target.teardown().expect("target teardown");
 }
+
+/// Opens `argv[1]` read-only, starts a thread that keeps running, says `ready`, then ends its
+/// main thread alone (`exit(2)`, not `exit_group(2)`: syscall 60 on x86_64). The process
+/// lives on with a zombie leader whose `/proc/PID/fd` is empty, while the other thread still
+/// holds the descriptor in the table they shared.
+const ZOMBIE_LEADER_PY: &str = "\
+import ctypes, os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+threading.Thread(target=time.sleep, args=(3600,)).start()
+print('ready', flush=True)
+ctypes.CDLL(None).syscall(60, 0)
+";
+
+/// Kills (SIGKILL: the whole thread group) and reaps the child, even when an assertion failed.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_namespace_a_process_holds_after_its_main_thread_exited_is_refused() {
+    require_vm();
+    let target = Target::builder()
+        .namespace(32 * MIB)
+        .build()
+        .expect("nvmet target");
+    let nqn = target.nqn().to_owned();
+    let _cleanup = Disconnect(nqn.clone());
+    let (code, a, out) = attach(&nqn, 1);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let dev = a["devices"][0]["path"].as_str().unwrap().to_owned();
+
+    let mut child = Command::new("python3")
+        .args(["-c", ZOMBIE_LEADER_PY, &dev])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut ready = [0u8; 6];
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_exact(&mut ready)
+        .expect("the holder says ready");
+    assert_eq!(&ready, b"ready\n");
+    let pid = child.id();
+    let holder = KillOnDrop(child);
+    wait::until_true(
+        "the holder's main thread to exit",
+        Duration::from_secs(30),
+        || {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
+                .unwrap_or(false)
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count(),
+        0,
+        "a zombie leader's fd/ is empty: the descriptor is only in its threads' task/*/fd"
+    );
+
+    let (code, d, out) = detach(&nqn, 1);
+    assert_eq!(code, Some(4), "{}", describe(&out));
+    let err = d["error"].as_str().unwrap_or_default();
+    assert!(err.contains(&format!("pid {pid}")), "{d}");
+    assert_eq!(controllers(&nqn).len(), 2, "a refused detach changed something");
+
+    drop(holder);
+    let (code, _, out) = detach(&nqn, 1);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(controllers(&nqn), Vec::<String>::new());
+    target.teardown().expect("target teardown");
+}
