@@ -311,17 +311,6 @@ impl ScanCtx<'_> {
         if found > 0 {
             return;
         }
-        // No descriptor in fd/: a kernel thread, a process that has none open, or one whose
-        // main thread has exited (a zombie leader, whose fd/ is empty while its other threads
-        // share the table). Only the last has given its namespaces up
-        // (`exit_task_namespaces`, on the way to becoming a zombie), so its `ns/mnt` no longer
-        // resolves: one readlink tells the common cases apart, where reading `stat` for each
-        // (an open, a read and a close, mostly for kernel threads) did. A link that resolves
-        // is a leader not yet past that point, whose `stat` would not say `Z` either. A link
-        // that cannot be read (gone, or not ours to look at) is settled by `stat`, as before.
-        if mnt_ns(self.proc_fd.as_fd(), &base).is_ok() {
-            return;
-        }
         let leader_exited = read_small(self.proc_fd, &format!("{pid}/stat"))
             .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()))
             .is_some_and(|state| state == 'Z');
