@@ -926,7 +926,11 @@ fn a_namespace_a_process_holds_after_its_main_thread_exited_is_refused() {
     assert_eq!(code, Some(4), "{}", describe(&out));
     let err = d["error"].as_str().unwrap_or_default();
     assert!(err.contains(&format!("pid {pid}")), "{d}");
-    assert_eq!(controllers(&nqn).len(), 2, "a refused detach changed something");
+    assert_eq!(
+        controllers(&nqn).len(),
+        2,
+        "a refused detach changed something"
+    );
 
     drop(holder);
     let (code, _, out) = detach(&nqn, 1);
