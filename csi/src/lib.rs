@@ -17,6 +17,7 @@
 //! The library never spawns a process; the plugin runs exactly the programs [`exec`] lists.
 
 pub mod attrs;
+pub mod client;
 pub mod error;
 pub mod exec;
 pub mod fs;
@@ -28,6 +29,8 @@ pub mod proto;
 pub mod server;
 pub mod state;
 
+pub use client::Client;
 pub use error::{Error, Result};
 pub use identity::IdentityService;
 pub use node::{Config, NodeService};
+pub use tonic::{Code, Status};
