@@ -90,9 +90,36 @@ fn run(args: Args) -> lunkit_csi::Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let listener = server::bind(&path)?;
         eprintln!("lunkit-csi: serving on {}", path.display());
-        server::serve(listener, identity, node, shutdown()).await
-    })
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut serving = tokio::spawn(server::serve(listener, identity, node, async {
+            let _ = stopped.await;
+        }));
+        tokio::select! {
+            r = &mut serving => return r.map_err(|e| Error::Internal(format!("the server task failed: {e}")))?,
+            () = shutdown() => {}
+        }
+        // A graceful shutdown waits for every connection to close, and kubelet keeps its
+        // connection open: give calls in progress a grace period, then go. A call cut short
+        // is one the CO repeats, and the stage records make every call safe to repeat.
+        let _ = stop.send(());
+        match tokio::time::timeout(SHUTDOWN_GRACE, serving).await {
+            Ok(r) => r.map_err(|e| Error::Internal(format!("the server task failed: {e}")))?,
+            Err(_) => {
+                eprintln!(
+                    "lunkit-csi: connections still open {}s after the signal; exiting",
+                    SHUTDOWN_GRACE.as_secs()
+                );
+                Ok(())
+            }
+        }
+    });
+    // Calls still running on the blocking pool are abandoned, not waited for.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    served
 }
+
+/// How long a SIGTERM waits for calls in progress.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
