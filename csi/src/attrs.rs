@@ -13,7 +13,22 @@
 //! | `discoveryCHAPAuth`, `sessionCHAPAuth` | `true` asks for CHAP, which this plugin does not do yet: refused |
 //! | `wwid` | lunkit's own, optional: the WWID the LUN must report; a different one is refused |
 //!
-//! Nothing is parsed out of the volume id.
+//! NVMe over TCP volumes use the keys of kubernetes-csi's `csi-driver-nvmf`, and lunkit's own
+//! `nsid` and `portals`:
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `targetTrAddr` | the first port's IP address |
+//! | `targetTrPort` | its TCP port (4420 when left out) |
+//! | `targetTrType` | the transport: `tcp` (others are refused) |
+//! | `nqn` | the subsystem NQN |
+//! | `deviceUUID` | the namespace's UUID; the namespace is found by it after connecting |
+//! | `nsid` | lunkit's own: the namespace id, instead of (or checked against) `deviceUUID` |
+//! | `portals` | lunkit's own: more ports, a JSON array of `addr:port` strings |
+//! | `wwid` | as for iSCSI: the identity the namespace must report (`uuid.…`, `eui.…`) |
+//!
+//! A volume is NVMe when its attributes have `nqn` or `targetTrAddr`, iSCSI when they have
+//! `iqn`; both at once is refused. Nothing is parsed out of the volume id.
 
 use std::collections::HashMap;
 
@@ -37,6 +52,134 @@ pub struct IscsiVolume {
     pub iface: Option<String>,
     /// The WWID the LUN must report.
     pub wwid: Option<Wwid>,
+}
+
+/// The default NVMe/TCP port.
+pub const NVME_PORT: u16 = 4420;
+
+/// An NVMe/TCP namespace, as its attributes name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeVolume {
+    /// The subsystem NQN.
+    pub nqn: lunkit::Nqn,
+    /// Every port, `ip:port` (`[v6]:port`), `targetTrAddr` first, without duplicates.
+    pub portals: Vec<String>,
+    /// The namespace id, when given.
+    pub nsid: Option<u32>,
+    /// The namespace UUID (lower case), when given.
+    pub device_uuid: Option<String>,
+    /// The identity the namespace must report.
+    pub wwid: Option<Wwid>,
+}
+
+/// A volume of either transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Volume {
+    /// An iSCSI LUN.
+    Iscsi(IscsiVolume),
+    /// An NVMe/TCP namespace.
+    Nvme(NvmeVolume),
+}
+
+/// Reads a volume of either transport from its attributes (see the module docs for the keys).
+pub fn parse(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Volume> {
+    let has = |k: &str| ctx.get(k).is_some_and(|v| !v.trim().is_empty());
+    let nvme = has("nqn") || has("targetTrAddr");
+    match (has("iqn"), nvme) {
+        (true, true) => Err(Error::InvalidArgument(format!(
+            "volume {volume_id}: volume attributes name both an iSCSI target (iqn) and an NVMe subsystem (nqn, targetTrAddr)"
+        ))),
+        (false, true) => parse_nvme(volume_id, ctx).map(Volume::Nvme),
+        _ => parse_iscsi(volume_id, ctx).map(Volume::Iscsi),
+    }
+}
+
+/// Reads an NVMe/TCP volume from its attributes.
+pub fn parse_nvme(volume_id: &str, ctx: &HashMap<String, String>) -> Result<NvmeVolume> {
+    let bad = |key: &str, why: String| {
+        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
+    };
+    let get = |key: &str| ctx.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let nqn_text = get("nqn").ok_or_else(|| bad("nqn", "missing".into()))?;
+    let nqn: lunkit::Nqn = nqn_text
+        .parse()
+        .map_err(|e: lunkit::Error| bad("nqn", e.to_string()))?;
+    match get("targetTrType") {
+        None => {}
+        Some(t) if t.eq_ignore_ascii_case("tcp") => {}
+        Some(t) => {
+            return Err(Error::Unimplemented(format!(
+                "volume {volume_id}: volume attribute targetTrType: transport {t:?} is not supported (only tcp)"
+            )));
+        }
+    }
+    let addr = get("targetTrAddr").ok_or_else(|| bad("targetTrAddr", "missing".into()))?;
+    let ip: std::net::IpAddr = addr
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| bad("targetTrAddr", format!("{addr:?} is not an IP address")))?;
+    let port = match get("targetTrPort") {
+        None => NVME_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad("targetTrPort", format!("{p:?} is not a port")))?,
+    };
+    let mut portals = vec![std::net::SocketAddr::new(ip, port).to_string()];
+    if let Some(list) = get("portals") {
+        let more: Vec<String> = serde_json::from_str(list)
+            .map_err(|e| bad("portals", format!("not a JSON array of strings: {e}")))?;
+        for p in more {
+            let sa: std::net::SocketAddr = p
+                .trim()
+                .parse()
+                .map_err(|_| bad("portals", format!("{p:?} is not ip:port")))?;
+            let sa = sa.to_string();
+            if !portals.contains(&sa) {
+                portals.push(sa);
+            }
+        }
+    }
+    let nsid = match get("nsid") {
+        None => None,
+        Some(n) => Some(
+            n.parse::<u32>()
+                .ok()
+                .filter(|&n| n != 0 && n != u32::MAX)
+                .ok_or_else(|| bad("nsid", format!("{n:?} is not a namespace id")))?,
+        ),
+    };
+    let device_uuid = match get("deviceUUID") {
+        None => None,
+        Some(u) if is_uuid(u) => Some(u.to_ascii_lowercase()),
+        Some(u) => return Err(bad("deviceUUID", format!("{u:?} is not a UUID"))),
+    };
+    if nsid.is_none() && device_uuid.is_none() {
+        return Err(bad("deviceUUID", "missing (or give nsid)".into()));
+    }
+    let wwid = match get("wwid") {
+        None => None,
+        Some(w) => Some(w.parse::<Wwid>().map_err(|e| bad("wwid", e.to_string()))?),
+    };
+    Ok(NvmeVolume {
+        nqn,
+        portals,
+        nsid,
+        device_uuid,
+        wwid,
+    })
+}
+
+/// `8-4-4-4-12` hex digits.
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Reads an iSCSI volume from its attributes. Every problem is `INVALID_ARGUMENT` naming the
@@ -265,6 +408,69 @@ mod tests {
             parse_iscsi("pv", &m).unwrap_err().code(),
             Code::Unimplemented
         );
+    }
+
+    #[test]
+    fn reads_csi_driver_nvmf_attributes() {
+        let m = ctx(&[
+            ("targetTrAddr", "127.0.0.1"),
+            ("targetTrPort", "4420"),
+            ("targetTrType", "tcp"),
+            ("nqn", "nqn.2014-08.org.lunkit:lab"),
+            ("deviceUUID", "0A1B2C3D-5e7a-4000-8000-000000000001"),
+            ("portals", r#"["127.0.0.2:4420", "127.0.0.1:4420"]"#),
+        ]);
+        let Volume::Nvme(v) = parse("pv-n", &m).unwrap() else {
+            panic!("not NVMe")
+        };
+        assert_eq!(v.nqn.to_string(), "nqn.2014-08.org.lunkit:lab");
+        assert_eq!(v.portals, ["127.0.0.1:4420", "127.0.0.2:4420"]);
+        assert_eq!(v.nsid, None);
+        assert_eq!(
+            v.device_uuid.as_deref(),
+            Some("0a1b2c3d-5e7a-4000-8000-000000000001")
+        );
+        let mut with_nsid = m.clone();
+        with_nsid.remove("deviceUUID");
+        with_nsid.insert("nsid".into(), "3".into());
+        with_nsid.remove("targetTrPort");
+        let Volume::Nvme(v) = parse("pv-n", &with_nsid).unwrap() else {
+            panic!("not NVMe")
+        };
+        assert_eq!((v.nsid, v.portals[0].as_str()), (Some(3), "127.0.0.1:4420"));
+    }
+
+    #[test]
+    fn refuses_bad_nvme_attributes() {
+        let base = [
+            ("targetTrAddr", "127.0.0.1"),
+            ("nqn", "nqn.2014-08.org.lunkit:lab"),
+            ("nsid", "1"),
+        ];
+        let cases: &[(&str, &str, Code)] = &[
+            ("targetTrAddr", "san.example.invalid", Code::InvalidArgument),
+            ("targetTrPort", "0", Code::InvalidArgument),
+            ("targetTrType", "rdma", Code::Unimplemented),
+            ("nqn", "not an nqn", Code::InvalidArgument),
+            ("nsid", "0", Code::InvalidArgument),
+            ("deviceUUID", "1234", Code::InvalidArgument),
+            ("portals", r#"["127.0.0.2"]"#, Code::InvalidArgument),
+            ("iqn", IQN, Code::InvalidArgument),
+        ];
+        for (key, value, code) in cases {
+            let mut m = ctx(&base);
+            m.insert((*key).to_owned(), (*value).to_owned());
+            let e = parse("pv-n", &m).unwrap_err();
+            assert_eq!(e.code(), *code, "{key}={value}: {e}");
+            assert!(
+                e.to_string().starts_with("volume pv-n: volume attribute"),
+                "{e}"
+            );
+        }
+        let mut m = ctx(&base);
+        m.remove("nsid");
+        let e = parse("pv-n", &m).unwrap_err();
+        assert!(e.to_string().contains("deviceUUID: missing"), "{e}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use lunkit::Root;
 use lunkit::ops::{self, AttachOptions, DetachOptions, ResizeOptions, VolumeSpec};
 use tonic::{Request, Response, Status};
 
-use crate::attrs::{self, IscsiVolume};
+use crate::attrs::{self, IscsiVolume, NvmeVolume, Volume};
 use crate::error::{Error, Result};
 use crate::proto::node_server::Node;
 use crate::proto::volume_capability::access_mode::Mode;
@@ -150,6 +150,28 @@ fn fs_type_of(m: &MountVolume) -> Result<String> {
     }
 }
 
+/// Whether a stage request names the volume a record was made for. The record's nsid may
+/// have been found by UUID after the request that made it, which named none.
+fn same_volume(recorded: &Target, asked: &Target) -> bool {
+    match (recorded, asked) {
+        (
+            Target::Nvme {
+                nqn: a,
+                portals: pa,
+                nsid: na,
+                device_uuid: ua,
+            },
+            Target::Nvme {
+                nqn: b,
+                portals: pb,
+                nsid: nb,
+                device_uuid: ub,
+            },
+        ) => a == b && pa == pb && ua == ub && (nb.is_none() || na == nb),
+        _ => recorded == asked,
+    }
+}
+
 fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::Internal(format!("{what}: {e}"))
 }
@@ -186,20 +208,32 @@ impl NodeService {
         })
     }
 
-    /// Runs `f` on the blocking pool, holding `slot` until it ends.
+    /// Runs `f` on the blocking pool, holding `slot` until it ends, and logs the outcome of
+    /// `call` on standard error (one line: the call, the volume, the code and message, the
+    /// time taken).
     async fn blocking<T: Send + 'static>(
         &self,
+        call: &'static str,
         slot: Slot,
         f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
+        let id = slot.volume_id.clone();
+        let start = Instant::now();
+        let r = tokio::task::spawn_blocking(move || {
             let r = f(&inner);
             drop(slot);
             r
         })
         .await
-        .map_err(|e| Error::Internal(format!("the worker failed: {e}")))?
+        .map_err(|e| Error::Internal(format!("the worker failed: {e}")))
+        .and_then(|r| r);
+        let took = start.elapsed().as_secs_f64();
+        match &r {
+            Ok(_) => eprintln!("lunkit-csi: {call} {id}: ok ({took:.2}s)"),
+            Err(e) => eprintln!("lunkit-csi: {call} {id}: {:?}: {e} ({took:.2}s)", e.code()),
+        }
+        r
     }
 }
 
@@ -213,8 +247,121 @@ impl Inner {
         &self.config.root
     }
 
+    /// Brings an NVMe namespace onto the node: connects every port through lunkit, finds the
+    /// namespace by its UUID when no nsid was given, and waits for its device. Records the
+    /// nsid as soon as it is known. Returns the device and the namespace's identity.
+    fn attach_nvme(
+        &self,
+        id: &str,
+        vol: &NvmeVolume,
+        record: &mut Record,
+        deadline: Instant,
+    ) -> Result<(PathBuf, Option<String>)> {
+        let root = self.root();
+        let what = format!("volume {id}: attach NVMe {}", vol.nqn);
+        let nsid = match vol.nsid {
+            Some(n) => n,
+            None => {
+                let uuid = vol.device_uuid.clone().ok_or_else(|| {
+                    Error::InvalidArgument(format!("{what}: neither nsid nor deviceUUID"))
+                })?;
+                let n = self.nsid_by_uuid(&what, vol, &uuid, deadline)?;
+                if let Target::Nvme { nsid, .. } = &mut record.target {
+                    *nsid = Some(n);
+                }
+                self.store.save(record)?;
+                n
+            }
+        };
+        let mut opts = AttachOptions::new(root);
+        opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
+        opts.scan.expect_wwid = vol.wwid.clone();
+        opts.portals = vol.portals.clone();
+        let spec = VolumeSpec::Nvme {
+            nqn: vol.nqn.clone(),
+            nsid,
+        };
+        let what = format!("{what} namespace {nsid}");
+        let a = ops::attach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let device = a
+            .nvme
+            .as_ref()
+            .and_then(|n| n.devices.first())
+            .map(|d| d.path.clone())
+            .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
+        if let Some(uuid) = &vol.device_uuid {
+            let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
+                .map_err(|e| Error::lunkit(what.clone(), e))?
+                .into_iter()
+                .find(|(ns, _)| ns.nsid == Some(nsid))
+                .and_then(|(ns, _)| ns.uuid);
+            if found.as_deref().map(str::to_ascii_lowercase).as_deref() != Some(uuid.as_str()) {
+                return Err(Error::FailedPrecondition(format!(
+                    "{what}: the namespace's UUID is {}, not the deviceUUID {uuid}",
+                    found.as_deref().unwrap_or("not reported")
+                )));
+            }
+        }
+        Ok((device, a.wwid.map(|w| w.to_string())))
+    }
+
+    /// Connects every port of `vol` and waits until a namespace of the subsystem reports
+    /// `uuid`; returns its nsid.
+    fn nsid_by_uuid(
+        &self,
+        what: &str,
+        vol: &NvmeVolume,
+        uuid: &str,
+        deadline: Instant,
+    ) -> Result<u32> {
+        let root = self.root();
+        let mut connected = 0;
+        let mut failures = Vec::new();
+        for portal in &vol.portals {
+            let sa: std::net::SocketAddr = portal
+                .parse()
+                .map_err(|_| Error::InvalidArgument(format!("{what}: port {portal:?}")))?;
+            let mut c = lunkit::nvme::ConnectOptions::new(sa.ip(), sa.port(), vol.nqn.clone());
+            c.timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .min(c.timeout);
+            match lunkit::nvme::connect(root, &c) {
+                Ok(_) => connected += 1,
+                Err(e) => failures.push(format!("{portal}: {e}")),
+            }
+        }
+        if connected == 0 {
+            return Err(Error::NotFound(format!(
+                "{what}: no port could be connected: {}",
+                failures.join("; ")
+            )));
+        }
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
+                .map_err(|e| Error::lunkit(what.to_owned(), e))?
+                .into_iter()
+                .find(|(ns, _)| {
+                    ns.uuid
+                        .as_deref()
+                        .is_some_and(|u| u.eq_ignore_ascii_case(uuid))
+                })
+                .and_then(|(ns, _)| ns.nsid);
+            if let Some(n) = found {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NotFound(format!(
+                    "{what}: no namespace with UUID {uuid} appeared in the subsystem"
+                )));
+            }
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
     /// Brings the volume onto the node: logins, scan, map; returns its device and WWID.
-    fn attach(
+    fn attach_iscsi(
         &self,
         id: &str,
         vol: &IscsiVolume,
@@ -263,19 +410,30 @@ impl Inner {
         Ok((device, wwid))
     }
 
-    fn stage(&self, req: &NodeStageVolumeRequest, vol: IscsiVolume, access: Access) -> Result<()> {
+    fn stage(&self, req: &NodeStageVolumeRequest, vol: Volume, access: Access) -> Result<()> {
         let id = req.volume_id.as_str();
         let staging = PathBuf::from(&req.staging_target_path);
         let deadline = Instant::now() + self.config.stage_timeout;
-        let target = Target::Iscsi {
-            iqn: vol.iqn.clone(),
-            portals: vol.portals.clone(),
-            iface: vol.iface.clone(),
-            lun: vol.lun,
+        let target = match &vol {
+            Volume::Iscsi(v) => Target::Iscsi {
+                iqn: v.iqn.clone(),
+                portals: v.portals.clone(),
+                iface: v.iface.clone(),
+                lun: v.lun,
+            },
+            Volume::Nvme(v) => Target::Nvme {
+                nqn: v.nqn.to_string(),
+                portals: v.portals.clone(),
+                nsid: v.nsid,
+                device_uuid: v.device_uuid.clone(),
+            },
         };
         let mut record = match self.store.load(id)? {
             Some(r) => {
-                if r.staging_path != staging || r.target != target || r.access != access {
+                if r.staging_path != staging
+                    || !same_volume(&r.target, &target)
+                    || r.access != access
+                {
                     return Err(Error::AlreadyExists(format!(
                         "volume {id} is staged at {} as {:?} over {:?}; this request differs",
                         r.staging_path.display(),
@@ -302,7 +460,10 @@ impl Inner {
         // Written before anything is done, so that an unstage after a crash knows what to undo.
         record.phase = Phase::Attaching;
         self.store.save(&record)?;
-        let (device, wwid) = self.attach(id, &vol, deadline)?;
+        let (device, wwid) = match &vol {
+            Volume::Iscsi(v) => self.attach_iscsi(id, v, deadline)?,
+            Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
+        };
         record.wwid = wwid;
         record.device = Some(device.clone());
         self.store.save(&record)?;
@@ -426,33 +587,59 @@ impl Inner {
             record.phase = Phase::Attaching;
             self.store.save(&record)?;
         }
-        let Target::Iscsi {
-            iqn,
-            portals,
-            iface,
-            lun,
-        } = &record.target;
-        let spec = match record.wwid.as_deref().map(str::parse) {
-            Some(Ok(w)) => VolumeSpec::Wwid(w),
-            _ => VolumeSpec::Iscsi {
-                target: iqn.clone(),
-                lun: *lun,
-            },
-        };
         let root = self.root();
+        let others = |store: &Store| -> Result<bool> {
+            Ok(store
+                .all()?
+                .into_iter()
+                .any(|r| r.volume_id != id && r.target.same_target(&record.target)))
+        };
+        let what = format!("volume {id}: detach {}", record.target.describe());
         let mut opts = DetachOptions::new(root);
         opts.timeout = deadline.saturating_duration_since(Instant::now());
-        ops::detach(root, &spec, &opts)
-            .map_err(|e| Error::lunkit(format!("volume {id}: detach iSCSI {iqn} LUN {lun}"), e))?;
-        {
-            let lock = self.target_lock(iqn);
-            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let others = self.store.all()?.into_iter().any(|r| {
-                r.volume_id != id && matches!(&r.target, Target::Iscsi { iqn: o, .. } if o == iqn)
-            });
-            if !others {
-                iscsi::logout_unused(root, iqn, portals, iface.as_deref(), deadline)
-                    .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
+        match &record.target {
+            Target::Iscsi {
+                iqn,
+                portals,
+                iface,
+                lun,
+            } => {
+                let spec = match record.wwid.as_deref().map(str::parse) {
+                    Some(Ok(w)) => VolumeSpec::Wwid(w),
+                    _ => VolumeSpec::Iscsi {
+                        target: iqn.clone(),
+                        lun: *lun,
+                    },
+                };
+                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                let lock = self.target_lock(iqn);
+                let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                if !others(&self.store)? {
+                    iscsi::logout_unused(root, iqn, portals, iface.as_deref(), deadline)
+                        .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
+                }
+            }
+            Target::Nvme { nqn, nsid, .. } => {
+                let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
+                match nsid {
+                    // Deletes the controllers no other attached or used namespace needs.
+                    Some(n) => {
+                        let spec = VolumeSpec::Nvme { nqn, nsid: *n };
+                        ops::detach(root, &spec, &opts)
+                            .map_err(|e| Error::lunkit(what.clone(), e))?;
+                    }
+                    // Stopped before the namespace was found: only connections may be left.
+                    None => {
+                        let lock = self.target_lock(&nqn.to_string());
+                        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        if !others(&self.store)? {
+                            let mut d = lunkit::nvme::DisconnectOptions::default();
+                            d.timeout = opts.timeout;
+                            lunkit::nvme::disconnect(root, &nqn, &d)
+                                .map_err(|e| Error::lunkit(what.clone(), e))?;
+                        }
+                    }
+                }
             }
         }
         self.store.remove(id)
@@ -611,10 +798,36 @@ impl Inner {
             abnormal: true,
             message,
         };
+        let root = self.root();
+        if let Target::Nvme { nqn, .. } = &record.target {
+            let controllers = nqn
+                .parse::<lunkit::Nqn>()
+                .and_then(|n| lunkit::nvme::controllers_of(root, &n));
+            return match controllers {
+                Err(e) => abnormal(format!("cannot look at the subsystem's controllers: {e}")),
+                Ok(c) if c.is_empty() => abnormal("no controller of the subsystem is left".into()),
+                Ok(c) => {
+                    let down: Vec<String> = c
+                        .iter()
+                        .filter(|c| c.state.as_deref() != Some("live"))
+                        .map(|c| {
+                            format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown"))
+                        })
+                        .collect();
+                    if down.is_empty() {
+                        VolumeCondition {
+                            abnormal: false,
+                            message: format!("{} controllers live", c.len()),
+                        }
+                    } else {
+                        abnormal(format!("controller {}", down.join(", ")))
+                    }
+                }
+            };
+        }
         let Some(Ok(wwid)) = record.wwid.as_deref().map(str::parse) else {
             return abnormal("the volume's WWID is not known".into());
         };
-        let root = self.root();
         let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
             .and_then(|id| ops::volume::locate(root, &id));
         match state {
@@ -641,6 +854,11 @@ impl Inner {
 
     fn expand(&self, id: &str, path: &Path, required: i64) -> Result<i64> {
         let record = self.staged(id, "NodeExpandVolume")?;
+        if matches!(record.target, Target::Nvme { .. }) {
+            return Err(Error::Unimplemented(format!(
+                "volume {id}: expanding an NVMe namespace is not supported yet (lunkit::ops::resize is SCSI only)"
+            )));
+        }
         let spec = match record.wwid.as_deref().map(str::parse) {
             Some(Ok(w)) => VolumeSpec::Wwid(w),
             _ => {
@@ -686,9 +904,9 @@ impl Node for NodeService {
                 fs_type: fs_type_of(m)?,
             },
         };
-        let vol = attrs::parse_iscsi(&id, &req.volume_context)?;
+        let vol = attrs::parse(&id, &req.volume_context)?;
         let slot = self.slot(&id)?;
-        self.blocking(slot, move |inner| inner.stage(&req, vol, access))
+        self.blocking(CALL, slot, move |inner| inner.stage(&req, vol, access))
             .await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
@@ -706,7 +924,7 @@ impl Node for NodeService {
             CALL,
         )?);
         let slot = self.slot(&id)?;
-        self.blocking(slot, move |inner| inner.unstage(&id, &staging))
+        self.blocking(CALL, slot, move |inner| inner.unstage(&id, &staging))
             .await?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
@@ -725,8 +943,10 @@ impl Node for NodeService {
         let readonly =
             req.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
         let slot = self.slot(&id)?;
-        self.blocking(slot, move |inner| inner.publish(&req, block, readonly))
-            .await?;
+        self.blocking(CALL, slot, move |inner| {
+            inner.publish(&req, block, readonly)
+        })
+        .await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -739,7 +959,7 @@ impl Node for NodeService {
         let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
         let target = PathBuf::from(required(&req.target_path, "target_path", CALL)?);
         let slot = self.slot(&id)?;
-        self.blocking(slot, move |inner| inner.unpublish(&id, &target))
+        self.blocking(CALL, slot, move |inner| inner.unpublish(&id, &target))
             .await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
@@ -777,7 +997,7 @@ impl Node for NodeService {
         }
         let slot = self.slot(&id)?;
         let capacity_bytes = self
-            .blocking(slot, move |inner| inner.expand(&id, &path, want))
+            .blocking(CALL, slot, move |inner| inner.expand(&id, &path, want))
             .await?;
         Ok(Response::new(NodeExpandVolumeResponse { capacity_bytes }))
     }

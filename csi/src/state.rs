@@ -57,6 +57,45 @@ pub enum Target {
         /// The LUN.
         lun: u64,
     },
+    /// An NVMe/TCP namespace.
+    Nvme {
+        /// The subsystem NQN.
+        nqn: String,
+        /// The ports staging connects.
+        portals: Vec<String>,
+        /// The namespace id: given, or found by `device_uuid` once connected.
+        nsid: Option<u32>,
+        /// The namespace UUID the volume attributes named.
+        device_uuid: Option<String>,
+    },
+}
+
+impl Target {
+    /// `iSCSI iqn… LUN 3`, `NVMe nqn… namespace 1`: for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Iscsi { iqn, lun, .. } => format!("iSCSI {iqn} LUN {lun}"),
+            Target::Nvme {
+                nqn, nsid: Some(n), ..
+            } => format!("NVMe {nqn} namespace {n}"),
+            Target::Nvme {
+                nqn,
+                device_uuid: Some(u),
+                ..
+            } => format!("NVMe {nqn} namespace uuid {u}"),
+            Target::Nvme { nqn, .. } => format!("NVMe {nqn}"),
+        }
+    }
+
+    /// Whether two records name the same target (IQN or subsystem), so that one's teardown
+    /// must not log out of or disconnect what the other uses.
+    pub fn same_target(&self, other: &Target) -> bool {
+        match (self, other) {
+            (Target::Iscsi { iqn: a, .. }, Target::Iscsi { iqn: b, .. }) => a == b,
+            (Target::Nvme { nqn: a, .. }, Target::Nvme { nqn: b, .. }) => a == b,
+            _ => false,
+        }
+    }
 }
 
 /// One staged (or being staged) volume.
