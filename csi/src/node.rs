@@ -618,6 +618,10 @@ impl Inner {
                     iscsi::logout_unused(root, iqn, portals, iface.as_deref(), deadline)
                         .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
                 }
+                // Gone from the records before the lock is let go: two volumes of one target
+                // unstaged together must not each see the other's record and both skip the
+                // logout.
+                self.store.remove(id)?;
             }
             Target::Nvme { nqn, nsid, .. } => {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
@@ -638,10 +642,12 @@ impl Inner {
                             lunkit::nvme::disconnect(root, &nqn, &d)
                                 .map_err(|e| Error::lunkit(what.clone(), e))?;
                         }
+                        self.store.remove(id)?;
                     }
                 }
             }
         }
+        // Idempotent: the branches above that decide on a logout removed it under the lock.
         self.store.remove(id)
     }
 
