@@ -413,3 +413,128 @@ async fn a_stale_socket_is_replaced_and_a_file_is_not() {
         Path::new("/run/csi.sock")
     );
 }
+
+/// A stage record as an earlier NodeStageVolume left it, written straight into the state
+/// directory: the plugin must answer from it without touching the node.
+fn seed(dir: &Path, record: lunkit_csi::state::Record) {
+    lunkit_csi::state::Store::open(&dir.join("state"))
+        .unwrap()
+        .save(&record)
+        .unwrap();
+}
+
+fn staged_record(dir: &Path, access: lunkit_csi::state::Access) -> lunkit_csi::state::Record {
+    lunkit_csi::state::Record {
+        version: lunkit_csi::state::RECORD_VERSION,
+        volume_id: "pv-1".into(),
+        staging_path: dir.join("staging"),
+        phase: lunkit_csi::state::Phase::Staged,
+        target: lunkit_csi::state::Target::Iscsi {
+            iqn: "iqn.2003-01.org.linux-iscsi.lunkit:lab".into(),
+            portals: vec!["127.0.0.1:3260".into()],
+            iface: None,
+            lun: 0,
+        },
+        access,
+        wwid: Some("36001405a1b2c3d4e5f60718293a4b5c6".into()),
+        device: Some("/dev/lunkit-csi-test-no-such-device".into()),
+    }
+}
+
+#[tokio::test]
+async fn requests_that_disagree_with_the_stage_record_are_refused() {
+    use lunkit_csi::state::Access;
+    let p = start().await;
+    let mut node = p.node().await;
+    let dir = p.dir.path();
+    seed(
+        dir,
+        staged_record(
+            dir,
+            Access::Mount {
+                fs_type: "ext4".into(),
+            },
+        ),
+    );
+
+    // Staged elsewhere, or as something else: ALREADY_EXISTS, naming where it is staged.
+    let mut other_path = stage_req(dir);
+    other_path.staging_target_path = dir.join("elsewhere").display().to_string();
+    let s = node.node_stage_volume(other_path).await.unwrap_err();
+    assert_eq!(s.code(), Code::AlreadyExists, "{}", s.message());
+    assert!(
+        s.message()
+            .contains(&dir.join("staging").display().to_string()),
+        "{}",
+        s.message()
+    );
+    let mut other_lun = stage_req(dir);
+    other_lun.volume_context.insert("lun".into(), "1".into());
+    let s = node.node_stage_volume(other_lun).await.unwrap_err();
+    assert_eq!(s.code(), Code::AlreadyExists, "{}", s.message());
+
+    // Published as block while staged as a filesystem; published from another staging path.
+    let target = dir.join("pod/vol").display().to_string();
+    let publish = NodePublishVolumeRequest {
+        volume_id: "pv-1".into(),
+        staging_target_path: dir.join("staging").display().to_string(),
+        target_path: target.clone(),
+        volume_capability: block_cap(Mode::SingleNodeWriter),
+        ..Default::default()
+    };
+    let s = node.node_publish_volume(publish.clone()).await.unwrap_err();
+    assert_eq!(s.code(), Code::InvalidArgument, "{}", s.message());
+    assert!(s.message().contains("staged for Mount"), "{}", s.message());
+    let s = node
+        .node_publish_volume(NodePublishVolumeRequest {
+            staging_target_path: dir.join("elsewhere").display().to_string(),
+            volume_capability: mount_cap(Mode::SingleNodeWriter),
+            ..publish
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
+    assert!(
+        !Path::new(&target).exists(),
+        "nothing was made at the target path"
+    );
+
+    // Unstaged from another staging path than it was staged at.
+    let s = node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: "pv-1".into(),
+            staging_target_path: dir.join("elsewhere").display().to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::InvalidArgument, "{}", s.message());
+    let store = lunkit_csi::state::Store::open(&dir.join("state")).unwrap();
+    assert!(store.load("pv-1").unwrap().is_some(), "the record stays");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn expanding_an_nvme_volume_is_unimplemented() {
+    use lunkit_csi::state::{Access, Target};
+    let p = start().await;
+    let mut node = p.node().await;
+    let dir = p.dir.path();
+    let mut r = staged_record(dir, Access::Block);
+    r.target = Target::Nvme {
+        nqn: "nqn.2014-08.org.lunkit:lab".into(),
+        portals: vec!["127.0.0.1:4420".into()],
+        nsid: Some(1),
+        device_uuid: None,
+    };
+    seed(dir, r);
+    let s = node
+        .node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: "pv-1".into(),
+            volume_path: dir.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::Unimplemented, "{}", s.message());
+    p.stop().await;
+}
