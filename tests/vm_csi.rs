@@ -911,3 +911,63 @@ fn twenty_volumes_staged_and_unstaged_in_parallel() {
     assert_node_clean();
     drop(lab);
 }
+
+/// A read-only access mode: a blank LUN is refused (FAILED_PRECONDITION), not formatted, and
+/// the unstage that follows the failed stage leaves the node clean; a LUN with a filesystem
+/// is staged read-only, and its data is read through the publish while writes fail.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn read_only_access_never_formats_and_mounts_read_only() {
+    require_vm();
+    let lab = Lab::build();
+    let mut c = lab.client();
+    let mut blank = stage_req("pv-ro-blank", 1, false);
+    blank.volume_capability = capability(false, Mode::SingleNodeReaderOnly);
+    let e = c
+        .node_stage_volume(blank.clone())
+        .expect_err("stage of a blank LUN read-only");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("not formatted"), "{}", e.message());
+    let probe = cmd::run_bounded(
+        "blkid",
+        &["-p", &backing_file(1).display().to_string()],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        probe.status.and_then(|s| s.code()),
+        Some(2),
+        "blkid finds nothing on the LUN: {probe:?}"
+    );
+    c.node_unstage_volume(unstage_req(&blank))
+        .expect("unstage after the failed stage");
+    assert_node_clean();
+
+    // A filesystem made by a writer's stage, then the volume staged read-only.
+    let writer = stage_req("pv-ro", 0, false);
+    c.node_stage_volume(writer.clone()).expect("stage to write");
+    let data = random(32 << 10, 59);
+    fs::write(Path::new(&writer.staging_target_path).join("data"), &data).unwrap();
+    c.node_unstage_volume(unstage_req(&writer))
+        .expect("unstage");
+    let mut reader = writer.clone();
+    reader.volume_capability = capability(false, Mode::SingleNodeReaderOnly);
+    c.node_stage_volume(reader.clone())
+        .expect("stage read-only");
+    let mut p = publish_req(&reader, "a", false);
+    p.volume_capability = reader.volume_capability.clone();
+    c.node_publish_volume(p.clone()).expect("publish");
+    assert!(fs::read(Path::new(&p.target_path).join("data")).unwrap() == data);
+    for dir in [&p.target_path, &reader.staging_target_path] {
+        let w = fs::File::create(Path::new(dir).join("nope"));
+        assert_eq!(
+            w.map(drop).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EROFS)),
+            "{dir} is read-only"
+        );
+    }
+    unpublish(&mut c, &p);
+    c.node_unstage_volume(unstage_req(&reader))
+        .expect("unstage");
+    assert_node_clean();
+    drop(lab);
+}

@@ -150,6 +150,14 @@ fn fs_type_of(m: &MountVolume) -> Result<String> {
     }
 }
 
+/// How a filesystem is mounted at the staging path.
+struct MountHow<'a> {
+    fs_type: &'a str,
+    flags: &'a [String],
+    /// A read-only access mode: mounted read-only, and a blank device is not formatted.
+    readonly: bool,
+}
+
 /// Whether a stage request names the volume a record was made for. The record's nsid may
 /// have been found by UUID after the request that made it, which named none.
 fn same_volume(recorded: &Target, asked: &Target) -> bool {
@@ -410,7 +418,13 @@ impl Inner {
         Ok((device, wwid))
     }
 
-    fn stage(&self, req: &NodeStageVolumeRequest, vol: Volume, access: Access) -> Result<()> {
+    fn stage(
+        &self,
+        req: &NodeStageVolumeRequest,
+        vol: Volume,
+        access: Access,
+        readonly: bool,
+    ) -> Result<()> {
         let id = req.volume_id.as_str();
         let staging = PathBuf::from(&req.staging_target_path);
         let deadline = Instant::now() + self.config.stage_timeout;
@@ -473,7 +487,12 @@ impl Inner {
                 .as_ref()
                 .and_then(|c| c.access_type.as_ref()),
         ) {
-            self.mount_staging(id, &device, &staging, fs_type, &m.mount_flags, deadline)?;
+            let how = MountHow {
+                fs_type,
+                flags: &m.mount_flags,
+                readonly,
+            };
+            self.mount_staging(id, &device, &staging, &how, deadline)?;
         }
         record.phase = Phase::Staged;
         self.store.save(&record)
@@ -499,10 +518,10 @@ impl Inner {
         id: &str,
         device: &Path,
         staging: &Path,
-        fs_type: &str,
-        flags: &[String],
+        how: &MountHow<'_>,
         deadline: Instant,
     ) -> Result<()> {
+        let fs_type = how.fs_type;
         fs::create_dir_all(staging).map_err(io_err(format!(
             "volume {id}: create staging path {}",
             staging.display()
@@ -523,6 +542,13 @@ impl Inner {
         }
         let left = || deadline.saturating_duration_since(Instant::now());
         match vfs::probe(device, left())? {
+            // A volume asked for read-only is never written, not even formatted.
+            vfs::Signature::Blank if how.readonly => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {id}: {} is blank and the access mode is read-only: it is not formatted",
+                    device.display()
+                )));
+            }
             vfs::Signature::Blank => vfs::format(device, fs_type, left()).map_err(|e| {
                 Error::Program(format!("volume {id}: format {}: {e}", device.display()))
             })?,
@@ -540,7 +566,10 @@ impl Inner {
                 )));
             }
         }
-        let (mflags, data) = mounts::split_options(flags)?;
+        let (mut mflags, data) = mounts::split_options(how.flags)?;
+        if how.readonly {
+            mflags |= rustix::mount::MountFlags::RDONLY;
+        }
         mounts::mount_fs(device, staging, fs_type, mflags, &data)
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
     }
@@ -903,7 +932,8 @@ impl Node for NodeService {
         let req = request.into_inner();
         let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
         required(&req.staging_target_path, "staging_target_path", CALL)?;
-        let (access, _) = capability(req.volume_capability.as_ref(), CALL, &id)?;
+        let (access, mode) = capability(req.volume_capability.as_ref(), CALL, &id)?;
+        let readonly = matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
         let access = match access {
             AccessType::Block(_) => Access::Block,
             AccessType::Mount(m) => Access::Mount {
@@ -912,8 +942,10 @@ impl Node for NodeService {
         };
         let vol = attrs::parse(&id, &req.volume_context)?;
         let slot = self.slot(&id)?;
-        self.blocking(CALL, slot, move |inner| inner.stage(&req, vol, access))
-            .await?;
+        self.blocking(CALL, slot, move |inner| {
+            inner.stage(&req, vol, access, readonly)
+        })
+        .await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
