@@ -971,3 +971,61 @@ fn read_only_access_never_formats_and_mounts_read_only() {
     assert_node_clean();
     drop(lab);
 }
+
+/// An NVMe/TCP raw-block volume named by `nsid` (lunkit's key) over both ports: published to
+/// a pod, written through the device node, and after unpublish and unstage the bytes are in
+/// the target's file and no controller is left.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn nvme_block_volume_by_nsid_through_kubelets_sequence() {
+    require_vm();
+    let lab = Lab::build_nvme();
+    let mut c = lab.client();
+    let mut stage = stage_req("pv-nvme-block", 0, true);
+    stage.volume_context = HashMap::from([
+        ("targetTrAddr".to_owned(), "127.0.0.1".to_owned()),
+        ("nqn".to_owned(), NVME_NQN.to_owned()),
+        ("nsid".to_owned(), "1".to_owned()),
+        ("portals".to_owned(), r#"["127.0.0.2:4420"]"#.to_owned()),
+    ]);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    assert_eq!(nvme_controllers().len(), 2, "a controller per port");
+    let a = publish_req(&stage, "a", false);
+    c.node_publish_volume(a.clone()).expect("publish");
+    let data = random(128 << 10, 61);
+    let offset = 2 << 20;
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&a.target_path)
+            .expect("open the pod's device");
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            staging_target_path: String::new(),
+        })
+        .expect("stats");
+    assert_eq!(
+        stats.usage[0].total, LUN_SIZE as i64,
+        "the namespace's capacity"
+    );
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage while published");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    unpublish(&mut c, &a);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
+    assert_node_clean();
+    let target = lab.nvmet.as_ref().unwrap();
+    let back = target
+        .read(1, offset, data.len())
+        .expect("read the target's file");
+    assert!(back == data, "the target's file holds what the pod wrote");
+    drop(lab);
+}
