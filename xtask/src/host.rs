@@ -150,7 +150,8 @@ pub fn test(args: &[String]) -> Result<u8> {
     if !vm_only {
         host = Some(checks::run()?);
     }
-    process::run(cargo().args(["build", "-p", "lunkit-cli"]))?;
+    // The VM tests run both binaries: `lunkit` (LUNKIT_BIN) and the CSI plugin beside it.
+    process::run(cargo().args(["build", "-p", "lunkit-cli", "-p", "lunkit-csi"]))?;
     let bins = vm_test_binaries()?;
     if bins.is_empty() {
         return Err("no VM test binaries (tests/vm_*.rs) were built".into());

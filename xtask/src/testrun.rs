@@ -146,6 +146,8 @@ fn run_one(lunkit: &Path, test: &VmTest) -> Result<(), String> {
     ])
     .env(VM_ENV, "1")
     .env("LUNKIT_BIN", lunkit)
+    // The CSI plugin is built beside it (`cargo build -p lunkit-csi`).
+    .env("LUNKIT_CSI_BIN", lunkit.with_file_name("lunkit-csi"))
     // cargo runs tests from the package root; do the same.
     .current_dir(paths::root());
     let tee = process::tee(

@@ -1,0 +1,490 @@
+//! Volume attributes (the PV's `volumeAttributes`, CSI's `volume_context`): which target,
+//! portals and LUN a statically provisioned volume is.
+//!
+//! The keys are those of kubernetes-csi's `csi-driver-iscsi`, so existing PVs work unchanged:
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `targetPortal` | the first portal, `addr[:port]` (port 3260 when left out), `[v6addr]:port` |
+//! | `portals` | more portals, a JSON array of strings: `["10.0.0.2:3260"]` (optional) |
+//! | `iqn` | the target IQN |
+//! | `lun` | the LUN number |
+//! | `iscsiInterface` | the open-iscsi interface (`iscsiadm -I`), `default` when left out |
+//! | `discoveryCHAPAuth`, `sessionCHAPAuth` | `true` asks for CHAP, which this plugin does not do yet: refused |
+//! | `wwid` | lunkit's own, optional: the WWID the LUN must report; a different one is refused |
+//!
+//! NVMe over TCP volumes use the keys of kubernetes-csi's `csi-driver-nvmf`, and lunkit's own
+//! `nsid` and `portals`:
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `targetTrAddr` | the first port's IP address |
+//! | `targetTrPort` | its TCP port (4420 when left out) |
+//! | `targetTrType` | the transport: `tcp` (others are refused) |
+//! | `nqn` | the subsystem NQN |
+//! | `deviceUUID` | the namespace's UUID; the namespace is found by it after connecting |
+//! | `nsid` | lunkit's own: the namespace id, instead of (or checked against) `deviceUUID` |
+//! | `portals` | lunkit's own: more ports, a JSON array of `addr:port` strings |
+//! | `wwid` | as for iSCSI: the identity the namespace must report (`uuid.…`, `eui.…`) |
+//!
+//! A volume is NVMe when its attributes have `nqn` or `targetTrAddr`, iSCSI when they have
+//! `iqn`; both at once is refused. Nothing is parsed out of the volume id.
+
+use std::collections::HashMap;
+
+use lunkit::Wwid;
+
+use crate::error::{Error, Result};
+
+/// The default iSCSI port.
+pub const ISCSI_PORT: u16 = 3260;
+
+/// An iSCSI volume, as its attributes name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiVolume {
+    /// The target IQN.
+    pub iqn: String,
+    /// Every portal, `addr:port` (`[v6]:port`), `targetPortal` first, without duplicates.
+    pub portals: Vec<String>,
+    /// The LUN.
+    pub lun: u64,
+    /// The open-iscsi interface, when not `default`.
+    pub iface: Option<String>,
+    /// The WWID the LUN must report.
+    pub wwid: Option<Wwid>,
+}
+
+/// The default NVMe/TCP port.
+pub const NVME_PORT: u16 = 4420;
+
+/// An NVMe/TCP namespace, as its attributes name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeVolume {
+    /// The subsystem NQN.
+    pub nqn: lunkit::Nqn,
+    /// Every port, `ip:port` (`[v6]:port`), `targetTrAddr` first, without duplicates.
+    pub portals: Vec<String>,
+    /// The namespace id, when given.
+    pub nsid: Option<u32>,
+    /// The namespace UUID (lower case), when given.
+    pub device_uuid: Option<String>,
+    /// The identity the namespace must report.
+    pub wwid: Option<Wwid>,
+}
+
+/// A volume of either transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Volume {
+    /// An iSCSI LUN.
+    Iscsi(IscsiVolume),
+    /// An NVMe/TCP namespace.
+    Nvme(NvmeVolume),
+}
+
+/// Reads a volume of either transport from its attributes (see the module docs for the keys).
+pub fn parse(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Volume> {
+    let has = |k: &str| ctx.get(k).is_some_and(|v| !v.trim().is_empty());
+    let nvme = has("nqn") || has("targetTrAddr");
+    match (has("iqn"), nvme) {
+        (true, true) => Err(Error::InvalidArgument(format!(
+            "volume {volume_id}: volume attributes name both an iSCSI target (iqn) and an NVMe subsystem (nqn, targetTrAddr)"
+        ))),
+        (false, true) => parse_nvme(volume_id, ctx).map(Volume::Nvme),
+        _ => parse_iscsi(volume_id, ctx).map(Volume::Iscsi),
+    }
+}
+
+/// Reads an NVMe/TCP volume from its attributes.
+pub fn parse_nvme(volume_id: &str, ctx: &HashMap<String, String>) -> Result<NvmeVolume> {
+    let bad = |key: &str, why: String| {
+        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
+    };
+    let get = |key: &str| ctx.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let nqn_text = get("nqn").ok_or_else(|| bad("nqn", "missing".into()))?;
+    let nqn: lunkit::Nqn = nqn_text
+        .parse()
+        .map_err(|e: lunkit::Error| bad("nqn", e.to_string()))?;
+    match get("targetTrType") {
+        None => {}
+        Some(t) if t.eq_ignore_ascii_case("tcp") => {}
+        Some(t) => {
+            return Err(Error::Unimplemented(format!(
+                "volume {volume_id}: volume attribute targetTrType: transport {t:?} is not supported (only tcp)"
+            )));
+        }
+    }
+    let addr = get("targetTrAddr").ok_or_else(|| bad("targetTrAddr", "missing".into()))?;
+    let ip: std::net::IpAddr = addr
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| bad("targetTrAddr", format!("{addr:?} is not an IP address")))?;
+    let port = match get("targetTrPort") {
+        None => NVME_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad("targetTrPort", format!("{p:?} is not a port")))?,
+    };
+    let mut portals = vec![std::net::SocketAddr::new(ip, port).to_string()];
+    if let Some(list) = get("portals") {
+        let more: Vec<String> = serde_json::from_str(list)
+            .map_err(|e| bad("portals", format!("not a JSON array of strings: {e}")))?;
+        for p in more {
+            let sa: std::net::SocketAddr = p
+                .trim()
+                .parse()
+                .map_err(|_| bad("portals", format!("{p:?} is not ip:port")))?;
+            let sa = sa.to_string();
+            if !portals.contains(&sa) {
+                portals.push(sa);
+            }
+        }
+    }
+    let nsid = match get("nsid") {
+        None => None,
+        Some(n) => Some(
+            n.parse::<u32>()
+                .ok()
+                .filter(|&n| n != 0 && n != u32::MAX)
+                .ok_or_else(|| bad("nsid", format!("{n:?} is not a namespace id")))?,
+        ),
+    };
+    let device_uuid = match get("deviceUUID") {
+        None => None,
+        Some(u) if is_uuid(u) => Some(u.to_ascii_lowercase()),
+        Some(u) => return Err(bad("deviceUUID", format!("{u:?} is not a UUID"))),
+    };
+    if nsid.is_none() && device_uuid.is_none() {
+        return Err(bad("deviceUUID", "missing (or give nsid)".into()));
+    }
+    let wwid = match get("wwid") {
+        None => None,
+        Some(w) => Some(w.parse::<Wwid>().map_err(|e| bad("wwid", e.to_string()))?),
+    };
+    Ok(NvmeVolume {
+        nqn,
+        portals,
+        nsid,
+        device_uuid,
+        wwid,
+    })
+}
+
+/// `8-4-4-4-12` hex digits.
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Reads an iSCSI volume from its attributes. Every problem is `INVALID_ARGUMENT` naming the
+/// volume, the key and what is wrong with it.
+pub fn parse_iscsi(volume_id: &str, ctx: &HashMap<String, String>) -> Result<IscsiVolume> {
+    let bad = |key: &str, why: String| {
+        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
+    };
+    let required = |key: &str| -> Result<&str> {
+        match ctx.get(key).map(|v| v.trim()) {
+            Some(v) if !v.is_empty() => Ok(v),
+            _ => Err(bad(key, "missing".into())),
+        }
+    };
+    let iqn = required("iqn")?.to_owned();
+    lunkit::iscsi::check_target_name(&iqn).map_err(|e| bad("iqn", e.to_string()))?;
+    let lun_text = required("lun")?;
+    let lun = lun_text
+        .parse::<u64>()
+        .ok()
+        .filter(|&l| l < (1 << 32))
+        .ok_or_else(|| bad("lun", format!("{lun_text:?} is not a LUN number")))?;
+    let mut portals = vec![portal(required("targetPortal")?).map_err(|w| bad("targetPortal", w))?];
+    if let Some(list) = ctx
+        .get("portals")
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+    {
+        let more: Vec<String> = serde_json::from_str(list)
+            .map_err(|e| bad("portals", format!("not a JSON array of strings: {e}")))?;
+        for p in more {
+            let p = portal(&p).map_err(|w| bad("portals", w))?;
+            if !portals.contains(&p) {
+                portals.push(p);
+            }
+        }
+    }
+    for key in ["discoveryCHAPAuth", "sessionCHAPAuth"] {
+        if ctx.get(key).is_some_and(|v| v.trim() == "true") {
+            return Err(Error::Unimplemented(format!(
+                "volume {volume_id}: volume attribute {key}: CHAP is not supported by this plugin yet"
+            )));
+        }
+    }
+    let iface = match ctx.get("iscsiInterface").map(|v| v.trim()) {
+        None | Some("") | Some("default") => None,
+        Some(i) if valid_word(i) => Some(i.to_owned()),
+        Some(i) => {
+            return Err(bad(
+                "iscsiInterface",
+                format!("{i:?} is not an interface name"),
+            ));
+        }
+    };
+    let wwid = match ctx.get("wwid").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        None => None,
+        Some(w) => Some(w.parse::<Wwid>().map_err(|e| bad("wwid", e.to_string()))?),
+    };
+    Ok(IscsiVolume {
+        iqn,
+        portals,
+        lun,
+        iface,
+        wwid,
+    })
+}
+
+/// A name iscsiadm gets as one argument: letters, digits and `._-:`, at most 64 bytes.
+fn valid_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b))
+}
+
+/// A portal in the form iscsiadm and sysfs show it: `addr:port`, `[v6addr]:port`. A bare
+/// address gets port 3260 (as csi-driver-iscsi does); a bare IPv6 address must be in brackets.
+pub fn portal(input: &str) -> Result<String, String> {
+    let input = input.trim();
+    let (addr, port) = if let Some(rest) = input.strip_prefix('[') {
+        let (addr, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{input:?}: '[' without ']'"))?;
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("{input:?}: expected ':' after ']'"))?,
+            ),
+        };
+        if addr.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{input:?}: {addr:?} is not an IPv6 address"));
+        }
+        (format!("[{addr}]"), port)
+    } else {
+        match input.split_once(':') {
+            Some((_, rest)) if rest.contains(':') => {
+                return Err(format!(
+                    "{input:?}: an IPv6 address must be in brackets: [addr]:port"
+                ));
+            }
+            Some((a, p)) => (a.to_owned(), Some(p)),
+            None => (input.to_owned(), None),
+        }
+    };
+    let host = addr.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b))
+    {
+        return Err(format!("{input:?}: {addr:?} is not an address"));
+    }
+    let port = match port {
+        None => ISCSI_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("{input:?}: {p:?} is not a port"))?,
+    };
+    Ok(format!("{addr}:{port}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+
+    #[test]
+    fn reads_csi_driver_iscsi_attributes() {
+        let v = parse_iscsi(
+            "pv-1",
+            &ctx(&[
+                ("targetPortal", "10.0.0.1"),
+                (
+                    "portals",
+                    r#"["10.0.0.2:3261", "10.0.0.1:3260", "[fd00::1]:3260"]"#,
+                ),
+                ("iqn", IQN),
+                ("lun", "7"),
+                ("iscsiInterface", "default"),
+                ("discoveryCHAPAuth", "false"),
+                ("wwid", "36001405a1b2c3d4e5f60718293a4b5c6"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(v.iqn, IQN);
+        assert_eq!(v.lun, 7);
+        assert_eq!(
+            v.portals,
+            ["10.0.0.1:3260", "10.0.0.2:3261", "[fd00::1]:3260"],
+            "targetPortal first, the default port added, the duplicate dropped"
+        );
+        assert_eq!(v.iface, None);
+        assert!(v.wwid.is_some());
+    }
+
+    #[test]
+    fn refuses_missing_and_malformed_attributes_naming_the_key() {
+        let base = [
+            ("targetPortal", "10.0.0.1:3260"),
+            ("iqn", IQN),
+            ("lun", "1"),
+        ];
+        for missing in ["targetPortal", "iqn", "lun"] {
+            let pairs: Vec<_> = base
+                .iter()
+                .copied()
+                .filter(|(k, _)| *k != missing)
+                .collect();
+            let e = parse_iscsi("pv-1", &ctx(&pairs)).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument);
+            assert_eq!(
+                e.to_string(),
+                format!("volume pv-1: volume attribute {missing}: missing")
+            );
+        }
+        let cases: &[(&str, &str)] = &[
+            ("lun", "-1"),
+            ("lun", "4294967296"),
+            ("lun", "one"),
+            ("iqn", "iqn with space"),
+            ("targetPortal", "10.0.0.1:0"),
+            ("targetPortal", "10.0.0.1:99999"),
+            ("targetPortal", "fd00::1"),
+            ("targetPortal", "[fd00::1"),
+            ("targetPortal", "10.0.0.1,10.0.0.2"),
+            ("portals", "10.0.0.2:3260"),
+            ("portals", r#"["10.0.0.2:x"]"#),
+            ("iscsiInterface", "eth0 -o delete"),
+            ("wwid", "naa.xyz"),
+            ("wwid", "a/b"),
+        ];
+        for (key, value) in cases {
+            let mut m = ctx(&base);
+            m.insert((*key).to_owned(), (*value).to_owned());
+            let e = parse_iscsi("pv-1", &m).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{key}={value}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("volume pv-1: volume attribute {key}: ")),
+                "{key}={value}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn chap_is_refused_as_unimplemented() {
+        let m = ctx(&[
+            ("targetPortal", "10.0.0.1"),
+            ("iqn", IQN),
+            ("lun", "0"),
+            ("sessionCHAPAuth", "true"),
+        ]);
+        assert_eq!(
+            parse_iscsi("pv", &m).unwrap_err().code(),
+            Code::Unimplemented
+        );
+    }
+
+    #[test]
+    fn reads_csi_driver_nvmf_attributes() {
+        let m = ctx(&[
+            ("targetTrAddr", "127.0.0.1"),
+            ("targetTrPort", "4420"),
+            ("targetTrType", "tcp"),
+            ("nqn", "nqn.2014-08.org.lunkit:lab"),
+            ("deviceUUID", "0A1B2C3D-5e7a-4000-8000-000000000001"),
+            ("portals", r#"["127.0.0.2:4420", "127.0.0.1:4420"]"#),
+        ]);
+        let Volume::Nvme(v) = parse("pv-n", &m).unwrap() else {
+            panic!("not NVMe")
+        };
+        assert_eq!(v.nqn.to_string(), "nqn.2014-08.org.lunkit:lab");
+        assert_eq!(v.portals, ["127.0.0.1:4420", "127.0.0.2:4420"]);
+        assert_eq!(v.nsid, None);
+        assert_eq!(
+            v.device_uuid.as_deref(),
+            Some("0a1b2c3d-5e7a-4000-8000-000000000001")
+        );
+        let mut with_nsid = m.clone();
+        with_nsid.remove("deviceUUID");
+        with_nsid.insert("nsid".into(), "3".into());
+        with_nsid.remove("targetTrPort");
+        let Volume::Nvme(v) = parse("pv-n", &with_nsid).unwrap() else {
+            panic!("not NVMe")
+        };
+        assert_eq!((v.nsid, v.portals[0].as_str()), (Some(3), "127.0.0.1:4420"));
+    }
+
+    #[test]
+    fn refuses_bad_nvme_attributes() {
+        let base = [
+            ("targetTrAddr", "127.0.0.1"),
+            ("nqn", "nqn.2014-08.org.lunkit:lab"),
+            ("nsid", "1"),
+        ];
+        let cases: &[(&str, &str, Code)] = &[
+            ("targetTrAddr", "san.example.invalid", Code::InvalidArgument),
+            ("targetTrPort", "0", Code::InvalidArgument),
+            ("targetTrType", "rdma", Code::Unimplemented),
+            ("nqn", "not an nqn", Code::InvalidArgument),
+            ("nsid", "0", Code::InvalidArgument),
+            ("deviceUUID", "1234", Code::InvalidArgument),
+            ("portals", r#"["127.0.0.2"]"#, Code::InvalidArgument),
+            ("iqn", IQN, Code::InvalidArgument),
+        ];
+        for (key, value, code) in cases {
+            let mut m = ctx(&base);
+            m.insert((*key).to_owned(), (*value).to_owned());
+            let e = parse("pv-n", &m).unwrap_err();
+            assert_eq!(e.code(), *code, "{key}={value}: {e}");
+            assert!(
+                e.to_string().starts_with("volume pv-n: volume attribute"),
+                "{e}"
+            );
+        }
+        let mut m = ctx(&base);
+        m.remove("nsid");
+        let e = parse("pv-n", &m).unwrap_err();
+        assert!(e.to_string().contains("deviceUUID: missing"), "{e}");
+    }
+
+    #[test]
+    fn portals_take_the_form_sysfs_shows() {
+        assert_eq!(portal("127.0.0.1").unwrap(), "127.0.0.1:3260");
+        assert_eq!(portal(" 127.0.0.2:3261 ").unwrap(), "127.0.0.2:3261");
+        assert_eq!(portal("[::1]").unwrap(), "[::1]:3260");
+        assert_eq!(portal("[::1]:860").unwrap(), "[::1]:860");
+        assert_eq!(
+            portal("san.example.invalid").unwrap(),
+            "san.example.invalid:3260"
+        );
+        assert!(portal("").is_err());
+        assert!(portal("[::1]x").is_err());
+        assert!(portal("[nothex]:3260").is_err());
+    }
+}

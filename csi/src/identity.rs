@@ -1,0 +1,89 @@
+//! The Identity service: the plugin's name and version, its capabilities, and readiness.
+
+use tonic::{Request, Response, Status};
+
+use crate::proto::identity_server::Identity;
+use crate::proto::plugin_capability::{Type, VolumeExpansion, volume_expansion};
+use crate::proto::*;
+
+/// The plugin's default name. CSI wants domain notation; `.invalid` is reserved (RFC 2606), so
+/// this name can never belong to someone else. Override it with `--driver-name`: it must match
+/// the `CSIDriver` object's name.
+pub const DEFAULT_NAME: &str = "csi.lunkit.invalid";
+
+/// The Identity service.
+#[derive(Debug, Clone)]
+pub struct IdentityService {
+    name: String,
+}
+
+impl IdentityService {
+    /// Answers with `name`.
+    pub fn new(name: impl Into<String>) -> IdentityService {
+        IdentityService { name: name.into() }
+    }
+}
+
+/// Whether `name` is a CSI plugin name: at most 63 characters of letters, digits, `-` and `.`,
+/// starting and ending with a letter or digit.
+pub fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+#[tonic::async_trait]
+impl Identity for IdentityService {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        Ok(Response::new(GetPluginInfoResponse {
+            name: self.name.clone(),
+            vendor_version: env!("CARGO_PKG_VERSION").to_owned(),
+            manifest: Default::default(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        // No controller service: volumes are statically provisioned. Online expansion: the
+        // node grows a mounted volume.
+        let capabilities = vec![PluginCapability {
+            r#type: Some(Type::VolumeExpansion(VolumeExpansion {
+                r#type: volume_expansion::Type::Online as i32,
+            })),
+        }];
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse {
+            ready: Some(BoolValue { value: true }),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_names_follow_the_spec() {
+        assert!(valid_name(DEFAULT_NAME));
+        assert!(valid_name("a"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("-a"));
+        assert!(!valid_name("a."));
+        assert!(!valid_name("a_b"));
+        assert!(!valid_name(&"a".repeat(64)));
+    }
+}

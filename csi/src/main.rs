@@ -1,0 +1,125 @@
+//! `lunkit-csi`: the CSI node plugin's binary. See the crate's README for deploying it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use lunkit::Root;
+use lunkit_csi::{Config, IdentityService, NodeService, identity, server};
+
+/// A CSI node plugin for iSCSI volumes, built on lunkit.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Where to serve CSI: unix:///path/to/csi.sock.
+    #[arg(long)]
+    endpoint: String,
+    /// This node's id, as NodeGetInfo reports it (normally the Kubernetes node name).
+    #[arg(long)]
+    nodeid: String,
+    /// The directory that stands for the node's / (its sys/, dev/, proc/ and run/ are used):
+    /// /host in a container that mounts the host there.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Where stage records are kept; must survive a restart of the plugin.
+    #[arg(long, default_value = "/var/lib/lunkit-csi")]
+    state_dir: PathBuf,
+    /// The plugin name GetPluginInfo reports (the CSIDriver object's name).
+    #[arg(long, default_value = identity::DEFAULT_NAME)]
+    driver_name: String,
+    /// NodeGetInfo's max_volumes_per_node; 0 for no limit.
+    #[arg(long, default_value_t = 0)]
+    max_volumes: i64,
+    /// Deadline of one NodeStageVolume or NodeUnstageVolume, in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+}
+
+async fn shutdown() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lunkit-csi: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> lunkit_csi::Result<()> {
+    use lunkit_csi::Error;
+    if !identity::valid_name(&args.driver_name) {
+        return Err(Error::InvalidArgument(format!(
+            "--driver-name {:?} is not a CSI plugin name (at most 63 letters, digits, '-' and '.')",
+            args.driver_name
+        )));
+    }
+    if args.nodeid.is_empty() {
+        return Err(Error::InvalidArgument("--nodeid is empty".into()));
+    }
+    if args.timeout == 0 || args.timeout > 86_400 {
+        return Err(Error::InvalidArgument(
+            "--timeout must be 1 to 86400 seconds".into(),
+        ));
+    }
+    let path = server::socket_path(&args.endpoint)?;
+    let mut config = Config::new(args.nodeid);
+    config.root = Root::new(&args.root);
+    config.state_dir = args.state_dir;
+    config.max_volumes = args.max_volumes;
+    config.stage_timeout = Duration::from_secs(args.timeout);
+    config.unstage_timeout = Duration::from_secs(args.timeout);
+    let node = NodeService::new(config)?;
+    let identity = IdentityService::new(args.driver_name);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start the runtime: {e}")))?;
+    let served = rt.block_on(async move {
+        let listener = server::bind(&path)?;
+        eprintln!("lunkit-csi: serving on {}", path.display());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut serving = tokio::spawn(server::serve(listener, identity, node, async {
+            let _ = stopped.await;
+        }));
+        tokio::select! {
+            r = &mut serving => return r.map_err(|e| Error::Internal(format!("the server task failed: {e}")))?,
+            () = shutdown() => {}
+        }
+        // A graceful shutdown waits for every connection to close, and kubelet keeps its
+        // connection open: give calls in progress a grace period, then go. A call cut short
+        // is one the CO repeats, and the stage records make every call safe to repeat.
+        let _ = stop.send(());
+        match tokio::time::timeout(SHUTDOWN_GRACE, serving).await {
+            Ok(r) => r.map_err(|e| Error::Internal(format!("the server task failed: {e}")))?,
+            Err(_) => {
+                eprintln!(
+                    "lunkit-csi: connections still open {}s after the signal; exiting",
+                    SHUTDOWN_GRACE.as_secs()
+                );
+                Ok(())
+            }
+        }
+    });
+    // Calls still running on the blocking pool are abandoned, not waited for.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    served
+}
+
+/// How long a SIGTERM waits for calls in progress.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

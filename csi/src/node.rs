@@ -1,0 +1,1074 @@
+//! The Node service: staging, publishing, stats and expansion of iSCSI volumes.
+//!
+//! Every call checks its arguments first (`INVALID_ARGUMENT` naming what is missing), then
+//! takes the volume's in-flight slot (a second call on the same volume while one runs is
+//! `ABORTED`, as the spec recommends), then does its blocking work on tokio's blocking pool.
+//! Every call is idempotent: repeating it after success, or after a crash part way, converges.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lunkit::Root;
+use lunkit::ops::{
+    self, AttachOptions, DetachOptions, NamespaceSelector, ResizeOptions, VolumeSpec,
+};
+use tonic::{Request, Response, Status};
+
+use crate::attrs::{self, IscsiVolume, NvmeVolume, Volume};
+use crate::error::{Error, Result};
+use crate::proto::node_server::Node;
+use crate::proto::volume_capability::access_mode::Mode;
+use crate::proto::volume_capability::{AccessType, MountVolume};
+use crate::proto::*;
+use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
+use crate::{fs as vfs, iscsi, mounts};
+
+/// How the plugin runs: where the node's `/sys`, `/dev` and `/proc` are, where it keeps its
+/// records, and its deadlines.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The node's root (`/`, or `/host` in a container that mounts the host there).
+    pub root: Root,
+    /// Where the stage records are kept.
+    pub state_dir: PathBuf,
+    /// This node's id (NodeGetInfo).
+    pub node_id: String,
+    /// NodeGetInfo's `max_volumes_per_node`; 0 for no limit.
+    pub max_volumes: i64,
+    /// Deadline of a stage: logins, the scan, the map, formatting.
+    pub stage_timeout: Duration,
+    /// Deadline of an unstage: the detach and the logouts.
+    pub unstage_timeout: Duration,
+}
+
+impl Config {
+    /// The defaults for `node_id`: root `/`, records in `/var/lib/lunkit-csi`, two minutes
+    /// for a stage and for an unstage.
+    pub fn new(node_id: impl Into<String>) -> Config {
+        Config {
+            root: Root::default(),
+            state_dir: PathBuf::from("/var/lib/lunkit-csi"),
+            node_id: node_id.into(),
+            max_volumes: 0,
+            stage_timeout: Duration::from_secs(120),
+            unstage_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The Node service.
+#[derive(Debug, Clone)]
+pub struct NodeService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Config,
+    store: Store,
+    /// Volumes with a call in progress.
+    busy: Mutex<HashSet<String>>,
+    /// One lock per iSCSI target: logins, and the decision to log out, never interleave.
+    targets: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+/// A volume's in-flight slot, freed on drop.
+struct Slot {
+    inner: Arc<Inner>,
+    volume_id: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut b) = self.inner.busy.lock() {
+            b.remove(&self.volume_id);
+        }
+    }
+}
+
+fn required<'a>(value: &'a str, what: &str, call: &str) -> Result<&'a str> {
+    if value.is_empty() {
+        Err(Error::InvalidArgument(format!("{call}: {what} is missing")))
+    } else {
+        Ok(value)
+    }
+}
+
+/// The access type and mode of a capability; `INVALID_ARGUMENT` when either is missing or the
+/// mode is not one this plugin can give.
+fn capability<'a>(
+    cap: Option<&'a VolumeCapability>,
+    call: &str,
+    volume_id: &str,
+) -> Result<(&'a AccessType, Mode)> {
+    let cap = cap.ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{call}: volume {volume_id}: volume_capability is missing"
+        ))
+    })?;
+    let access = cap.access_type.as_ref().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{call}: volume {volume_id}: volume_capability has no access type (block or mount)"
+        ))
+    })?;
+    let mode = cap
+        .access_mode
+        .and_then(|m| Mode::try_from(m.mode).ok())
+        .unwrap_or(Mode::Unknown);
+    let ok = match (access, mode) {
+        (_, Mode::Unknown) => false,
+        // A filesystem written from two nodes is corrupted: only a raw block device may be.
+        (AccessType::Mount(_), Mode::MultiNodeMultiWriter | Mode::MultiNodeSingleWriter) => false,
+        _ => true,
+    };
+    if !ok {
+        return Err(Error::InvalidArgument(format!(
+            "{call}: volume {volume_id}: access mode {mode:?} is not supported for {} access",
+            match access {
+                AccessType::Block(_) => "block",
+                AccessType::Mount(_) => "mount",
+            }
+        )));
+    }
+    Ok((access, mode))
+}
+
+fn fs_type_of(m: &MountVolume) -> Result<String> {
+    let t = if m.fs_type.is_empty() {
+        vfs::DEFAULT_FS
+    } else {
+        m.fs_type.as_str()
+    };
+    if vfs::SUPPORTED.contains(&t) {
+        Ok(t.to_owned())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "filesystem type {t:?} is not supported (only {})",
+            vfs::SUPPORTED.join(", ")
+        )))
+    }
+}
+
+/// How a filesystem is mounted at the staging path.
+struct MountHow<'a> {
+    fs_type: &'a str,
+    flags: &'a [String],
+    /// A read-only access mode: mounted read-only, and a blank device is not formatted.
+    readonly: bool,
+}
+
+/// Whether a stage request names the volume a record was made for. The record's nsid may
+/// have been found by UUID after the request that made it, which named none.
+fn same_volume(recorded: &Target, asked: &Target) -> bool {
+    match (recorded, asked) {
+        (
+            Target::Nvme {
+                nqn: a,
+                portals: pa,
+                nsid: na,
+                device_uuid: ua,
+            },
+            Target::Nvme {
+                nqn: b,
+                portals: pb,
+                nsid: nb,
+                device_uuid: ub,
+            },
+        ) => a == b && pa == pb && ua == ub && (nb.is_none() || na == nb),
+        _ => recorded == asked,
+    }
+}
+
+fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::Internal(format!("{what}: {e}"))
+}
+
+impl NodeService {
+    /// The service for `config`; opens (creates) the state directory.
+    pub fn new(config: Config) -> Result<NodeService> {
+        let store = Store::open(&config.state_dir)?;
+        Ok(NodeService {
+            inner: Arc::new(Inner {
+                config,
+                store,
+                busy: Mutex::new(HashSet::new()),
+                targets: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Takes the in-flight slot of `volume_id`, or `ABORTED` while another call holds it.
+    fn slot(&self, volume_id: &str) -> Result<Slot> {
+        let mut busy = self
+            .inner
+            .busy
+            .lock()
+            .map_err(|_| Error::Internal("the in-flight table is poisoned".into()))?;
+        if !busy.insert(volume_id.to_owned()) {
+            return Err(Error::Aborted(format!(
+                "an operation on volume {volume_id} is already in progress"
+            )));
+        }
+        Ok(Slot {
+            inner: self.inner.clone(),
+            volume_id: volume_id.to_owned(),
+        })
+    }
+
+    /// Runs `f` on the blocking pool, holding `slot` until it ends, and logs the outcome of
+    /// `call` on standard error (one line: the call, the volume, the code and message, the
+    /// time taken).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        call: &'static str,
+        slot: Slot,
+        f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = self.inner.clone();
+        let id = slot.volume_id.clone();
+        let start = Instant::now();
+        let r = tokio::task::spawn_blocking(move || {
+            let r = f(&inner);
+            drop(slot);
+            r
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("the worker failed: {e}")))
+        .and_then(|r| r);
+        let took = start.elapsed().as_secs_f64();
+        match &r {
+            Ok(_) => eprintln!("lunkit-csi: {call} {id}: ok ({took:.2}s)"),
+            Err(e) => eprintln!("lunkit-csi: {call} {id}: {:?}: {e} ({took:.2}s)", e.code()),
+        }
+        r
+    }
+}
+
+impl Inner {
+    fn target_lock(&self, iqn: &str) -> Arc<Mutex<()>> {
+        let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        t.entry(iqn.to_owned()).or_default().clone()
+    }
+
+    fn root(&self) -> &Root {
+        &self.config.root
+    }
+
+    /// Brings an NVMe namespace onto the node: connects every port through lunkit, finds the
+    /// namespace by its UUID when no nsid was given, and waits for its device. Records the
+    /// nsid as soon as it is known. Returns the device and the namespace's identity.
+    fn attach_nvme(
+        &self,
+        id: &str,
+        vol: &NvmeVolume,
+        record: &mut Record,
+        deadline: Instant,
+    ) -> Result<(PathBuf, Option<String>)> {
+        let root = self.root();
+        let what = format!("volume {id}: attach NVMe {}", vol.nqn);
+        let nsid = match vol.nsid {
+            Some(n) => n,
+            None => {
+                let uuid = vol.device_uuid.clone().ok_or_else(|| {
+                    Error::InvalidArgument(format!("{what}: neither nsid nor deviceUUID"))
+                })?;
+                let n = self.nsid_by_uuid(&what, vol, &uuid, deadline)?;
+                if let Target::Nvme { nsid, .. } = &mut record.target {
+                    *nsid = Some(n);
+                }
+                self.store.save(record)?;
+                n
+            }
+        };
+        let mut opts = AttachOptions::new(root);
+        opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
+        opts.scan.expect_wwid = vol.wwid.clone();
+        opts.portals = vol.portals.clone();
+        let spec = VolumeSpec::Nvme {
+            nqn: vol.nqn.clone(),
+            namespace: NamespaceSelector::Id(nsid),
+        };
+        let what = format!("{what} namespace {nsid}");
+        let a = ops::attach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let device = a
+            .nvme
+            .as_ref()
+            .and_then(|n| n.devices.first())
+            .map(|d| d.path.clone())
+            .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
+        if let Some(uuid) = &vol.device_uuid {
+            let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
+                .map_err(|e| Error::lunkit(what.clone(), e))?
+                .into_iter()
+                .find(|(ns, _)| ns.nsid == Some(nsid))
+                .and_then(|(ns, _)| ns.uuid);
+            if found.as_deref().map(str::to_ascii_lowercase).as_deref() != Some(uuid.as_str()) {
+                return Err(Error::FailedPrecondition(format!(
+                    "{what}: the namespace's UUID is {}, not the deviceUUID {uuid}",
+                    found.as_deref().unwrap_or("not reported")
+                )));
+            }
+        }
+        Ok((device, a.wwid.map(|w| w.to_string())))
+    }
+
+    /// Connects every port of `vol` and waits until a namespace of the subsystem reports
+    /// `uuid`; returns its nsid.
+    fn nsid_by_uuid(
+        &self,
+        what: &str,
+        vol: &NvmeVolume,
+        uuid: &str,
+        deadline: Instant,
+    ) -> Result<u32> {
+        let root = self.root();
+        let mut connected = 0;
+        let mut failures = Vec::new();
+        for portal in &vol.portals {
+            let sa: std::net::SocketAddr = portal
+                .parse()
+                .map_err(|_| Error::InvalidArgument(format!("{what}: port {portal:?}")))?;
+            let mut c = lunkit::nvme::ConnectOptions::new(sa.ip(), sa.port(), vol.nqn.clone());
+            c.timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .min(c.timeout);
+            match lunkit::nvme::connect(root, &c) {
+                Ok(_) => connected += 1,
+                Err(e) => failures.push(format!("{portal}: {e}")),
+            }
+        }
+        if connected == 0 {
+            return Err(Error::NotFound(format!(
+                "{what}: no port could be connected: {}",
+                failures.join("; ")
+            )));
+        }
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
+                .map_err(|e| Error::lunkit(what.to_owned(), e))?
+                .into_iter()
+                .find(|(ns, _)| {
+                    ns.uuid
+                        .as_deref()
+                        .is_some_and(|u| u.eq_ignore_ascii_case(uuid))
+                })
+                .and_then(|(ns, _)| ns.nsid);
+            if let Some(n) = found {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NotFound(format!(
+                    "{what}: no namespace with UUID {uuid} appeared in the subsystem"
+                )));
+            }
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Brings the volume onto the node: logins, scan, map; returns its device and WWID.
+    fn attach_iscsi(
+        &self,
+        id: &str,
+        vol: &IscsiVolume,
+        deadline: Instant,
+    ) -> Result<(PathBuf, Option<String>)> {
+        {
+            let lock = self.target_lock(&vol.iqn);
+            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+            iscsi::login(
+                self.root(),
+                &vol.iqn,
+                &vol.portals,
+                vol.iface.as_deref(),
+                deadline,
+            )
+            .map_err(|e| match e {
+                Error::Program(m) => Error::Program(format!("volume {id}: {m}")),
+                other => other,
+            })?;
+        }
+        let root = self.root();
+        let multipathd =
+            lunkit::multipath::Multipathd::connect(root, Instant::now() + Duration::from_secs(2))
+                .ok()
+                .flatten()
+                .is_some();
+        let mut opts = AttachOptions::new(root);
+        opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
+        opts.scan.expect_wwid = vol.wwid.clone();
+        opts.portals = vol.portals.clone();
+        opts.wait_map = multipathd;
+        let spec = VolumeSpec::Iscsi {
+            target: vol.iqn.clone(),
+            lun: vol.lun,
+        };
+        let what = format!("volume {id}: attach iSCSI {} LUN {}", vol.iqn, vol.lun);
+        let a = ops::attach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let wwid = a.wwid.as_ref().map(|w| w.to_multipath());
+        let device = match (&a.map, a.devices().next()) {
+            (Some(map), _) => map.node.path.clone(),
+            (None, Some(path)) => path.dev_path.clone(),
+            (None, None) => {
+                return Err(Error::NotFound(format!("{what}: no path came")));
+            }
+        };
+        Ok((device, wwid))
+    }
+
+    fn stage(
+        &self,
+        req: &NodeStageVolumeRequest,
+        vol: Volume,
+        access: Access,
+        readonly: bool,
+    ) -> Result<()> {
+        let id = req.volume_id.as_str();
+        let staging = PathBuf::from(&req.staging_target_path);
+        let deadline = Instant::now() + self.config.stage_timeout;
+        let target = match &vol {
+            Volume::Iscsi(v) => Target::Iscsi {
+                iqn: v.iqn.clone(),
+                portals: v.portals.clone(),
+                iface: v.iface.clone(),
+                lun: v.lun,
+            },
+            Volume::Nvme(v) => Target::Nvme {
+                nqn: v.nqn.to_string(),
+                portals: v.portals.clone(),
+                nsid: v.nsid,
+                device_uuid: v.device_uuid.clone(),
+            },
+        };
+        let mut record = match self.store.load(id)? {
+            Some(r) => {
+                if r.staging_path != staging
+                    || !same_volume(&r.target, &target)
+                    || r.access != access
+                {
+                    return Err(Error::AlreadyExists(format!(
+                        "volume {id} is staged at {} as {:?} over {:?}; this request differs",
+                        r.staging_path.display(),
+                        r.access,
+                        r.target
+                    )));
+                }
+                if r.phase == Phase::Staged && self.stage_in_place(&r)? {
+                    return Ok(());
+                }
+                r
+            }
+            None => Record {
+                version: RECORD_VERSION,
+                volume_id: id.to_owned(),
+                staging_path: staging.clone(),
+                phase: Phase::Attaching,
+                target,
+                access: access.clone(),
+                wwid: None,
+                device: None,
+            },
+        };
+        // Written before anything is done, so that an unstage after a crash knows what to undo.
+        record.phase = Phase::Attaching;
+        self.store.save(&record)?;
+        let (device, wwid) = match &vol {
+            Volume::Iscsi(v) => self.attach_iscsi(id, v, deadline)?,
+            Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
+        };
+        record.wwid = wwid;
+        record.device = Some(device.clone());
+        self.store.save(&record)?;
+        if let (Access::Mount { fs_type }, Some(AccessType::Mount(m))) = (
+            &access,
+            req.volume_capability
+                .as_ref()
+                .and_then(|c| c.access_type.as_ref()),
+        ) {
+            let how = MountHow {
+                fs_type,
+                flags: &m.mount_flags,
+                readonly,
+            };
+            self.mount_staging(id, &device, &staging, &how, deadline)?;
+        }
+        record.phase = Phase::Staged;
+        self.store.save(&record)
+    }
+
+    /// Whether a staged volume is still in place (its device there, mounted at the staging
+    /// path for mount access).
+    fn stage_in_place(&self, r: &Record) -> Result<bool> {
+        let Some(device) = &r.device else {
+            return Ok(false);
+        };
+        if !device.exists() {
+            return Ok(false);
+        }
+        match r.access {
+            Access::Block => Ok(true),
+            Access::Mount { .. } => Ok(mounts::at(&r.staging_path)?.is_some()),
+        }
+    }
+
+    fn mount_staging(
+        &self,
+        id: &str,
+        device: &Path,
+        staging: &Path,
+        how: &MountHow<'_>,
+        deadline: Instant,
+    ) -> Result<()> {
+        let fs_type = how.fs_type;
+        fs::create_dir_all(staging).map_err(io_err(format!(
+            "volume {id}: create staging path {}",
+            staging.display()
+        )))?;
+        let dev = lunkit::block::resolve(self.root(), &device.to_string_lossy())
+            .map_err(|e| Error::lunkit(format!("volume {id}: {}", device.display()), e))?
+            .ok_or_else(|| Error::NotFound(format!("volume {id}: {} is gone", device.display())))?;
+        if let Some(m) = mounts::at(staging)? {
+            if m.dev == dev.dev {
+                return Ok(());
+            }
+            return Err(Error::AlreadyExists(format!(
+                "volume {id}: staging path {} has another filesystem mounted ({} {})",
+                staging.display(),
+                m.source.to_string_lossy(),
+                m.dev
+            )));
+        }
+        let left = || deadline.saturating_duration_since(Instant::now());
+        match vfs::probe(device, left())? {
+            // A volume asked for read-only is never written, not even formatted.
+            vfs::Signature::Blank if how.readonly => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {id}: {} is blank and the access mode is read-only: it is not formatted",
+                    device.display()
+                )));
+            }
+            vfs::Signature::Blank => vfs::format(device, fs_type, left()).map_err(|e| {
+                Error::Program(format!("volume {id}: format {}: {e}", device.display()))
+            })?,
+            vfs::Signature::Filesystem(t) if t == fs_type => {}
+            vfs::Signature::Filesystem(t) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {id}: {} holds a {t} filesystem, not the {fs_type} asked for; it is not formatted over",
+                    device.display()
+                )));
+            }
+            vfs::Signature::PartitionTable(t) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {id}: {} holds a {t} partition table; it is not formatted over",
+                    device.display()
+                )));
+            }
+        }
+        let (mut mflags, data) = mounts::split_options(how.flags)?;
+        if how.readonly {
+            mflags |= rustix::mount::MountFlags::RDONLY;
+        }
+        mounts::mount_fs(device, staging, fs_type, mflags, &data)
+            .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
+    }
+
+    fn unstage(&self, id: &str, staging: &Path) -> Result<()> {
+        let deadline = Instant::now() + self.config.unstage_timeout;
+        let Some(mut record) = self.store.load(id)? else {
+            if let Some(m) = mounts::at(staging)? {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {id}: this node has no record of staging it, but {} is mounted at {}; not touched",
+                    m.source.to_string_lossy(),
+                    staging.display()
+                )));
+            }
+            return Ok(());
+        };
+        if record.staging_path != staging {
+            return Err(Error::InvalidArgument(format!(
+                "volume {id} is staged at {}, not at {}",
+                record.staging_path.display(),
+                staging.display()
+            )));
+        }
+        if matches!(record.access, Access::Mount { .. }) {
+            if let Some(m) = mounts::at(staging)? {
+                let elsewhere: Vec<String> = mounts::table()?
+                    .into_iter()
+                    .filter(|o| o.dev == m.dev && o.mount_point != m.mount_point)
+                    .map(|o| o.mount_point.display().to_string())
+                    .collect();
+                if !elsewhere.is_empty() {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {id} is still published at {}; nothing was removed",
+                        elsewhere.join(", ")
+                    )));
+                }
+                mounts::unmount_all(staging).map_err(|e| match e {
+                    Error::FailedPrecondition(m) => {
+                        Error::FailedPrecondition(format!("volume {id}: {m}; nothing was removed"))
+                    }
+                    other => other,
+                })?;
+            }
+            record.phase = Phase::Attaching;
+            self.store.save(&record)?;
+        }
+        let root = self.root();
+        let others = |store: &Store| -> Result<bool> {
+            Ok(store
+                .all()?
+                .into_iter()
+                .any(|r| r.volume_id != id && r.target.same_target(&record.target)))
+        };
+        let what = format!("volume {id}: detach {}", record.target.describe());
+        let mut opts = DetachOptions::new(root);
+        opts.timeout = deadline.saturating_duration_since(Instant::now());
+        match &record.target {
+            Target::Iscsi {
+                iqn,
+                portals,
+                iface,
+                lun,
+            } => {
+                let spec = match record.wwid.as_deref().map(str::parse) {
+                    Some(Ok(w)) => VolumeSpec::Wwid(w),
+                    _ => VolumeSpec::Iscsi {
+                        target: iqn.clone(),
+                        lun: *lun,
+                    },
+                };
+                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                let lock = self.target_lock(iqn);
+                let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                if !others(&self.store)? {
+                    iscsi::logout_unused(root, iqn, portals, iface.as_deref(), deadline)
+                        .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
+                }
+                // Gone from the records before the lock is let go: two volumes of one target
+                // unstaged together must not each see the other's record and both skip the
+                // logout.
+                self.store.remove(id)?;
+            }
+            Target::Nvme { nqn, nsid, .. } => {
+                let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
+                match nsid {
+                    // Deletes the controllers no other attached or used namespace needs.
+                    Some(n) => {
+                        let spec = VolumeSpec::Nvme {
+                            nqn,
+                            namespace: NamespaceSelector::Id(*n),
+                        };
+                        ops::detach(root, &spec, &opts)
+                            .map_err(|e| Error::lunkit(what.clone(), e))?;
+                    }
+                    // Stopped before the namespace was found: only connections may be left.
+                    None => {
+                        let lock = self.target_lock(&nqn.to_string());
+                        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        if !others(&self.store)? {
+                            let mut d = lunkit::nvme::DisconnectOptions::default();
+                            d.timeout = opts.timeout;
+                            lunkit::nvme::disconnect(root, &nqn, &d)
+                                .map_err(|e| Error::lunkit(what.clone(), e))?;
+                        }
+                        self.store.remove(id)?;
+                    }
+                }
+            }
+        }
+        // Idempotent: the branches above that decide on a logout removed it under the lock.
+        self.store.remove(id)
+    }
+
+    fn staged(&self, id: &str, call: &str) -> Result<Record> {
+        match self.store.load(id)? {
+            Some(r) if r.phase == Phase::Staged => Ok(r),
+            _ => Err(Error::FailedPrecondition(format!(
+                "{call}: volume {id} is not staged on this node"
+            ))),
+        }
+    }
+
+    fn publish(&self, req: &NodePublishVolumeRequest, block: bool, readonly: bool) -> Result<()> {
+        let id = req.volume_id.as_str();
+        let record = self.staged(id, "NodePublishVolume")?;
+        if record.staging_path != Path::new(&req.staging_target_path) {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {id} is staged at {}, not at {}",
+                record.staging_path.display(),
+                req.staging_target_path
+            )));
+        }
+        if block != matches!(record.access, Access::Block) {
+            return Err(Error::InvalidArgument(format!(
+                "volume {id} was staged for {:?} access, and is published for {} access",
+                record.access,
+                if block { "block" } else { "mount" }
+            )));
+        }
+        let target = Path::new(&req.target_path);
+        let source = if block {
+            record.device.clone().ok_or_else(|| {
+                Error::Internal(format!("volume {id}: its record names no device"))
+            })?
+        } else {
+            record.staging_path.clone()
+        };
+        if let Some(m) = mounts::at(target)? {
+            // Published here already: the same source is success, another is a conflict.
+            let same = if block {
+                m.device_node()
+                    .is_some_and(|n| source.ends_with(n.strip_prefix("/").unwrap_or(n)))
+            } else {
+                mounts::at(&record.staging_path)?.is_some_and(|s| s.dev == m.dev)
+            };
+            if same {
+                return Ok(());
+            }
+            return Err(Error::AlreadyExists(format!(
+                "volume {id}: {} has something else mounted ({})",
+                target.display(),
+                m.source.to_string_lossy()
+            )));
+        }
+        if block {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(io_err(format!("volume {id}: create {}", parent.display())))?;
+            }
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(target)
+                .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
+        } else {
+            fs::create_dir_all(target)
+                .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
+        }
+        mounts::bind(&source, target, readonly)
+            .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
+    }
+
+    fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
+        mounts::unmount_all(target).map_err(|e| match e {
+            Error::FailedPrecondition(m) => Error::FailedPrecondition(format!("volume {id}: {m}")),
+            other => Error::Internal(format!("volume {id}: {other}")),
+        })?;
+        let removed = match fs::symlink_metadata(target) {
+            Ok(md) if md.is_dir() => fs::remove_dir(target),
+            Ok(_) => fs::remove_file(target),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))
+    }
+
+    fn stats(&self, id: &str, path: &Path) -> Result<NodeGetVolumeStatsResponse> {
+        if !path.exists() {
+            return Err(Error::NotFound(format!(
+                "volume {id}: volume path {} does not exist",
+                path.display()
+            )));
+        }
+        let record = self
+            .store
+            .load(id)?
+            .ok_or_else(|| Error::NotFound(format!("volume {id} is not staged on this node")))?;
+        let mut usage = Vec::new();
+        match record.access {
+            Access::Mount { .. } => {
+                let st = rustix::fs::statvfs(path).map_err(|e| {
+                    Error::Internal(format!("volume {id}: statvfs {}: {e}", path.display()))
+                })?;
+                let frsize = st.f_frsize;
+                let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                usage.push(VolumeUsage {
+                    total: clamp(st.f_blocks.saturating_mul(frsize)),
+                    available: clamp(st.f_bavail.saturating_mul(frsize)),
+                    used: clamp(
+                        st.f_blocks
+                            .saturating_sub(st.f_bfree)
+                            .saturating_mul(frsize),
+                    ),
+                    unit: volume_usage::Unit::Bytes as i32,
+                });
+                usage.push(VolumeUsage {
+                    total: clamp(st.f_files),
+                    available: clamp(st.f_favail),
+                    used: clamp(st.f_files.saturating_sub(st.f_ffree)),
+                    unit: volume_usage::Unit::Inodes as i32,
+                });
+            }
+            Access::Block => {
+                let size = self.device_size(id, &record)?;
+                usage.push(VolumeUsage {
+                    total: i64::try_from(size).unwrap_or(i64::MAX),
+                    available: 0,
+                    used: 0,
+                    unit: volume_usage::Unit::Bytes as i32,
+                });
+            }
+        }
+        Ok(NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: Some(self.condition(&record)),
+        })
+    }
+
+    fn device_size(&self, id: &str, record: &Record) -> Result<u64> {
+        let device = record
+            .device
+            .as_ref()
+            .ok_or_else(|| Error::Internal(format!("volume {id}: its record names no device")))?;
+        let node = lunkit::block::resolve(self.root(), &device.to_string_lossy())
+            .map_err(|e| Error::lunkit(format!("volume {id}: {}", device.display()), e))?
+            .ok_or_else(|| Error::NotFound(format!("volume {id}: {} is gone", device.display())))?;
+        lunkit::block::size(&node).map_err(|e| Error::lunkit(format!("volume {id}: size"), e))
+    }
+
+    /// Abnormal when a path is not running, or no path is left.
+    fn condition(&self, record: &Record) -> VolumeCondition {
+        let abnormal = |message: String| VolumeCondition {
+            abnormal: true,
+            message,
+        };
+        let root = self.root();
+        if let Target::Nvme { nqn, .. } = &record.target {
+            let controllers = nqn
+                .parse::<lunkit::Nqn>()
+                .and_then(|n| lunkit::nvme::controllers_of(root, &n));
+            return match controllers {
+                Err(e) => abnormal(format!("cannot look at the subsystem's controllers: {e}")),
+                Ok(c) if c.is_empty() => abnormal("no controller of the subsystem is left".into()),
+                Ok(c) => {
+                    let down: Vec<String> = c
+                        .iter()
+                        .filter(|c| c.state.as_deref() != Some("live"))
+                        .map(|c| {
+                            format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown"))
+                        })
+                        .collect();
+                    if down.is_empty() {
+                        VolumeCondition {
+                            abnormal: false,
+                            message: format!("{} controllers live", c.len()),
+                        }
+                    } else {
+                        abnormal(format!("controller {}", down.join(", ")))
+                    }
+                }
+            };
+        }
+        let Some(Ok(wwid)) = record.wwid.as_deref().map(str::parse) else {
+            return abnormal("the volume's WWID is not known".into());
+        };
+        let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+            .and_then(|id| ops::volume::locate(root, &id));
+        match state {
+            Err(e) => abnormal(format!("cannot look at the volume's paths: {e}")),
+            Ok(s) if s.paths.is_empty() => abnormal("no path of the volume is left".into()),
+            Ok(s) => {
+                let down: Vec<String> = s
+                    .paths
+                    .iter()
+                    .filter(|p| p.state.as_deref() != Some("running"))
+                    .map(|p| format!("{} is {}", p.hctl, p.state.as_deref().unwrap_or("unknown")))
+                    .collect();
+                if down.is_empty() {
+                    VolumeCondition {
+                        abnormal: false,
+                        message: format!("{} paths running", s.paths.len()),
+                    }
+                } else {
+                    abnormal(format!("path {}", down.join(", ")))
+                }
+            }
+        }
+    }
+
+    fn expand(&self, id: &str, path: &Path, required: i64) -> Result<i64> {
+        let record = self.staged(id, "NodeExpandVolume")?;
+        if matches!(record.target, Target::Nvme { .. }) {
+            return Err(Error::Unimplemented(format!(
+                "volume {id}: expanding an NVMe namespace is not supported yet (lunkit::ops::resize is SCSI only)"
+            )));
+        }
+        let spec = match record.wwid.as_deref().map(str::parse) {
+            Some(Ok(w)) => VolumeSpec::Wwid(w),
+            _ => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {id}: its WWID is not known"
+                )));
+            }
+        };
+        let root = self.root();
+        let mut opts = ResizeOptions::new(root);
+        if required > 0 {
+            opts.expect_size = u64::try_from(required).ok();
+        }
+        let resized = ops::resize(root, &spec, &opts)
+            .map_err(|e| Error::lunkit(format!("volume {id}: resize"), e))?;
+        if let Access::Mount { fs_type } = &record.access {
+            let device = record.device.as_ref().ok_or_else(|| {
+                Error::Internal(format!("volume {id}: its record names no device"))
+            })?;
+            vfs::grow(device, path, fs_type, self.config.stage_timeout)
+                .map_err(|e| Error::Program(format!("volume {id}: grow the filesystem: {e}")))?;
+        }
+        Ok(i64::try_from(resized.size()).unwrap_or(i64::MAX))
+    }
+}
+
+type Reply<T> = std::result::Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<NodeStageVolumeRequest>,
+    ) -> Reply<NodeStageVolumeResponse> {
+        const CALL: &str = "NodeStageVolume";
+        let req = request.into_inner();
+        let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
+        required(&req.staging_target_path, "staging_target_path", CALL)?;
+        let (access, mode) = capability(req.volume_capability.as_ref(), CALL, &id)?;
+        let readonly = matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
+        let access = match access {
+            AccessType::Block(_) => Access::Block,
+            AccessType::Mount(m) => Access::Mount {
+                fs_type: fs_type_of(m)?,
+            },
+        };
+        let vol = attrs::parse(&id, &req.volume_context)?;
+        let slot = self.slot(&id)?;
+        self.blocking(CALL, slot, move |inner| {
+            inner.stage(&req, vol, access, readonly)
+        })
+        .await?;
+        Ok(Response::new(NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<NodeUnstageVolumeRequest>,
+    ) -> Reply<NodeUnstageVolumeResponse> {
+        const CALL: &str = "NodeUnstageVolume";
+        let req = request.into_inner();
+        let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
+        let staging = PathBuf::from(required(
+            &req.staging_target_path,
+            "staging_target_path",
+            CALL,
+        )?);
+        let slot = self.slot(&id)?;
+        self.blocking(CALL, slot, move |inner| inner.unstage(&id, &staging))
+            .await?;
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Reply<NodePublishVolumeResponse> {
+        const CALL: &str = "NodePublishVolume";
+        let req = request.into_inner();
+        let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
+        required(&req.staging_target_path, "staging_target_path", CALL)?;
+        required(&req.target_path, "target_path", CALL)?;
+        let (access, mode) = capability(req.volume_capability.as_ref(), CALL, &id)?;
+        let block = matches!(access, AccessType::Block(_));
+        let readonly =
+            req.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
+        let slot = self.slot(&id)?;
+        self.blocking(CALL, slot, move |inner| {
+            inner.publish(&req, block, readonly)
+        })
+        .await?;
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Reply<NodeUnpublishVolumeResponse> {
+        const CALL: &str = "NodeUnpublishVolume";
+        let req = request.into_inner();
+        let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
+        let target = PathBuf::from(required(&req.target_path, "target_path", CALL)?);
+        let slot = self.slot(&id)?;
+        self.blocking(CALL, slot, move |inner| inner.unpublish(&id, &target))
+            .await?;
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<NodeGetVolumeStatsRequest>,
+    ) -> Reply<NodeGetVolumeStatsResponse> {
+        const CALL: &str = "NodeGetVolumeStats";
+        let req = request.into_inner();
+        let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
+        let path = PathBuf::from(required(&req.volume_path, "volume_path", CALL)?);
+        // Stats take no slot: they change nothing and must not make a stage or unstage abort.
+        let inner = self.inner.clone();
+        let r = tokio::task::spawn_blocking(move || inner.stats(&id, &path))
+            .await
+            .map_err(|e| Status::internal(format!("the worker failed: {e}")))??;
+        Ok(Response::new(r))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<NodeExpandVolumeRequest>,
+    ) -> Reply<NodeExpandVolumeResponse> {
+        const CALL: &str = "NodeExpandVolume";
+        let req = request.into_inner();
+        let id = required(&req.volume_id, "volume_id", CALL)?.to_owned();
+        let path = PathBuf::from(required(&req.volume_path, "volume_path", CALL)?);
+        let want = req.capacity_range.map_or(0, |c| c.required_bytes);
+        if want < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{CALL}: volume {id}: required_bytes is negative"
+            ))
+            .into());
+        }
+        let slot = self.slot(&id)?;
+        let capacity_bytes = self
+            .blocking(CALL, slot, move |inner| inner.expand(&id, &path, want))
+            .await?;
+        Ok(Response::new(NodeExpandVolumeResponse { capacity_bytes }))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Reply<NodeGetCapabilitiesResponse> {
+        use node_service_capability::{Rpc, Type, rpc::Type as T};
+        let capabilities = [
+            T::StageUnstageVolume,
+            T::GetVolumeStats,
+            T::ExpandVolume,
+            T::VolumeCondition,
+        ]
+        .into_iter()
+        .map(|t| NodeServiceCapability {
+            r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+        })
+        .collect();
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_get_info(&self, _: Request<NodeGetInfoRequest>) -> Reply<NodeGetInfoResponse> {
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.inner.config.node_id.clone(),
+            max_volumes_per_node: self.inner.config.max_volumes,
+            accessible_topology: None,
+        }))
+    }
+}

@@ -1,0 +1,89 @@
+//! Serving the Identity and Node services on a Unix socket, and a client for the same socket
+//! (the tests', and any tool's).
+
+use std::path::{Path, PathBuf};
+
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Server, Uri};
+
+use crate::error::{Error, Result};
+use crate::identity::IdentityService;
+use crate::node::NodeService;
+use crate::proto::identity_client::IdentityClient;
+use crate::proto::identity_server::IdentityServer;
+use crate::proto::node_client::NodeClient;
+use crate::proto::node_server::NodeServer;
+
+/// The socket path of a `unix:///path` (or `unix:/path`, or a plain absolute path) endpoint.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
+    let path = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .unwrap_or(endpoint);
+    if !path.starts_with('/') {
+        return Err(Error::InvalidArgument(format!(
+            "endpoint {endpoint:?} is not unix:///absolute/path"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Binds `path`, replacing a stale socket left by an earlier run (and only a socket).
+pub fn bind(path: &Path) -> Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if !md.file_type().is_socket() {
+            return Err(Error::InvalidArgument(format!(
+                "{} exists and is not a socket",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path).map_err(|e| {
+            Error::Internal(format!("remove the old socket {}: {e}", path.display()))
+        })?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Internal(format!("create {}: {e}", dir.display())))?;
+    }
+    UnixListener::bind(path).map_err(|e| Error::Internal(format!("bind {}: {e}", path.display())))
+}
+
+/// Serves both services on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: UnixListener,
+    identity: IdentityService,
+    node: NodeService,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    Server::builder()
+        .add_service(IdentityServer::new(identity))
+        .add_service(NodeServer::new(node))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await
+        .map_err(|e| Error::Internal(format!("the gRPC server failed: {e}")))
+}
+
+/// A channel to the plugin listening on the Unix socket `path`.
+pub async fn connect(path: &Path) -> Result<Channel> {
+    let path = path.to_path_buf();
+    // The URI is required by tonic but unused: every connection goes to the socket.
+    Endpoint::try_from("http://[::1]:50051")
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let s = UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+            }
+        }))
+        .await
+        .map_err(|e| Error::Internal(format!("connect to the plugin: {e}")))
+}
+
+/// Identity and Node clients over one channel.
+pub async fn clients(path: &Path) -> Result<(IdentityClient<Channel>, NodeClient<Channel>)> {
+    let ch = connect(path).await?;
+    Ok((IdentityClient::new(ch.clone()), NodeClient::new(ch)))
+}

@@ -1,0 +1,333 @@
+//! What NodeStageVolume learned about a volume, kept on disk so that NodeUnstageVolume (which
+//! gets only the volume id and the staging path) can take the volume out again, after a
+//! plugin restart too.
+//!
+//! One JSON file per volume in `<state-dir>/volumes/`, written atomically (a temporary file in
+//! the same directory, fsynced, renamed over the old one, the directory fsynced). The file
+//! name is derived from the volume id but never read back for meaning: the record holds the id
+//! and is checked against it.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The version of the record's layout; a record of another version is refused, not guessed.
+pub const RECORD_VERSION: u32 = 1;
+
+/// How far staging got: a record is written before anything is done to the node, so that an
+/// unstage after a crash midway knows what to undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Sessions may be logged in and the LUN scanned; nothing is mounted.
+    Attaching,
+    /// The volume is on the node (and mounted at the staging path, for mount access).
+    Staged,
+}
+
+/// How the volume is used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Access {
+    /// A raw block device.
+    Block,
+    /// A filesystem mounted at the staging path.
+    Mount {
+        /// Its type (`ext4`, `xfs`).
+        fs_type: String,
+    },
+}
+
+/// The transport and address of the volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "transport")]
+pub enum Target {
+    /// An iSCSI LUN.
+    Iscsi {
+        /// The target IQN.
+        iqn: String,
+        /// The portals staging logs in to.
+        portals: Vec<String>,
+        /// The open-iscsi interface, when not `default`.
+        iface: Option<String>,
+        /// The LUN.
+        lun: u64,
+    },
+    /// An NVMe/TCP namespace.
+    Nvme {
+        /// The subsystem NQN.
+        nqn: String,
+        /// The ports staging connects.
+        portals: Vec<String>,
+        /// The namespace id: given, or found by `device_uuid` once connected.
+        nsid: Option<u32>,
+        /// The namespace UUID the volume attributes named.
+        device_uuid: Option<String>,
+    },
+}
+
+impl Target {
+    /// `iSCSI iqn… LUN 3`, `NVMe nqn… namespace 1`: for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Iscsi { iqn, lun, .. } => format!("iSCSI {iqn} LUN {lun}"),
+            Target::Nvme {
+                nqn, nsid: Some(n), ..
+            } => format!("NVMe {nqn} namespace {n}"),
+            Target::Nvme {
+                nqn,
+                device_uuid: Some(u),
+                ..
+            } => format!("NVMe {nqn} namespace uuid {u}"),
+            Target::Nvme { nqn, .. } => format!("NVMe {nqn}"),
+        }
+    }
+
+    /// Whether two records name the same target (IQN or subsystem), so that one's teardown
+    /// must not log out of or disconnect what the other uses.
+    pub fn same_target(&self, other: &Target) -> bool {
+        match (self, other) {
+            (Target::Iscsi { iqn: a, .. }, Target::Iscsi { iqn: b, .. }) => a == b,
+            (Target::Nvme { nqn: a, .. }, Target::Nvme { nqn: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// One staged (or being staged) volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// [`RECORD_VERSION`].
+    pub version: u32,
+    /// The CO's volume id.
+    pub volume_id: String,
+    /// The staging path the CO gave.
+    pub staging_path: PathBuf,
+    /// How far staging got.
+    pub phase: Phase,
+    /// Where the volume is.
+    pub target: Target,
+    /// How it is used.
+    pub access: Access,
+    /// The WWID the volume's paths reported (multipath form, `36…`), once known.
+    pub wwid: Option<String>,
+    /// The device staging handed out: `/dev/dm-N` of the map, or of the single path.
+    pub device: Option<PathBuf>,
+}
+
+/// The records in a state directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// The records under `<state_dir>/volumes`, which is created (mode 0700) if missing.
+    pub fn open(state_dir: &Path) -> Result<Store> {
+        let dir = state_dir.join("volumes");
+        fs::create_dir_all(&dir).map_err(|e| {
+            Error::Internal(format!(
+                "cannot create state directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        Ok(Store { dir })
+    }
+
+    /// Where the record of `volume_id` is.
+    pub fn path(&self, volume_id: &str) -> PathBuf {
+        self.dir.join(file_name(volume_id))
+    }
+
+    /// The record of `volume_id`, `None` if there is none. A record that does not parse, or
+    /// is of another volume or version, is an error naming the file.
+    pub fn load(&self, volume_id: &str) -> Result<Option<Record>> {
+        let path = self.path(volume_id);
+        let text = match fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(Error::Internal(format!(
+                    "volume {volume_id}: cannot read state record {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        let record: Record = serde_json::from_slice(&text).map_err(|e| {
+            Error::Internal(format!(
+                "volume {volume_id}: state record {} does not parse: {e}",
+                path.display()
+            ))
+        })?;
+        if record.version != RECORD_VERSION || record.volume_id != volume_id {
+            return Err(Error::Internal(format!(
+                "volume {volume_id}: state record {} is of volume {:?}, version {} (expected version {RECORD_VERSION})",
+                path.display(),
+                record.volume_id,
+                record.version
+            )));
+        }
+        Ok(Some(record))
+    }
+
+    /// Writes `record` atomically: after a crash the old record or the new one is there,
+    /// never a torn one.
+    pub fn save(&self, record: &Record) -> Result<()> {
+        let path = self.path(&record.volume_id);
+        let fail = |what: &str, e: std::io::Error| {
+            Error::Internal(format!(
+                "volume {}: cannot {what} state record {}: {e}",
+                record.volume_id,
+                path.display()
+            ))
+        };
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_vec_pretty(record)
+            .map_err(|e| Error::Internal(format!("volume {}: {e}", record.volume_id)))?;
+        let mut f = fs::File::create(&tmp).map_err(|e| fail("create", e))?;
+        f.write_all(&text).map_err(|e| fail("write", e))?;
+        f.sync_all().map_err(|e| fail("sync", e))?;
+        drop(f);
+        fs::rename(&tmp, &path).map_err(|e| fail("rename", e))?;
+        sync_dir(&self.dir).map_err(|e| fail("sync the directory of", e))
+    }
+
+    /// Removes the record of `volume_id`; none is not an error.
+    pub fn remove(&self, volume_id: &str) -> Result<()> {
+        let path = self.path(volume_id);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.dir).map_err(|e| {
+                Error::Internal(format!(
+                    "volume {volume_id}: sync {}: {e}",
+                    self.dir.display()
+                ))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::Internal(format!(
+                "volume {volume_id}: cannot remove state record {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Every record that parses; the others are skipped (each is found by its own volume's
+    /// calls, which report it).
+    pub fn all(&self) -> Result<Vec<Record>> {
+        let entries = fs::read_dir(&self.dir).map_err(|e| {
+            Error::Internal(format!(
+                "cannot list state directory {}: {e}",
+                self.dir.display()
+            ))
+        })?;
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            if let Ok(text) = fs::read(&p) {
+                if let Ok(r) = serde_json::from_slice::<Record>(&text) {
+                    out.push(r);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// A file name for `volume_id`: its safe characters (at most 64) and a 64-bit FNV-1a hash of
+/// the whole id, so that ids differing only in unsafe characters or past the 64th get their
+/// own files, and no id can name a path outside the directory.
+pub fn file_name(volume_id: &str) -> String {
+    let safe: String = volume_id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(64)
+        .collect();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in volume_id.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{safe}-{hash:016x}.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> Record {
+        Record {
+            version: RECORD_VERSION,
+            volume_id: id.into(),
+            staging_path: "/var/lib/kubelet/plugins/staging/pv".into(),
+            phase: Phase::Attaching,
+            target: Target::Iscsi {
+                iqn: "iqn.2003-01.org.linux-iscsi.lunkit:lab".into(),
+                portals: vec!["127.0.0.1:3260".into(), "127.0.0.2:3260".into()],
+                iface: None,
+                lun: 3,
+            },
+            access: Access::Mount {
+                fs_type: "ext4".into(),
+            },
+            wwid: None,
+            device: None,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.load("pv-1").unwrap(), None);
+        let mut r = record("pv-1");
+        store.save(&r).unwrap();
+        assert_eq!(store.load("pv-1").unwrap(), Some(r.clone()));
+        r.phase = Phase::Staged;
+        r.wwid = Some("36001405a1b2c3d4e5f60718293a4b5c6".into());
+        r.device = Some("/dev/dm-0".into());
+        store.save(&r).unwrap();
+        assert_eq!(store.load("pv-1").unwrap(), Some(r.clone()));
+        assert_eq!(store.all().unwrap(), vec![r]);
+        let names: Vec<_> = fs::read_dir(dir.path().join("volumes"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+        store.remove("pv-1").unwrap();
+        store.remove("pv-1").unwrap();
+        assert_eq!(store.load("pv-1").unwrap(), None);
+    }
+
+    #[test]
+    fn a_record_of_another_volume_or_torn_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.save(&record("pv-1")).unwrap();
+        fs::copy(store.path("pv-1"), store.path("pv-2")).unwrap();
+        let e = store.load("pv-2").unwrap_err().to_string();
+        assert!(e.contains("is of volume \"pv-1\""), "{e}");
+        fs::write(store.path("pv-3"), b"{\"version\": 1, \"volu").unwrap();
+        let e = store.load("pv-3").unwrap_err().to_string();
+        assert!(e.contains("does not parse"), "{e}");
+    }
+
+    #[test]
+    fn file_names_stay_in_the_directory_and_differ_per_id() {
+        let a = file_name("../../etc/passwd");
+        assert!(!a.contains('/'), "{a}");
+        assert!(a.starts_with("....etcpasswd-"), "{a}");
+        assert_ne!(file_name("pv/1"), file_name("pv1"));
+        assert_ne!(file_name(&"x".repeat(100)), file_name(&"x".repeat(101)));
+        assert!(file_name(&"x".repeat(1000)).len() < 100);
+    }
+}

@@ -1,0 +1,1031 @@
+//! VM tests of the CSI node plugin (`lunkit-csi`, issue 17): a CSI client speaking gRPC over
+//! the plugin's Unix socket plays kubelet's sequence on an LIO target with two portals and
+//! multipathd running: stage, publish to two pods, write, unpublish both, unstage, for a raw
+//! block volume and for a filesystem volume. The plugin logs in and out itself. After each,
+//! the data is checked in the target's backing file and nothing is left on the node.
+//!
+//! Run by `cargo xtask test` inside the QEMU guest (ignored on the host); the plugin binary
+//! comes from `LUNKIT_CSI_BIN`.
+
+// The tests start the plugin and read the lab with the fixtures' tools.
+#![allow(clippy::disallowed_methods)]
+
+use lunkit_lab as support;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use lunkit_csi::proto::volume_capability::{
+    AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode,
+};
+use lunkit_csi::proto::*;
+use lunkit_csi::{Client, Code};
+use support::child::{Finished, Running};
+use support::iscsi;
+use support::lio::{LioConfig, LioTarget};
+use support::lio_grow::GrowTarget;
+use support::multipath::{self, Multipathd};
+use support::nvmet;
+use support::{cmd, require_vm, wait};
+
+const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi";
+const PORTALS: [&str; 2] = ["127.0.0.1:3260", "127.0.0.2:3260"];
+const GROW_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi-grow";
+const NVME_NQN: &str = "nqn.2014-08.org.lunkit:csi";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f81";
+const HOSTID: &str = "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f81";
+const BASE: &str = "/tmp/lunkit-csi-vm";
+const LUN_SIZE: u64 = 32 << 20;
+
+/// The target (two LUNs on fileio, or one growable LUN), iscsid, multipathd and the plugin;
+/// no session: the plugin logs in. Dropping it tears everything down in the safe order.
+struct Lab {
+    plugin: Option<Running>,
+    multipathd: Option<Multipathd>,
+    started_iscsid: bool,
+    target: Option<LioTarget>,
+    growable: Option<GrowTarget>,
+    nvmet: Option<nvmet::Target>,
+    /// `/etc/nvme` was made by the test, for the host NQN the plugin reads.
+    made_etc_nvme: bool,
+}
+
+impl Lab {
+    /// Two 32 MiB LUNs on fileio backstores (`/tmp/lunkit-lio/lunN.img`), target [`IQN`].
+    fn build() -> Lab {
+        Lab::prepare(
+            Some(
+                LioTarget::create(LioConfig {
+                    iqn: IQN.into(),
+                    luns: 2,
+                    lun_size: LUN_SIZE,
+                    portals: PORTALS.iter().map(|p| (*p).to_owned()).collect(),
+                })
+                .expect("the LIO target"),
+            ),
+            None,
+        )
+    }
+
+    /// One LUN of `size` that grows ([`GrowTarget`]), target [`GROW_IQN`].
+    fn build_growable(size: u64) -> Lab {
+        let t = GrowTarget::create(GROW_IQN, &PORTALS, size).expect("the growable target");
+        Lab::prepare(None, Some(t))
+    }
+
+    /// An nvmet subsystem with one 32 MiB namespace on the two lab ports, this node's NVMe
+    /// host identity in `/etc/nvme` (where the plugin reads it), and no iSCSI or multipathd.
+    fn build_nvme() -> Lab {
+        let _ = fs::remove_dir_all(BASE);
+        fs::create_dir_all(BASE).unwrap();
+        let made_etc_nvme = !Path::new("/etc/nvme").exists();
+        fs::create_dir_all("/etc/nvme").unwrap();
+        fs::write("/etc/nvme/hostnqn", format!("{HOSTNQN}\n")).unwrap();
+        fs::write("/etc/nvme/hostid", format!("{HOSTID}\n")).unwrap();
+        let t = nvmet::Target::builder()
+            .nqn(NVME_NQN)
+            .namespace(LUN_SIZE)
+            .build()
+            .expect("the nvmet target");
+        let mut lab = Lab {
+            plugin: None,
+            multipathd: None,
+            started_iscsid: false,
+            target: None,
+            growable: None,
+            nvmet: Some(t),
+            made_etc_nvme,
+        };
+        lab.start_plugin();
+        lab
+    }
+
+    fn prepare(target: Option<LioTarget>, growable: Option<GrowTarget>) -> Lab {
+        let _ = fs::remove_dir_all(BASE);
+        fs::create_dir_all(BASE).unwrap();
+        let mut lab = Lab {
+            plugin: None,
+            multipathd: None,
+            started_iscsid: false,
+            target,
+            growable,
+            nvmet: None,
+            made_etc_nvme: false,
+        };
+        lab.started_iscsid = iscsi::ensure_iscsid().expect("iscsid");
+        lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
+        lab.start_plugin();
+        lab
+    }
+
+    fn socket() -> PathBuf {
+        Path::new(BASE).join("csi.sock")
+    }
+
+    /// Starts the plugin (again) and waits until it answers a probe.
+    fn start_plugin(&mut self) {
+        assert!(self.plugin.is_none(), "the plugin runs already");
+        let bin =
+            std::env::var("LUNKIT_CSI_BIN").expect("LUNKIT_CSI_BIN is set by cargo xtask test");
+        let plugin = Running::spawn(Command::new(bin).args([
+            "--endpoint",
+            &format!("unix://{}", Lab::socket().display()),
+            "--nodeid",
+            "vm",
+            "--state-dir",
+            &format!("{BASE}/state"),
+            // multipathd builds a map slowly under TCG; the plugin's own deadline, not the test's.
+            "--timeout",
+            "600",
+        ]))
+        .expect("start lunkit-csi");
+        self.plugin = Some(plugin);
+        wait::until(
+            "the plugin to answer a probe",
+            Duration::from_secs(60),
+            || {
+                Ok(Client::connect(&Lab::socket())
+                    .ok()
+                    .and_then(|mut c| c.probe(ProbeRequest {}).ok()))
+            },
+        )
+        .expect("the plugin answers");
+    }
+
+    /// Stops the plugin with `signal` (`TERM`, `KILL`) and returns how it ended; `None` if it
+    /// was not running.
+    fn stop_plugin(&mut self, signal: &str) -> Option<Finished> {
+        let p = self.plugin.take()?;
+        cmd::run_ignoring_failure("kill", &[&format!("-{signal}"), &p.pid().to_string()]);
+        let limit = p.elapsed() + Duration::from_secs(30);
+        Some(p.wait(limit))
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&Lab::socket()).expect("connect to the plugin")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // SIGTERM: the plugin stops serving and exits on its own.
+        if let Some(done) = self.stop_plugin("TERM") {
+            eprintln!("lunkit-csi: {}", done.describe());
+        }
+        // Whatever a failed test left mounted under BASE, innermost first.
+        let mut left: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+            .filter(|m| m.starts_with(BASE))
+            .collect();
+        left.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in left {
+            cmd::run_ignoring_failure("umount", &[&m]);
+        }
+        for l in loops_on(BASE) {
+            cmd::run_ignoring_failure("losetup", &["-d", &l]);
+        }
+        match self.multipathd.take() {
+            Some(m) => {
+                let _ = m.stop();
+            }
+            None => {
+                let _ = multipath::flush_all();
+            }
+        }
+        iscsi::logout_all();
+        if self.started_iscsid {
+            let _ = iscsi::stop_iscsid();
+        }
+        if let Some(t) = self.target.take() {
+            let _ = t.teardown();
+        }
+        if let Some(t) = self.growable.take() {
+            let _ = t.teardown();
+        }
+        if let Some(t) = self.nvmet.take() {
+            for c in nvme_controllers() {
+                let _ = fs::write(format!("/sys/class/nvme/{c}/delete_controller"), "1");
+            }
+            let _ = t.teardown();
+        }
+        if self.made_etc_nvme {
+            let _ = fs::remove_dir_all("/etc/nvme");
+        }
+        let _ = fs::remove_dir_all(BASE);
+    }
+}
+
+/// Bound loop devices whose backing file is under `dir` (`/dev/loopN`).
+fn loops_on(dir: &str) -> Vec<String> {
+    support::sysfs::names("/sys/block")
+        .into_iter()
+        .filter(|n| n.starts_with("loop"))
+        .filter(|n| {
+            support::sysfs::attr(format!("/sys/block/{n}/loop/backing_file"))
+                .is_some_and(|b| b.starts_with(dir))
+        })
+        .map(|n| format!("/dev/{n}"))
+        .collect()
+}
+
+fn capability(block: bool, mode: Mode) -> Option<VolumeCapability> {
+    Some(VolumeCapability {
+        access_type: Some(if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            })
+        }),
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+    })
+}
+
+/// csi-driver-iscsi's attributes: the first portal, the others as a JSON list.
+fn attributes(iqn: &str, lun: u32) -> HashMap<String, String> {
+    HashMap::from([
+        ("targetPortal".to_owned(), PORTALS[0].to_owned()),
+        ("portals".to_owned(), format!("[\"{}\"]", PORTALS[1])),
+        ("iqn".to_owned(), iqn.to_owned()),
+        ("lun".to_owned(), lun.to_string()),
+    ])
+}
+
+/// Deterministic bytes (xorshift), different per seed.
+fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn backing_file(lun: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/lunkit-lio/lun{lun}.img"))
+}
+
+/// The sessions to our target, as `portal` strings.
+fn our_sessions() -> Vec<String> {
+    let mut v: Vec<String> = iscsi::sessions()
+        .into_iter()
+        .filter(|s| s.target == IQN || s.target == GROW_IQN)
+        .map(|s| s.portal)
+        .collect();
+    v.sort();
+    v
+}
+
+/// Nothing of the volume is left on the node: no session, no map, no SCSI disk of the
+/// target, no stage record, nothing mounted under BASE.
+fn assert_node_clean() {
+    assert_eq!(our_sessions(), Vec::<String>::new(), "sessions left");
+    assert_eq!(multipath::maps(), Vec::new(), "multipath maps left");
+    let lio_disks: Vec<String> = support::sysfs::names("/sys/class/scsi_device")
+        .into_iter()
+        .filter(|d| {
+            support::sysfs::attr(format!("/sys/class/scsi_device/{d}/device/vendor"))
+                .is_some_and(|v| v.trim() == "LIO-ORG")
+        })
+        .collect();
+    assert_eq!(lio_disks, Vec::<String>::new(), "LIO SCSI devices left");
+    let records: Vec<_> = fs::read_dir(format!("{BASE}/state/volumes"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(records.is_empty(), "stage records left: {records:?}");
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let ours: Vec<&str> = mounts.lines().filter(|l| l.contains(BASE)).collect();
+    assert!(ours.is_empty(), "mounts left: {ours:?}");
+}
+
+fn stage_req(id: &str, lun: u32, block: bool) -> NodeStageVolumeRequest {
+    stage_req_on(IQN, id, lun, block)
+}
+
+fn stage_req_on(iqn: &str, id: &str, lun: u32, block: bool) -> NodeStageVolumeRequest {
+    let staging = format!("{BASE}/plugins/staging/{id}");
+    fs::create_dir_all(&staging).unwrap();
+    NodeStageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging,
+        volume_capability: capability(block, Mode::SingleNodeWriter),
+        volume_context: attributes(iqn, lun),
+        ..Default::default()
+    }
+}
+
+fn publish_req(
+    stage: &NodeStageVolumeRequest,
+    pod: &str,
+    readonly: bool,
+) -> NodePublishVolumeRequest {
+    let pod_dir = format!("{BASE}/pods/{pod}/volumes");
+    fs::create_dir_all(&pod_dir).unwrap();
+    NodePublishVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        staging_target_path: stage.staging_target_path.clone(),
+        target_path: format!("{pod_dir}/{}", stage.volume_id),
+        volume_capability: stage.volume_capability.clone(),
+        readonly,
+        volume_context: stage.volume_context.clone(),
+        ..Default::default()
+    }
+}
+
+fn unpublish(c: &mut Client, p: &NodePublishVolumeRequest) {
+    let req = NodeUnpublishVolumeRequest {
+        volume_id: p.volume_id.clone(),
+        target_path: p.target_path.clone(),
+    };
+    c.node_unpublish_volume(req.clone()).expect("unpublish");
+    c.node_unpublish_volume(req)
+        .expect("unpublish again (idempotent)");
+    assert!(
+        !Path::new(&p.target_path).exists(),
+        "{} left",
+        p.target_path
+    );
+}
+
+fn unstage_req(s: &NodeStageVolumeRequest) -> NodeUnstageVolumeRequest {
+    NodeUnstageVolumeRequest {
+        volume_id: s.volume_id.clone(),
+        staging_target_path: s.staging_target_path.clone(),
+    }
+}
+
+/// The multipath map over both paths exists (the plugin logged in through both portals and
+/// waited for multipathd's map).
+fn assert_staged_on_both_paths() {
+    assert_eq!(our_sessions(), PORTALS.to_vec(), "one session per portal");
+    let maps = multipath::maps();
+    assert_eq!(maps.len(), 1, "one map: {maps:?}");
+    assert_eq!(maps[0].paths.len(), 2, "both paths in the map: {maps:?}");
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn block_volume_through_kubelets_sequence() {
+    require_vm();
+    let mut lab = Lab::build();
+    let mut c = lab.client();
+    let info = c
+        .get_plugin_info(GetPluginInfoRequest {})
+        .expect("plugin info");
+    assert_eq!(info.name, "csi.lunkit.invalid");
+
+    let stage = stage_req("pv-block", 0, true);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    assert_staged_on_both_paths();
+    c.node_stage_volume(stage.clone())
+        .expect("stage again (idempotent)");
+    assert_staged_on_both_paths();
+
+    let a = publish_req(&stage, "a", false);
+    let b = publish_req(&stage, "b", false);
+    for p in [&a, &b] {
+        c.node_publish_volume(p.clone()).expect("publish");
+        c.node_publish_volume(p.clone())
+            .expect("publish again (idempotent)");
+    }
+
+    // Pod a writes through its bind mount of the device node and syncs.
+    let data = random(256 << 10, 17);
+    let offset = 4 << 20;
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&a.target_path)
+            .expect("open pod a's device");
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&data).expect("write through pod a");
+        f.sync_all().unwrap();
+    }
+    // Pod b reads it back through its own bind mount.
+    {
+        let mut f = fs::File::open(&b.target_path).expect("open pod b's device");
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        let mut back = vec![0u8; data.len()];
+        f.read_exact(&mut back).unwrap();
+        assert!(back == data, "pod b reads what pod a wrote");
+    }
+
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            staging_target_path: stage.staging_target_path.clone(),
+        })
+        .expect("stats");
+    assert_eq!(stats.usage.len(), 1);
+    assert_eq!(
+        stats.usage[0].total, LUN_SIZE as i64,
+        "capacity of the block volume"
+    );
+    let cond = stats.volume_condition.expect("a condition");
+    assert!(!cond.abnormal, "condition: {}", cond.message);
+
+    // Still published: unstage must refuse and remove nothing.
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage while published");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("pv-block"), "{}", e.message());
+    assert_staged_on_both_paths();
+
+    // kubelet's block mapper: the publish path bind-mounted at the global map path, and a
+    // loop device on that (its "descriptor lock").
+    cmd::run("modprobe", &["loop"]).expect("load loop");
+    let global = format!("{BASE}/plugins/volumeDevices/pv-block/dev/a");
+    fs::create_dir_all(Path::new(&global).parent().unwrap()).unwrap();
+    fs::write(&global, b"").unwrap();
+    cmd::run("mount", &["--bind", &a.target_path, &global]).expect("kubelet's bind mount");
+    let lo = cmd::run("losetup", &["-f", "--show", &global]).expect("kubelet's loop device");
+    let lo = lo.trim().to_owned();
+    unpublish(&mut c, &a);
+    unpublish(&mut c, &b);
+    // The pods' publishes are gone, kubelet's hold is not: unstage refuses, nothing removed.
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage under kubelet's loop device");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert_staged_on_both_paths();
+    // kubelet's teardown: the loop device detached, then its bind mount unmounted. With only
+    // the bind mount left, unstage still refuses.
+    cmd::run("losetup", &["-d", &lo]).expect("detach the loop device");
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage under kubelet's bind mount");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains(&global),
+        "names the mount: {}",
+        e.message()
+    );
+    assert_staged_on_both_paths();
+    cmd::run("umount", &[&global]).expect("kubelet's unmount");
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    c.node_unstage_volume(unstage_req(&stage))
+        .expect("unstage again (idempotent)");
+    assert_node_clean();
+
+    let mut image = fs::File::open(backing_file(0)).unwrap();
+    image.seek(SeekFrom::Start(offset)).unwrap();
+    let mut on_target = vec![0u8; data.len()];
+    image.read_exact(&mut on_target).unwrap();
+    assert!(
+        on_target == data,
+        "the target's backing file holds what pod a wrote"
+    );
+    // SIGTERM with the client's connection still open, as kubelet keeps it: the plugin exits
+    // by itself, and cleanly.
+    let done = lab.stop_plugin("TERM").expect("the plugin ran");
+    assert!(
+        !done.overran && done.code() == Some(0),
+        "{}",
+        done.describe()
+    );
+    drop(c);
+    drop(lab);
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn filesystem_volume_through_kubelets_sequence() {
+    require_vm();
+    let lab = Lab::build();
+    let mut c = lab.client();
+
+    let stage = stage_req("pv-fs", 1, false);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    assert_staged_on_both_paths();
+    let blkid = cmd::run(
+        "blkid",
+        &["-p", "-o", "value", "-s", "TYPE", &multipath_dev()],
+    )
+    .expect("blkid");
+    assert_eq!(blkid.trim(), "ext4", "the blank LUN was formatted");
+    c.node_stage_volume(stage.clone())
+        .expect("stage again (idempotent)");
+
+    let a = publish_req(&stage, "a", false);
+    let b = publish_req(&stage, "b", true);
+    for p in [&a, &b] {
+        c.node_publish_volume(p.clone()).expect("publish");
+        c.node_publish_volume(p.clone())
+            .expect("publish again (idempotent)");
+    }
+    let data = random(192 << 10, 23);
+    {
+        let mut f =
+            fs::File::create(Path::new(&a.target_path).join("data")).expect("create in pod a");
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert!(
+        fs::read(Path::new(&b.target_path).join("data")).unwrap() == data,
+        "pod b sees pod a's file"
+    );
+    let ro = fs::File::create(Path::new(&b.target_path).join("nope"));
+    assert_eq!(
+        ro.map(drop).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EROFS)),
+        "pod b's publish is read-only"
+    );
+
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            staging_target_path: String::new(),
+        })
+        .expect("stats");
+    let bytes = stats
+        .usage
+        .iter()
+        .find(|u| u.unit == volume_usage::Unit::Bytes as i32)
+        .expect("bytes");
+    let inodes = stats
+        .usage
+        .iter()
+        .find(|u| u.unit == volume_usage::Unit::Inodes as i32)
+        .expect("inodes");
+    assert!(
+        bytes.total > 0 && bytes.total <= LUN_SIZE as i64,
+        "{bytes:?}"
+    );
+    assert!(bytes.used >= data.len() as i64, "{bytes:?}");
+    assert!(inodes.used > 0 && inodes.total > inodes.used, "{inodes:?}");
+
+    // Published in two pods: unstage refuses, nothing removed, the staging mount stays.
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage while published");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("still published"), "{}", e.message());
+    assert_staged_on_both_paths();
+    assert!(fs::read(Path::new(&a.target_path).join("data")).unwrap() == data);
+
+    unpublish(&mut c, &a);
+    unpublish(&mut c, &b);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    c.node_unstage_volume(unstage_req(&stage))
+        .expect("unstage again (idempotent)");
+    assert_node_clean();
+
+    // ext4 put the file's blocks somewhere on the LUN: find them, block-aligned, in the image.
+    let image = fs::read(backing_file(1)).unwrap();
+    let found = (0..image.len().saturating_sub(data.len()))
+        .step_by(1024)
+        .any(|off| image[off..off + data.len()] == data[..]);
+    assert!(
+        found,
+        "the target's backing file holds the file pod a wrote"
+    );
+    drop(lab);
+}
+
+/// The one multipath map's device node.
+fn multipath_dev() -> String {
+    let maps = multipath::maps();
+    format!("/dev/mapper/{}", maps[0].name)
+}
+
+/// The client's call runs on a thread while the plugin is killed (SIGKILL) at a point of its
+/// unstage; a restarted plugin then gets the call again, as kubelet repeats it, and the node
+/// ends clean. Each round stages anew (the LUN keeps its filesystem: staged again, it is
+/// mounted, not formatted) and kills later into the unstage, which takes about 1 to 3 s
+/// under TCG: the later rounds may find it finished, which must be fine too.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn unstage_killed_at_any_point_ends_clean_when_repeated() {
+    require_vm();
+    let mut lab = Lab::build();
+    for (round, delay_ms) in [30u64, 300, 600, 1000, 1600].into_iter().enumerate() {
+        let mut c = lab.client();
+        let stage = stage_req(&format!("pv-kill-{round}"), 0, false);
+        c.node_stage_volume(stage.clone()).expect("stage");
+        let data = random(64 << 10, 100 + round as u64);
+        {
+            let mut f = fs::File::create(Path::new(&stage.staging_target_path).join("data"))
+                .expect("create in the staged filesystem");
+            f.write_all(&data).unwrap();
+            f.sync_all().unwrap();
+        }
+        let req = unstage_req(&stage);
+        let call = std::thread::spawn(move || {
+            Client::connect(&Lab::socket())
+                .expect("connect")
+                .node_unstage_volume(req)
+                .map_err(|s| s.code())
+        });
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let said = lab.stop_plugin("KILL").expect("the plugin ran").describe();
+        let first = call.join().expect("the client thread");
+        eprintln!("round {round}: killed after {delay_ms} ms; the call gave {first:?}; {said}");
+        lab.start_plugin();
+        let mut c = lab.client();
+        c.node_unstage_volume(unstage_req(&stage))
+            .expect("unstage repeated after the restart");
+        assert_node_clean();
+        let image = fs::read(backing_file(0)).unwrap();
+        let found = (0..image.len().saturating_sub(data.len()))
+            .step_by(1024)
+            .any(|off| image[off..off + data.len()] == data[..]);
+        assert!(
+            found,
+            "round {round}: the file written before the unstage is on the target"
+        );
+    }
+    drop(lab);
+}
+
+/// A mounted filesystem volume grown online: the LUN grows on the target, NodeExpandVolume
+/// rescans both paths, grows the map and the filesystem, and the pod sees the room and keeps
+/// its data.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn expand_a_mounted_filesystem_volume_online() {
+    require_vm();
+    let lab = Lab::build_growable(64 << 20);
+    let mut c = lab.client();
+    let stage = stage_req_on(GROW_IQN, "pv-grow", 0, false);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    assert_staged_on_both_paths();
+    let a = publish_req(&stage, "a", false);
+    c.node_publish_volume(a.clone()).expect("publish");
+    let data = random(128 << 10, 31);
+    let file = Path::new(&a.target_path).join("data");
+    {
+        let mut f = fs::File::create(&file).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    let total = |c: &mut Client| {
+        let s = c
+            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                volume_id: stage.volume_id.clone(),
+                volume_path: a.target_path.clone(),
+                staging_target_path: String::new(),
+            })
+            .expect("stats");
+        s.usage
+            .iter()
+            .find(|u| u.unit == volume_usage::Unit::Bytes as i32)
+            .expect("bytes")
+            .total
+    };
+    let before = total(&mut c);
+    assert!(before > 0 && before <= 64 << 20, "{before}");
+
+    lab.growable
+        .as_ref()
+        .unwrap()
+        .grow(128 << 20)
+        .expect("grow the LUN");
+    let resp = c
+        .node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 128 << 20,
+                limit_bytes: 0,
+            }),
+            staging_target_path: stage.staging_target_path.clone(),
+            volume_capability: stage.volume_capability.clone(),
+            ..Default::default()
+        })
+        .expect("expand");
+    assert_eq!(resp.capacity_bytes, 128 << 20);
+    let after = total(&mut c);
+    assert!(
+        after > 64 << 20,
+        "the filesystem grew past the old LUN: {before} -> {after}"
+    );
+    assert!(
+        fs::read(&file).unwrap() == data,
+        "the data survived the growth"
+    );
+
+    unpublish(&mut c, &a);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    assert_node_clean();
+    drop(lab);
+}
+
+/// NodeGetVolumeStats's condition: normal with both paths running, abnormal naming the paths
+/// while the target's portal group is off (LIO closes the sessions), normal again once it is
+/// back on and the sessions recovered.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn stats_condition_is_abnormal_while_the_target_is_down() {
+    require_vm();
+    let lab = Lab::build();
+    let mut c = lab.client();
+    let stage = stage_req("pv-cond", 0, true);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    let a = publish_req(&stage, "a", false);
+    c.node_publish_volume(a.clone()).expect("publish");
+    let stats_req = NodeGetVolumeStatsRequest {
+        volume_id: stage.volume_id.clone(),
+        volume_path: a.target_path.clone(),
+        staging_target_path: String::new(),
+    };
+    let condition = |c: &mut Client| {
+        c.node_get_volume_stats(stats_req.clone())
+            .expect("stats")
+            .volume_condition
+            .expect("a condition")
+    };
+    let up = condition(&mut c);
+    assert!(!up.abnormal, "{}", up.message);
+
+    let enable = format!("/sys/kernel/config/target/iscsi/{IQN}/tpgt_1/enable");
+    fs::write(&enable, "0").expect("disable the TPG");
+    let down = wait::until("an abnormal condition", Duration::from_secs(120), || {
+        let cond = condition(&mut c);
+        Ok(cond.abnormal.then_some(cond))
+    });
+    fs::write(&enable, "1").expect("enable the TPG");
+    let down = down.expect("the condition turns abnormal");
+    assert!(down.message.starts_with("path "), "{}", down.message);
+    wait::until("a normal condition again", Duration::from_secs(300), || {
+        let cond = condition(&mut c);
+        Ok((!cond.abnormal).then_some(cond))
+    })
+    .expect("the condition turns normal when the sessions are back");
+
+    unpublish(&mut c, &a);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    assert_node_clean();
+    drop(lab);
+}
+
+/// The host's controllers of [`NVME_NQN`], from sysfs.
+fn nvme_controllers() -> Vec<String> {
+    support::sysfs::names("/sys/class/nvme")
+        .into_iter()
+        .filter(|c| {
+            support::sysfs::attr(format!("/sys/class/nvme/{c}/subsysnqn")).as_deref()
+                == Some(NVME_NQN)
+        })
+        .collect()
+}
+
+/// An NVMe/TCP filesystem volume named as csi-driver-nvmf names it (`targetTrAddr`,
+/// `targetTrPort`, `targetTrType`, `nqn`, `deviceUUID`) plus the second port in `portals`:
+/// stage connects both ports and finds the namespace by its UUID, two pods get it (one
+/// read-only), unstage refuses while they do, and after unpublish and unstage no controller,
+/// namespace device, record or mount is left, and the data is in the target's file.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
+    require_vm();
+    let lab = Lab::build_nvme();
+    let mut c = lab.client();
+    let target = lab.nvmet.as_ref().unwrap();
+    let uuid = target.namespace(1).unwrap().uuid.clone();
+    let mut stage = stage_req("pv-nvme", 0, false);
+    stage.volume_context = HashMap::from([
+        ("targetTrAddr".to_owned(), "127.0.0.1".to_owned()),
+        ("targetTrPort".to_owned(), "4420".to_owned()),
+        ("targetTrType".to_owned(), "tcp".to_owned()),
+        ("nqn".to_owned(), NVME_NQN.to_owned()),
+        ("deviceUUID".to_owned(), uuid.to_ascii_uppercase()),
+        ("portals".to_owned(), r#"["127.0.0.2:4420"]"#.to_owned()),
+    ]);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    assert_eq!(nvme_controllers().len(), 2, "a controller per port");
+    c.node_stage_volume(stage.clone())
+        .expect("stage again (idempotent)");
+    assert_eq!(nvme_controllers().len(), 2, "no controller more");
+
+    let a = publish_req(&stage, "a", false);
+    let b = publish_req(&stage, "b", true);
+    for p in [&a, &b] {
+        c.node_publish_volume(p.clone()).expect("publish");
+    }
+    let data = random(160 << 10, 47);
+    {
+        let mut f = fs::File::create(Path::new(&a.target_path).join("data")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert!(fs::read(Path::new(&b.target_path).join("data")).unwrap() == data);
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            staging_target_path: String::new(),
+        })
+        .expect("stats");
+    let cond = stats.volume_condition.expect("a condition");
+    assert!(!cond.abnormal, "{}", cond.message);
+    assert_eq!(cond.message, "2 controllers live");
+
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage while published");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert_eq!(nvme_controllers().len(), 2, "nothing removed");
+
+    unpublish(&mut c, &a);
+    unpublish(&mut c, &b);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    c.node_unstage_volume(unstage_req(&stage))
+        .expect("unstage again (idempotent)");
+    assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
+    let heads: Vec<String> = support::sysfs::names("/sys/block")
+        .into_iter()
+        .filter(|n| n.starts_with("nvme"))
+        .collect();
+    assert_eq!(heads, Vec::<String>::new(), "namespace devices left");
+    assert_node_clean();
+
+    let image = fs::read(target.file(1).unwrap()).unwrap();
+    let found = (0..image.len().saturating_sub(data.len()))
+        .step_by(1024)
+        .any(|off| image[off..off + data.len()] == data[..]);
+    assert!(found, "the target's file holds the file pod a wrote");
+    drop(lab);
+}
+
+/// Twenty raw-block volumes (LUNs 0 to 19 of one target) staged at once, each call on its own
+/// connection, then published, unpublished and unstaged at once: every volume gets its own
+/// 2-path map, the target's sessions are logged in once and out once, and nothing is left.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn twenty_volumes_staged_and_unstaged_in_parallel() {
+    const N: u32 = 20;
+    require_vm();
+    let lab = Lab::prepare(
+        Some(
+            LioTarget::create(LioConfig {
+                iqn: IQN.into(),
+                luns: N,
+                lun_size: 8 << 20,
+                portals: PORTALS.iter().map(|p| (*p).to_owned()).collect(),
+            })
+            .expect("the LIO target"),
+        ),
+        None,
+    );
+    let stages: Vec<NodeStageVolumeRequest> = (0..N)
+        .map(|lun| stage_req(&format!("pv-many-{lun}"), lun, true))
+        .collect();
+    let each = |f: &(dyn Fn(&mut Client, &NodeStageVolumeRequest) + Sync)| {
+        std::thread::scope(|s| {
+            for st in &stages {
+                s.spawn(move || f(&mut Client::connect(&Lab::socket()).expect("connect"), st));
+            }
+        });
+    };
+    each(&|c, st| {
+        c.node_stage_volume(st.clone())
+            .unwrap_or_else(|e| panic!("stage {}: {e:?}", st.volume_id));
+    });
+    assert_eq!(our_sessions(), PORTALS.to_vec(), "one session per portal");
+    let maps = multipath::maps();
+    assert_eq!(maps.len(), N as usize, "a map per volume: {maps:?}");
+    assert!(maps.iter().all(|m| m.paths.len() == 2), "{maps:?}");
+    each(&|c, st| {
+        let p = publish_req(st, "a", false);
+        c.node_publish_volume(p.clone())
+            .unwrap_or_else(|e| panic!("publish {}: {e:?}", st.volume_id));
+        unpublish(c, &p);
+    });
+    each(&|c, st| {
+        c.node_unstage_volume(unstage_req(st))
+            .unwrap_or_else(|e| panic!("unstage {}: {e:?}", st.volume_id));
+    });
+    assert_node_clean();
+    drop(lab);
+}
+
+/// A read-only access mode: a blank LUN is refused (FAILED_PRECONDITION), not formatted, and
+/// the unstage that follows the failed stage leaves the node clean; a LUN with a filesystem
+/// is staged read-only, and its data is read through the publish while writes fail.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn read_only_access_never_formats_and_mounts_read_only() {
+    require_vm();
+    let lab = Lab::build();
+    let mut c = lab.client();
+    let mut blank = stage_req("pv-ro-blank", 1, false);
+    blank.volume_capability = capability(false, Mode::SingleNodeReaderOnly);
+    let e = c
+        .node_stage_volume(blank.clone())
+        .expect_err("stage of a blank LUN read-only");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("not formatted"), "{}", e.message());
+    let probe = cmd::run_bounded(
+        "blkid",
+        &["-p", &backing_file(1).display().to_string()],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        probe.status.and_then(|s| s.code()),
+        Some(2),
+        "blkid finds nothing on the LUN: {probe:?}"
+    );
+    c.node_unstage_volume(unstage_req(&blank))
+        .expect("unstage after the failed stage");
+    assert_node_clean();
+
+    // A filesystem made by a writer's stage, then the volume staged read-only.
+    let writer = stage_req("pv-ro", 0, false);
+    c.node_stage_volume(writer.clone()).expect("stage to write");
+    let data = random(32 << 10, 59);
+    fs::write(Path::new(&writer.staging_target_path).join("data"), &data).unwrap();
+    c.node_unstage_volume(unstage_req(&writer))
+        .expect("unstage");
+    let mut reader = writer.clone();
+    reader.volume_capability = capability(false, Mode::SingleNodeReaderOnly);
+    c.node_stage_volume(reader.clone())
+        .expect("stage read-only");
+    let mut p = publish_req(&reader, "a", false);
+    p.volume_capability = reader.volume_capability.clone();
+    c.node_publish_volume(p.clone()).expect("publish");
+    assert!(fs::read(Path::new(&p.target_path).join("data")).unwrap() == data);
+    for dir in [&p.target_path, &reader.staging_target_path] {
+        let w = fs::File::create(Path::new(dir).join("nope"));
+        assert_eq!(
+            w.map(drop).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EROFS)),
+            "{dir} is read-only"
+        );
+    }
+    unpublish(&mut c, &p);
+    c.node_unstage_volume(unstage_req(&reader))
+        .expect("unstage");
+    assert_node_clean();
+    drop(lab);
+}
+
+/// An NVMe/TCP raw-block volume named by `nsid` (lunkit's key) over both ports: published to
+/// a pod, written through the device node, and after unpublish and unstage the bytes are in
+/// the target's file and no controller is left.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn nvme_block_volume_by_nsid_through_kubelets_sequence() {
+    require_vm();
+    let lab = Lab::build_nvme();
+    let mut c = lab.client();
+    let mut stage = stage_req("pv-nvme-block", 0, true);
+    stage.volume_context = HashMap::from([
+        ("targetTrAddr".to_owned(), "127.0.0.1".to_owned()),
+        ("nqn".to_owned(), NVME_NQN.to_owned()),
+        ("nsid".to_owned(), "1".to_owned()),
+        ("portals".to_owned(), r#"["127.0.0.2:4420"]"#.to_owned()),
+    ]);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    assert_eq!(nvme_controllers().len(), 2, "a controller per port");
+    let a = publish_req(&stage, "a", false);
+    c.node_publish_volume(a.clone()).expect("publish");
+    let data = random(128 << 10, 61);
+    let offset = 2 << 20;
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&a.target_path)
+            .expect("open the pod's device");
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            staging_target_path: String::new(),
+        })
+        .expect("stats");
+    assert_eq!(
+        stats.usage[0].total, LUN_SIZE as i64,
+        "the namespace's capacity"
+    );
+    let e = c
+        .node_unstage_volume(unstage_req(&stage))
+        .expect_err("unstage while published");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    unpublish(&mut c, &a);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
+    assert_node_clean();
+    let target = lab.nvmet.as_ref().unwrap();
+    let back = target
+        .read(1, offset, data.len())
+        .expect("read the target's file");
+    assert!(back == data, "the target's file holds what the pod wrote");
+    drop(lab);
+}
