@@ -791,10 +791,16 @@ fn nvme_controllers() -> Vec<String> {
 #[ignore = "VM test: run by cargo xtask test"]
 fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
     require_vm();
-    let lab = Lab::build_nvme();
+    let mut lab = Lab::build_nvme();
     let mut c = lab.client();
-    let target = lab.nvmet.as_ref().unwrap();
-    let uuid = target.namespace(1).unwrap().uuid.clone();
+    let uuid = lab
+        .nvmet
+        .as_ref()
+        .unwrap()
+        .namespace(1)
+        .unwrap()
+        .uuid
+        .clone();
     let mut stage = stage_req("pv-nvme", 0, false);
     stage.volume_context = HashMap::from([
         ("targetTrAddr".to_owned(), "127.0.0.1".to_owned()),
@@ -822,6 +828,40 @@ fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
         f.sync_all().unwrap();
     }
     assert!(fs::read(Path::new(&b.target_path).join("data")).unwrap() == data);
+
+    // Expanded online: the array grows the namespace, NodeExpandVolume brings the head to it
+    // (lunkit's NVMe resize) and grows ext4 under the pods.
+    let grown = LUN_SIZE + (32 << 20);
+    lab.nvmet
+        .as_mut()
+        .unwrap()
+        .grow(1, grown)
+        .expect("grow the namespace");
+    let resp = c
+        .node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: i64::try_from(grown).unwrap(),
+                limit_bytes: 0,
+            }),
+            staging_target_path: stage.staging_target_path.clone(),
+            volume_capability: stage.volume_capability.clone(),
+            ..Default::default()
+        })
+        .expect("expand");
+    assert_eq!(resp.capacity_bytes, i64::try_from(grown).unwrap());
+    let fs_total = support::cmd::run("stat", &["-f", "-c", "%b %S", &a.target_path])
+        .expect("stat -f")
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap())
+        .product::<u64>();
+    assert!(
+        fs_total > LUN_SIZE,
+        "ext4 grew past the namespace's old size: {fs_total} bytes"
+    );
+    assert!(fs::read(Path::new(&a.target_path).join("data")).unwrap() == data);
+
     let stats = c
         .node_get_volume_stats(NodeGetVolumeStatsRequest {
             volume_id: stage.volume_id.clone(),
@@ -852,7 +892,7 @@ fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
     assert_eq!(heads, Vec::<String>::new(), "namespace devices left");
     assert_node_clean();
 
-    let image = fs::read(target.file(1).unwrap()).unwrap();
+    let image = fs::read(lab.nvmet.as_ref().unwrap().file(1).unwrap()).unwrap();
     let found = (0..image.len().saturating_sub(data.len()))
         .step_by(1024)
         .any(|off| image[off..off + data.len()] == data[..]);

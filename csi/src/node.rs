@@ -894,13 +894,22 @@ impl Inner {
 
     fn expand(&self, id: &str, path: &Path, required: i64) -> Result<i64> {
         let record = self.staged(id, "NodeExpandVolume")?;
-        if matches!(record.target, Target::Nvme { .. }) {
-            return Err(Error::Unimplemented(format!(
-                "volume {id}: expanding an NVMe namespace is not supported yet (lunkit::ops::resize is SCSI only)"
-            )));
-        }
-        let spec = match record.wwid.as_deref().map(str::parse) {
-            Some(Ok(w)) => VolumeSpec::Wwid(w),
+        let spec = match (&record.target, record.wwid.as_deref().map(str::parse)) {
+            // The namespace by its id: its controllers say what it is now.
+            (Target::Nvme { nqn, nsid, .. }, _) => {
+                let nsid = nsid.ok_or_else(|| {
+                    Error::FailedPrecondition(format!(
+                        "volume {id}: its namespace id is not known (stage did not finish)"
+                    ))
+                })?;
+                VolumeSpec::Nvme {
+                    nqn: nqn
+                        .parse()
+                        .map_err(|e| Error::lunkit(format!("volume {id}: its record"), e))?,
+                    namespace: NamespaceSelector::Id(nsid),
+                }
+            }
+            (_, Some(Ok(w))) => VolumeSpec::Wwid(w),
             _ => {
                 return Err(Error::FailedPrecondition(format!(
                     "volume {id}: its WWID is not known"
