@@ -1,35 +1,37 @@
 //! A real Fibre Channel transport inside the guest: software FCoE (`fcoe`, `libfcoe`, `libfc`)
-//! over a veth pair, both FCoE controllers in VN2VN mode (point to point, no FCF switch), and
-//! LIO's `tcm_fc` serving file-backed LUNs on the target side's local port. The initiator side
-//! is an `fc_host` with one `fc_remote_ports` entry (`FCP Target`, a SCSI target id) that the
-//! kernel made, so lunkit's FC scan and detach run on a tree nobody wrote by hand.
+//! over veth pairs on one Linux bridge (the "fabric"), every FCoE controller in VN2VN mode
+//! (no FCF switch), and LIO's `tcm_fc` serving file-backed LUNs on the target's local port.
+//! Each initiator port is an `fc_host` with an `fc_remote_ports` entry for the target
+//! (`FCP Target`, a SCSI target id) that the kernel made, so lunkit's FC scan and detach run
+//! on a tree nobody wrote by hand; with two initiator ports a LUN has two real FC paths.
 //!
 //! Built through sysfs and configfs only (no fcoe-utils, no targetcli):
 //!
-//! 1. `ip link add lkfc0 type veth peer name lkfc1`, fixed MACs (the local ports' WWNs come from
-//!    them), MTU 9000 (an FCoE frame carries up to 2112 bytes of payload), both up;
-//! 2. `lkfc0`/`lkfc1` written to `/sys/bus/fcoe/ctlr_create`: a controller each, created
+//! 1. bridge `lkfcbr`; per port a veth pair (`lkfct` for the target, `lkfc1`, `lkfc2`... for
+//!    the initiators; their peers `<name>-br` on the bridge), fixed MACs (the local ports' WWNs
+//!    come from them), MTU 9000 (an FCoE frame carries up to 2112 bytes of payload), all up;
+//! 2. each port's name written to `/sys/bus/fcoe/ctlr_create`: a controller each, created
 //!    disabled, with its SCSI host; `mode` set to `vn2vn`;
 //! 3. the tcm_fc target in configfs under the target port's WWPN (`fc/xx:xx:..:xx/tpgt_1`), LUNs
-//!    linked to fileio backstores on a tmpfs of its own, and an ACL for the initiator's WWPN
-//!    with every LUN mapped. tcm_fc has no demo mode, and it must be there *before* the ports
-//!    log in: the initiator learns the `FCP Target` role from the PRLI response, which tcm_fc
-//!    gives only for a local port it has a TPG for;
-//! 4. both controllers `enabled`; VN2VN claims port ids 0x000001/0x000002, the ports log in to
-//!    each other, and the fixture waits (bounded) until the initiator's remote port to the
+//!    linked to fileio backstores on a tmpfs of its own, and an ACL per initiator WWPN with
+//!    every LUN mapped. tcm_fc has no demo mode, and it must be there *before* the ports log
+//!    in: the initiator learns the `FCP Target` role from the PRLI response, which tcm_fc
+//!    gives only for a local port it has a TPG for and a remote port it has an ACL for;
+//! 4. every controller `enabled`; VN2VN claims a port id for each, the ports log in to each
+//!    other, and the fixture waits (bounded) until every initiator's remote port to the
 //!    target is Online with the `FCP Target` role and a SCSI target id.
 //!
 //! `scsi_mod.scan` is set to `manual` while the lab exists: otherwise the FC transport scans
 //! the whole target (`fc_scsi_scan_rport`, every LUN) the moment the remote port comes up,
 //! and a test of "scan exactly one LUN" would start with all of them present.
 //!
-//! Teardown (drop): SCSI devices left on the initiator's host (deleted while the target still
-//! answers), the target's configfs objects children first, the backstores, both controllers
+//! Teardown (drop): SCSI devices left on the initiators' hosts (deleted while the target still
+//! answers), the target's configfs objects children first, the backstores, every controller
 //! through `/sys/bus/fcoe/ctlr_destroy` (asynchronous in the kernel: waited for until their
-//! SCSI hosts are gone), the veth pair, the tmpfs, and `scsi_mod.scan` restored. The modules
-//! stay loaded. The runner's lab reset knows none of the FCoE objects: a test killed before
-//! this drop leaves the controllers, hosts and veth pair behind, and the next build fails
-//! naming them.
+//! SCSI hosts are gone), the veth pairs and the bridge, the tmpfs, and `scsi_mod.scan`
+//! restored. The modules stay loaded. The runner's lab reset knows none of the FCoE objects:
+//! a test killed before this drop leaves the controllers, hosts, veths and bridge behind, and
+//! the next build fails naming them.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -44,14 +46,16 @@ const FCOE_BUS: &str = "/sys/bus/fcoe";
 const SCAN_MODE: &str = "/sys/module/scsi_mod/parameters/scan";
 /// The backing files' tmpfs.
 pub const TMPFS: &str = "/run/lunkit-fcoe";
-/// The initiator side of the veth pair.
-pub const INITIATOR_IF: &str = "lkfc0";
-/// The target side.
-pub const TARGET_IF: &str = "lkfc1";
-/// Locally administered unicast MACs; fcoe makes the port's WWPN `0x2000<MAC>` and its WWNN
-/// `0x1000<MAC>` of them (`fcoe_wwn_from_mac`, schemes 2 and 1).
-const INITIATOR_MAC: &str = "02:1c:fc:00:00:01";
-const TARGET_MAC: &str = "02:1c:fc:00:00:02";
+/// The bridge all ports hang off.
+pub const BRIDGE: &str = "lkfcbr";
+/// The target port's interface; initiator `i` (from 1) is `lkfc<i>`.
+pub const TARGET_IF: &str = "lkfct";
+/// At most this many initiator ports (their names and MACs have one digit).
+pub const MAX_INITIATORS: usize = 9;
+/// Locally administered unicast MACs: the target's, and initiator `i`'s is `02:1c:fc:00:00:0<i>`.
+/// fcoe makes a port's WWPN `0x2000<MAC>` and its WWNN `0x1000<MAC>` of it
+/// (`fcoe_wwn_from_mac`, schemes 2 and 1).
+const TARGET_MAC: &str = "02:1c:fc:00:00:10";
 /// Enough for a full FC frame (2112 bytes of payload) plus the FCoE header and trailer.
 const MTU: &str = "9000";
 /// fileio HBAs `fileio_4200 + lun`: clear of lio.rs's `fileio_<lun>` and lio_extra's 4096.
@@ -65,9 +69,11 @@ const TEARDOWN: Duration = Duration::from_secs(30);
 /// What to build.
 #[derive(Debug, Clone)]
 pub struct FcoeConfig {
-    /// The LUN numbers the target exports (each to the initiator's ACL).
+    /// The LUN numbers the target exports (each to every initiator's ACL).
     pub luns: Vec<u32>,
     pub lun_size: u64,
+    /// Initiator ports (FC hosts), each one path to every LUN: 1 to [`MAX_INITIATORS`].
+    pub initiators: usize,
 }
 
 impl Default for FcoeConfig {
@@ -75,6 +81,7 @@ impl Default for FcoeConfig {
         Self {
             luns: vec![0, 1, 2, 3],
             lun_size: 16 << 20,
+            initiators: 1,
         }
     }
 }
@@ -82,7 +89,7 @@ impl Default for FcoeConfig {
 /// One local FC port: a veth end, its FCoE controller and SCSI host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalPort {
-    pub ifname: &'static str,
+    pub ifname: String,
     /// `ctlr_N` under /sys/bus/fcoe/devices.
     pub ctlr: String,
     /// The SCSI host number (`hostN`, also its `fc_host`).
@@ -94,7 +101,8 @@ pub struct LocalPort {
 #[derive(Debug)]
 pub struct FcoeLab {
     pub config: FcoeConfig,
-    pub initiator: LocalPort,
+    /// The initiator ports, in the order of their interfaces (`lkfc1`, `lkfc2`...).
+    pub initiators: Vec<LocalPort>,
     pub target: LocalPort,
     scan_mode: Option<Tunable>,
     live: bool,
@@ -130,7 +138,14 @@ impl FcoeLab {
     /// Builds the lab and waits until the initiator sees the target port Online. On failure,
     /// what was built is removed again.
     pub fn build(config: FcoeConfig) -> Result<Self> {
-        check_free()?;
+        if !(1..=MAX_INITIATORS).contains(&config.initiators) {
+            return Err(format!(
+                "{} initiator ports: 1 to {MAX_INITIATORS}",
+                config.initiators
+            )
+            .into());
+        }
+        check_free(config.initiators)?;
         for m in MODULES {
             cmd::run("modprobe", &[m])?;
         }
@@ -138,16 +153,15 @@ impl FcoeLab {
             cmd::run("mount", &["-t", "configfs", "configfs", CONFIGFS])?;
         }
         let scan_mode = Some(Tunable::set(SCAN_MODE, "manual")?);
-        let unset = || LocalPort {
-            ifname: "",
-            ctlr: String::new(),
-            host: u32::MAX,
-            wwpn: 0,
-        };
         let mut me = Self {
             config,
-            initiator: unset(),
-            target: unset(),
+            initiators: Vec::new(),
+            target: LocalPort {
+                ifname: TARGET_IF.to_owned(),
+                ctlr: String::new(),
+                host: u32::MAX,
+                wwpn: 0,
+            },
             scan_mode,
             live: true,
         };
@@ -168,32 +182,40 @@ impl FcoeLab {
             &[
                 "link",
                 "add",
-                INITIATOR_IF,
+                BRIDGE,
                 "type",
-                "veth",
-                "peer",
-                "name",
-                TARGET_IF,
+                "bridge",
+                "stp_state",
+                "0",
+                "mcast_snooping",
+                "0",
             ],
         )?;
-        for (ifname, mac) in [(INITIATOR_IF, INITIATOR_MAC), (TARGET_IF, TARGET_MAC)] {
-            cmd::run("ip", &["link", "set", ifname, "address", mac, "mtu", MTU])?;
-            cmd::run("ip", &["link", "set", ifname, "up"])?;
+        cmd::run("ip", &["link", "set", BRIDGE, "mtu", MTU, "up"])?;
+        add_port(TARGET_IF, TARGET_MAC)?;
+        for i in 1..=self.config.initiators {
+            add_port(&initiator_if(i), &format!("02:1c:fc:00:00:0{i}"))?;
         }
-        self.initiator = create_ctlr(INITIATOR_IF)?;
         self.target = create_ctlr(TARGET_IF)?;
+        for i in 1..=self.config.initiators {
+            let port = create_ctlr(&initiator_if(i))?;
+            self.initiators.push(port);
+        }
         mount_tmpfs()?;
         self.build_target()?;
-        for port in [&self.initiator, &self.target] {
+        for port in self.initiators.iter().chain([&self.target]) {
             write(&ctlr_dir(&port.ctlr).join("enabled"), "1")?;
         }
-        self.wait_for_target_port()?;
-        // The initiator's port as seen from the target: the login went both ways.
-        wait::until_true(
-            "the target's local port to see the initiator's",
-            LOGIN,
-            || rport_to(self.target.host, self.initiator.wwpn).is_some(),
-        )
+        for port in &self.initiators {
+            self.wait_for_target_port(port)?;
+            // The initiator's port as seen from the target: the login went both ways.
+            wait::until_true(
+                &format!("the target's local port to see {}'s", port.ifname),
+                LOGIN,
+                || rport_to(self.target.host, port.wwpn).is_some(),
+            )?;
+        }
+        Ok(())
     }
 
     fn tpg(&self) -> PathBuf {
@@ -203,8 +225,8 @@ impl FcoeLab {
             .join("tpgt_1")
     }
 
-    fn acl(&self) -> PathBuf {
-        self.tpg().join("acls").join(wwn_colon(self.initiator.wwpn))
+    fn acl(&self, initiator: &LocalPort) -> PathBuf {
+        self.tpg().join("acls").join(wwn_colon(initiator.wwpn))
     }
 
     fn backstore(lun: u32) -> PathBuf {
@@ -231,22 +253,25 @@ impl FcoeLab {
             mkdir(&lun_dir)?;
             symlink(&bs, &lun_dir.join("lunkit"))?;
         }
-        let acl = self.acl();
-        mkdir(&acl)?;
-        for &lun in &self.config.luns {
-            let mapped = acl.join(format!("lun_{lun}"));
-            mkdir(&mapped)?;
-            symlink(&tpg.join(format!("lun/lun_{lun}")), &mapped.join("lunkit"))?;
+        for initiator in &self.initiators {
+            let acl = self.acl(initiator);
+            mkdir(&acl)?;
+            for &lun in &self.config.luns {
+                let mapped = acl.join(format!("lun_{lun}"));
+                mkdir(&mapped)?;
+                symlink(&tpg.join(format!("lun/lun_{lun}")), &mapped.join("lunkit"))?;
+            }
         }
         Ok(())
     }
 
-    /// Waits until the initiator has an Online remote port to the target with the
+    /// Waits until `initiator` has an Online remote port to the target with the
     /// `FCP Target` role and a SCSI target id.
-    fn wait_for_target_port(&self) -> Result<()> {
+    fn wait_for_target_port(&self, initiator: &LocalPort) -> Result<()> {
         let mut last = String::from("no remote port yet");
-        let r = wait::until("the initiator to log in to the FCoE target", LOGIN, || {
-            let Some(rport) = rport_to(self.initiator.host, self.target.wwpn) else {
+        let what = format!("{} to log in to the FCoE target", initiator.ifname);
+        let r = wait::until(&what, LOGIN, || {
+            let Some(rport) = rport_to(initiator.host, self.target.wwpn) else {
                 return Ok(None);
             };
             let dir = Path::new("/sys/class/fc_remote_ports").join(&rport);
@@ -267,27 +292,49 @@ impl FcoeLab {
         wwn_sysfs(self.target.wwpn)
     }
 
-    /// The initiator port's WWPN as sysfs prints it.
+    /// The first initiator port.
+    pub fn initiator(&self) -> &LocalPort {
+        &self.initiators[0]
+    }
+
+    /// The first initiator port's WWPN as sysfs prints it.
     pub fn initiator_wwpn(&self) -> String {
-        wwn_sysfs(self.initiator.wwpn)
+        wwn_sysfs(self.initiator().wwpn)
     }
 
-    /// The initiator's remote port to the target (`rport-H:0-N`), read now.
+    /// The first initiator's remote port to the target (`rport-H:0-N`), read now.
     pub fn rport(&self) -> Option<String> {
-        rport_to(self.initiator.host, self.target.wwpn)
+        self.rport_of(self.initiator())
     }
 
-    /// The SCSI target id the FC transport bound to the target port, read now.
+    /// `initiator`'s remote port to the target, read now.
+    pub fn rport_of(&self, initiator: &LocalPort) -> Option<String> {
+        rport_to(initiator.host, self.target.wwpn)
+    }
+
+    /// The SCSI target id the FC transport bound to the target port behind the first
+    /// initiator, read now.
     pub fn scsi_target_id(&self) -> Option<u32> {
-        let rport = self.rport()?;
+        self.scsi_target_id_of(self.initiator())
+    }
+
+    /// The SCSI target id of the target port behind `initiator`, read now.
+    pub fn scsi_target_id_of(&self, initiator: &LocalPort) -> Option<u32> {
+        let rport = self.rport_of(initiator)?;
         sysfs::attr(format!("/sys/class/fc_remote_ports/{rport}/scsi_target_id"))?
             .parse()
             .ok()
     }
 
-    /// H:C:T:L of every SCSI device below the initiator's host, sorted.
+    /// H:C:T:L of every SCSI device below the initiators' hosts, sorted.
     pub fn devices(&self) -> Vec<String> {
-        devices_on(self.initiator.host)
+        let mut all: Vec<String> = self
+            .initiators
+            .iter()
+            .flat_map(|p| devices_on(p.host))
+            .collect();
+        all.sort();
+        all
     }
 
     /// The backing file of LUN `lun` on the target side.
@@ -305,10 +352,8 @@ impl FcoeLab {
     fn remove(&mut self) -> Result<()> {
         let mut left = Vec::new();
         // Devices first, while the target still answers their last SYNCHRONIZE CACHE.
-        if self.initiator.host != u32::MAX {
-            for hctl in devices_on(self.initiator.host) {
-                let _ = fs::write(format!("/sys/class/scsi_device/{hctl}/device/delete"), "1");
-            }
+        for hctl in self.devices() {
+            let _ = fs::write(format!("/sys/class/scsi_device/{hctl}/device/delete"), "1");
         }
         if self.target.wwpn != 0 {
             self.remove_target();
@@ -325,14 +370,22 @@ impl FcoeLab {
                 left.push(bs.display().to_string());
             }
         }
-        for ifname in [INITIATOR_IF, TARGET_IF] {
+        // Every port the build may have made, also past a failed one.
+        let ports: Vec<String> = (1..=self.config.initiators)
+            .map(initiator_if)
+            .chain([TARGET_IF.to_owned()])
+            .collect();
+        for ifname in &ports {
             if let Err(e) = destroy_ctlr(ifname) {
                 left.push(e.to_string());
             }
         }
-        if Path::new("/sys/class/net").join(INITIATOR_IF).exists() {
-            if let Err(e) = cmd::run("ip", &["link", "del", INITIATOR_IF]) {
-                left.push(e.to_string());
+        // Deleting one end of a veth pair deletes both.
+        for ifname in ports.iter().map(String::as_str).chain([BRIDGE]) {
+            if Path::new("/sys/class/net").join(ifname).exists() {
+                if let Err(e) = cmd::run("ip", &["link", "del", ifname]) {
+                    left.push(e.to_string());
+                }
             }
         }
         if let Err(e) = unmount_tmpfs() {
@@ -350,13 +403,15 @@ impl FcoeLab {
     /// the TPG, the WWN.
     fn remove_target(&self) {
         let tpg = self.tpg();
-        let acl = self.acl();
-        for &lun in &self.config.luns {
-            let mapped = acl.join(format!("lun_{lun}"));
-            let _ = fs::remove_file(mapped.join("lunkit"));
-            let _ = fs::remove_dir(&mapped);
+        for initiator in &self.initiators {
+            let acl = self.acl(initiator);
+            for &lun in &self.config.luns {
+                let mapped = acl.join(format!("lun_{lun}"));
+                let _ = fs::remove_file(mapped.join("lunkit"));
+                let _ = fs::remove_dir(&mapped);
+            }
+            let _ = fs::remove_dir(&acl);
         }
-        let _ = fs::remove_dir(&acl);
         for &lun in &self.config.luns {
             let lun_dir = tpg.join(format!("lun/lun_{lun}"));
             let _ = fs::remove_file(lun_dir.join("lunkit"));
@@ -380,10 +435,13 @@ impl Drop for FcoeLab {
 
 /// Fails if a piece of the lab is there already (a test killed before its teardown): the
 /// runner's reset does not know FCoE, so nothing else removes it.
-fn check_free() -> Result<()> {
+fn check_free(initiators: usize) -> Result<()> {
     let mut there = Vec::new();
-    for ifname in [INITIATOR_IF, TARGET_IF] {
-        if Path::new("/sys/class/net").join(ifname).exists() {
+    let names = (1..=initiators)
+        .map(initiator_if)
+        .chain([TARGET_IF, BRIDGE].map(str::to_owned));
+    for ifname in names {
+        if Path::new("/sys/class/net").join(&ifname).exists() {
             there.push(format!("network interface {ifname}"));
         }
     }
@@ -399,6 +457,27 @@ fn check_free() -> Result<()> {
         )
         .into())
     }
+}
+
+/// Initiator port `i`'s interface (from 1).
+fn initiator_if(i: usize) -> String {
+    format!("lkfc{i}")
+}
+
+/// A veth pair: `ifname` (MAC `mac`) for FCoE, its peer `<ifname>-br` on the bridge.
+fn add_port(ifname: &str, mac: &str) -> Result<()> {
+    let peer = format!("{ifname}-br");
+    cmd::run(
+        "ip",
+        &["link", "add", ifname, "type", "veth", "peer", "name", &peer],
+    )?;
+    cmd::run("ip", &["link", "set", ifname, "address", mac, "mtu", MTU])?;
+    cmd::run(
+        "ip",
+        &["link", "set", &peer, "mtu", MTU, "master", BRIDGE, "up"],
+    )?;
+    cmd::run("ip", &["link", "set", ifname, "up"])?;
+    Ok(())
 }
 
 fn ctlr_dir(ctlr: &str) -> PathBuf {
@@ -419,7 +498,7 @@ fn ctlr_of(ifname: &str) -> Option<(String, Option<u32>)> {
 
 /// Creates the FCoE controller on `ifname` (disabled), puts it in VN2VN mode, and reads its
 /// port's WWPN.
-fn create_ctlr(ifname: &'static str) -> Result<LocalPort> {
+fn create_ctlr(ifname: &str) -> Result<LocalPort> {
     write(&Path::new(FCOE_BUS).join("ctlr_create"), ifname)?;
     let (ctlr, host) = wait::until(
         &format!("the FCoE controller on {ifname}"),
@@ -432,7 +511,7 @@ fn create_ctlr(ifname: &'static str) -> Result<LocalPort> {
     let wwpn = u64::from_str_radix(name.trim_start_matches("0x"), 16)
         .map_err(|e| format!("fc_host host{host} port_name {name:?}: {e}"))?;
     Ok(LocalPort {
-        ifname,
+        ifname: ifname.to_owned(),
         ctlr,
         host,
         wwpn,
@@ -529,8 +608,8 @@ mod tests {
 
     #[test]
     fn names_are_in_the_forms_the_kernel_uses() {
-        assert_eq!(wwn_colon(0x2000_021c_fc00_0002), "20:00:02:1c:fc:00:00:02");
-        assert_eq!(wwn_sysfs(0x2000_021c_fc00_0002), "0x2000021cfc000002");
+        assert_eq!(wwn_colon(0x2000_021c_fc00_0010), "20:00:02:1c:fc:00:00:10");
+        assert_eq!(wwn_sysfs(0x2000_021c_fc00_0010), "0x2000021cfc000010");
         // The guest's LIO gave serial "fc000001" the WWID naa.6001405fc00000100000000000000000.
         assert_eq!(unit_serial(1), "fc1a0001");
         assert_eq!(wwid(1), "naa.6001405fc1a000100000000000000000");
