@@ -15,6 +15,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use support::fcoe::{self, FcoeConfig, FcoeLab};
+use support::multipath::{self, Multipathd};
 use support::{require_vm, sysfs};
 
 fn lunkit(args: &[&str]) -> Output {
@@ -73,7 +74,7 @@ fn entry<'a>(doc: &'a Value, key: &str, field: &str, value: &Value) -> &'a Value
 fn list_shows_the_kernel_made_fc_host_and_target_port() {
     require_vm();
     let lab = lab();
-    let host = lab.initiator.host;
+    let host = lab.initiator().host;
     let rport = lab
         .rport()
         .expect("the initiator's remote port to the target");
@@ -158,7 +159,7 @@ fn list_shows_the_kernel_made_fc_host_and_target_port() {
 fn scan_fc_brings_exactly_the_one_lun_with_its_wwid() {
     require_vm();
     let lab = lab();
-    let host = lab.initiator.host;
+    let host = lab.initiator().host;
     let rport = lab.rport().expect("remote port");
     let t = lab.scsi_target_id().expect("target id");
     assert!(lab.devices().is_empty(), "manual scan: no LUN after login");
@@ -259,7 +260,7 @@ fn scan_fc_brings_exactly_the_one_lun_with_its_wwid() {
 fn attach_and_detach_by_fc_address_leave_no_device() {
     require_vm();
     let lab = lab();
-    let host = lab.initiator.host;
+    let host = lab.initiator().host;
     let t = lab.scsi_target_id().expect("target id");
     let wwpn = lab.target_wwpn();
     let hctl = format!("{host}:0:{t}:1");
@@ -369,7 +370,7 @@ fn attach_and_detach_by_fc_address_leave_no_device() {
 fn a_lun_the_target_does_not_export_is_not_reported() {
     require_vm();
     let lab = lab();
-    let host = lab.initiator.host;
+    let host = lab.initiator().host;
     let t = lab.scsi_target_id().expect("target id");
     let wwpn = lab.target_wwpn();
     assert!(!lab.config.luns.contains(&9));
@@ -404,5 +405,123 @@ fn a_lun_the_target_does_not_export_is_not_reported() {
         );
         assert!(lab.devices().is_empty(), "{:?}", lab.devices());
     }
+    lab.teardown().expect("tear down");
+}
+
+/// Two initiator ports (two FC hosts) on the bridge: one LUN, two real FC paths. `--initiator`
+/// keeps a scan to one port; `attach --wait-map` writes both scans at once and returns the
+/// map multipathd built over both; `detach` by FC address takes map and paths away.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
+    require_vm();
+    let lab = FcoeLab::build(FcoeConfig {
+        initiators: 2,
+        ..FcoeConfig::default()
+    })
+    .expect("build the FCoE lab with two initiator ports");
+    let wwpn = lab.target_wwpn();
+    let [a, b] = [&lab.initiators[0], &lab.initiators[1]];
+    let addr = |port: &fcoe::LocalPort, lun: u32| {
+        let t = lab.scsi_target_id_of(port).expect("target id");
+        format!("{}:0:{t}:{lun}", port.host)
+    };
+    let mpd = Multipathd::start(multipath::DEFAULT_CONF).expect("start multipathd");
+
+    // Through port b only: one path, on b's host.
+    let (code, doc, out) = json(&[
+        "scan",
+        "fc",
+        "--wwpn",
+        &wwpn,
+        "--initiator",
+        &fcoe::wwn_sysfs(b.wwpn),
+        "--lun",
+        "3",
+        "--timeout",
+        "60",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(outcomes(&doc), [(addr(b, 3), "found".to_owned())], "{doc}");
+    assert_eq!(lab.devices(), [addr(b, 3)]);
+
+    // Both ports at once, and the map over both.
+    let (code, doc, out) = json(&[
+        "attach",
+        "--fc-wwpn",
+        &wwpn,
+        "--lun",
+        "2",
+        "--min-paths",
+        "2",
+        "--wait-map",
+        "--timeout",
+        "300",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let mut got = outcomes(&doc);
+    got.sort();
+    let mut want = vec![
+        (addr(a, 2), "found".to_owned()),
+        (addr(b, 2), "found".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(got, want, "{doc}");
+    let paths = doc["paths"].as_array().expect("paths[]");
+    let at = |p: &Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
+    let last_start = paths.iter().map(|p| at(p, "write_start_us")).max().unwrap();
+    let first_end = paths.iter().map(|p| at(p, "write_end_us")).min().unwrap();
+    assert!(
+        last_start < first_end,
+        "the scan writes did not overlap: {doc}"
+    );
+    let devices = doc["devices"].as_array().expect("devices[]");
+    assert_eq!(devices.len(), 2, "{doc}");
+    assert!(
+        devices.iter().all(|d| d["wwid"] == fcoe::wwid(2).as_str()),
+        "{doc}"
+    );
+    let mut disks: Vec<String> = devices
+        .iter()
+        .map(|d| d["name"].as_str().expect("name").to_owned())
+        .collect();
+    disks.sort();
+    let dm = doc["map"]["dm"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no map in {doc}"))
+        .to_owned();
+    assert_eq!(
+        sysfs::names(format!("/sys/block/{dm}/slaves")),
+        disks,
+        "{doc}"
+    );
+    assert_eq!(
+        sysfs::attr(format!("/sys/block/{dm}/dm/uuid")),
+        Some(format!("mpath-3{}", &fcoe::wwid(2)["naa.".len()..])),
+    );
+
+    for lun in ["2", "3"] {
+        let (code, doc, out) = json(&[
+            "detach",
+            "--fc-wwpn",
+            &wwpn,
+            "--lun",
+            lun,
+            "--timeout",
+            "120",
+            "--json",
+        ]);
+        assert_eq!(code, Some(0), "LUN {lun}: {}", describe(&out));
+        assert_eq!(doc["ok"], true, "{doc}");
+    }
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+    assert!(
+        !std::path::Path::new(&format!("/sys/block/{dm}")).exists(),
+        "map {dm} is still there"
+    );
+    assert_eq!(multipath::maps(), [], "multipath maps left");
+    mpd.stop().expect("stop multipathd");
     lab.teardown().expect("tear down");
 }
