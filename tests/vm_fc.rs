@@ -12,11 +12,12 @@ use lunkit_lab as support;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::fcoe::{self, FcoeConfig, FcoeLab};
 use support::multipath::{self, Multipathd};
-use support::{require_vm, sysfs};
+use support::{require_vm, sysfs, wait};
 
 fn lunkit(args: &[&str]) -> Output {
     let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
@@ -523,5 +524,155 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
     );
     assert_eq!(multipath::maps(), [], "multipath maps left");
     mpd.stop().expect("stop multipathd");
+    lab.teardown().expect("tear down");
+}
+
+/// Two initiator ports, one of them with its link down: its remote port is Blocked, so a scan
+/// skips it (never writes to it) and the LUN still comes through the other port; with
+/// `--min-paths 2` that is too few (exit 3, the skipped port named). Once the link is back
+/// and the port logged in again, both paths come, and detach takes both.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_blocked_fc_port_is_skipped_and_the_lun_comes_through_the_other() {
+    require_vm();
+    let lab = FcoeLab::build(FcoeConfig {
+        initiators: 2,
+        ..FcoeConfig::default()
+    })
+    .expect("build the FCoE lab with two initiator ports");
+    let wwpn = lab.target_wwpn();
+    let [a, b] = [&lab.initiators[0], &lab.initiators[1]];
+    let addr = |port: &fcoe::LocalPort| {
+        let t = lab.scsi_target_id_of(port).expect("target id");
+        format!("{}:0:{t}:1", port.host)
+    };
+    let (at_a, at_b) = (addr(a), addr(b));
+    let rport_b = lab.rport_of(b).expect("b's remote port");
+
+    // Blocked for as long as the test takes: with the default dev_loss_tmo (60 s) the kernel
+    // would remove the port meanwhile, a timer racing TCG.
+    fs::write(
+        format!("/sys/class/fc_remote_ports/{rport_b}/dev_loss_tmo"),
+        "600",
+    )
+    .expect("set dev_loss_tmo");
+    lab.set_link(b, false).expect("take b's link down");
+    wait::until_true(
+        "b's remote port to be Blocked",
+        Duration::from_secs(60),
+        || lab.rport_state_of(b).as_deref() == Some("Blocked"),
+    )
+    .expect("Blocked");
+
+    let (code, doc, out) = json(&[
+        "scan",
+        "fc",
+        "--wwpn",
+        &wwpn,
+        "--lun",
+        "1",
+        "--timeout",
+        "60",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let mut got = outcomes(&doc);
+    got.sort();
+    let mut want = vec![
+        (at_a.clone(), "found".to_owned()),
+        (at_b.clone(), "skipped".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(got, want, "{doc}");
+    let skipped = doc["paths"]
+        .as_array()
+        .expect("paths[]")
+        .iter()
+        .find(|p| p["outcome"] == "skipped")
+        .expect("the skipped path");
+    assert_eq!(
+        skipped["via"],
+        format!("host{} {rport_b}", b.host).as_str(),
+        "{doc}"
+    );
+    assert!(
+        skipped["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("Blocked")),
+        "{doc}"
+    );
+    assert_eq!(lab.devices(), std::slice::from_ref(&at_a));
+
+    let out = lunkit(&[
+        "attach",
+        "--fc-wwpn",
+        &wwpn,
+        "--lun",
+        "1",
+        "--min-paths",
+        "2",
+        "--timeout",
+        "60",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 of 2 path(s) came, 2 wanted"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{at_b} via host{} {rport_b}: skipped: port state Blocked",
+            b.host
+        )),
+        "{err}"
+    );
+    assert_eq!(lab.devices(), std::slice::from_ref(&at_a));
+
+    lab.set_link(b, true).expect("bring b's link up");
+    wait::until_true(
+        "b's remote port to be Online again",
+        Duration::from_secs(120),
+        || lab.rport_state_of(b).as_deref() == Some("Online"),
+    )
+    .expect("Online");
+    let at_b = addr(b);
+    let (code, doc, out) = json(&[
+        "attach",
+        "--fc-wwpn",
+        &wwpn,
+        "--lun",
+        "1",
+        "--min-paths",
+        "2",
+        "--expect-wwid",
+        &fcoe::wwid(1),
+        "--timeout",
+        "60",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let mut got = outcomes(&doc);
+    got.sort();
+    let mut want = vec![
+        (at_a.clone(), "found".to_owned()),
+        (at_b.clone(), "found".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(got, want, "{doc}");
+    let mut both = vec![at_a, at_b];
+    both.sort();
+    assert_eq!(lab.devices(), both);
+
+    let (code, doc, out) = json(&[
+        "detach",
+        "--fc-wwpn",
+        &wwpn,
+        "--lun",
+        "1",
+        "--timeout",
+        "60",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(doc["ok"], true, "{doc}");
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
     lab.teardown().expect("tear down");
 }

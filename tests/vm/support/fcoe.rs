@@ -342,6 +342,21 @@ impl FcoeLab {
         Path::new(TMPFS).join(format!("lun{lun}.img"))
     }
 
+    /// Takes `port`'s interface down (`up` false) or up: FCoE sees the link go, the port's
+    /// `fc_host` goes Linkdown and its remote ports Blocked (until their `dev_loss_tmo`);
+    /// back up, the port logs in again. Teardown brings every port up first.
+    pub fn set_link(&self, port: &LocalPort, up: bool) -> Result<()> {
+        let state = if up { "up" } else { "down" };
+        cmd::run("ip", &["link", "set", &port.ifname, state])?;
+        Ok(())
+    }
+
+    /// `port_state` of `initiator`'s remote port to the target, read now.
+    pub fn rport_state_of(&self, initiator: &LocalPort) -> Option<String> {
+        let rport = self.rport_of(initiator)?;
+        sysfs::attr(format!("/sys/class/fc_remote_ports/{rport}/port_state"))
+    }
+
     /// Removes the lab; fails naming whatever is left.
     pub fn teardown(mut self) -> Result<()> {
         self.live = false;
@@ -351,6 +366,22 @@ impl FcoeLab {
     /// Best effort, every step whatever the one before did; the result names what is left.
     fn remove(&mut self) -> Result<()> {
         let mut left = Vec::new();
+        // A port a test left down holds its devices' I/O (and so their deletion) until the
+        // remote port's dev_loss_tmo: bring it back and let it log in again first.
+        let down: Vec<&LocalPort> = self
+            .initiators
+            .iter()
+            .filter(|p| {
+                sysfs::attr(format!("/sys/class/net/{}/operstate", p.ifname)).as_deref()
+                    == Some("down")
+            })
+            .collect();
+        for port in &down {
+            let _ = self.set_link(port, true);
+        }
+        for port in &down {
+            let _ = self.wait_for_target_port(port);
+        }
         // Devices first, while the target still answers their last SYNCHRONIZE CACHE.
         for hctl in self.devices() {
             let _ = fs::write(format!("/sys/class/scsi_device/{hctl}/device/delete"), "1");
