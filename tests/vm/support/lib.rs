@@ -15,6 +15,7 @@
 pub mod child;
 pub mod cmd;
 pub mod diag;
+pub mod fcoe;
 pub mod iscsi;
 pub mod lab;
 pub mod lio;
