@@ -51,6 +51,13 @@ pub struct Snapshot {
     mounts: BTreeMap<String, String>,
     /// Active swap areas (a swap on a test disk keeps scsi_debug from unloading).
     swaps: BTreeSet<String>,
+    /// Network interfaces (the FCoE lab's veths and bridge).
+    netdevs: BTreeSet<String>,
+    /// FCoE controllers and forwarders, `/sys/bus/fcoe/devices`.
+    fcoe: BTreeSet<String>,
+    /// `scsi_mod.scan` (`sync`, `async`, `manual`): the FCoE lab sets it to `manual`, and a
+    /// guest left so brings scsi_debug's hosts up empty.
+    scsi_scan: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +121,9 @@ impl Snapshot {
                 .collect(),
             mounts: mounts(),
             swaps: swaps(),
+            netdevs: sysfs::names("/sys/class/net").into_iter().collect(),
+            fcoe: sysfs::names("/sys/bus/fcoe/devices").into_iter().collect(),
+            scsi_scan: sysfs::attr("/sys/module/scsi_mod/parameters/scan"),
         }
     }
 
@@ -266,6 +276,28 @@ impl Snapshot {
             .collect();
         if !new_swaps.is_empty() {
             out.push(format!("swaps {}", new_swaps.join(", ")));
+        }
+        let new_fcoe: Vec<&str> = self
+            .fcoe
+            .difference(&base.fcoe)
+            .map(String::as_str)
+            .collect();
+        if !new_fcoe.is_empty() {
+            out.push(format!("FCoE devices {}", new_fcoe.join(", ")));
+        }
+        let new_net: Vec<&str> = self
+            .netdevs
+            .difference(&base.netdevs)
+            .map(String::as_str)
+            .collect();
+        if !new_net.is_empty() {
+            out.push(format!("network interfaces {}", new_net.join(", ")));
+        }
+        if self.scsi_scan != base.scsi_scan {
+            out.push(format!(
+                "scsi_mod.scan is {:?} (it was {:?})",
+                self.scsi_scan, base.scsi_scan
+            ));
         }
         out
     }
@@ -573,9 +605,48 @@ pub fn reset(base: &Snapshot) -> Vec<String> {
     remove_configfs_objects(base, &mut log);
     settle();
     remove_scsi(base, &mut log);
+    remove_net_devices(base, &mut log);
+    restore_scsi_scan(base, &mut log);
     detach_loops(base, &mut log);
     restore_udevd(base, &mut log);
     log
+}
+
+/// Deletes the network interfaces the baseline did not have (an FCoE controller on one goes
+/// with it: fcoe destroys its interface when the device is unregistered). Whatever is left
+/// fails the second check, and the runner boots a fresh guest.
+fn remove_net_devices(base: &Snapshot, log: &mut Vec<String>) {
+    let now: BTreeSet<String> = sysfs::names("/sys/class/net").into_iter().collect();
+    for dev in now.difference(&base.netdevs) {
+        // A veth's peer goes with it.
+        if !Path::new("/sys/class/net").join(dev).exists() {
+            continue;
+        }
+        let r = cmd::run_bounded("ip", &["link", "del", dev], STEP);
+        if r.ok() {
+            log.push(format!("deleted network interface {dev}"));
+        } else {
+            log.push(format!(
+                "could not delete network interface {dev}: {}",
+                r.output_or_reason(STEP).trim()
+            ));
+        }
+    }
+}
+
+/// Puts `scsi_mod.scan` back to what it was at the baseline.
+fn restore_scsi_scan(base: &Snapshot, log: &mut Vec<String>) {
+    const SCAN: &str = "/sys/module/scsi_mod/parameters/scan";
+    let Some(was) = &base.scsi_scan else {
+        return;
+    };
+    if sysfs::attr(SCAN).as_ref() == Some(was) {
+        return;
+    }
+    match fs::write(SCAN, was) {
+        Ok(()) => log.push(format!("set scsi_mod.scan back to {was}")),
+        Err(e) => log.push(format!("could not set scsi_mod.scan back to {was}: {e}")),
+    }
 }
 
 fn kill_stray_processes(now: &Snapshot, base: &Snapshot, log: &mut Vec<String>) {
