@@ -251,7 +251,7 @@ fn attach_lists_every_path_and_exits_by_min_paths() {
     std::fs::write(dir.join("dev/sdf"), "").unwrap();
     let fc = ["--fc-wwpn", "0x500a098188a8b1c1", "--lun", "3"];
 
-    let mut args = vec!["--root", root, "attach", "--json", "--timeout", "0.2"];
+    let mut args = vec!["--root", root, "attach", "--json", "--timeout", "30"];
     args.extend(fc);
     let out = lunkit(&args);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
