@@ -207,8 +207,9 @@ pub(crate) enum Candidate {
 /// Scans `lun` (named `what` in errors: `LUN 3 of iSCSI target iqn…`) through every
 /// candidate at once and waits for every path until the deadline.
 ///
-/// Errors: `none()` when no candidate can be scanned (the transport's "no logged-in
-/// session" or "no online port"); [`Error::WwidMismatch`] when a path's WWID differs from the expected one or from
+/// Errors: `none()` when there is no candidate at all (the transport's "no logged-in
+/// session" or "no online port"), [`Error::MissingPaths`] listing the skipped paths when
+/// there are candidates but none can be scanned; [`Error::WwidMismatch`] when a path's WWID differs from the expected one or from
 /// the other paths', naming that path; [`Error::MissingPaths`] when fewer than
 /// [`ScanOptions::min_paths`] came (with a single scanned path, that path's own error
 /// instead: not reported is [`Error::NotFound`], a timeout is [`Error::Timeout`]).
@@ -219,12 +220,35 @@ pub(crate) fn scan_paths(
     none: &dyn Fn() -> Error,
     opts: &ScanOptions,
 ) -> Result<ScanReport> {
-    // Nothing to write to: the transport's own "no session/port" error, before any wait.
+    // Nothing to write to, before any wait: the transport's own "no session/port" error when
+    // it knows no path at all; when it knows paths but none can be scanned now (every FC
+    // port Blocked, every session in recovery), each of them with why, so that the caller
+    // sees which paths exist and what keeps them out.
     if !candidates
         .iter()
         .any(|c| matches!(c, Candidate::Scan { .. }))
     {
-        return Err(none());
+        if candidates.is_empty() {
+            return Err(none());
+        }
+        let paths = candidates
+            .into_iter()
+            .filter_map(|c| match c {
+                Candidate::Skip { via, hctl, why } => Some(PathScan {
+                    via,
+                    hctl,
+                    outcome: PathOutcome::Skipped(why),
+                    timing: PathTiming::default(),
+                }),
+                Candidate::Scan { .. } => None,
+            })
+            .collect();
+        return Err(Error::MissingPaths {
+            what: what.to_owned(),
+            found: 0,
+            wanted: opts.min_paths.max(1),
+            paths,
+        });
     }
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);

@@ -106,10 +106,12 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
 
     // rport-5:0-2 leads to this WWPN but is Blocked: the kernel would skip it, so do we.
     let blocked = Wwn(0x500a098188a8b1c2);
+    // Nothing is written, and the error names the path and why it was not scanned.
     let err = lunkit::fc::scan(&root, &fc(blocked, &[], 0, false), &quick()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert!(
         err.to_string()
-            .contains("online FC target port 0x500a098188a8b1c2"),
+            .contains("5:0:1:0 via host5 rport-5:0-2: skipped: port state Blocked"),
         "{err}"
     );
     // An initiator-only rport is never a scan target.
@@ -360,6 +362,34 @@ fn fc_scan_goes_through_every_port_and_reports_each() {
         "5:0:1:3 via host5 rport-5:0-1: skipped: port state Blocked",
     ] {
         assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+}
+
+/// Every port to the target Blocked (here: only host5's initiator allowed): nothing is
+/// written, and the error still names the path and why it was skipped, instead of "no
+/// online port".
+#[test]
+fn a_target_reached_only_through_blocked_ports_names_them() {
+    let dir = Scratch::with_fixture("fc-three-hbas", "scan-fc-blocked");
+    let root = Root::new(dir.path());
+    let host5: Wwn = "0x21000024ff3a0051".parse().unwrap();
+    let err = lunkit::fc::scan(&root, &fc(TARGET, &[host5], 3, false), &quick()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let Error::MissingPaths {
+        found,
+        wanted,
+        paths,
+        ..
+    } = &err
+    else {
+        panic!("not MissingPaths: {err:?}");
+    };
+    assert_eq!((*found, *wanted), (0, 1));
+    assert_eq!(paths.len(), 1, "{err}");
+    assert_eq!(paths[0].via, "host5 rport-5:0-1");
+    assert_eq!(paths[0].outcome.to_string(), "skipped: port state Blocked");
+    for host in [3, 4, 5] {
+        assert_eq!(scan_file(dir.path(), host), "", "host{host} was written");
     }
 }
 
