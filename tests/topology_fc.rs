@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+mod common;
+
 use lunkit::{Hctl, Root, Topology, Transport, Wwn};
 
 fn fc_root() -> Root {
@@ -145,4 +147,34 @@ fn missing_root_is_not_an_empty_node() {
         err.to_string().contains("/nonexistent/lunkit-root/sys"),
         "{err}"
     );
+}
+
+/// A remote port the FC transport keeps past `dev_loss_tmo` (`Not Present`, bound by WWPN):
+/// the kernel sets its node name and port id to `-1` and its roles to `unknown`. Those are
+/// placeholders, not a port's values: they read as unknown, the port name (its binding)
+/// stays.
+#[test]
+fn a_not_present_ports_placeholders_read_as_unknown() {
+    let dir = common::Scratch::with_fixture("fc", "topology-fc-not-present");
+    let rport = dir.path().join("sys/class/fc_remote_ports/rport-6:0-0");
+    for (attr, value) in [
+        ("port_state", "Not Present"),
+        ("roles", "unknown"),
+        ("node_name", "0xffffffffffffffff"),
+        ("port_id", "0xffffffff"),
+    ] {
+        std::fs::write(rport.join(attr), format!("{value}\n")).unwrap();
+    }
+    let t = Topology::read(&Root::new(dir.path())).unwrap();
+    let r = t
+        .fc_rports
+        .iter()
+        .find(|r| r.name == "rport-6:0-0")
+        .unwrap();
+    assert_eq!(r.port_state.as_deref(), Some("Not Present"));
+    assert_eq!(r.roles, Vec::<String>::new());
+    assert!(!r.is_fcp_target());
+    assert_eq!(r.node_name, None);
+    assert_eq!(r.port_id, None);
+    assert_eq!(r.port_name, Some(Wwn(0x500a098188a8b1c1)));
 }

@@ -100,7 +100,21 @@ fn parse_target_name(name: &str) -> Option<(u32, u32, u32)> {
     it.next().is_none().then_some(t)
 }
 
-/// Reads every remote port, ordered by host, channel and index.
+/// What the FC transport writes in `port_id` of a remote port it keeps only for its target
+/// binding once `dev_loss_tmo` has passed (`Not Present`): `-1`, printed as a 24-bit
+/// address cannot be.
+const NO_PORT_ID: &str = "0xffffffff";
+
+/// A WWN as a remote port shows it, without the transport's `-1` placeholder: after
+/// `dev_loss_tmo` the kernel keeps the rport for its binding and sets the names the binding
+/// does not use (`node_name` when bound by WWPN) to all ones, which no port has.
+fn known_wwn(w: Option<Wwn>) -> Option<Wwn> {
+    w.filter(|w| w.0 != u64::MAX)
+}
+
+/// Reads every remote port, ordered by host, channel and index. A port the kernel keeps past
+/// `dev_loss_tmo` (`Not Present`) shows what it still knows: its placeholder names and port
+/// id are `None`, and its `unknown` role is no role.
 pub fn remote_ports(root: &Root) -> Result<Vec<FcRemotePort>> {
     let class = root.sys("class/fc_remote_ports");
     let confine = Confine::new(root);
@@ -119,14 +133,14 @@ pub fn remote_ports(root: &Root) -> Result<Vec<FcRemotePort>> {
             host,
             channel,
             number,
-            port_name: attr_parse(&d, "port_name"),
-            node_name: attr_parse(&d, "node_name"),
-            port_id: attr(&d, "port_id"),
+            port_name: known_wwn(attr_parse(&d, "port_name")),
+            node_name: known_wwn(attr_parse(&d, "node_name")),
+            port_id: attr(&d, "port_id").filter(|id| id != NO_PORT_ID),
             roles: attr(&d, "roles")
                 .map(|r| {
                     r.split(',')
                         .map(|s| s.trim().to_owned())
-                        .filter(|s| !s.is_empty())
+                        .filter(|s| !s.is_empty() && s != "unknown")
                         .collect()
                 })
                 .unwrap_or_default(),
