@@ -514,7 +514,11 @@ async fn requests_that_disagree_with_the_stage_record_are_refused() {
 }
 
 #[tokio::test]
-async fn expanding_an_nvme_volume_is_unimplemented() {
+/// NodeExpandVolume of an NVMe volume goes to lunkit's NVMe resize, and a namespace that is
+/// not on the node (this fixture root has none) is NOT_FOUND, naming it; a staged record
+/// whose namespace id was never learned is FAILED_PRECONDITION. (Growing one is
+/// tests/vm_csi.rs.)
+async fn expanding_an_nvme_volume_resizes_that_namespace() {
     use lunkit_csi::state::{Access, Target};
     let p = start().await;
     let mut node = p.node().await;
@@ -535,6 +539,30 @@ async fn expanding_an_nvme_volume_is_unimplemented() {
         })
         .await
         .unwrap_err();
-    assert_eq!(s.code(), Code::Unimplemented, "{}", s.message());
+    assert_eq!(s.code(), Code::NotFound, "{}", s.message());
+    assert!(
+        s.message()
+            .contains("NVMe nqn.2014-08.org.lunkit:lab namespace 1"),
+        "{}",
+        s.message()
+    );
+
+    let mut r = staged_record(dir, Access::Block);
+    r.target = Target::Nvme {
+        nqn: "nqn.2014-08.org.lunkit:lab".into(),
+        portals: vec!["127.0.0.1:4420".into()],
+        nsid: None,
+        device_uuid: Some("963dcb64-5e7a-4000-8000-000000000001".into()),
+    };
+    seed(dir, r);
+    let s = node
+        .node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: "pv-1".into(),
+            volume_path: dir.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
     p.stop().await;
 }
