@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use lunkit::block::{self, UsageScope};
 use lunkit::{ErrorKind, Root};
+use lunkit_lab::cli::random;
 
 /// `block::usage` of `node`, less what this sandbox cannot see: root without
 /// `CAP_SYS_PTRACE` (a container) may not look at the fds of processes with more
@@ -108,19 +109,6 @@ impl Drop for Loop {
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    // xorshift: reproducible, incompressible enough to catch misplaced pages.
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn read_at(path: &Path, len: usize) -> Vec<u8> {

@@ -25,6 +25,7 @@ use lunkit_csi::proto::volume_capability::{
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
 use support::child::{Finished, Running};
+use support::cli::random;
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::lio_grow::GrowTarget;
@@ -256,19 +257,6 @@ fn attributes(iqn: &str, lun: u32) -> HashMap<String, String> {
         ("iqn".to_owned(), iqn.to_owned()),
         ("lun".to_owned(), lun.to_string()),
     ])
-}
-
-/// Deterministic bytes (xorshift), different per seed.
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn backing_file(lun: u32) -> PathBuf {

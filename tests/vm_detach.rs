@@ -19,25 +19,12 @@ use std::time::{Duration, Instant};
 
 use lunkit::iscsi::IscsiLun;
 use serde_json::Value;
+use support::cli::{describe, lunkit, random};
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
 use support::{cmd, multipath, require_vm, sysfs, wait};
 
 const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
-
-fn lunkit(args: &[&str]) -> Output {
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    Command::new(&bin).args(args).output().expect("run lunkit")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "exit {:?}; stdout: {}; stderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).trim(),
-        String::from_utf8_lossy(&o.stderr).trim(),
-    )
-}
 
 /// `lunkit detach <spec...> --json`: exit code and report.
 fn detach(spec: &[&str]) -> (Option<i32>, Value, Output) {
@@ -252,19 +239,6 @@ fn attach(lab: &IscsiLab, lun: u32) -> (Volume, support::multipath::Map) {
         t0.elapsed()
     );
     (vol, map)
-}
-
-/// Deterministic bytes (xorshift), different per seed.
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Buffered write through `dev` at `offset`, no fsync: the data sits in the page cache.

@@ -11,27 +11,14 @@ use lunkit_lab as support;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::cli::{describe, lunkit};
 use support::fcoe::{self, FcoeConfig, FcoeLab};
 use support::multipath::{self, Multipathd};
 use support::{require_vm, sysfs, wait};
-
-fn lunkit(args: &[&str]) -> Output {
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    Command::new(&bin).args(args).output().expect("run lunkit")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "exit {:?}; stdout: {}; stderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).trim(),
-        String::from_utf8_lossy(&o.stderr).trim(),
-    )
-}
 
 /// `lunkit <args>` whose last argument is `--json`: exit code and document.
 fn json(args: &[&str]) -> (Option<i32>, Value, Output) {

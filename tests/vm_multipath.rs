@@ -11,18 +11,14 @@
 use lunkit_lab as support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::cli::lunkit;
 use support::lab::{IscsiLab, LabConfig};
 use support::multipath::Map;
 use support::{cmd, require_vm, sysfs, wait};
-
-fn lunkit(args: &[&str]) -> Output {
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    Command::new(&bin).args(args).output().expect("run lunkit")
-}
 
 fn describe(o: &Output) -> String {
     format!(

@@ -16,6 +16,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use support::cli::{describe, lunkit, random};
 use support::nvmet::Target;
 use support::{cmd, require_vm, sysfs, wait};
 
@@ -24,20 +25,6 @@ const HOSTID: &str = "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80";
 const PORTALS: [&str; 2] = ["127.0.0.1:4420", "127.0.0.2:4420"];
 const MIB: u64 = 1 << 20;
 const MOUNT: &str = "/run/lunkit-nvme-mnt";
-
-fn lunkit(args: &[&str]) -> Output {
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    Command::new(&bin).args(args).output().expect("run lunkit")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "exit {:?}; stdout: {}; stderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).trim(),
-        String::from_utf8_lossy(&o.stderr).trim(),
-    )
-}
 
 /// `lunkit <args>` whose last argument is `--json`: exit code and document.
 fn json(args: &[&str]) -> (Option<i32>, Value, Output) {
@@ -166,18 +153,6 @@ fn steps<'a>(doc: &'a Value, kind: &str) -> Vec<(&'a str, &'a str, &'a str)> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]

@@ -12,10 +12,11 @@ use lunkit_lab as support;
 
 use std::fs;
 use std::io::Write;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::cli::{describe, lunkit, random};
 use support::iscsi::{self, Session};
 use support::lio_grow::GrowTarget;
 use support::multipath::{self, Map, Multipathd};
@@ -25,20 +26,6 @@ const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:grow";
 const PORTALS: [&str; 2] = ["127.0.0.1:3260", "127.0.0.2:3260"];
 const MIB: u64 = 1 << 20;
 const MOUNT: &str = "/run/lunkit-resize-mnt";
-
-fn lunkit(args: &[&str]) -> Output {
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    Command::new(&bin).args(args).output().expect("run lunkit")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "exit {:?}; stdout: {}; stderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).trim(),
-        String::from_utf8_lossy(&o.stderr).trim(),
-    )
-}
 
 /// `lunkit resize <args> --json`: exit code and document.
 fn resize(args: &[&str]) -> (Option<i32>, Value, Output) {
@@ -149,19 +136,6 @@ impl Drop for Lab {
             let _ = t.teardown();
         }
     }
-}
-
-/// Deterministic bytes (xorshift), different per seed.
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Blocks of the filesystem mounted at `dir`, in bytes (`statfs`).

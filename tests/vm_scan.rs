@@ -13,16 +13,12 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::cli::lunkit;
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
 use support::lio_split::SplitTarget;
 use support::scsi_debug::ScsiDebug;
 use support::{cmd, iscsi, multipath, require_vm, sysfs};
-
-fn lunkit(args: &[&str]) -> Output {
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    Command::new(&bin).args(args).output().expect("run lunkit")
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

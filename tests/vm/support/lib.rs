@@ -13,6 +13,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod child;
+pub mod cli;
 pub mod cmd;
 pub mod diag;
 pub mod fcoe;
