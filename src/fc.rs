@@ -13,18 +13,55 @@ use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;
 use crate::sysfs::fc::{FcRemotePort, hosts, remote_ports};
 
-/// No remote port leads to `target` in a state the kernel scans.
-fn no_port(target: Wwn) -> Error {
+/// No remote port leads to any of `targets`.
+fn no_port(targets: &[Wwn]) -> Error {
     Error::NotFound {
-        what: format!("online FC target port {target}"),
+        what: format!("FC target port {}", list(targets)),
     }
+}
+
+/// `targets` as people read them: `0x…` or `0x…, 0x…`.
+pub(crate) fn list(targets: &[Wwn]) -> String {
+    targets
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The most target ports one LUN may be named through. An array has a few per controller;
+/// the bound keeps a request from making one scan write per entry of an unbounded list.
+pub const MAX_TARGET_PORTS: usize = 64;
+
+/// Checks a list of target ports naming one LUN: at least one, at most
+/// [`MAX_TARGET_PORTS`]. Returns them sorted, each once.
+pub fn check_target_ports(wwpns: &[Wwn]) -> Result<Vec<Wwn>> {
+    if wwpns.is_empty() {
+        return Err(Error::invalid(
+            "FC target ports",
+            "",
+            "name at least one target port WWPN",
+        ));
+    }
+    let mut v = wwpns.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    if v.len() > MAX_TARGET_PORTS {
+        return Err(Error::invalid(
+            "FC target ports",
+            &format!("{} ports", v.len()),
+            "more target ports than lunkit scans for one LUN (64)",
+        ));
+    }
+    Ok(v)
 }
 
 /// Which LUN an FC scan brings in, and through which ports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FcLun {
-    /// The target port name (WWPN).
-    pub wwpn: Wwn,
+    /// The target's port names (WWPNs): an array answers on a port per controller, and the
+    /// LUN is reached through every one of them the fabric shows. One at least.
+    pub wwpns: Vec<Wwn>,
     /// Only through these local ports (initiator WWPNs); empty for every port.
     pub initiators: Vec<Wwn>,
     /// The LUN.
@@ -35,10 +72,11 @@ pub struct FcLun {
 }
 
 impl FcLun {
-    /// LUN `lun` behind `wwpn`, through every local port, with exact scans.
-    pub fn new(wwpn: Wwn, lun: u64) -> FcLun {
+    /// LUN `lun` behind the target ports `wwpns`, through every local port, with exact
+    /// scans.
+    pub fn new(wwpns: impl Into<Vec<Wwn>>, lun: u64) -> FcLun {
         FcLun {
-            wwpn,
+            wwpns: wwpns.into(),
             initiators: Vec::new(),
             lun,
             wildcard: false,
@@ -52,14 +90,21 @@ impl FcLun {
 ///
 /// It succeeds when [`ScanOptions::min_paths`] ports brought the LUN; see [`crate::scan`]
 /// for the outcomes and errors.
+///
+/// An empty or over-long [`FcLun::wwpns`] is [`Error::Invalid`], before anything is read.
 pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> {
+    let wwpns = check_target_ports(&lun.wwpns)?;
     let local = hosts(root)?;
     let candidates: Vec<Candidate> = remote_ports(root)?
         .into_iter()
-        .filter(|r| r.port_name == Some(lun.wwpn) && r.is_fcp_target())
+        .filter(|r| r.port_name.is_some_and(|p| wwpns.contains(&p)) && r.is_fcp_target())
         .filter(|r| through(r, &local, &lun.initiators))
         .map(|r| {
-            let via = format!("host{} {}", r.host, r.name);
+            // With several target ports, say which one this path leads to.
+            let via = match (wwpns.len(), r.port_name) {
+                (2.., Some(p)) => format!("host{} {} ({p})", r.host, r.name),
+                _ => format!("host{} {}", r.host, r.name),
+            };
             let hctl = r
                 .scsi_target_id
                 .map(|t| Hctl::new(r.host, r.channel, t, lun.lun));
@@ -87,8 +132,8 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
             }
         })
         .collect();
-    let what = format!("LUN {} of FC target {}", lun.lun, lun.wwpn);
-    crate::scan::scan_paths(root, &what, candidates, &|| no_port(lun.wwpn), opts)
+    let what = format!("LUN {} of FC target {}", lun.lun, list(&wwpns));
+    crate::scan::scan_paths(root, &what, candidates, &|| no_port(&wwpns), opts)
 }
 
 /// The port states in which the kernel's `fc_user_scan` scans a remote port.

@@ -24,7 +24,7 @@ fn quick() -> ScanOptions {
 
 fn fc(wwpn: Wwn, initiators: &[Wwn], lun: u64, wildcard: bool) -> FcLun {
     FcLun {
-        wwpn,
+        wwpns: vec![wwpn],
         initiators: initiators.to_vec(),
         lun,
         wildcard,
@@ -119,6 +119,65 @@ fn fc_scan_honours_initiator_filter_and_port_state() {
         lunkit::fc::scan(&root, &fc(Wwn(0x10000090fa3b0001), &[], 0, false), &quick()).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }));
     assert_eq!(scan_file(dir.path(), 5), "");
+}
+
+#[test]
+fn fc_scan_through_several_target_ports_covers_each_and_names_which() {
+    let dir = Scratch::with_fixture("fc", "scan-fc-ports");
+    let root = Root::new(dir.path());
+    // The array's second port is Blocked behind host5: skipped, listed, never written.
+    let second = Wwn(0x500a098188a8b1c2);
+    let lun = FcLun::new(vec![second, TARGET, TARGET], 3);
+    let err = lunkit::fc::scan(&root, &lun, &quick()).unwrap_err();
+    let Error::MissingPaths { what, paths, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        what, "LUN 3 of FC target 0x500a098188a8b1c1, 0x500a098188a8b1c2",
+        "each port once, in order"
+    );
+    let outcomes: Vec<_> = paths
+        .iter()
+        .map(|p| (p.via.as_str(), p.hctl, p.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (
+                "host5 rport-5:0-0 (0x500a098188a8b1c1)",
+                Some(Hctl::new(5, 0, 0, 3)),
+                "not-reported"
+            ),
+            (
+                "host5 rport-5:0-2 (0x500a098188a8b1c2)",
+                Some(Hctl::new(5, 0, 1, 3)),
+                "skipped"
+            ),
+            (
+                "host6 rport-6:0-0 (0x500a098188a8b1c1)",
+                Some(Hctl::new(6, 0, 0, 3)),
+                "not-reported"
+            ),
+        ]
+    );
+    assert_eq!(
+        scan_file(dir.path(), 5),
+        "0 0 3",
+        "only the Online port's target"
+    );
+    assert_eq!(scan_file(dir.path(), 6), "0 0 3");
+
+    // No port named at all is a usage error before anything is read or written.
+    let dir = Scratch::with_fixture("fc", "scan-fc-noports");
+    let root = Root::new(dir.path());
+    let err = lunkit::fc::scan(&root, &FcLun::new(Vec::new(), 3), &quick()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    assert!(
+        err.to_string().contains("at least one target port"),
+        "{err}"
+    );
+    assert_eq!(scan_file(dir.path(), 5), "");
+    assert_eq!(scan_file(dir.path(), 6), "");
 }
 
 #[test]

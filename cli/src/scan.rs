@@ -33,11 +33,12 @@ pub enum Scan {
         #[command(flatten)]
         common: Common,
     },
-    /// Scan one LUN through every online FC remote port of a target WWPN.
+    /// Scan one LUN through every online FC remote port of a target's WWPNs.
     Fc {
-        /// Target port WWPN (0x…, bare hex, or colon-separated).
-        #[arg(long)]
-        wwpn: Wwn,
+        /// Target port WWPN (0x…, bare hex, or colon-separated); repeat it, or separate with
+        /// commas, for a target reached through several ports.
+        #[arg(long, required = true, value_delimiter = ',')]
+        wwpn: Vec<Wwn>,
         /// Only through these local ports (initiator WWPNs); repeatable.
         #[arg(long = "initiator", value_name = "WWPN")]
         initiators: Vec<Wwn>,
@@ -165,7 +166,7 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
             ..
         } => {
             let lun = FcLun {
-                wwpn: *wwpn,
+                wwpns: wwpn.clone(),
                 initiators: initiators.clone(),
                 lun: *lun,
                 wildcard: *wildcard,

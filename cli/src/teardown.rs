@@ -44,9 +44,10 @@ pub struct VolumeArgs {
     /// The iSCSI target IQN (with --lun).
     #[arg(long, value_name = "IQN", requires = "lun")]
     iscsi_target: Option<String>,
-    /// The FC target port name (with --lun).
-    #[arg(long, value_name = "WWPN", requires = "lun")]
-    fc_wwpn: Option<String>,
+    /// The FC target's port name (with --lun); repeat it, or separate with commas, for a
+    /// target reached through several ports.
+    #[arg(long, value_name = "WWPN", requires = "lun", value_delimiter = ',')]
+    fc_wwpn: Vec<String>,
     /// The LUN, with --iscsi-target or --fc-wwpn.
     #[arg(long)]
     lun: Option<u64>,
@@ -73,9 +74,13 @@ impl VolumeArgs {
                 target,
                 lun: self.lun.unwrap_or_default(),
             }
-        } else if let Some(w) = self.fc_wwpn {
+        } else if !self.fc_wwpn.is_empty() {
             VolumeSpec::Fc {
-                wwpn: w.parse()?,
+                wwpns: self
+                    .fc_wwpn
+                    .iter()
+                    .map(|w| w.parse())
+                    .collect::<lunkit::Result<_>>()?,
                 lun: self.lun.unwrap_or_default(),
             }
         } else if let Some(n) = self.nvme_nqn {

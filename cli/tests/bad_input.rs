@@ -109,6 +109,12 @@ fn names_that_could_leave_sysfs_are_usage_errors() {
                     "0",
                 ],
             );
+            // A bad port anywhere in a list spoils the whole list, before anything is done.
+            let list = format!("0x5001438002a3c4d6,{wwpn}");
+            assert_usage_error(&root, &["scan", "fc", "--wwpn", &list, "--lun", "0"]);
+            for cmd in ["attach", "detach"] {
+                assert_usage_error(&root, &[cmd, "--fc-wwpn", &list, "--lun", "0"]);
+            }
         }
         for wwid in ["../../etc/passwd", "naa.6001405/abc", "naa.xyz"] {
             assert_usage_error(&root, &["scan", "hctl", "6:0:0:0", "--expect-wwid", wwid]);

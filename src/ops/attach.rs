@@ -152,10 +152,10 @@ fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanRepo
             };
             crate::iscsi::scan(root, &lun, &opts.scan)
         }
-        VolumeSpec::Fc { wwpn, lun } => {
+        VolumeSpec::Fc { wwpns, lun } => {
             let lun = FcLun {
                 initiators: opts.initiators.clone(),
-                ..FcLun::new(*wwpn, *lun)
+                ..FcLun::new(wwpns.clone(), *lun)
             };
             crate::fc::scan(root, &lun, &opts.scan)
         }

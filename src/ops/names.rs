@@ -21,21 +21,29 @@ use crate::error::{Error, Result};
 use crate::id::Wwid;
 use crate::ops::{NamespaceSelector, VolumeSpec};
 
-/// The record file of `spec` below `dir`; `None` for a spec that is not an address.
-fn record(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {
-    let name = match spec {
-        VolumeSpec::Iscsi { target, lun } => format!("iscsi-{}-lun-{lun}", encode(target)),
-        VolumeSpec::Fc { wwpn, lun } => format!("fc-{wwpn}-lun-{lun}"),
+/// The record files of `spec` below `dir`; none for a spec that is not an address.
+///
+/// An FC volume named through several target ports gets a record per port, so that a later
+/// call naming it through any of them (one controller's ports, say) recalls it.
+fn records(dir: &Path, spec: &VolumeSpec) -> Vec<PathBuf> {
+    let names = match spec {
+        VolumeSpec::Iscsi { target, lun } => vec![format!("iscsi-{}-lun-{lun}", encode(target))],
+        VolumeSpec::Fc { wwpns, lun } => {
+            wwpns.iter().map(|w| format!("fc-{w}-lun-{lun}")).collect()
+        }
         VolumeSpec::Nvme { nqn, namespace } => {
             let nqn = encode(nqn.as_str());
-            match namespace {
+            vec![match namespace {
                 NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
                 NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
-            }
+            }]
         }
-        VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => return None,
+        VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => Vec::new(),
     };
-    Some(dir.join("names").join(name))
+    names
+        .into_iter()
+        .map(|n| dir.join("names").join(n))
+        .collect()
 }
 
 /// `s` as one file name: letters, digits, `.`, `:` and `-` as they are, every other byte as
@@ -55,15 +63,20 @@ fn encode(s: &str) -> String {
 /// Remembers that `spec` named the volume `wwid`. The file is written whole and renamed into
 /// place, so that a reader never sees half of it.
 pub(crate) fn remember(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()> {
-    let Some(path) = record(dir, spec) else {
+    let paths = records(dir, spec);
+    if paths.is_empty() {
         return Ok(());
-    };
+    }
     let names = dir.join("names");
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&names)
         .map_err(|e| Error::io(&names, e))?;
+    paths.iter().try_for_each(|p| write_record(p, wwid))
+}
+
+fn write_record(path: &Path, wwid: &Wwid) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
@@ -74,17 +87,17 @@ pub(crate) fn remember(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()>
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
         writeln!(f, "{}", wwid.to_multipath())?;
-        std::fs::rename(&tmp, &path)
+        std::fs::rename(&tmp, path)
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        Error::io(&path, e)
+        Error::io(path, e)
     })
 }
 
 /// The marker of an attached NVMe namespace below `dir`: `attached/<record name>`.
 fn marker(dir: &Path, spec: &VolumeSpec) -> Option<PathBuf> {
-    let name = record(dir, spec)?.file_name()?.to_owned();
+    let name = records(dir, spec).first()?.file_name()?.to_owned();
     Some(dir.join("attached").join(name))
 }
 
@@ -130,15 +143,21 @@ pub(crate) fn is_attached(dir: &Path, spec: &VolumeSpec) -> bool {
 }
 
 /// The WWID `spec` was last remembered to name, if any (an unreadable or malformed record is
-/// none).
+/// none). Where `spec` has several records (an FC volume's target ports), those found must
+/// agree: two ports remembered for different volumes tell nothing.
 pub(crate) fn recall(dir: &Path, spec: &VolumeSpec) -> Option<Wwid> {
-    let text = std::fs::read_to_string(record(dir, spec)?).ok()?;
-    text.trim().parse().ok()
+    let mut found = records(dir, spec).into_iter().filter_map(|p| {
+        let text = std::fs::read_to_string(p).ok()?;
+        text.trim().parse::<Wwid>().ok()
+    });
+    let first = found.next()?;
+    found.all(|w| w == first).then_some(first)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::id::Wwn;
 
     #[test]
     fn a_remembered_wwid_is_recalled_by_the_same_name_only() {
@@ -164,6 +183,30 @@ mod tests {
         let w2: Wwid = "naa.6001405abcdef0123456789abcdef099".parse().unwrap();
         remember(&dir, &a, &w2).unwrap();
         assert_eq!(recall(&dir, &a), Some(w2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_fc_volume_is_recalled_through_any_of_its_target_ports_that_agree() {
+        let dir = std::env::temp_dir().join(format!("lunkit-names-fc-{}", std::process::id()));
+        let (p1, p2, p3) = (Wwn(0x500a0981_88a8b1c1), Wwn(0x500a0982_88a8b1c1), Wwn(7));
+        let fc = |wwpns: &[Wwn], lun| VolumeSpec::Fc {
+            wwpns: wwpns.to_vec(),
+            lun,
+        };
+        let w: Wwid = "naa.6001405abcdef0123456789abcdef012".parse().unwrap();
+        remember(&dir, &fc(&[p1, p2], 3), &w).unwrap();
+        // Either port alone, or both, name it; another LUN or port does not.
+        assert_eq!(recall(&dir, &fc(&[p2], 3)), Some(w.clone()));
+        assert_eq!(recall(&dir, &fc(&[p1, p2], 3)), Some(w.clone()));
+        assert_eq!(recall(&dir, &fc(&[p1, p3], 3)), Some(w.clone()));
+        assert_eq!(recall(&dir, &fc(&[p1], 4)), None);
+        assert_eq!(recall(&dir, &fc(&[p3], 3)), None);
+        // Port 2's LUN 3 remembered as another volume since: the two disagree, so nothing.
+        let other: Wwid = "naa.6001405abcdef0123456789abcdef099".parse().unwrap();
+        remember(&dir, &fc(&[p2], 3), &other).unwrap();
+        assert_eq!(recall(&dir, &fc(&[p1, p2], 3)), None);
+        assert_eq!(recall(&dir, &fc(&[p2], 3)), Some(other));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

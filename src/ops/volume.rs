@@ -35,10 +35,11 @@ pub enum VolumeSpec {
         /// The LUN.
         lun: u64,
     },
-    /// LUN `lun` behind the FC target port `wwpn`, through every local port that sees it.
+    /// LUN `lun` of the FC target reached through the target ports `wwpns` (an array has one
+    /// per controller port), through every local port that sees one of them.
     Fc {
-        /// The target port name.
-        wwpn: Wwn,
+        /// The target's port names; at least one (see [`crate::fc::check_target_ports`]).
+        wwpns: Vec<Wwn>,
         /// The LUN.
         lun: u64,
     },
@@ -120,7 +121,9 @@ impl fmt::Display for VolumeSpec {
             VolumeSpec::Device(d) => f.write_str(d),
             VolumeSpec::Wwid(w) => write!(f, "WWID {w}"),
             VolumeSpec::Iscsi { target, lun } => write!(f, "iSCSI {target} LUN {lun}"),
-            VolumeSpec::Fc { wwpn, lun } => write!(f, "FC {wwpn} LUN {lun}"),
+            VolumeSpec::Fc { wwpns, lun } => {
+                write!(f, "FC {} LUN {lun}", crate::fc::list(wwpns))
+            }
             VolumeSpec::Nvme { nqn, namespace } => write!(f, "NVMe {nqn} {namespace}"),
         }
     }
@@ -244,10 +247,11 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
                 .collect();
             by_addresses(root, addresses)
         }
-        VolumeSpec::Fc { wwpn, lun } => {
+        VolumeSpec::Fc { wwpns, lun } => {
+            let wwpns = crate::fc::check_target_ports(wwpns)?;
             let addresses = crate::sysfs::fc::remote_ports(root)?
                 .into_iter()
-                .filter(|r| r.port_name == Some(*wwpn))
+                .filter(|r| r.port_name.is_some_and(|p| wwpns.contains(&p)))
                 .filter_map(|r| Some(Hctl::new(r.host, r.channel, r.scsi_target_id?, *lun)))
                 .collect();
             by_addresses(root, addresses)
