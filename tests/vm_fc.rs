@@ -119,7 +119,7 @@ fn list_shows_the_kernel_made_fc_host_and_target_port() {
         "port_name",
         &lab.initiator_wwpn().as_str().into(),
     );
-    assert_eq!(back["host"], lab.target.host, "{back}");
+    assert_eq!(back["host"], lab.target().host, "{back}");
     assert_eq!(
         back["roles"],
         serde_json::json!(["FCP Initiator"]),
@@ -160,7 +160,7 @@ fn scan_fc_brings_exactly_the_one_lun_with_its_wwid() {
         "--wwpn",
         &wwpn,
         "--initiator",
-        &fcoe::wwn_sysfs(lab.target.wwpn),
+        &fcoe::wwn_sysfs(lab.target().wwpn),
         "--lun",
         "2",
         "--timeout",
@@ -504,6 +504,109 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
         assert_eq!(code, Some(0), "LUN {lun}: {}", describe(&out));
         assert_eq!(doc["ok"], true, "{doc}");
     }
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+    assert!(
+        !std::path::Path::new(&format!("/sys/block/{dm}")).exists(),
+        "map {dm} is still there"
+    );
+    assert_eq!(multipath::maps(), [], "multipath maps left");
+    mpd.stop().expect("stop multipathd");
+    lab.teardown().expect("tear down");
+}
+
+/// An array's two controller ports: one initiator port sees the target through two target
+/// WWPNs (two remote ports, two SCSI targets), each exporting the same LUNs. `attach` naming
+/// both ports brings the LUN in through both at once, says which port each path came
+/// through, and multipathd maps the two; a port the fabric does not show is just not a path.
+/// `detach` naming one of the ports takes the whole volume: both paths and the map.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn attach_through_two_target_ports_and_detach_by_one_of_them() {
+    require_vm();
+    let lab = FcoeLab::build(FcoeConfig {
+        targets: 2,
+        ..FcoeConfig::default()
+    })
+    .expect("build the FCoE lab with two target ports");
+    let port = lab.initiator();
+    let [t1, t2] = [&lab.targets[0], &lab.targets[1]];
+    let addr = |target: &fcoe::LocalPort, lun: u32| {
+        let rport = fcoe::rport_to(port.host, target.wwpn).expect("remote port");
+        let t = sysfs::attr(format!("/sys/class/fc_remote_ports/{rport}/scsi_target_id"))
+            .and_then(|t| t.parse::<u32>().ok())
+            .expect("target id");
+        format!("{}:0:{t}:{lun}", port.host)
+    };
+    assert_ne!(addr(t1, 1), addr(t2, 1), "two SCSI targets behind one host");
+    let mpd = Multipathd::start(multipath::DEFAULT_CONF).expect("start multipathd");
+
+    // Both ports, plus one nobody has: it is no path, and no error.
+    let absent = "0x20000000c9abcdef";
+    let list = format!("{},{absent}", lab.target_wwpns().join(","));
+    let (code, doc, out) = json(&[
+        "attach",
+        "--fc-wwpn",
+        &list,
+        "--lun",
+        "1",
+        "--min-paths",
+        "2",
+        "--wait-map",
+        "--timeout",
+        "300",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let mut got = outcomes(&doc);
+    got.sort();
+    let mut want = vec![
+        (addr(t1, 1), "found".to_owned()),
+        (addr(t2, 1), "found".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(got, want, "{doc}");
+    for (target, hctl) in [(t1, addr(t1, 1)), (t2, addr(t2, 1))] {
+        let path = entry(&doc, "paths", "hctl", &Value::from(hctl));
+        let via = path["via"].as_str().expect("via");
+        assert!(
+            via.ends_with(&format!("({})", fcoe::wwn_sysfs(target.wwpn))),
+            "the path does not name its target port: {path}"
+        );
+    }
+    let devices = doc["devices"].as_array().expect("devices[]");
+    assert_eq!(devices.len(), 2, "{doc}");
+    assert!(
+        devices.iter().all(|d| d["wwid"] == fcoe::wwid(1).as_str()),
+        "{doc}"
+    );
+    let dm = doc["map"]["dm"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no map in {doc}"))
+        .to_owned();
+    assert_eq!(sysfs::names(format!("/sys/block/{dm}/slaves")).len(), 2);
+    assert_eq!(
+        lab.devices(),
+        {
+            let mut v = vec![addr(t1, 1), addr(t2, 1)];
+            v.sort();
+            v
+        },
+        "exactly LUN 1, through each port"
+    );
+
+    let second = fcoe::wwn_sysfs(t2.wwpn);
+    let (code, doc, out) = json(&[
+        "detach",
+        "--fc-wwpn",
+        &second,
+        "--lun",
+        "1",
+        "--timeout",
+        "120",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(doc["ok"], true, "{doc}");
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
     assert!(
         !std::path::Path::new(&format!("/sys/block/{dm}")).exists(),

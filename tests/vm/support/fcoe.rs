@@ -7,19 +7,22 @@
 //!
 //! Built through sysfs and configfs only (no fcoe-utils, no targetcli):
 //!
-//! 1. bridge `lkfcbr`; per port a veth pair (`lkfct` for the target, `lkfc1`, `lkfc2`... for
-//!    the initiators; their peers `<name>-br` on the bridge), fixed MACs (the local ports' WWNs
-//!    come from them), MTU 9000 (an FCoE frame carries up to 2112 bytes of payload), all up;
+//! 1. bridge `lkfcbr`; per port a veth pair (`lkfct`, `lkfct2`... for the target ports,
+//!    `lkfc1`, `lkfc2`... for the initiators; their peers `<name>-br` on the bridge), fixed
+//!    MACs (the local ports' WWNs come from them), MTU 9000 (an FCoE frame carries up to 2112
+//!    bytes of payload), all up;
 //! 2. each port's name written to `/sys/bus/fcoe/ctlr_create`: a controller each, created
 //!    disabled, with its SCSI host; `mode` set to `vn2vn`;
-//! 3. the tcm_fc target in configfs under the target port's WWPN (`fc/xx:xx:..:xx/tpgt_1`), LUNs
-//!    linked to fileio backstores on a tmpfs of its own, and an ACL per initiator WWPN with
-//!    every LUN mapped. tcm_fc has no demo mode, and it must be there *before* the ports log
-//!    in: the initiator learns the `FCP Target` role from the PRLI response, which tcm_fc
-//!    gives only for a local port it has a TPG for and a remote port it has an ACL for;
+//! 3. the tcm_fc target in configfs under each target port's WWPN (`fc/xx:xx:..:xx/tpgt_1`),
+//!    LUNs linked to fileio backstores on a tmpfs of its own (the same backstores for every
+//!    target port, as an array exports one LUN on each controller port), and an ACL per
+//!    initiator WWPN with every LUN mapped. tcm_fc has no demo mode, and it must be there
+//!    *before* the ports log in: the initiator learns the `FCP Target` role from the PRLI
+//!    response, which tcm_fc gives only for a local port it has a TPG for and a remote port it
+//!    has an ACL for;
 //! 4. every controller `enabled`; VN2VN claims a port id for each, the ports log in to each
-//!    other, and the fixture waits (bounded) until every initiator's remote port to the
-//!    target is Online with the `FCP Target` role and a SCSI target id.
+//!    other, and the fixture waits (bounded) until every initiator's remote port to every
+//!    target port is Online with the `FCP Target` role and a SCSI target id.
 //!
 //! `scsi_mod.scan` is set to `manual` while the lab exists: otherwise the FC transport scans
 //! the whole target (`fc_scsi_scan_rport`, every LUN) the moment the remote port comes up,
@@ -48,14 +51,16 @@ const SCAN_MODE: &str = "/sys/module/scsi_mod/parameters/scan";
 pub const TMPFS: &str = "/run/lunkit-fcoe";
 /// The bridge all ports hang off.
 pub const BRIDGE: &str = "lkfcbr";
-/// The target port's interface; initiator `i` (from 1) is `lkfc<i>`.
+/// The first target port's interface; target port `j` (from 2) is `lkfct<j>`, initiator `i`
+/// (from 1) is `lkfc<i>`.
 pub const TARGET_IF: &str = "lkfct";
 /// At most this many initiator ports (their names and MACs have one digit).
 pub const MAX_INITIATORS: usize = 9;
-/// Locally administered unicast MACs: the target's, and initiator `i`'s is `02:1c:fc:00:00:0<i>`.
-/// fcoe makes a port's WWPN `0x2000<MAC>` and its WWNN `0x1000<MAC>` of it
-/// (`fcoe_wwn_from_mac`, schemes 2 and 1).
-const TARGET_MAC: &str = "02:1c:fc:00:00:10";
+/// At most this many target ports.
+pub const MAX_TARGETS: usize = 9;
+// Locally administered unicast MACs: target port `j`'s is `02:1c:fc:00:00:1<j-1>`, initiator
+// `i`'s is `02:1c:fc:00:00:0<i>`. fcoe makes a port's WWPN `0x2000<MAC>` and its WWNN
+// `0x1000<MAC>` of it (`fcoe_wwn_from_mac`, schemes 2 and 1).
 /// Enough for a full FC frame (2112 bytes of payload) plus the FCoE header and trailer.
 const MTU: &str = "9000";
 /// fileio HBAs `fileio_4200 + lun`: clear of lio.rs's `fileio_<lun>` and lio_extra's 4096.
@@ -72,8 +77,13 @@ pub struct FcoeConfig {
     /// The LUN numbers the target exports (each to every initiator's ACL).
     pub luns: Vec<u32>,
     pub lun_size: u64,
-    /// Initiator ports (FC hosts), each one path to every LUN: 1 to [`MAX_INITIATORS`].
+    /// Initiator ports (FC hosts), each one path to every LUN through every target port: 1
+    /// to [`MAX_INITIATORS`].
     pub initiators: usize,
+    /// Target ports (an array's controller ports), each a TPG of its own under its own WWPN
+    /// exporting the same LUNs (the same backstores, so the same WWIDs): 1 to
+    /// [`MAX_TARGETS`].
+    pub targets: usize,
 }
 
 impl Default for FcoeConfig {
@@ -82,6 +92,7 @@ impl Default for FcoeConfig {
             luns: vec![0, 1, 2, 3],
             lun_size: 16 << 20,
             initiators: 1,
+            targets: 1,
         }
     }
 }
@@ -103,7 +114,8 @@ pub struct FcoeLab {
     pub config: FcoeConfig,
     /// The initiator ports, in the order of their interfaces (`lkfc1`, `lkfc2`...).
     pub initiators: Vec<LocalPort>,
-    pub target: LocalPort,
+    /// The target ports, in the order of their interfaces (`lkfct`, `lkfct2`...).
+    pub targets: Vec<LocalPort>,
     scan_mode: Option<Tunable>,
     live: bool,
 }
@@ -145,7 +157,10 @@ impl FcoeLab {
             )
             .into());
         }
-        check_free(config.initiators)?;
+        if !(1..=MAX_TARGETS).contains(&config.targets) {
+            return Err(format!("{} target ports: 1 to {MAX_TARGETS}", config.targets).into());
+        }
+        check_free(&config)?;
         for m in MODULES {
             cmd::run("modprobe", &[m])?;
         }
@@ -156,12 +171,7 @@ impl FcoeLab {
         let mut me = Self {
             config,
             initiators: Vec::new(),
-            target: LocalPort {
-                ifname: TARGET_IF.to_owned(),
-                ctlr: String::new(),
-                host: u32::MAX,
-                wwpn: 0,
-            },
+            targets: Vec::new(),
             scan_mode,
             live: true,
         };
@@ -192,52 +202,61 @@ impl FcoeLab {
             ],
         )?;
         cmd::run("ip", &["link", "set", BRIDGE, "mtu", MTU, "up"])?;
-        add_port(TARGET_IF, TARGET_MAC)?;
+        for j in 1..=self.config.targets {
+            add_port(&target_if(j), &format!("02:1c:fc:00:00:1{}", j - 1))?;
+        }
         for i in 1..=self.config.initiators {
             add_port(&initiator_if(i), &format!("02:1c:fc:00:00:0{i}"))?;
         }
-        self.target = create_ctlr(TARGET_IF)?;
+        for j in 1..=self.config.targets {
+            let port = create_ctlr(&target_if(j))?;
+            self.targets.push(port);
+        }
         for i in 1..=self.config.initiators {
             let port = create_ctlr(&initiator_if(i))?;
             self.initiators.push(port);
         }
         mount_tmpfs()?;
-        self.build_target()?;
-        for port in self.initiators.iter().chain([&self.target]) {
+        self.make_backstores()?;
+        for target in &self.targets {
+            self.build_target(target)?;
+        }
+        for port in self.initiators.iter().chain(&self.targets) {
             write(&ctlr_dir(&port.ctlr).join("enabled"), "1")?;
         }
-        for port in &self.initiators {
-            self.wait_for_target_port(port)?;
-            // The initiator's port as seen from the target: the login went both ways.
-            wait::until_true(
-                &format!("the target's local port to see {}'s", port.ifname),
-                LOGIN,
-                || rport_to(self.target.host, port.wwpn).is_some(),
-            )?;
+        for target in &self.targets {
+            for port in &self.initiators {
+                self.wait_for_target_port(port, target)?;
+                // The initiator's port as seen from the target: the login went both ways.
+                wait::until_true(
+                    &format!("{}'s local port to see {}'s", target.ifname, port.ifname),
+                    LOGIN,
+                    || rport_to(target.host, port.wwpn).is_some(),
+                )?;
+            }
         }
         Ok(())
     }
 
-    fn tpg(&self) -> PathBuf {
+    fn tpg(target: &LocalPort) -> PathBuf {
         Path::new(TARGET)
             .join("fc")
-            .join(wwn_colon(self.target.wwpn))
+            .join(wwn_colon(target.wwpn))
             .join("tpgt_1")
     }
 
-    fn acl(&self, initiator: &LocalPort) -> PathBuf {
-        self.tpg().join("acls").join(wwn_colon(initiator.wwpn))
+    fn acl(target: &LocalPort, initiator: &LocalPort) -> PathBuf {
+        Self::tpg(target)
+            .join("acls")
+            .join(wwn_colon(initiator.wwpn))
     }
 
     fn backstore(lun: u32) -> PathBuf {
         Path::new(TARGET).join(format!("core/fileio_{}/fc_lun{lun}", HBA_BASE + lun))
     }
 
-    fn build_target(&self) -> Result<()> {
-        let tpg = self.tpg();
-        if tpg.parent().is_some_and(Path::exists) {
-            return Err(format!("{} exists already", tpg.parent().unwrap().display()).into());
-        }
+    /// The LUNs' fileio backstores, shared by every target port.
+    fn make_backstores(&self) -> Result<()> {
         for &lun in &self.config.luns {
             let bs = Self::backstore(lun);
             mkdir(&bs)?;
@@ -249,12 +268,24 @@ impl FcoeLab {
             write(&bs.join("enable"), "1")?;
             // Before the LUN is exported: LIO refuses to change an exported LUN's serial.
             write(&bs.join("wwn/vpd_unit_serial"), &unit_serial(lun))?;
+        }
+        Ok(())
+    }
+
+    /// `target`'s TPG: every LUN, and an ACL per initiator with every LUN mapped.
+    fn build_target(&self, target: &LocalPort) -> Result<()> {
+        let tpg = Self::tpg(target);
+        if tpg.parent().is_some_and(Path::exists) {
+            return Err(format!("{} exists already", tpg.parent().unwrap().display()).into());
+        }
+        for &lun in &self.config.luns {
+            let bs = Self::backstore(lun);
             let lun_dir = tpg.join(format!("lun/lun_{lun}"));
             mkdir(&lun_dir)?;
             symlink(&bs, &lun_dir.join("lunkit"))?;
         }
         for initiator in &self.initiators {
-            let acl = self.acl(initiator);
+            let acl = Self::acl(target, initiator);
             mkdir(&acl)?;
             for &lun in &self.config.luns {
                 let mapped = acl.join(format!("lun_{lun}"));
@@ -265,13 +296,16 @@ impl FcoeLab {
         Ok(())
     }
 
-    /// Waits until `initiator` has an Online remote port to the target with the
-    /// `FCP Target` role and a SCSI target id.
-    fn wait_for_target_port(&self, initiator: &LocalPort) -> Result<()> {
+    /// Waits until `initiator` has an Online remote port to `target` with the `FCP Target`
+    /// role and a SCSI target id.
+    fn wait_for_target_port(&self, initiator: &LocalPort, target: &LocalPort) -> Result<()> {
         let mut last = String::from("no remote port yet");
-        let what = format!("{} to log in to the FCoE target", initiator.ifname);
+        let what = format!(
+            "{} to log in to the FCoE target port {}",
+            initiator.ifname, target.ifname
+        );
         let r = wait::until(&what, LOGIN, || {
-            let Some(rport) = rport_to(initiator.host, self.target.wwpn) else {
+            let Some(rport) = rport_to(initiator.host, target.wwpn) else {
                 return Ok(None);
             };
             let dir = Path::new("/sys/class/fc_remote_ports").join(&rport);
@@ -287,9 +321,19 @@ impl FcoeLab {
         r.map_err(|e| format!("{e}; last seen: {last}").into())
     }
 
-    /// The target port's WWPN as sysfs prints it (`0x2000021cfc000002`).
+    /// The first target port.
+    pub fn target(&self) -> &LocalPort {
+        &self.targets[0]
+    }
+
+    /// The first target port's WWPN as sysfs prints it (`0x2000021cfc000010`).
     pub fn target_wwpn(&self) -> String {
-        wwn_sysfs(self.target.wwpn)
+        wwn_sysfs(self.target().wwpn)
+    }
+
+    /// Every target port's WWPN as sysfs prints it, in port order.
+    pub fn target_wwpns(&self) -> Vec<String> {
+        self.targets.iter().map(|t| wwn_sysfs(t.wwpn)).collect()
     }
 
     /// The first initiator port.
@@ -307,9 +351,9 @@ impl FcoeLab {
         self.rport_of(self.initiator())
     }
 
-    /// `initiator`'s remote port to the target, read now.
+    /// `initiator`'s remote port to the first target port, read now.
     pub fn rport_of(&self, initiator: &LocalPort) -> Option<String> {
-        rport_to(initiator.host, self.target.wwpn)
+        rport_to(initiator.host, self.target().wwpn)
     }
 
     /// The SCSI target id the FC transport bound to the target port behind the first
@@ -380,15 +424,18 @@ impl FcoeLab {
             let _ = self.set_link(port, true);
         }
         for port in &down {
-            let _ = self.wait_for_target_port(port);
+            for target in &self.targets {
+                let _ = self.wait_for_target_port(port, target);
+            }
         }
         // Devices first, while the target still answers their last SYNCHRONIZE CACHE.
         for hctl in self.devices() {
             let _ = fs::write(format!("/sys/class/scsi_device/{hctl}/device/delete"), "1");
         }
-        if self.target.wwpn != 0 {
-            self.remove_target();
-            let wwn_dir = self.tpg().parent().expect("tpg has a parent").to_path_buf();
+        for target in &self.targets {
+            self.remove_target(target);
+            let tpg = Self::tpg(target);
+            let wwn_dir = tpg.parent().expect("tpg has a parent");
             if wwn_dir.exists() {
                 left.push(wwn_dir.display().to_string());
             }
@@ -404,7 +451,7 @@ impl FcoeLab {
         // Every port the build may have made, also past a failed one.
         let ports: Vec<String> = (1..=self.config.initiators)
             .map(initiator_if)
-            .chain([TARGET_IF.to_owned()])
+            .chain((1..=self.config.targets).map(target_if))
             .collect();
         for ifname in &ports {
             if let Err(e) = destroy_ctlr(ifname) {
@@ -430,12 +477,12 @@ impl FcoeLab {
         }
     }
 
-    /// The target's configfs objects, children first: mapped LUNs, the ACL, the TPG's LUNs,
+    /// `target`'s configfs objects, children first: mapped LUNs, the ACL, the TPG's LUNs,
     /// the TPG, the WWN.
-    fn remove_target(&self) {
-        let tpg = self.tpg();
+    fn remove_target(&self, target: &LocalPort) {
+        let tpg = Self::tpg(target);
         for initiator in &self.initiators {
-            let acl = self.acl(initiator);
+            let acl = Self::acl(target, initiator);
             for &lun in &self.config.luns {
                 let mapped = acl.join(format!("lun_{lun}"));
                 let _ = fs::remove_file(mapped.join("lunkit"));
@@ -466,11 +513,12 @@ impl Drop for FcoeLab {
 
 /// Fails if a piece of the lab is there already (a test killed before its teardown): the
 /// runner's reset does not know FCoE, so nothing else removes it.
-fn check_free(initiators: usize) -> Result<()> {
+fn check_free(config: &FcoeConfig) -> Result<()> {
     let mut there = Vec::new();
-    let names = (1..=initiators)
+    let names = (1..=config.initiators)
         .map(initiator_if)
-        .chain([TARGET_IF, BRIDGE].map(str::to_owned));
+        .chain((1..=config.targets).map(target_if))
+        .chain([BRIDGE.to_owned()]);
     for ifname in names {
         if Path::new("/sys/class/net").join(&ifname).exists() {
             there.push(format!("network interface {ifname}"));
@@ -487,6 +535,14 @@ fn check_free(initiators: usize) -> Result<()> {
             there.join(", ")
         )
         .into())
+    }
+}
+
+/// Target port `j`'s interface (from 1).
+fn target_if(j: usize) -> String {
+    match j {
+        1 => TARGET_IF.to_owned(),
+        j => format!("{TARGET_IF}{j}"),
     }
 }
 
@@ -569,7 +625,7 @@ fn destroy_ctlr(ifname: &str) -> Result<()> {
 }
 
 /// The remote port below SCSI host `host` whose WWPN is `wwpn`.
-fn rport_to(host: u32, wwpn: u64) -> Option<String> {
+pub fn rport_to(host: u32, wwpn: u64) -> Option<String> {
     let want = wwn_sysfs(wwpn);
     sysfs::names("/sys/class/fc_remote_ports")
         .into_iter()
