@@ -26,6 +26,7 @@ use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
 use support::child::{Finished, Running};
 use support::cli::random;
+use support::fcoe::{self, FcoeConfig, FcoeLab};
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::lio_grow::GrowTarget;
@@ -51,6 +52,7 @@ struct Lab {
     target: Option<LioTarget>,
     growable: Option<GrowTarget>,
     nvmet: Option<nvmet::Target>,
+    fcoe: Option<FcoeLab>,
     /// `/etc/nvme` was made by the test, for the host NQN the plugin reads.
     made_etc_nvme: bool,
 }
@@ -99,8 +101,34 @@ impl Lab {
             target: None,
             growable: None,
             nvmet: Some(t),
+            fcoe: None,
             made_etc_nvme,
         };
+        lab.start_plugin();
+        lab
+    }
+
+    /// Real FC: the FCoE lab with one initiator port and two target ports (an array's two
+    /// controller ports, the same LUNs behind each), multipathd, and no iSCSI.
+    fn build_fc() -> Lab {
+        let _ = fs::remove_dir_all(BASE);
+        fs::create_dir_all(BASE).unwrap();
+        let fc = FcoeLab::build(FcoeConfig {
+            targets: 2,
+            ..FcoeConfig::default()
+        })
+        .expect("the FCoE lab");
+        let mut lab = Lab {
+            plugin: None,
+            multipathd: None,
+            started_iscsid: false,
+            target: None,
+            growable: None,
+            nvmet: None,
+            fcoe: Some(fc),
+            made_etc_nvme: false,
+        };
+        lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
         lab.start_plugin();
         lab
     }
@@ -115,6 +143,7 @@ impl Lab {
             target,
             growable,
             nvmet: None,
+            fcoe: None,
             made_etc_nvme: false,
         };
         lab.started_iscsid = iscsi::ensure_iscsid().expect("iscsid");
@@ -208,6 +237,11 @@ impl Drop for Lab {
         }
         if let Some(t) = self.growable.take() {
             let _ = t.teardown();
+        }
+        if let Some(fc) = self.fcoe.take() {
+            if let Err(e) = fc.teardown() {
+                eprintln!("{e}");
+            }
         }
         if let Some(t) = self.nvmet.take() {
             for c in nvme_controllers() {
@@ -1055,5 +1089,84 @@ fn nvme_block_volume_by_nsid_through_kubelets_sequence() {
         .read(1, offset, data.len())
         .expect("read the target's file");
     assert!(back == data, "the target's file holds what the pod wrote");
+    drop(lab);
+}
+
+/// An FC volume as a PV names it (`targetWWNs`: both target ports of the array, plus one the
+/// fabric does not show), through kubelet's block sequence on real FC: stage brings the LUN in
+/// through both target ports with multipathd's map over the two, the pod writes, stats see the
+/// capacity and both paths running, and unstage leaves no device, map or record behind. The
+/// data is in the target's backing file.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn fc_block_volume_through_both_target_ports() {
+    require_vm();
+    let lab = Lab::build_fc();
+    let fc = lab.fcoe.as_ref().unwrap();
+    let mut c = lab.client();
+    let mut stage = stage_req("pv-fc-block", 0, true);
+    let wwns: Vec<String> = fc
+        .targets
+        .iter()
+        .map(|t| format!("{:016x}", t.wwpn))
+        .chain(["20000000c9abcdef".to_owned()])
+        .collect();
+    stage.volume_context = HashMap::from([
+        (
+            "targetWWNs".to_owned(),
+            serde_json::to_string(&wwns).unwrap(),
+        ),
+        ("lun".to_owned(), "1".to_owned()),
+        ("wwid".to_owned(), fcoe::wwid(1)),
+    ]);
+    c.node_stage_volume(stage.clone()).expect("stage");
+    c.node_stage_volume(stage.clone())
+        .expect("stage again (idempotent)");
+    let maps = multipath::maps();
+    assert_eq!(maps.len(), 1, "one map: {maps:?}");
+    assert_eq!(maps[0].paths.len(), 2, "a path per target port: {maps:?}");
+    assert_eq!(fc.devices().len(), 2, "exactly LUN 1: {:?}", fc.devices());
+
+    let a = publish_req(&stage, "a", false);
+    c.node_publish_volume(a.clone()).expect("publish");
+    let data = random(128 << 10, 71);
+    let offset = 3 << 20;
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&a.target_path)
+            .expect("open the pod's device");
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: a.target_path.clone(),
+            staging_target_path: String::new(),
+        })
+        .expect("stats");
+    assert_eq!(
+        stats.usage[0].total,
+        FcoeConfig::default().lun_size as i64,
+        "the LUN's capacity"
+    );
+    let cond = stats.volume_condition.expect("a volume condition");
+    assert!(!cond.abnormal, "{}", cond.message);
+    assert_eq!(cond.message, "2 paths running");
+
+    unpublish(&mut c, &a);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    c.node_unstage_volume(unstage_req(&stage))
+        .expect("unstage again (idempotent)");
+    assert_eq!(fc.devices(), Vec::<String>::new(), "FC paths left");
+    assert_node_clean();
+    let mut back = vec![0u8; data.len()];
+    let mut f = fs::File::open(fc.image(1)).expect("the target's file");
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.read_exact(&mut back).unwrap();
+    assert!(back == data, "the target's file holds what the pod wrote");
+    drop(f);
     drop(lab);
 }

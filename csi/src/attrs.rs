@@ -27,8 +27,17 @@
 //! | `portals` | lunkit's own: more ports, a JSON array of `addr:port` strings |
 //! | `wwid` | as for iSCSI: the identity the namespace must report (`uuid.…`, `eui.…`) |
 //!
-//! A volume is NVMe when its attributes have `nqn` or `targetTrAddr`, iSCSI when they have
-//! `iqn`; both at once is refused. Nothing is parsed out of the volume id.
+//! Fibre Channel volumes use the names of Kubernetes' in-tree FC volume (`targetWWNs`, `lun`):
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `targetWWNs` | the target's port names, a JSON array (`["500a0981891b8dc5"]`) or a comma-separated list; each 16 hex digits, `0x…` or colon-separated |
+//! | `lun` | the LUN number |
+//! | `wwid` | as for iSCSI |
+//!
+//! A volume is NVMe when its attributes have `nqn` or `targetTrAddr`, FC when they have
+//! `targetWWNs`, iSCSI when they have `iqn`; two of them at once is refused. Nothing is parsed
+//! out of the volume id.
 
 use std::collections::HashMap;
 
@@ -72,26 +81,85 @@ pub struct NvmeVolume {
     pub wwid: Option<Wwid>,
 }
 
-/// A volume of either transport.
+/// A Fibre Channel LUN, as its attributes name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FcVolume {
+    /// The target's port names, sorted, each once.
+    pub wwpns: Vec<lunkit::Wwn>,
+    /// The LUN.
+    pub lun: u64,
+    /// The WWID the LUN must report.
+    pub wwid: Option<Wwid>,
+}
+
+/// A volume of any transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Volume {
     /// An iSCSI LUN.
     Iscsi(IscsiVolume),
     /// An NVMe/TCP namespace.
     Nvme(NvmeVolume),
+    /// A Fibre Channel LUN.
+    Fc(FcVolume),
 }
 
-/// Reads a volume of either transport from its attributes (see the module docs for the keys).
+/// Reads a volume of any transport from its attributes (see the module docs for the keys).
 pub fn parse(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Volume> {
     let has = |k: &str| ctx.get(k).is_some_and(|v| !v.trim().is_empty());
-    let nvme = has("nqn") || has("targetTrAddr");
-    match (has("iqn"), nvme) {
-        (true, true) => Err(Error::InvalidArgument(format!(
-            "volume {volume_id}: volume attributes name both an iSCSI target (iqn) and an NVMe subsystem (nqn, targetTrAddr)"
+    let named: Vec<&str> = [
+        ("an iSCSI target (iqn)", has("iqn")),
+        (
+            "an NVMe subsystem (nqn, targetTrAddr)",
+            has("nqn") || has("targetTrAddr"),
+        ),
+        ("an FC target (targetWWNs)", has("targetWWNs")),
+    ]
+    .into_iter()
+    .filter_map(|(what, there)| there.then_some(what))
+    .collect();
+    match named.as_slice() {
+        [a, b, ..] => Err(Error::InvalidArgument(format!(
+            "volume {volume_id}: volume attributes name both {a} and {b}"
         ))),
-        (false, true) => parse_nvme(volume_id, ctx).map(Volume::Nvme),
+        [w] if w.contains("NVMe") => parse_nvme(volume_id, ctx).map(Volume::Nvme),
+        [w] if w.contains("FC") => parse_fc(volume_id, ctx).map(Volume::Fc),
         _ => parse_iscsi(volume_id, ctx).map(Volume::Iscsi),
     }
+}
+
+/// Reads an FC volume from its attributes.
+pub fn parse_fc(volume_id: &str, ctx: &HashMap<String, String>) -> Result<FcVolume> {
+    let bad = |key: &str, why: String| {
+        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
+    };
+    let get = |key: &str| ctx.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let list = get("targetWWNs").ok_or_else(|| bad("targetWWNs", "missing".into()))?;
+    let names: Vec<String> = if list.starts_with('[') {
+        serde_json::from_str(list)
+            .map_err(|e| bad("targetWWNs", format!("not a JSON array of strings: {e}")))?
+    } else {
+        list.split(',').map(str::to_owned).collect()
+    };
+    let wwpns = names
+        .iter()
+        .map(|n| n.trim().parse::<lunkit::Wwn>())
+        .collect::<lunkit::Result<Vec<_>>>()
+        .and_then(|w| lunkit::fc::check_target_ports(&w))
+        .map_err(|e| bad("targetWWNs", e.to_string()))?;
+    let lun_text = get("lun").ok_or_else(|| bad("lun", "missing".into()))?;
+    let lun = lun_number(lun_text)
+        .ok_or_else(|| bad("lun", format!("{lun_text:?} is not a LUN number")))?;
+    let wwid = match get("wwid") {
+        None => None,
+        Some(w) => Some(w.parse::<Wwid>().map_err(|e| bad("wwid", e.to_string()))?),
+    };
+    Ok(FcVolume { wwpns, lun, wwid })
+}
+
+/// A LUN number as the attributes give it: decimal, below 2^32 (what Kubernetes' volume
+/// sources and the drivers take).
+fn lun_number(text: &str) -> Option<u64> {
+    text.parse::<u64>().ok().filter(|&l| l < (1 << 32))
 }
 
 /// Reads an NVMe/TCP volume from its attributes.
@@ -197,10 +265,7 @@ pub fn parse_iscsi(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Isc
     let iqn = required("iqn")?.to_owned();
     lunkit::iscsi::check_target_name(&iqn).map_err(|e| bad("iqn", e.to_string()))?;
     let lun_text = required("lun")?;
-    let lun = lun_text
-        .parse::<u64>()
-        .ok()
-        .filter(|&l| l < (1 << 32))
+    let lun = lun_number(lun_text)
         .ok_or_else(|| bad("lun", format!("{lun_text:?} is not a LUN number")))?;
     let mut portals = vec![portal(required("targetPortal")?).map_err(|w| bad("targetPortal", w))?];
     if let Some(list) = ctx
@@ -408,6 +473,70 @@ mod tests {
             parse_iscsi("pv", &m).unwrap_err().code(),
             Code::Unimplemented
         );
+    }
+
+    #[test]
+    fn reads_fc_attributes_in_either_list_form() {
+        for list in [
+            r#"["500a0981891b8dc5", "0x500A0982891B8DC5", "50:0a:09:81:89:1b:8d:c5"]"#,
+            "500a0982891b8dc5, 500a0981891b8dc5",
+        ] {
+            let m = ctx(&[("targetWWNs", list), ("lun", "4")]);
+            let Volume::Fc(v) = parse("pv-fc", &m).unwrap() else {
+                panic!("not FC: {list}")
+            };
+            assert_eq!(
+                v.wwpns,
+                [
+                    lunkit::Wwn(0x500a0981891b8dc5),
+                    lunkit::Wwn(0x500a0982891b8dc5)
+                ],
+                "sorted, each once: {list}"
+            );
+            assert_eq!((v.lun, v.wwid), (4, None));
+        }
+    }
+
+    #[test]
+    fn refuses_bad_fc_attributes_naming_the_key() {
+        let base = [("targetWWNs", "500a0981891b8dc5"), ("lun", "1")];
+        let cases: &[(&str, &str)] = &[
+            ("targetWWNs", "[]"),
+            ("targetWWNs", "[500a0981891b8dc5]"),
+            ("targetWWNs", "500a0981891b8dc5,"),
+            ("targetWWNs", "500a0981891b8dc5/../x"),
+            ("targetWWNs", r#"["500a0981891b8dc5ff"]"#),
+            ("lun", "-1"),
+            ("lun", "4294967296"),
+            ("wwid", "naa.xyz"),
+        ];
+        for (key, value) in cases {
+            let mut m = ctx(&base);
+            m.insert((*key).to_owned(), (*value).to_owned());
+            let e = parse("pv-fc", &m).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{key}={value}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("volume pv-fc: volume attribute {key}: ")),
+                "{key}={value}: {e}"
+            );
+        }
+        let mut m = ctx(&base);
+        m.remove("lun");
+        assert!(
+            parse("pv-fc", &m)
+                .unwrap_err()
+                .to_string()
+                .ends_with("lun: missing")
+        );
+        // An FC target and an iSCSI one (or an NVMe subsystem) at once is no volume.
+        for (k, v) in [("iqn", IQN), ("nqn", "nqn.2014-08.org.lunkit:lab")] {
+            let mut m = ctx(&base);
+            m.insert(k.into(), v.into());
+            let e = parse("pv-fc", &m).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+            assert!(e.to_string().contains("name both"), "{e}");
+        }
     }
 
     #[test]

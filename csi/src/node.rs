@@ -17,7 +17,7 @@ use lunkit::ops::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::attrs::{self, IscsiVolume, NvmeVolume, Volume};
+use crate::attrs::{self, FcVolume, IscsiVolume, NvmeVolume, Volume};
 use crate::error::{Error, Result};
 use crate::proto::node_server::Node;
 use crate::proto::volume_capability::access_mode::Mode;
@@ -392,23 +392,52 @@ impl Inner {
                 other => other,
             })?;
         }
+        let spec = VolumeSpec::Iscsi {
+            target: vol.iqn.clone(),
+            lun: vol.lun,
+        };
+        let mut opts = AttachOptions::new(self.root());
+        opts.scan.expect_wwid = vol.wwid.clone();
+        opts.portals = vol.portals.clone();
+        self.attach_scsi(id, &spec, opts, deadline)
+    }
+
+    /// Brings an FC LUN onto the node: the fabric's logins are the HBA's, so this is the scan
+    /// through every port that leads to one of the target's ports, and the map.
+    fn attach_fc(
+        &self,
+        id: &str,
+        vol: &FcVolume,
+        deadline: Instant,
+    ) -> Result<(PathBuf, Option<String>)> {
+        let spec = VolumeSpec::Fc {
+            wwpns: vol.wwpns.clone(),
+            lun: vol.lun,
+        };
+        let mut opts = AttachOptions::new(self.root());
+        opts.scan.expect_wwid = vol.wwid.clone();
+        self.attach_scsi(id, &spec, opts, deadline)
+    }
+
+    /// `ops::attach` of a SCSI LUN on every path, and multipathd's map when multipathd runs;
+    /// returns the device to hand out (the map, or the single path) and the WWID.
+    fn attach_scsi(
+        &self,
+        id: &str,
+        spec: &VolumeSpec,
+        mut opts: AttachOptions,
+        deadline: Instant,
+    ) -> Result<(PathBuf, Option<String>)> {
         let root = self.root();
         let multipathd =
             lunkit::multipath::Multipathd::connect(root, Instant::now() + Duration::from_secs(2))
                 .ok()
                 .flatten()
                 .is_some();
-        let mut opts = AttachOptions::new(root);
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
-        opts.scan.expect_wwid = vol.wwid.clone();
-        opts.portals = vol.portals.clone();
         opts.wait_map = multipathd;
-        let spec = VolumeSpec::Iscsi {
-            target: vol.iqn.clone(),
-            lun: vol.lun,
-        };
-        let what = format!("volume {id}: attach iSCSI {} LUN {}", vol.iqn, vol.lun);
-        let a = ops::attach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let what = format!("volume {id}: attach {spec}");
+        let a = ops::attach(root, spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
         let wwid = a.wwid.as_ref().map(|w| w.to_multipath());
         let device = match (&a.map, a.devices().next()) {
             (Some(map), _) => map.node.path.clone(),
@@ -442,6 +471,10 @@ impl Inner {
                 portals: v.portals.clone(),
                 nsid: v.nsid,
                 device_uuid: v.device_uuid.clone(),
+            },
+            Volume::Fc(v) => Target::Fc {
+                wwpns: v.wwpns.iter().map(ToString::to_string).collect(),
+                lun: v.lun,
             },
         };
         let mut record = match self.store.load(id)? {
@@ -479,6 +512,7 @@ impl Inner {
         let (device, wwid) = match &vol {
             Volume::Iscsi(v) => self.attach_iscsi(id, v, deadline)?,
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
+            Volume::Fc(v) => self.attach_fc(id, v, deadline)?,
         };
         record.wwid = wwid;
         record.device = Some(device.clone());
@@ -653,6 +687,21 @@ impl Inner {
                 // unstaged together must not each see the other's record and both skip the
                 // logout.
                 self.store.remove(id)?;
+            }
+            // No session to log out of: the HBAs' logins to the fabric are nobody's to end.
+            Target::Fc { wwpns, lun } => {
+                let spec = match record.wwid.as_deref().map(str::parse) {
+                    Some(Ok(w)) => VolumeSpec::Wwid(w),
+                    _ => VolumeSpec::Fc {
+                        wwpns: wwpns
+                            .iter()
+                            .map(|w| w.parse())
+                            .collect::<lunkit::Result<_>>()
+                            .map_err(|e| Error::lunkit(format!("volume {id}: its record"), e))?,
+                        lun: *lun,
+                    },
+                };
+                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
             }
             Target::Nvme { nqn, nsid, .. } => {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;

@@ -68,6 +68,13 @@ pub enum Target {
         /// The namespace UUID the volume attributes named.
         device_uuid: Option<String>,
     },
+    /// A Fibre Channel LUN.
+    Fc {
+        /// The target's port names (`0x…`), sorted.
+        wwpns: Vec<String>,
+        /// The LUN.
+        lun: u64,
+    },
 }
 
 impl Target {
@@ -84,6 +91,7 @@ impl Target {
                 ..
             } => format!("NVMe {nqn} namespace uuid {u}"),
             Target::Nvme { nqn, .. } => format!("NVMe {nqn}"),
+            Target::Fc { wwpns, lun } => format!("FC {} LUN {lun}", wwpns.join(", ")),
         }
     }
 
@@ -93,6 +101,9 @@ impl Target {
         match (self, other) {
             (Target::Iscsi { iqn: a, .. }, Target::Iscsi { iqn: b, .. }) => a == b,
             (Target::Nvme { nqn: a, .. }, Target::Nvme { nqn: b, .. }) => a == b,
+            (Target::Fc { wwpns: a, .. }, Target::Fc { wwpns: b, .. }) => {
+                a.iter().any(|w| b.contains(w))
+            }
             _ => false,
         }
     }
