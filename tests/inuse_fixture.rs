@@ -267,6 +267,10 @@ fn a_zombie_leaders_threads_are_scanned() {
     // The main thread exited: fd/ lists nothing, the other thread still has the disk open.
     t.process(88, "java", "/usr/bin/java", &[]);
     t.write("proc/88/stat", b"88 (java) Z 1 1 1\n");
+    // As the kernel shows a zombie leader: no executable (its memory is gone), and no
+    // namespace links (it left them), so it cannot pass for a kernel thread.
+    fs::remove_file(t.path("proc/88/exe")).unwrap();
+    let _ = fs::remove_file(t.path("proc/88/ns/mnt"));
     fs::create_dir_all(t.path("proc/88/task/88/fd")).unwrap();
     t.link("proc/88/task/89/fd/5", node.to_str().unwrap());
     t.write("proc/88/task/89/fdinfo/5", b"flags:\t02\n");

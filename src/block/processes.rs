@@ -67,6 +67,29 @@ pub(super) fn mnt_ns(
         .ok_or(rustix::io::Errno::INVAL)
 }
 
+/// How a process's `ns/mnt` link read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NsLink {
+    /// It names a namespace.
+    Read,
+    /// It is not there: the process has left its namespaces (it is exiting, or a zombie
+    /// leader), or is gone, or the tree has no such links.
+    Absent,
+    /// It is there but may not be read (no ptrace access to the process).
+    Unreadable,
+}
+
+/// Whether process `pid` has an executable (`/proc/PID/exe`, readlinkat(2)): `Some(false)`
+/// when the link is absent (`ENOENT`: a kernel thread, or a process past dropping its
+/// memory), `None` when it cannot be read for another reason (no ptrace access, gone).
+fn has_exe(proc_fd: BorrowedFd<'_>, pid: u32) -> Option<bool> {
+    match rustix::fs::readlinkat(proc_fd, format!("{pid}/exe"), Vec::new()) {
+        Ok(_) => Some(true),
+        Err(rustix::io::Errno::NOENT) => Some(false),
+        Err(_) => None,
+    }
+}
+
 /// Whether an errno on a `/proc/PID/...` file means the process is gone (not a gap in the
 /// check).
 fn process_gone(e: rustix::io::Errno) -> bool {
@@ -253,33 +276,60 @@ struct ScanCtx<'a> {
 
 impl ScanCtx<'_> {
     /// [`scan_processes`] for the processes `pids`.
+    ///
+    /// Most entries of `/proc` are kernel threads (on a small node, nine in ten), and a
+    /// kernel thread has no descriptors to look at. One is told apart by two links that are
+    /// read anyway or cost one call: its `exe` is absent (it has no memory map) while its
+    /// `ns/mnt` is there. A process whose leader exited (a zombie leader, whose threads
+    /// still hold descriptors) has lost both, and a live process has both. The only other
+    /// task with `exe` gone and `ns/mnt` there is one inside `exit()`, between dropping its
+    /// memory and closing its files: it issues no more I/O, and what it wrote is in the
+    /// device's cache, which the detach flushes before any delete.
     fn among(&self, pids: &[u32]) -> ProcScan {
         let mut out = ProcScan::default();
         for &pid in pids {
-            self.namespace_of(pid, &mut out);
-            self.fds_of(pid, &mut out);
+            let ns = self.namespace_of(pid, &mut out);
+            match (has_exe(self.proc_fd.as_fd(), pid), ns) {
+                // A live process: its leader's `fd/` is the whole process's table.
+                (Some(true), _) => {
+                    self.fds_of(pid, false, &mut out);
+                }
+                // A kernel thread: nothing to look at.
+                (Some(false), NsLink::Read) => {}
+                // A zombie leader, a process going or gone, or one whose links cannot be
+                // read: the full look.
+                _ => {
+                    self.fds_of(pid, true, &mut out);
+                }
+            }
         }
         out
     }
 
-    /// Reads the mount table of `pid`'s namespace if no other process's was.
-    fn namespace_of(&self, pid: u32, out: &mut ProcScan) {
+    /// Reads the mount table of `pid`'s namespace if no other process's was, and says how
+    /// its `ns/mnt` link read.
+    fn namespace_of(&self, pid: u32, out: &mut ProcScan) -> NsLink {
         let inode = match mnt_ns(self.proc_fd.as_fd(), &pid.to_string()) {
             Ok(i) => Some(i),
             // Gone, or a tree without namespace links (a fixture): nothing to read.
-            Err(e) if process_gone(e) => return,
+            Err(e) if process_gone(e) => return NsLink::Absent,
             // Not allowed to see which namespace: read its table, which may be allowed.
             Err(_) => None,
         };
+        let link = if inode.is_some() {
+            NsLink::Read
+        } else {
+            NsLink::Unreadable
+        };
         if let Some(i) = inode {
             if !lock_seen(self.seen).claim_inode(i) {
-                return;
+                return link;
             }
         }
         match mountinfo::read_of(self.root, pid) {
             Ok(table) => {
                 if !lock_seen(self.seen).claim_table(&table) {
-                    return;
+                    return link;
                 }
                 let ns = MountNamespace {
                     inode,
@@ -298,17 +348,19 @@ impl ScanCtx<'_> {
                 reason: format!("its mount table: {e}"),
             }),
         }
+        link
     }
 
     /// The open fds of `pid` on the family's devices: `fd/`, or, when that is empty because
-    /// the main thread has exited (a zombie leader), every other thread's `task/TID/fd/`.
-    fn fds_of(&self, pid: u32, out: &mut ProcScan) {
+    /// the main thread has exited (a zombie leader; only looked for when `maybe_zombie`),
+    /// every other thread's `task/TID/fd/`.
+    fn fds_of(&self, pid: u32, maybe_zombie: bool, out: &mut ProcScan) {
         let base = pid.to_string();
         let found = match self.fd_dir(&base, pid, out) {
             Some(n) => n,
             None => return,
         };
-        if found > 0 {
+        if found > 0 || !maybe_zombie {
             return;
         }
         let leader_exited = read_small(self.proc_fd, &format!("{pid}/stat"))
