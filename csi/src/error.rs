@@ -32,6 +32,10 @@ pub enum Error {
     /// A deadline passed.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// The storage refused this node: an iSCSI login rejected for its credentials (CHAP) or
+    /// its authorization (the target's ACL).
+    #[error("{0}")]
+    PermissionDenied(String),
     /// A lunkit workflow failed: `context` says on what volume and in which step.
     #[error("{context}: {source}")]
     Lunkit {
@@ -82,6 +86,7 @@ impl Error {
             Error::Aborted(_) => Code::Aborted,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::Lunkit { source, .. } => code_of(source.kind()),
             Error::Program(_) | Error::Internal(_) => Code::Internal,
         }

@@ -370,28 +370,35 @@ impl Inner {
         }
     }
 
-    /// Brings the volume onto the node: logins, scan, map; returns its device and WWID.
+    /// Logs in to the volume's portals that have no session yet (with session CHAP when the
+    /// volume asks for it), under the target's lock.
+    fn login_iscsi(&self, id: &str, vol: &IscsiVolume, deadline: Instant) -> Result<()> {
+        let lock = self.target_lock(&vol.iqn);
+        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        iscsi::login(
+            self.root(),
+            &vol.iqn,
+            &vol.portals,
+            vol.iface.as_deref(),
+            vol.chap.as_ref(),
+            deadline,
+        )
+        .map(drop)
+        .map_err(|e| match e {
+            Error::Program(m) => Error::Program(format!("volume {id}: {m}")),
+            Error::PermissionDenied(m) => Error::PermissionDenied(format!("volume {id}: {m}")),
+            other => other,
+        })
+    }
+
+    /// Brings the volume onto the node once it is logged in: scan, map; returns its device
+    /// and WWID.
     fn attach_iscsi(
         &self,
         id: &str,
         vol: &IscsiVolume,
         deadline: Instant,
     ) -> Result<(PathBuf, Option<String>)> {
-        {
-            let lock = self.target_lock(&vol.iqn);
-            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-            iscsi::login(
-                self.root(),
-                &vol.iqn,
-                &vol.portals,
-                vol.iface.as_deref(),
-                deadline,
-            )
-            .map_err(|e| match e {
-                Error::Program(m) => Error::Program(format!("volume {id}: {m}")),
-                other => other,
-            })?;
-        }
         let root = self.root();
         let multipathd =
             lunkit::multipath::Multipathd::connect(root, Instant::now() + Duration::from_secs(2))
@@ -444,7 +451,9 @@ impl Inner {
                 device_uuid: v.device_uuid.clone(),
             },
         };
-        let mut record = match self.store.load(id)? {
+        let earlier = self.store.load(id)?;
+        let first = earlier.is_none();
+        let mut record = match earlier {
             Some(r) => {
                 if r.staging_path != staging
                     || !same_volume(&r.target, &target)
@@ -477,7 +486,19 @@ impl Inner {
         record.phase = Phase::Attaching;
         self.store.save(&record)?;
         let (device, wwid) = match &vol {
-            Volume::Iscsi(v) => self.attach_iscsi(id, v, deadline)?,
+            Volume::Iscsi(v) => {
+                if let Err(e) = self.login_iscsi(id, v, deadline) {
+                    // Every portal's login failed (those are the errors login gives then), so
+                    // no portal has a session and nothing of the volume is on the node: a
+                    // record this call made would only wait for an unstage that a CO need
+                    // not send after a stage that failed this way.
+                    if first && matches!(e, Error::PermissionDenied(_) | Error::Program(_)) {
+                        self.store.remove(id)?;
+                    }
+                    return Err(e);
+                }
+                self.attach_iscsi(id, v, deadline)?
+            }
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
         };
         record.wwid = wwid;
@@ -954,7 +975,7 @@ impl Node for NodeService {
                 fs_type: fs_type_of(m)?,
             },
         };
-        let vol = attrs::parse(&id, &req.volume_context)?;
+        let vol = attrs::parse(&id, &req.volume_context, &req.secrets)?;
         let slot = self.slot(&id)?;
         self.blocking(CALL, slot, move |inner| {
             inner.stage(&req, vol, access, readonly)
