@@ -5,7 +5,7 @@
 //! `ABORTED`, as the spec recommends), then does its blocking work on tokio's blocking pool.
 //! Every call is idempotent: repeating it after success, or after a crash part way, converges.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -42,6 +42,9 @@ pub struct Config {
     pub stage_timeout: Duration,
     /// Deadline of an unstage: the detach and the logouts.
     pub unstage_timeout: Duration,
+    /// NodeGetInfo's `accessible_topology` segments; none reported when empty. Checked by
+    /// [`crate::topology::segments`] (the binary refuses bad ones at startup).
+    pub topology: BTreeMap<String, String>,
 }
 
 impl Config {
@@ -55,6 +58,7 @@ impl Config {
             max_volumes: 0,
             stage_timeout: Duration::from_secs(120),
             unstage_timeout: Duration::from_secs(120),
+            topology: BTreeMap::new(),
         }
     }
 }
@@ -1098,7 +1102,11 @@ impl Node for NodeService {
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.inner.config.node_id.clone(),
             max_volumes_per_node: self.inner.config.max_volumes,
-            accessible_topology: None,
+            // Where the node is, when the operator said; without it the CO may take the node
+            // to reach every volume (the spec's reading of an absent topology).
+            accessible_topology: (!self.inner.config.topology.is_empty()).then(|| Topology {
+                segments: self.inner.config.topology.clone().into_iter().collect(),
+            }),
         }))
     }
 }
