@@ -26,7 +26,8 @@ pub enum Error {
     /// Another call on the same volume is in progress.
     #[error("{0}")]
     Aborted(String),
-    /// A capability this plugin does not offer (a filesystem type it cannot make, CHAP).
+    /// A capability this plugin does not offer (an NVMe transport other than TCP, growing a
+    /// filesystem it cannot grow).
     #[error("{0}")]
     Unimplemented(String),
     /// A deadline passed.
