@@ -28,7 +28,7 @@ use support::child::{Finished, Running};
 use support::cli::random;
 use support::fcoe::{self, FcoeConfig, FcoeLab};
 use support::iscsi;
-use support::lio::{LioConfig, LioTarget};
+use support::lio::{ChapAcl, LioConfig, LioTarget};
 use support::lio_grow::GrowTarget;
 use support::multipath::{self, Multipathd};
 use support::nvmet;
@@ -37,6 +37,7 @@ use support::{cmd, require_vm, wait};
 const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi";
 const PORTALS: [&str; 2] = ["127.0.0.1:3260", "127.0.0.2:3260"];
 const GROW_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi-grow";
+const CHAP_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi-chap";
 const NVME_NQN: &str = "nqn.2014-08.org.lunkit:csi";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f81";
 const HOSTID: &str = "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f81";
@@ -71,13 +72,14 @@ impl Lab {
                 .expect("the LIO target"),
             ),
             None,
+            true,
         )
     }
 
     /// One LUN of `size` that grows ([`GrowTarget`]), target [`GROW_IQN`].
     fn build_growable(size: u64) -> Lab {
         let t = GrowTarget::create(GROW_IQN, &PORTALS, size).expect("the growable target");
-        Lab::prepare(None, Some(t))
+        Lab::prepare(None, Some(t), true)
     }
 
     /// An nvmet subsystem with one 32 MiB namespace on the two lab ports, this node's NVMe
@@ -133,7 +135,8 @@ impl Lab {
         lab
     }
 
-    fn prepare(target: Option<LioTarget>, growable: Option<GrowTarget>) -> Lab {
+    /// `target` (or `growable`), iscsid, multipathd when `multipathd`, and the plugin.
+    fn prepare(target: Option<LioTarget>, growable: Option<GrowTarget>, multipathd: bool) -> Lab {
         let _ = fs::remove_dir_all(BASE);
         fs::create_dir_all(BASE).unwrap();
         let mut lab = Lab {
@@ -147,7 +150,9 @@ impl Lab {
             made_etc_nvme: false,
         };
         lab.started_iscsid = iscsi::ensure_iscsid().expect("iscsid");
-        lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
+        if multipathd {
+            lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
+        }
         lab.start_plugin();
         lab
     }
@@ -301,7 +306,7 @@ fn backing_file(lun: u32) -> PathBuf {
 fn our_sessions() -> Vec<String> {
     let mut v: Vec<String> = iscsi::sessions()
         .into_iter()
-        .filter(|s| s.target == IQN || s.target == GROW_IQN)
+        .filter(|s| s.target == IQN || s.target == GROW_IQN || s.target == CHAP_IQN)
         .map(|s| s.portal)
         .collect();
     v.sort();
@@ -941,6 +946,7 @@ fn twenty_volumes_staged_and_unstaged_in_parallel() {
             .expect("the LIO target"),
         ),
         None,
+        true,
     );
     let stages: Vec<NodeStageVolumeRequest> = (0..N)
         .map(|lun| stage_req(&format!("pv-many-{lun}"), lun, true))
@@ -1168,5 +1174,198 @@ fn fc_block_volume_through_both_target_ports() {
     f.read_exact(&mut back).unwrap();
     assert!(back == data, "the target's file holds what the pod wrote");
     drop(f);
+    drop(lab);
+}
+
+const CHAP_USER: &str = "lunkit-node";
+const CHAP_SECRET: &str = "node-s3cret-5e7a";
+const CHAP_TARGET_USER: &str = "lunkit-target";
+const CHAP_TARGET_SECRET: &str = "target-s3cret-5e7a";
+const CHAP_WRONG_SECRET: &str = "wr0ng-s3cret-5e7a";
+
+/// This node's initiator name, as iscsid logs in with it.
+fn initiator_name() -> String {
+    fs::read_to_string("/etc/iscsi/initiatorname.iscsi")
+        .expect("/etc/iscsi/initiatorname.iscsi")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("InitiatorName=").map(str::to_owned))
+        .expect("an InitiatorName= line")
+}
+
+/// open-iscsi's node records of `iqn` (`/etc/iscsi/nodes/IQN/PORTAL,TPGT/IFACE`), read whole.
+fn node_records(iqn: &str) -> Vec<(PathBuf, String)> {
+    let dir = Path::new("/etc/iscsi/nodes").join(iqn);
+    let mut out = Vec::new();
+    for portal in fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let p = portal.path();
+        if p.is_dir() {
+            for f in fs::read_dir(&p).into_iter().flatten().flatten() {
+                let text = fs::read_to_string(f.path()).unwrap_or_default();
+                out.push((f.path(), text));
+            }
+        } else {
+            // Older layouts keep the record as the portal file itself.
+            let text = fs::read_to_string(&p).unwrap_or_default();
+            out.push((p, text));
+        }
+    }
+    out
+}
+
+/// Session CHAP, mutual, against an LIO target that demands it of this node's initiator name
+/// (one LUN, one portal, no multipathd: the cheapest lab that logs in). A wrong secret is
+/// PERMISSION_DENIED naming the volume and the portal, and leaves no session, no device, no
+/// node record and no stage record; the right secret stages the raw-block volume, a pod writes
+/// through it, and after unpublish and unstage the data is in LIO's backing file, the session
+/// is logged out and the node record holding the secrets is gone. No password appears in a
+/// status, in the plugin's log, or in its stage record.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn chap_login_refused_with_a_wrong_secret_and_staged_with_the_right_one() {
+    require_vm();
+    let mut target = LioTarget::create(LioConfig {
+        iqn: CHAP_IQN.into(),
+        luns: 1,
+        lun_size: LUN_SIZE,
+        portals: vec![PORTALS[0].to_owned()],
+    })
+    .expect("the LIO target");
+    let initiator = initiator_name();
+    target
+        .require_chap(&ChapAcl {
+            initiator: &initiator,
+            userid: CHAP_USER,
+            password: CHAP_SECRET,
+            mutual: Some((CHAP_TARGET_USER, CHAP_TARGET_SECRET)),
+        })
+        .expect("CHAP on the target");
+    let mut lab = Lab::prepare(Some(target), None, false);
+    let mut c = lab.client();
+    let secrets = |password: &str| {
+        HashMap::from([
+            (
+                "node.session.auth.username".to_owned(),
+                CHAP_USER.to_owned(),
+            ),
+            ("node.session.auth.password".to_owned(), password.to_owned()),
+            (
+                "node.session.auth.username_in".to_owned(),
+                CHAP_TARGET_USER.to_owned(),
+            ),
+            (
+                "node.session.auth.password_in".to_owned(),
+                CHAP_TARGET_SECRET.to_owned(),
+            ),
+        ])
+    };
+    let mut stage = stage_req_on(CHAP_IQN, "pv-chap", 0, true);
+    stage.volume_context = HashMap::from([
+        ("targetPortal".to_owned(), PORTALS[0].to_owned()),
+        ("iqn".to_owned(), CHAP_IQN.to_owned()),
+        ("lun".to_owned(), "0".to_owned()),
+        ("sessionCHAPAuth".to_owned(), "true".to_owned()),
+    ]);
+    let all_secrets = [CHAP_SECRET, CHAP_TARGET_SECRET, CHAP_WRONG_SECRET];
+    let no_secret_in = |what: &str, text: &str| {
+        for s in all_secrets {
+            assert!(!text.contains(s), "a password in {what}: {text}");
+        }
+    };
+
+    // (a) The wrong secret: the target refuses the login.
+    let e = c
+        .node_stage_volume(NodeStageVolumeRequest {
+            secrets: secrets(CHAP_WRONG_SECRET),
+            ..stage.clone()
+        })
+        .expect_err("stage with the wrong CHAP secret");
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(
+        e.message().starts_with("volume pv-chap: "),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().contains(PORTALS[0]), "{}", e.message());
+    no_secret_in("the status", e.message());
+    // iscsid ends a refused login's session as it answers iscsiadm; bounded all the same.
+    wait::until_true("the refused session to go", Duration::from_secs(30), || {
+        our_sessions().is_empty()
+    })
+    .expect("no session after the refused login");
+    assert_node_clean();
+    assert_eq!(
+        node_records(CHAP_IQN),
+        Vec::new(),
+        "no node record left after the refused login"
+    );
+
+    // (b) The right secret: staged, written through a pod's device, unstaged.
+    let stage = NodeStageVolumeRequest {
+        secrets: secrets(CHAP_SECRET),
+        ..stage
+    };
+    c.node_stage_volume(stage.clone()).expect("stage with CHAP");
+    assert_eq!(our_sessions(), vec![PORTALS[0].to_owned()]);
+    let records = node_records(CHAP_IQN);
+    assert_eq!(records.len(), 1, "one node record: {records:?}");
+    let record = &records[0].1;
+    for line in [
+        "node.session.auth.authmethod = CHAP",
+        &format!("node.session.auth.username = {CHAP_USER}"),
+        &format!("node.session.auth.username_in = {CHAP_TARGET_USER}"),
+        "node.startup = manual",
+        "node.session.scan = manual",
+    ] {
+        assert!(
+            record.lines().any(|l| l.trim() == line),
+            "{line:?} not in {record}"
+        );
+    }
+    let state = fs::read_dir(format!("{BASE}/state/volumes"))
+        .unwrap()
+        .flatten()
+        .map(|e| fs::read_to_string(e.path()).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(state.contains("pv-chap"), "the stage record: {state}");
+    no_secret_in("the stage record", &state);
+
+    let pod = publish_req(&stage, "chap", false);
+    c.node_publish_volume(pod.clone()).expect("publish");
+    let data = random(128 << 10, 24);
+    let offset = 1 << 20;
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&pod.target_path)
+            .expect("open the pod's device");
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&data).expect("write through the pod");
+        f.sync_all().unwrap();
+    }
+    unpublish(&mut c, &pod);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    assert_node_clean();
+    assert_eq!(
+        node_records(CHAP_IQN),
+        Vec::new(),
+        "the node record with the secrets is gone after unstage"
+    );
+    let mut image = fs::File::open(backing_file(0)).unwrap();
+    image.seek(SeekFrom::Start(offset)).unwrap();
+    let mut on_target = vec![0u8; data.len()];
+    image.read_exact(&mut on_target).unwrap();
+    assert!(
+        on_target == data,
+        "LIO's backing file holds what the pod wrote"
+    );
+
+    drop(c);
+    let log = lab.stop_plugin("TERM").expect("the plugin ran").stderr;
+    assert!(
+        log.contains("NodeStageVolume pv-chap: PermissionDenied"),
+        "{log}"
+    );
+    no_secret_in("the plugin's log", &log);
     drop(lab);
 }

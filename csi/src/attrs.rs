@@ -10,7 +10,8 @@
 //! | `iqn` | the target IQN |
 //! | `lun` | the LUN number |
 //! | `iscsiInterface` | the open-iscsi interface (`iscsiadm -I`), `default` when left out |
-//! | `discoveryCHAPAuth`, `sessionCHAPAuth` | `true` asks for CHAP, which this plugin does not do yet: refused |
+//! | `sessionCHAPAuth` | `true`: log in with CHAP, credentials from the request's secrets ([`Chap`]) |
+//! | `discoveryCHAPAuth` | accepted and not needed: the plugin runs no SendTargets discovery |
 //! | `wwid` | lunkit's own, optional: the WWID the LUN must report; a different one is refused |
 //!
 //! NVMe over TCP volumes use the keys of kubernetes-csi's `csi-driver-nvmf`, and lunkit's own
@@ -38,6 +39,12 @@
 //! A volume is NVMe when its attributes have `nqn` or `targetTrAddr`, FC when they have
 //! `targetWWNs`, iSCSI when they have `iqn`; two of them at once is refused. Nothing is parsed
 //! out of the volume id.
+//!
+//! CHAP credentials never come from the attributes (anyone who can read the PV reads them):
+//! csi-driver-iscsi's `secret` attribute, a JSON map of credentials, is refused. They come
+//! from NodeStageVolume's `secrets` (the PV's `nodeStageSecretRef`), with the keys of
+//! Kubernetes' `kubernetes.io/iscsi-chap` secrets, which are open-iscsi's setting names (see
+//! [`Chap`]).
 
 use std::collections::HashMap;
 
@@ -61,6 +68,173 @@ pub struct IscsiVolume {
     pub iface: Option<String>,
     /// The WWID the LUN must report.
     pub wwid: Option<Wwid>,
+    /// Session CHAP, when `sessionCHAPAuth` is `true`.
+    pub chap: Option<Chap>,
+}
+
+/// A secret value (a CHAP password): never shown by `Debug`, and with no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value, for the one place that hands it to iscsiadm.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Session CHAP credentials, from NodeStageVolume's `secrets`:
+///
+/// | secret key | meaning |
+/// |---|---|
+/// | `node.session.auth.username` | the name this node logs in with (required) |
+/// | `node.session.auth.password` | its secret (required) |
+/// | `node.session.auth.username_in` | mutual CHAP: the name the target answers with |
+/// | `node.session.auth.password_in` | mutual CHAP: the target's secret |
+/// | `node.session.auth.authmethod` | optional; `CHAP` if given |
+///
+/// `username_in` and `password_in` come together or not at all. Every value must be 1 to 255
+/// bytes ([`MAX_CHAP_LEN`]), without control characters, without spaces at either end (the
+/// node record's parser strips them) and not starting with `-`. Keys of discovery CHAP
+/// (`discovery.sendtargets.auth.*`, csi-driver-iscsi's `node.sendtargets.auth.*`) are not
+/// read: the plugin runs no discovery.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Chap {
+    /// `node.session.auth.username`.
+    pub username: String,
+    /// `node.session.auth.password`.
+    pub password: Secret,
+    /// `node.session.auth.username_in` and `password_in`: the target authenticates itself too.
+    pub mutual: Option<(String, Secret)>,
+}
+
+impl std::fmt::Debug for Chap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chap")
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("mutual", &self.mutual)
+            .finish()
+    }
+}
+
+impl Chap {
+    /// The node-record settings that make iscsiadm log in with these credentials, in the
+    /// order they are set: `(name, value)`.
+    pub fn settings(&self) -> Vec<(&'static str, &str)> {
+        let mut s = vec![
+            ("node.session.auth.authmethod", "CHAP"),
+            ("node.session.auth.username", self.username.as_str()),
+            ("node.session.auth.password", self.password.expose()),
+        ];
+        if let Some((user, password)) = &self.mutual {
+            s.push(("node.session.auth.username_in", user.as_str()));
+            s.push(("node.session.auth.password_in", password.expose()));
+        }
+        s
+    }
+}
+
+/// The longest CHAP name or secret open-iscsi keeps: its buffers are `AUTH_STR_MAX_LEN`
+/// (256) bytes with the terminating NUL, and a longer value is cut short without a word
+/// (`strlcpy` in idbm.c), which would log in with another secret than the one given.
+pub const MAX_CHAP_LEN: usize = 255;
+
+/// The secret keys of session CHAP.
+pub const CHAP_USERNAME: &str = "node.session.auth.username";
+/// See [`CHAP_USERNAME`].
+pub const CHAP_PASSWORD: &str = "node.session.auth.password";
+/// See [`CHAP_USERNAME`].
+pub const CHAP_USERNAME_IN: &str = "node.session.auth.username_in";
+/// See [`CHAP_USERNAME`].
+pub const CHAP_PASSWORD_IN: &str = "node.session.auth.password_in";
+/// See [`CHAP_USERNAME`].
+pub const CHAP_AUTHMETHOD: &str = "node.session.auth.authmethod";
+
+/// Reads session CHAP credentials from a request's secrets. Every problem is
+/// `INVALID_ARGUMENT` naming the volume and the key, never the value.
+pub fn chap(volume_id: &str, secrets: &HashMap<String, String>) -> Result<Chap> {
+    let bad = |key: &str, why: &str| {
+        Error::InvalidArgument(format!(
+            "volume {volume_id}: secret {key}: {why} (sessionCHAPAuth is true)"
+        ))
+    };
+    let value = |key: &str| -> Result<Option<String>> {
+        let Some(v) = secrets.get(key) else {
+            return Ok(None);
+        };
+        if v.is_empty() {
+            return Err(bad(key, "is empty"));
+        }
+        if v.len() > MAX_CHAP_LEN {
+            return Err(bad(
+                key,
+                &format!(
+                    "is {} bytes; open-iscsi keeps at most {MAX_CHAP_LEN}",
+                    v.len()
+                ),
+            ));
+        }
+        if v.chars().any(char::is_control) {
+            return Err(bad(
+                key,
+                "contains a control character (a newline, say); refused",
+            ));
+        }
+        if v.starts_with('-') {
+            return Err(bad(
+                key,
+                "starts with '-', which iscsiadm could take for an option; refused",
+            ));
+        }
+        if v.trim() != v {
+            return Err(bad(
+                key,
+                "starts or ends with white space, which the node record would lose; refused",
+            ));
+        }
+        Ok(Some(v.clone()))
+    };
+    let need = |key: &str| -> Result<String> {
+        value(key)?.ok_or_else(|| bad(key, "missing from the request's secrets"))
+    };
+    if let Some(m) = value(CHAP_AUTHMETHOD)? {
+        if !m.eq_ignore_ascii_case("CHAP") {
+            return Err(bad(
+                CHAP_AUTHMETHOD,
+                "must be CHAP when given (the secret names another method)",
+            ));
+        }
+    }
+    let username = need(CHAP_USERNAME)?;
+    let password = Secret(need(CHAP_PASSWORD)?);
+    let mutual = match (value(CHAP_USERNAME_IN)?, value(CHAP_PASSWORD_IN)?) {
+        (None, None) => None,
+        (Some(u), Some(p)) => Some((u, Secret(p))),
+        (Some(_), None) => {
+            return Err(bad(
+                CHAP_PASSWORD_IN,
+                "missing: mutual CHAP needs both username_in and password_in",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                CHAP_USERNAME_IN,
+                "missing: mutual CHAP needs both username_in and password_in",
+            ));
+        }
+    };
+    Ok(Chap {
+        username,
+        password,
+        mutual,
+    })
 }
 
 /// The default NVMe/TCP port.
@@ -103,8 +277,13 @@ pub enum Volume {
     Fc(FcVolume),
 }
 
-/// Reads a volume of any transport from its attributes (see the module docs for the keys).
-pub fn parse(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Volume> {
+/// Reads a volume of any transport from its attributes and, for iSCSI CHAP, the
+/// request's secrets (see the module docs for the keys).
+pub fn parse(
+    volume_id: &str,
+    ctx: &HashMap<String, String>,
+    secrets: &HashMap<String, String>,
+) -> Result<Volume> {
     let has = |k: &str| ctx.get(k).is_some_and(|v| !v.trim().is_empty());
     let named: Vec<&str> = [
         ("an iSCSI target (iqn)", has("iqn")),
@@ -123,7 +302,7 @@ pub fn parse(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Volume> {
         ))),
         [w] if w.contains("NVMe") => parse_nvme(volume_id, ctx).map(Volume::Nvme),
         [w] if w.contains("FC") => parse_fc(volume_id, ctx).map(Volume::Fc),
-        _ => parse_iscsi(volume_id, ctx).map(Volume::Iscsi),
+        _ => parse_iscsi(volume_id, ctx, secrets).map(Volume::Iscsi),
     }
 }
 
@@ -250,9 +429,14 @@ fn is_uuid(s: &str) -> bool {
             .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Reads an iSCSI volume from its attributes. Every problem is `INVALID_ARGUMENT` naming the
-/// volume, the key and what is wrong with it.
-pub fn parse_iscsi(volume_id: &str, ctx: &HashMap<String, String>) -> Result<IscsiVolume> {
+/// Reads an iSCSI volume from its attributes, and its CHAP credentials from `secrets` when
+/// `sessionCHAPAuth` is `true`. Every problem is `INVALID_ARGUMENT` naming the volume, the key
+/// and what is wrong with it (never a secret's value).
+pub fn parse_iscsi(
+    volume_id: &str,
+    ctx: &HashMap<String, String>,
+    secrets: &HashMap<String, String>,
+) -> Result<IscsiVolume> {
     let bad = |key: &str, why: String| {
         Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
     };
@@ -282,13 +466,33 @@ pub fn parse_iscsi(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Isc
             }
         }
     }
-    for key in ["discoveryCHAPAuth", "sessionCHAPAuth"] {
-        if ctx.get(key).is_some_and(|v| v.trim() == "true") {
-            return Err(Error::Unimplemented(format!(
-                "volume {volume_id}: volume attribute {key}: CHAP is not supported by this plugin yet"
-            )));
-        }
+    if ctx.contains_key("secret") {
+        return Err(bad(
+            "secret",
+            "credentials in volume attributes are not read (anyone who can read the PV \
+             reads them); name a Secret in the PV's nodeStageSecretRef instead"
+                .into(),
+        ));
     }
+    let mut flags = [false; 2];
+    for (flag, key) in flags
+        .iter_mut()
+        .zip(["discoveryCHAPAuth", "sessionCHAPAuth"])
+    {
+        *flag = match ctx.get(key).map(|v| v.trim()) {
+            None | Some("") | Some("false") => false,
+            Some("true") => true,
+            Some(v) => return Err(bad(key, format!("{v:?} is neither true nor false"))),
+        };
+    }
+    // Discovery CHAP authenticates a SendTargets discovery session, and the plugin never opens
+    // one (it writes static node records for the portals the attributes name): accepted, and
+    // nothing to do.
+    let chap = if flags[1] {
+        Some(chap(volume_id, secrets)?)
+    } else {
+        None
+    };
     let iface = match ctx.get("iscsiInterface").map(|v| v.trim()) {
         None | Some("") | Some("default") => None,
         Some(i) if valid_word(i) => Some(i.to_owned()),
@@ -309,6 +513,7 @@ pub fn parse_iscsi(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Isc
         lun,
         iface,
         wwid,
+        chap,
     })
 }
 
@@ -399,6 +604,7 @@ mod tests {
                 ("discoveryCHAPAuth", "false"),
                 ("wwid", "36001405a1b2c3d4e5f60718293a4b5c6"),
             ]),
+            &HashMap::new(),
         )
         .unwrap();
         assert_eq!(v.iqn, IQN);
@@ -425,7 +631,7 @@ mod tests {
                 .copied()
                 .filter(|(k, _)| *k != missing)
                 .collect();
-            let e = parse_iscsi("pv-1", &ctx(&pairs)).unwrap_err();
+            let e = parse_iscsi("pv-1", &ctx(&pairs), &HashMap::new()).unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument);
             assert_eq!(
                 e.to_string(),
@@ -447,11 +653,14 @@ mod tests {
             ("iscsiInterface", "eth0 -o delete"),
             ("wwid", "naa.xyz"),
             ("wwid", "a/b"),
+            ("sessionCHAPAuth", "yes"),
+            ("discoveryCHAPAuth", "True"),
+            ("secret", r#"{"node.session.auth.username":"u"}"#),
         ];
         for (key, value) in cases {
             let mut m = ctx(&base);
             m.insert((*key).to_owned(), (*value).to_owned());
-            let e = parse_iscsi("pv-1", &m).unwrap_err();
+            let e = parse_iscsi("pv-1", &m, &HashMap::new()).unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument, "{key}={value}: {e}");
             assert!(
                 e.to_string()
@@ -461,18 +670,156 @@ mod tests {
         }
     }
 
-    #[test]
-    fn chap_is_refused_as_unimplemented() {
-        let m = ctx(&[
+    const PASSWORD: &str = "s3cret-Pa55word";
+
+    fn chap_attrs() -> HashMap<String, String> {
+        ctx(&[
             ("targetPortal", "10.0.0.1"),
             ("iqn", IQN),
             ("lun", "0"),
             ("sessionCHAPAuth", "true"),
+            ("discoveryCHAPAuth", "true"),
+        ])
+    }
+
+    fn secrets(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        ctx(pairs)
+    }
+
+    #[test]
+    fn session_chap_reads_kubernetes_iscsi_chap_secret_keys() {
+        let s = secrets(&[
+            (CHAP_USERNAME, "node-user"),
+            (CHAP_PASSWORD, PASSWORD),
+            // Discovery keys are not needed and not read.
+            ("discovery.sendtargets.auth.username", "x"),
+            ("discovery.sendtargets.auth.password", "-\n"),
         ]);
+        let v = parse_iscsi("pv", &chap_attrs(), &s).unwrap();
+        let chap = v.chap.expect("CHAP asked for");
+        assert_eq!(chap.username, "node-user");
+        assert_eq!(chap.password.expose(), PASSWORD);
+        assert_eq!(chap.mutual, None);
         assert_eq!(
-            parse_iscsi("pv", &m).unwrap_err().code(),
-            Code::Unimplemented
+            chap.settings(),
+            [
+                ("node.session.auth.authmethod", "CHAP"),
+                ("node.session.auth.username", "node-user"),
+                ("node.session.auth.password", PASSWORD),
+            ]
         );
+        let dbg = format!("{v:?}", v = chap);
+        assert!(!dbg.contains(PASSWORD), "{dbg}");
+
+        let mut s = s;
+        s.insert(CHAP_USERNAME_IN.into(), "target-user".into());
+        s.insert(CHAP_PASSWORD_IN.into(), "target-s3cret".into());
+        s.insert(CHAP_AUTHMETHOD.into(), "CHAP".into());
+        let chap = parse_iscsi("pv", &chap_attrs(), &s).unwrap().chap.unwrap();
+        let (user_in, password_in) = chap.mutual.clone().expect("mutual CHAP");
+        assert_eq!(user_in, "target-user");
+        assert_eq!(password_in.expose(), "target-s3cret");
+        assert_eq!(chap.settings().len(), 5);
+        let dbg = format!("{chap:?}");
+        assert!(
+            !dbg.contains("target-s3cret") && !dbg.contains(PASSWORD),
+            "{dbg}"
+        );
+    }
+
+    #[test]
+    fn without_session_chap_secrets_are_not_read() {
+        let mut m = chap_attrs();
+        m.insert("sessionCHAPAuth".into(), "false".into());
+        let v = parse_iscsi("pv", &m, &secrets(&[(CHAP_PASSWORD, "-bad\n")])).unwrap();
+        assert_eq!(v.chap, None);
+        m.remove("sessionCHAPAuth");
+        assert_eq!(parse_iscsi("pv", &m, &HashMap::new()).unwrap().chap, None);
+    }
+
+    #[test]
+    fn bad_chap_secrets_are_refused_naming_the_key_never_the_value() {
+        let good = [(CHAP_USERNAME, "node-user"), (CHAP_PASSWORD, PASSWORD)];
+        let long = "x".repeat(MAX_CHAP_LEN + 1);
+        let at_limit = "y".repeat(MAX_CHAP_LEN);
+        let with = |key: &'static str, value: &str| {
+            let mut s = secrets(&good);
+            s.insert(key.into(), value.into());
+            s
+        };
+        let without = |key: &str| {
+            let mut s = secrets(&good);
+            s.remove(key);
+            s
+        };
+        let cases: Vec<(HashMap<String, String>, &str, &str)> = vec![
+            (without(CHAP_USERNAME), CHAP_USERNAME, "missing"),
+            (without(CHAP_PASSWORD), CHAP_PASSWORD, "missing"),
+            (with(CHAP_PASSWORD, ""), CHAP_PASSWORD, "is empty"),
+            (with(CHAP_USERNAME, ""), CHAP_USERNAME, "is empty"),
+            (with(CHAP_PASSWORD, &long), CHAP_PASSWORD, "at most 255"),
+            (
+                with(CHAP_PASSWORD, "pass\nnode.startup = automatic"),
+                CHAP_PASSWORD,
+                "control character",
+            ),
+            (
+                with(CHAP_USERNAME, "user\r"),
+                CHAP_USERNAME,
+                "control character",
+            ),
+            (
+                with(CHAP_PASSWORD, "-o delete"),
+                CHAP_PASSWORD,
+                "starts with '-'",
+            ),
+            (
+                with(CHAP_USERNAME, "--login"),
+                CHAP_USERNAME,
+                "starts with '-'",
+            ),
+            (
+                with(CHAP_PASSWORD, " padded "),
+                CHAP_PASSWORD,
+                "white space",
+            ),
+            (
+                with(CHAP_USERNAME_IN, "target-user"),
+                CHAP_PASSWORD_IN,
+                "mutual CHAP",
+            ),
+            (
+                with(CHAP_PASSWORD_IN, "target-s3cret"),
+                CHAP_USERNAME_IN,
+                "mutual CHAP",
+            ),
+            (
+                with(CHAP_PASSWORD_IN, "-x"),
+                CHAP_PASSWORD_IN,
+                "starts with '-'",
+            ),
+            (
+                with(CHAP_AUTHMETHOD, "None"),
+                CHAP_AUTHMETHOD,
+                "must be CHAP",
+            ),
+        ];
+        for (s, key, why) in cases {
+            let e = parse_iscsi("pv-9", &chap_attrs(), &s).unwrap_err();
+            let m = e.to_string();
+            assert_eq!(e.code(), Code::InvalidArgument, "{m}");
+            assert!(
+                m.starts_with(&format!("volume pv-9: secret {key}: ")),
+                "{m}"
+            );
+            assert!(m.contains(why), "{key}: {m}");
+            for v in s.values().filter(|v| v.len() > 2) {
+                assert!(!m.contains(v.as_str()), "the value is in {m:?}");
+            }
+        }
+        // 255 bytes is the most open-iscsi keeps whole, and is taken.
+        let v = parse_iscsi("pv", &chap_attrs(), &with(CHAP_PASSWORD, &at_limit)).unwrap();
+        assert_eq!(v.chap.unwrap().password.expose().len(), MAX_CHAP_LEN);
     }
 
     #[test]
@@ -482,7 +829,7 @@ mod tests {
             "500a0982891b8dc5, 500a0981891b8dc5",
         ] {
             let m = ctx(&[("targetWWNs", list), ("lun", "4")]);
-            let Volume::Fc(v) = parse("pv-fc", &m).unwrap() else {
+            let Volume::Fc(v) = parse("pv-fc", &m, &HashMap::new()).unwrap() else {
                 panic!("not FC: {list}")
             };
             assert_eq!(
@@ -513,7 +860,7 @@ mod tests {
         for (key, value) in cases {
             let mut m = ctx(&base);
             m.insert((*key).to_owned(), (*value).to_owned());
-            let e = parse("pv-fc", &m).unwrap_err();
+            let e = parse("pv-fc", &m, &HashMap::new()).unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument, "{key}={value}: {e}");
             assert!(
                 e.to_string()
@@ -524,7 +871,7 @@ mod tests {
         let mut m = ctx(&base);
         m.remove("lun");
         assert!(
-            parse("pv-fc", &m)
+            parse("pv-fc", &m, &HashMap::new())
                 .unwrap_err()
                 .to_string()
                 .ends_with("lun: missing")
@@ -533,7 +880,7 @@ mod tests {
         for (k, v) in [("iqn", IQN), ("nqn", "nqn.2014-08.org.lunkit:lab")] {
             let mut m = ctx(&base);
             m.insert(k.into(), v.into());
-            let e = parse("pv-fc", &m).unwrap_err();
+            let e = parse("pv-fc", &m, &HashMap::new()).unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument, "{e}");
             assert!(e.to_string().contains("name both"), "{e}");
         }
@@ -549,7 +896,7 @@ mod tests {
             ("deviceUUID", "0A1B2C3D-5e7a-4000-8000-000000000001"),
             ("portals", r#"["127.0.0.2:4420", "127.0.0.1:4420"]"#),
         ]);
-        let Volume::Nvme(v) = parse("pv-n", &m).unwrap() else {
+        let Volume::Nvme(v) = parse("pv-n", &m, &HashMap::new()).unwrap() else {
             panic!("not NVMe")
         };
         assert_eq!(v.nqn.to_string(), "nqn.2014-08.org.lunkit:lab");
@@ -563,7 +910,7 @@ mod tests {
         with_nsid.remove("deviceUUID");
         with_nsid.insert("nsid".into(), "3".into());
         with_nsid.remove("targetTrPort");
-        let Volume::Nvme(v) = parse("pv-n", &with_nsid).unwrap() else {
+        let Volume::Nvme(v) = parse("pv-n", &with_nsid, &HashMap::new()).unwrap() else {
             panic!("not NVMe")
         };
         assert_eq!((v.nsid, v.portals[0].as_str()), (Some(3), "127.0.0.1:4420"));
@@ -589,7 +936,7 @@ mod tests {
         for (key, value, code) in cases {
             let mut m = ctx(&base);
             m.insert((*key).to_owned(), (*value).to_owned());
-            let e = parse("pv-n", &m).unwrap_err();
+            let e = parse("pv-n", &m, &HashMap::new()).unwrap_err();
             assert_eq!(e.code(), *code, "{key}={value}: {e}");
             assert!(
                 e.to_string().starts_with("volume pv-n: volume attribute"),
@@ -598,7 +945,7 @@ mod tests {
         }
         let mut m = ctx(&base);
         m.remove("nsid");
-        let e = parse("pv-n", &m).unwrap_err();
+        let e = parse("pv-n", &m, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("deviceUUID: missing"), "{e}");
     }
 

@@ -49,6 +49,12 @@ impl Client {
         get_plugin_info(identity): GetPluginInfoRequest => GetPluginInfoResponse;
         /// Probe.
         probe(identity): ProbeRequest => ProbeResponse;
+        /// GetPluginCapabilities.
+        get_plugin_capabilities(identity): GetPluginCapabilitiesRequest => GetPluginCapabilitiesResponse;
+        /// NodeGetInfo.
+        node_get_info(node): NodeGetInfoRequest => NodeGetInfoResponse;
+        /// NodeGetCapabilities.
+        node_get_capabilities(node): NodeGetCapabilitiesRequest => NodeGetCapabilitiesResponse;
         /// NodeStageVolume.
         node_stage_volume(node): NodeStageVolumeRequest => NodeStageVolumeResponse;
         /// NodeUnstageVolume.

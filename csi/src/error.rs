@@ -26,12 +26,17 @@ pub enum Error {
     /// Another call on the same volume is in progress.
     #[error("{0}")]
     Aborted(String),
-    /// A capability this plugin does not offer (a filesystem type it cannot make, CHAP).
+    /// A capability this plugin does not offer (an NVMe transport other than TCP, growing a
+    /// filesystem it cannot grow).
     #[error("{0}")]
     Unimplemented(String),
     /// A deadline passed.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// The storage refused this node: an iSCSI login rejected for its credentials (CHAP) or
+    /// its authorization (the target's ACL).
+    #[error("{0}")]
+    PermissionDenied(String),
     /// A lunkit workflow failed: `context` says on what volume and in which step.
     #[error("{context}: {source}")]
     Lunkit {
@@ -82,6 +87,7 @@ impl Error {
             Error::Aborted(_) => Code::Aborted,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::Lunkit { source, .. } => code_of(source.kind()),
             Error::Program(_) | Error::Internal(_) => Code::Internal,
         }

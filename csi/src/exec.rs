@@ -2,6 +2,14 @@
 //! probe a device for a signature, `mkfs.ext4`/`mkfs.xfs` to format a blank one, and
 //! `resize2fs`/`xfs_growfs` to grow a mounted filesystem. Each run is bounded by a deadline:
 //! a program still running then is killed.
+//!
+//! **Secrets.** CHAP passwords reach iscsiadm as `-n node.session.auth.password -v VALUE`: on
+//! its command line, where root on the node can read them in `/proc/PID/cmdline` while it runs
+//! (as with every iscsiadm-based driver; iscsiadm has no other way to take them). Everything
+//! this module writes into a message, the command line it ran and what the program said, is
+//! passed through [`redact`] first: the value after `-v` of every `-n` name that is a
+//! password ([`is_secret_name`]) is replaced by `<redacted>`, on the command line and wherever
+//! it appears in the output.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -40,6 +48,72 @@ impl Program {
     }
 }
 
+/// What stands in a message for a secret value.
+pub const REDACTED: &str = "<redacted>";
+
+/// Whether an iscsiadm setting (`-n NAME`) holds a secret: the CHAP passwords of a node
+/// record or a discovery record (`node.session.auth.password`, `..._in`,
+/// `discovery.sendtargets.auth.password`, ...).
+pub fn is_secret_name(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    last == "password" || last == "password_in"
+}
+
+/// The secret values in `args`: each `-v VALUE` that follows a `-n NAME` for which
+/// [`is_secret_name`] holds.
+fn secret_values<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut name: Option<&str> = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i] {
+            "-n" | "--name" if i + 1 < args.len() => {
+                name = Some(args[i + 1]);
+                i += 1;
+            }
+            "-v" | "--value" if i + 1 < args.len() => {
+                if name.is_some_and(is_secret_name) && !args[i + 1].is_empty() {
+                    out.push(args[i + 1]);
+                }
+                name = None;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `text` with every occurrence of the secret values of `args` replaced by [`REDACTED`].
+pub fn redact(text: &str, args: &[&str]) -> String {
+    let mut secrets = secret_values(args);
+    // Longest first, so that a secret containing another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = text.to_owned();
+    for s in secrets {
+        out = out.replace(s, REDACTED);
+    }
+    out
+}
+
+/// The command line as messages show it: `iscsiadm -m node ... -v <redacted>`.
+pub fn command_line(program: Program, args: &[&str]) -> String {
+    let secrets = secret_values(args);
+    let shown: Vec<&str> = args
+        .iter()
+        .map(|a| {
+            if secrets.iter().any(|s| std::ptr::eq(*s, *a)) {
+                REDACTED
+            } else {
+                *a
+            }
+        })
+        .collect();
+    // Whatever else might carry a secret (a value given twice, say) goes too.
+    redact(&format!("{} {}", program.name(), shown.join(" ")), args)
+}
+
 /// What a finished program said.
 #[derive(Debug, Clone)]
 pub struct Output {
@@ -52,7 +126,8 @@ pub struct Output {
 }
 
 impl Output {
-    /// `iscsiadm -m node ... exited 15: iscsiadm: ...`: the command and what it said.
+    /// `iscsiadm -m node ... exited 15: iscsiadm: ...`: the command and what it said, with
+    /// secret values [redacted](redact).
     pub fn describe(&self, program: Program, args: &[&str]) -> String {
         let code = self
             .code
@@ -63,7 +138,11 @@ impl Output {
         } else {
             said
         };
-        format!("{} {} {code}: {said}", program.name(), args.join(" "))
+        format!(
+            "{} {code}: {}",
+            command_line(program, args),
+            redact(said, args)
+        )
     }
 }
 
@@ -71,7 +150,7 @@ impl Output {
 /// returned whatever the exit code; failing to start, or running past the deadline, is an
 /// error naming the command.
 pub fn run(program: Program, args: &[&str], timeout: Duration) -> Result<Output> {
-    let shown = || format!("{} {}", program.name(), args.join(" "));
+    let shown = || command_line(program, args);
     // The one place the plugin starts a process: `program` is one of the listed ones.
     #[allow(clippy::disallowed_methods)]
     let mut child = Command::new(program.name())
@@ -135,5 +214,104 @@ pub fn run_ok(program: Program, args: &[&str], timeout: Duration) -> Result<Outp
         Ok(out)
     } else {
         Err(Error::Program(out.describe(program, args)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWORD: &str = "s3cret-Pa55word";
+    const MUTUAL: &str = "an0ther-s3cret";
+
+    fn update_args<'a>() -> Vec<&'a str> {
+        vec![
+            "-m",
+            "node",
+            "-T",
+            "iqn.2003-01.org.linux-iscsi.lunkit:lab",
+            "-p",
+            "127.0.0.1:3260",
+            "-o",
+            "update",
+            "-n",
+            "node.session.auth.username",
+            "-v",
+            "node-user",
+            "-n",
+            "node.session.auth.password",
+            "-v",
+            PASSWORD,
+            "-n",
+            "node.session.auth.password_in",
+            "-v",
+            MUTUAL,
+        ]
+    }
+
+    #[test]
+    fn passwords_are_secret_names_and_usernames_are_not() {
+        for n in [
+            "node.session.auth.password",
+            "node.session.auth.password_in",
+            "discovery.sendtargets.auth.password",
+            "discovery.sendtargets.auth.password_in",
+        ] {
+            assert!(is_secret_name(n), "{n}");
+        }
+        for n in [
+            "node.session.auth.username",
+            "node.session.auth.password_length",
+            "node.startup",
+        ] {
+            assert!(!is_secret_name(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_shows_every_argument_but_the_passwords() {
+        let args = update_args();
+        let shown = command_line(Program::Iscsiadm, &args);
+        assert!(!shown.contains(PASSWORD), "{shown}");
+        assert!(!shown.contains(MUTUAL), "{shown}");
+        assert!(
+            shown.contains("-n node.session.auth.password -v <redacted>"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("-n node.session.auth.username -v node-user"),
+            "{shown}"
+        );
+        assert!(shown.starts_with("iscsiadm -m node -T iqn."), "{shown}");
+    }
+
+    #[test]
+    fn a_failing_iscsiadm_calls_error_does_not_contain_the_password() {
+        let args = update_args();
+        // A program that echoes its arguments back in its error.
+        let out = Output {
+            code: Some(7),
+            stdout: String::new(),
+            stderr: format!("iscsiadm: invalid value {PASSWORD} (and {MUTUAL})\n"),
+        };
+        let said = out.describe(Program::Iscsiadm, &args);
+        assert!(!said.contains(PASSWORD), "{said}");
+        assert!(!said.contains(MUTUAL), "{said}");
+        assert!(
+            said.contains("exited 7: iscsiadm: invalid value <redacted>"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn redaction_leaves_text_without_secrets_alone() {
+        let args = ["-m", "node", "-n", "node.startup", "-v", "manual"];
+        assert_eq!(
+            redact("node.startup = manual", &args),
+            "node.startup = manual"
+        );
+        // An empty password is nothing to hide (and replacing "" would wreck the text).
+        let args = ["-n", "node.session.auth.password", "-v", ""];
+        assert_eq!(redact("abc", &args), "abc");
     }
 }

@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use crate::proto::identity_server::Identity;
-use crate::proto::plugin_capability::{Type, VolumeExpansion, volume_expansion};
+use crate::proto::plugin_capability::{Service, Type, VolumeExpansion, service, volume_expansion};
 use crate::proto::*;
 
 /// The plugin's default name. CSI wants domain notation; `.invalid` is reserved (RFC 2606), so
@@ -15,12 +15,24 @@ pub const DEFAULT_NAME: &str = "csi.lunkit.invalid";
 #[derive(Debug, Clone)]
 pub struct IdentityService {
     name: String,
+    accessibility_constraints: bool,
 }
 
 impl IdentityService {
     /// Answers with `name`.
     pub fn new(name: impl Into<String>) -> IdentityService {
-        IdentityService { name: name.into() }
+        IdentityService {
+            name: name.into(),
+            accessibility_constraints: false,
+        }
+    }
+
+    /// Offers `VOLUME_ACCESSIBILITY_CONSTRAINTS` when `on`: the CSI spec says a plugin whose
+    /// NodeGetInfo returns `accessible_topology` MUST set it, so it goes with a non-empty
+    /// [`Config::topology`](crate::Config::topology).
+    pub fn accessibility_constraints(mut self, on: bool) -> IdentityService {
+        self.accessibility_constraints = on;
+        self
     }
 }
 
@@ -55,11 +67,20 @@ impl Identity for IdentityService {
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
         // No controller service: volumes are statically provisioned. Online expansion: the
         // node grows a mounted volume.
-        let capabilities = vec![PluginCapability {
+        let mut capabilities = vec![PluginCapability {
             r#type: Some(Type::VolumeExpansion(VolumeExpansion {
                 r#type: volume_expansion::Type::Online as i32,
             })),
         }];
+        // The node reports where it is (`--topology`): the CO must match it against the
+        // volumes' topology.
+        if self.accessibility_constraints {
+            capabilities.push(PluginCapability {
+                r#type: Some(Type::Service(Service {
+                    r#type: service::Type::VolumeAccessibilityConstraints as i32,
+                })),
+            });
+        }
         Ok(Response::new(GetPluginCapabilitiesResponse {
             capabilities,
         }))

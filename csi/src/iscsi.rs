@@ -5,12 +5,20 @@
 //! record gets `node.session.scan = manual`, so the login scans no LUN (a whole-target scan
 //! brings in every LUN of the target: phantom devices and uevent storms), and
 //! `node.startup = manual`, so iscsid does not log in again at boot behind the plugin's back.
+//! A volume with session CHAP gets its credentials set on the record in the same
+//! `-o update` call (the passwords on iscsiadm's command line: see [`crate::exec`]).
+//!
+//! A login that fails deletes the node record again: `-o new` made it (open-iscsi 2.1
+//! replaces a record that was there), and a record left behind would keep the CHAP secret on
+//! the node with nothing to take it away. Unstage deletes the records of the portals it logs
+//! out of, and of the volume's portals that have no session left.
 
 use std::time::{Duration, Instant};
 
 use lunkit::Root;
 use lunkit::sysfs::iscsi::{IscsiSession, sessions_to};
 
+use crate::attrs::Chap;
 use crate::error::{Error, Result};
 use crate::exec::{self, Program};
 
@@ -18,6 +26,10 @@ use crate::exec::{self, Program};
 const SESSION_EXISTS: i32 = 15;
 /// iscsiadm's exit code for "no matching session or record" (`ISCSI_ERR_NO_OBJS_FOUND`).
 const NO_OBJECTS: i32 = 21;
+/// iscsiadm's exit code for a login the target refused for the initiator's credentials or
+/// its authorization (`ISCSI_ERR_LOGIN_AUTH_FAILED`; open-iscsi's initiator.c maps both login
+/// statuses 0x0201, authentication failure, and 0x0202, authorization failure, to it).
+pub const LOGIN_AUTH_FAILED: i32 = 24;
 
 /// The sessions to `iqn` through `portal`.
 fn sessions_via(root: &Root, iqn: &str, portal: &str) -> Result<Vec<IscsiSession>> {
@@ -50,31 +62,50 @@ pub struct Login {
     pub new: Vec<String>,
     /// Portals whose login failed, with iscsiadm's words.
     pub failed: Vec<(String, String)>,
+    /// Those of [`failed`](Self::failed) the target refused for the node's credentials or
+    /// authorization ([`LOGIN_AUTH_FAILED`]).
+    pub refused: Vec<String>,
 }
 
-/// Logs in to `iqn` through every portal that has no session yet, with manual scan. Succeeds
-/// when at least one portal has a session afterwards (the others are reported in
-/// [`Login::failed`]); fails naming every portal's error otherwise.
+/// Why one portal's login failed.
+enum Failure {
+    /// The target refused the initiator ([`LOGIN_AUTH_FAILED`]).
+    Refused(String),
+    /// Anything else.
+    Other(String),
+}
+
+/// Logs in to `iqn` through every portal that has no session yet, with manual scan and, when
+/// `chap` is given, session CHAP. Succeeds when at least one portal has a session afterwards
+/// (the others are reported in [`Login::failed`]); fails naming every portal's error
+/// otherwise: `PERMISSION_DENIED` when the target refused the node's credentials or
+/// authorization on a portal, `INTERNAL` else.
 pub fn login(
     root: &Root,
     iqn: &str,
     portals: &[String],
     iface: Option<&str>,
+    chap: Option<&Chap>,
     deadline: Instant,
 ) -> Result<Login> {
     let mut done = Login {
         existing: Vec::new(),
         new: Vec::new(),
         failed: Vec::new(),
+        refused: Vec::new(),
     };
     for portal in portals {
         if !sessions_via(root, iqn, portal)?.is_empty() {
             done.existing.push(portal.clone());
             continue;
         }
-        match login_one(iqn, portal, iface, deadline) {
+        match login_one(iqn, portal, iface, chap, deadline) {
             Ok(()) => done.new.push(portal.clone()),
-            Err(e) => done.failed.push((portal.clone(), e.to_string())),
+            Err(Failure::Refused(why)) => {
+                done.refused.push(portal.clone());
+                done.failed.push((portal.clone(), why));
+            }
+            Err(Failure::Other(why)) => done.failed.push((portal.clone(), why)),
         }
     }
     if done.existing.is_empty() && done.new.is_empty() {
@@ -83,6 +114,15 @@ pub fn login(
             .iter()
             .map(|(p, e)| format!("{p}: {e}"))
             .collect();
+        if !done.refused.is_empty() {
+            return Err(Error::PermissionDenied(format!(
+                "the iSCSI target {iqn} refused this node's login through {} (authentication \
+                 or authorization failed, iscsiadm exit {LOGIN_AUTH_FAILED}: check the CHAP \
+                 secret and the target's ACL for this node's initiator name): {}",
+                done.refused.join(", "),
+                why.join("; ")
+            )));
+        }
         return Err(Error::Program(format!(
             "no session to {iqn} could be logged in: {}",
             why.join("; ")
@@ -91,30 +131,62 @@ pub fn login(
     Ok(done)
 }
 
-fn login_one(iqn: &str, portal: &str, iface: Option<&str>, deadline: Instant) -> Result<()> {
+fn login_one(
+    iqn: &str,
+    portal: &str,
+    iface: Option<&str>,
+    chap: Option<&Chap>,
+    deadline: Instant,
+) -> std::result::Result<(), Failure> {
+    let other = |e: Error| Failure::Other(e.to_string());
     let base = node_args(iqn, portal, iface);
-    // A node record for this target and portal; an existing one is kept (`-o new` on it
-    // fails, which the update below tells apart from a real problem).
+    // The node record for this target and portal (open-iscsi 2.1 replaces one that is there).
     let mut new = base.clone();
     new.extend(["-o", "new"]);
-    exec::run(Program::Iscsiadm, &new, remaining(deadline))?;
-    for (name, value) in [("node.session.scan", "manual"), ("node.startup", "manual")] {
-        let mut update = base.clone();
-        update.extend(["-o", "update", "-n", name, "-v", value]);
-        exec::run_ok(Program::Iscsiadm, &update, remaining(deadline))?;
+    exec::run(Program::Iscsiadm, &new, remaining(deadline)).map_err(other)?;
+    // Every setting in one call: one process instead of one per setting.
+    let mut settings = vec![("node.session.scan", "manual"), ("node.startup", "manual")];
+    if let Some(c) = chap {
+        settings.extend(c.settings());
+    }
+    let mut update = base.clone();
+    update.extend(["-o", "update"]);
+    for (name, value) in &settings {
+        update.extend(["-n", name, "-v", value]);
+    }
+    if let Err(e) = exec::run_ok(Program::Iscsiadm, &update, remaining(deadline)) {
+        delete_record(&base, deadline);
+        return Err(other(e));
     }
     let mut login = base.clone();
     login.push("--login");
-    let out = exec::run(Program::Iscsiadm, &login, remaining(deadline))?;
+    let out = exec::run(Program::Iscsiadm, &login, remaining(deadline)).map_err(other)?;
     match out.code {
         Some(0) | Some(SESSION_EXISTS) => Ok(()),
-        _ => Err(Error::Program(out.describe(Program::Iscsiadm, &login))),
+        code => {
+            delete_record(&base, deadline);
+            let said = out.describe(Program::Iscsiadm, &login);
+            Err(if code == Some(LOGIN_AUTH_FAILED) {
+                Failure::Refused(said)
+            } else {
+                Failure::Other(said)
+            })
+        }
     }
 }
 
-/// Logs out of the sessions to `iqn` through `portals` whose SCSI host has no device left,
-/// unless `in_use` says another volume of this node uses the target, and deletes their node
-/// records. Returns the portals logged out of.
+/// Deletes the node record `base` names (`-m node -T IQN -p PORTAL [-I IFACE]`), best effort:
+/// a record that is not there is what was wanted.
+fn delete_record(base: &[&str], deadline: Instant) {
+    let mut delete = base.to_vec();
+    delete.extend(["-o", "delete"]);
+    let _ = exec::run(Program::Iscsiadm, &delete, remaining(deadline));
+}
+
+/// Logs out of the sessions to `iqn` through `portals` whose SCSI host has no device left, and
+/// deletes their node records, and the records of the portals that have no session at all (a
+/// portal whose login failed, or whose session went away): the caller has made sure that no
+/// other volume of this node uses the target. Returns the portals logged out of.
 pub fn logout_unused(
     root: &Root,
     iqn: &str,
@@ -126,7 +198,11 @@ pub fn logout_unused(
         .map_err(|e| Error::lunkit("reading the SCSI devices", e))?;
     let mut out = Vec::new();
     for portal in portals {
-        for s in sessions_via(root, iqn, portal)? {
+        let sessions = sessions_via(root, iqn, portal)?;
+        if sessions.is_empty() {
+            delete_record(&node_args(iqn, portal, iface), deadline);
+        }
+        for s in sessions {
             let Some(host) = s.host else { continue };
             if devices.iter().any(|d| d.hctl.host == host) {
                 continue;
@@ -138,9 +214,7 @@ pub fn logout_unused(
             if !matches!(o.code, Some(0) | Some(NO_OBJECTS)) {
                 return Err(Error::Program(o.describe(Program::Iscsiadm, &logout)));
             }
-            let mut delete = base;
-            delete.extend(["-o", "delete"]);
-            let _ = exec::run(Program::Iscsiadm, &delete, remaining(deadline));
+            delete_record(&base, deadline);
             out.push(portal.clone());
         }
     }

@@ -18,6 +18,10 @@
 //! Volume attributes use csi-driver-iscsi's and csi-driver-nvmf's keys ([`attrs`]). Errors
 //! carry the gRPC code the CSI spec names ([`error`]).
 //!
+//! NodeGetInfo reports the node's topology as `--topology` gives it ([`topology`]); the
+//! Identity service then offers `VOLUME_ACCESSIBILITY_CONSTRAINTS`, as the spec requires of a
+//! plugin that reports topology.
+//!
 //! The library never spawns a process; the plugin runs exactly the programs [`exec`] lists.
 
 pub mod attrs;
@@ -32,6 +36,7 @@ pub mod node;
 pub mod proto;
 pub mod server;
 pub mod state;
+pub mod topology;
 
 pub use client::Client;
 pub use error::{Error, Result};

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use lunkit::Root;
-use lunkit_csi::{Config, IdentityService, NodeService, identity, server};
+use lunkit_csi::{Config, IdentityService, NodeService, identity, server, topology};
 
 /// A CSI node plugin for iSCSI volumes, built on lunkit.
 #[derive(Debug, Parser)]
@@ -34,6 +34,10 @@ struct Args {
     /// Deadline of one NodeStageVolume or NodeUnstageVolume, in seconds.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Where this node is, for NodeGetInfo's accessible_topology: KEY=VALUE, repeatable
+    /// (topology.kubernetes.io/zone=eu-1a). Keys and values as CSI's Topology wants them.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = topology::parse_segment)]
+    topology: Vec<(String, String)>,
 }
 
 async fn shutdown() {
@@ -52,7 +56,15 @@ async fn shutdown() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args) {
+    // What no single value shows (a key given twice, prefixes that differ) is a usage error
+    // too: clap's message and exit code 2, before anything starts.
+    let segments = match topology::segments(&args.topology) {
+        Ok(s) => s,
+        Err(e) => Args::command()
+            .error(clap::error::ErrorKind::ValueValidation, e)
+            .exit(),
+    };
+    match run(args, segments) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lunkit-csi: {e}");
@@ -61,7 +73,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args) -> lunkit_csi::Result<()> {
+fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunkit_csi::Result<()> {
     use lunkit_csi::Error;
     if !identity::valid_name(&args.driver_name) {
         return Err(Error::InvalidArgument(format!(
@@ -84,8 +96,10 @@ fn run(args: Args) -> lunkit_csi::Result<()> {
     config.max_volumes = args.max_volumes;
     config.stage_timeout = Duration::from_secs(args.timeout);
     config.unstage_timeout = Duration::from_secs(args.timeout);
+    let constrained = !segments.is_empty();
+    config.topology = segments;
     let node = NodeService::new(config)?;
-    let identity = IdentityService::new(args.driver_name);
+    let identity = IdentityService::new(args.driver_name).accessibility_constraints(constrained);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

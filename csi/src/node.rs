@@ -5,7 +5,7 @@
 //! `ABORTED`, as the spec recommends), then does its blocking work on tokio's blocking pool.
 //! Every call is idempotent: repeating it after success, or after a crash part way, converges.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -42,6 +42,9 @@ pub struct Config {
     pub stage_timeout: Duration,
     /// Deadline of an unstage: the detach and the logouts.
     pub unstage_timeout: Duration,
+    /// NodeGetInfo's `accessible_topology` segments; none reported when empty. Checked by
+    /// [`crate::topology::segments`] (the binary refuses bad ones at startup).
+    pub topology: BTreeMap<String, String>,
 }
 
 impl Config {
@@ -55,6 +58,7 @@ impl Config {
             max_volumes: 0,
             stage_timeout: Duration::from_secs(120),
             unstage_timeout: Duration::from_secs(120),
+            topology: BTreeMap::new(),
         }
     }
 }
@@ -370,28 +374,35 @@ impl Inner {
         }
     }
 
-    /// Brings the volume onto the node: logins, scan, map; returns its device and WWID.
+    /// Logs in to the volume's portals that have no session yet (with session CHAP when the
+    /// volume asks for it), under the target's lock.
+    fn login_iscsi(&self, id: &str, vol: &IscsiVolume, deadline: Instant) -> Result<()> {
+        let lock = self.target_lock(&vol.iqn);
+        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        iscsi::login(
+            self.root(),
+            &vol.iqn,
+            &vol.portals,
+            vol.iface.as_deref(),
+            vol.chap.as_ref(),
+            deadline,
+        )
+        .map(drop)
+        .map_err(|e| match e {
+            Error::Program(m) => Error::Program(format!("volume {id}: {m}")),
+            Error::PermissionDenied(m) => Error::PermissionDenied(format!("volume {id}: {m}")),
+            other => other,
+        })
+    }
+
+    /// Brings the volume onto the node once it is logged in: scan, map; returns its device
+    /// and WWID.
     fn attach_iscsi(
         &self,
         id: &str,
         vol: &IscsiVolume,
         deadline: Instant,
     ) -> Result<(PathBuf, Option<String>)> {
-        {
-            let lock = self.target_lock(&vol.iqn);
-            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-            iscsi::login(
-                self.root(),
-                &vol.iqn,
-                &vol.portals,
-                vol.iface.as_deref(),
-                deadline,
-            )
-            .map_err(|e| match e {
-                Error::Program(m) => Error::Program(format!("volume {id}: {m}")),
-                other => other,
-            })?;
-        }
         let spec = VolumeSpec::Iscsi {
             target: vol.iqn.clone(),
             lun: vol.lun,
@@ -477,7 +488,9 @@ impl Inner {
                 lun: v.lun,
             },
         };
-        let mut record = match self.store.load(id)? {
+        let earlier = self.store.load(id)?;
+        let first = earlier.is_none();
+        let mut record = match earlier {
             Some(r) => {
                 if r.staging_path != staging
                     || !same_volume(&r.target, &target)
@@ -510,7 +523,19 @@ impl Inner {
         record.phase = Phase::Attaching;
         self.store.save(&record)?;
         let (device, wwid) = match &vol {
-            Volume::Iscsi(v) => self.attach_iscsi(id, v, deadline)?,
+            Volume::Iscsi(v) => {
+                if let Err(e) = self.login_iscsi(id, v, deadline) {
+                    // Every portal's login failed (those are the errors login gives then), so
+                    // no portal has a session and nothing of the volume is on the node: a
+                    // record this call made would only wait for an unstage that a CO need
+                    // not send after a stage that failed this way.
+                    if first && matches!(e, Error::PermissionDenied(_) | Error::Program(_)) {
+                        self.store.remove(id)?;
+                    }
+                    return Err(e);
+                }
+                self.attach_iscsi(id, v, deadline)?
+            }
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
             Volume::Fc(v) => self.attach_fc(id, v, deadline)?,
         };
@@ -1003,7 +1028,7 @@ impl Node for NodeService {
                 fs_type: fs_type_of(m)?,
             },
         };
-        let vol = attrs::parse(&id, &req.volume_context)?;
+        let vol = attrs::parse(&id, &req.volume_context, &req.secrets)?;
         let slot = self.slot(&id)?;
         self.blocking(CALL, slot, move |inner| {
             inner.stage(&req, vol, access, readonly)
@@ -1126,7 +1151,11 @@ impl Node for NodeService {
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.inner.config.node_id.clone(),
             max_volumes_per_node: self.inner.config.max_volumes,
-            accessible_topology: None,
+            // Where the node is, when the operator said; without it the CO may take the node
+            // to reach every volume (the spec's reading of an absent topology).
+            accessible_topology: (!self.inner.config.topology.is_empty()).then(|| Topology {
+                segments: self.inner.config.topology.clone().into_iter().collect(),
+            }),
         }))
     }
 }

@@ -21,17 +21,28 @@ struct Plugin {
 }
 
 async fn start() -> Plugin {
+    start_with_topology(&[]).await
+}
+
+/// The plugin, reporting `topology` (as `--topology` would give it) when not empty.
+async fn start_with_topology(topology: &[(&str, &str)]) -> Plugin {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("csi/csi.sock");
     let mut config = Config::new("node-a");
     config.state_dir = dir.path().join("state");
     config.max_volumes = 17;
+    let pairs: Vec<(String, String)> = topology
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    config.topology = lunkit_csi::topology::segments(&pairs).unwrap();
+    let constrained = !config.topology.is_empty();
     let node = NodeService::new(config).unwrap();
     let listener = server::bind(&sock).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(server::serve(
         listener,
-        IdentityService::new("csi.lunkit.invalid"),
+        IdentityService::new("csi.lunkit.invalid").accessibility_constraints(constrained),
         node,
         async {
             let _ = rx.await;
@@ -125,6 +136,7 @@ async fn identity_and_node_info_over_the_socket() {
         .into_inner();
     assert_eq!(ni.node_id, "node-a");
     assert_eq!(ni.max_volumes_per_node, 17);
+    assert_eq!(ni.accessible_topology, None, "no --topology, no topology");
     let nc = node
         .node_get_capabilities(NodeGetCapabilitiesRequest {})
         .await
@@ -148,6 +160,49 @@ async fn identity_and_node_info_over_the_socket() {
             T::VolumeCondition
         ]
         .map(|t| t as i32)
+    );
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn node_info_reports_the_topology_and_the_plugin_its_constraints() {
+    let p = start_with_topology(&[
+        ("topology.kubernetes.io/zone", "eu-1a"),
+        ("topology.kubernetes.io/region", "eu-1"),
+    ])
+    .await;
+    let (mut id, mut node) = server::clients(&p.socket()).await.unwrap();
+    let ni = node
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let segments = ni.accessible_topology.expect("a topology").segments;
+    assert_eq!(
+        segments,
+        HashMap::from([
+            ("topology.kubernetes.io/zone".to_owned(), "eu-1a".to_owned()),
+            (
+                "topology.kubernetes.io/region".to_owned(),
+                "eu-1".to_owned()
+            ),
+        ])
+    );
+    // A plugin that reports a node's topology MUST offer VOLUME_ACCESSIBILITY_CONSTRAINTS.
+    use plugin_capability::{Service, Type, service};
+    let caps = id
+        .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    assert_eq!(caps.len(), 2, "{caps:?}");
+    assert!(
+        caps.iter().any(|c| c.r#type
+            == Some(Type::Service(Service {
+                r#type: service::Type::VolumeAccessibilityConstraints as i32
+            }))),
+        "{caps:?}"
     );
     p.stop().await;
 }

@@ -1,6 +1,7 @@
 //! An LIO iSCSI target built through configfs, without targetcli: fileio backstores on sparse
 //! files in the guest's /tmp, one target IQN, one TPG listening on several portals, demo mode
-//! (generated node ACLs) without authentication.
+//! (generated node ACLs) without authentication, or, after [`LioTarget::require_chap`], one
+//! node ACL that must log in with CHAP.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,20 @@ impl Default for LioConfig {
 pub struct LioTarget {
     pub config: LioConfig,
     live: bool,
+    /// Node ACLs [`LioTarget::require_chap`] made, by initiator name.
+    acls: Vec<String>,
+}
+
+/// The CHAP one initiator must log in with (its node ACL's `auth/`).
+#[derive(Debug, Clone)]
+pub struct ChapAcl<'a> {
+    /// The initiator's IQN (`/etc/iscsi/initiatorname.iscsi`).
+    pub initiator: &'a str,
+    /// The CHAP name and secret the initiator must give.
+    pub userid: &'a str,
+    pub password: &'a str,
+    /// Mutual CHAP: the name and secret the target answers with, when the initiator asks.
+    pub mutual: Option<(&'a str, &'a str)>,
 }
 
 /// The unit serial of backstore `lun`. LIO builds the NAA (and so the `wwid`) from its hex
@@ -57,7 +72,11 @@ impl LioTarget {
             ensure_loopback_address(portal)?;
         }
         fs::create_dir_all(IMAGES)?;
-        let mut me = Self { config, live: true };
+        let mut me = Self {
+            config,
+            live: true,
+            acls: Vec::new(),
+        };
         if let Err(e) = me.build() {
             me.remove();
             me.live = false;
@@ -101,6 +120,31 @@ impl LioTarget {
         export(&Self::backstore(from), &tpg, lun)
     }
 
+    /// Ends demo mode: only `acl.initiator` gets in, with CHAP (`attrib/authentication` 1), and
+    /// sees every LUN through its node ACL. [`teardown`](Self::teardown) removes the ACL.
+    pub fn require_chap(&mut self, acl: &ChapAcl<'_>) -> Result<()> {
+        let tpg = self.tpg();
+        let dir = tpg.join("acls").join(acl.initiator);
+        mkdir(&dir)?;
+        self.acls.push(acl.initiator.to_owned());
+        for lun in 0..self.config.luns {
+            let mapped = dir.join(format!("lun_{lun}"));
+            mkdir(&mapped)?;
+            let tpg_lun = tpg.join(format!("lun/lun_{lun}"));
+            std::os::unix::fs::symlink(&tpg_lun, mapped.join("lunkit")).map_err(|e| {
+                format!("cannot map {} in {}: {e}", tpg_lun.display(), dir.display())
+            })?;
+        }
+        write(&dir.join("auth/userid"), acl.userid)?;
+        write(&dir.join("auth/password"), acl.password)?;
+        if let Some((user, password)) = acl.mutual {
+            write(&dir.join("auth/userid_mutual"), user)?;
+            write(&dir.join("auth/password_mutual"), password)?;
+        }
+        write(&tpg.join("attrib/generate_node_acls"), "0")?;
+        write(&tpg.join("attrib/authentication"), "1")
+    }
+
     /// Removes the target, portals, LUNs and backstores. Log the initiator out first: tearing
     /// down a TPG under live sessions leaves them reconnecting for the replacement timeout.
     pub fn teardown(mut self) -> Result<()> {
@@ -118,6 +162,15 @@ impl LioTarget {
     fn remove(&mut self) {
         let tpg = self.tpg();
         let _ = fs::write(tpg.join("enable"), "0");
+        // Node ACLs first: their mapped LUNs link the TPG's LUNs.
+        for initiator in &self.acls {
+            let dir = tpg.join("acls").join(initiator);
+            for lun in 0..self.config.luns {
+                let _ = fs::remove_file(dir.join(format!("lun_{lun}/lunkit")));
+                let _ = fs::remove_dir(dir.join(format!("lun_{lun}")));
+            }
+            let _ = fs::remove_dir(&dir);
+        }
         for portal in &self.config.portals {
             let _ = fs::remove_dir(tpg.join("np").join(portal));
         }

@@ -1,0 +1,88 @@
+//! The plugin binary's command line: `--topology` is checked at startup (a bad key or value,
+//! a key given twice, differing prefixes: clap's usage error, exit code 2, nothing served),
+//! and a good one reaches NodeGetInfo.
+
+// The test starts the plugin binary; the plugin itself runs programs only through exec.rs.
+#![allow(clippy::disallowed_methods)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lunkit_csi::Client;
+use lunkit_csi::proto::*;
+
+fn plugin(dir: &std::path::Path, topology: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lunkit-csi"));
+    c.args([
+        "--endpoint",
+        &format!("unix://{}", dir.join("csi.sock").display()),
+    ])
+    .args(["--nodeid", "node-a"])
+    .arg("--state-dir")
+    .arg(dir.join("state"))
+    .stdin(Stdio::null());
+    for t in topology {
+        c.args(["--topology", t]);
+    }
+    c
+}
+
+#[test]
+fn a_bad_topology_is_refused_at_startup_with_exit_code_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["bad key=Z1"], "\"bad key\""),
+        (&["zone"], "is not KEY=VALUE"),
+        (&["Example.com/zone=Z1"], "the prefix \"Example.com\""),
+        (&["zone=-Z1"], "topology value \"-Z1\""),
+        (&["zone=Z1", "Zone=Z2"], "given twice"),
+        (&["a.io/zone=Z1", "rack=R1"], "same prefix"),
+    ];
+    for (args, says) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let out = plugin(dir.path(), args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(
+            err.contains("--topology") || err.contains("topology"),
+            "{err}"
+        );
+        assert!(
+            !dir.path().join("csi.sock").exists() && !dir.path().join("state").exists(),
+            "{args:?}: the plugin started"
+        );
+    }
+}
+
+#[test]
+fn the_topology_given_is_what_node_get_info_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = plugin(
+        dir.path(),
+        &[
+            "topology.kubernetes.io/zone=eu-1a",
+            "topology.kubernetes.io/region=eu-1",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let limit = Instant::now() + Duration::from_secs(30);
+    let info = loop {
+        let answer = Client::connect(&dir.path().join("csi.sock"))
+            .ok()
+            .and_then(|mut c| c.node_get_info(NodeGetInfoRequest {}).ok());
+        if let Some(info) = answer {
+            break info;
+        }
+        assert!(Instant::now() < limit, "the plugin did not answer in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let segments = info.accessible_topology.expect("a topology").segments;
+    assert_eq!(segments.len(), 2, "{segments:?}");
+    assert_eq!(segments["topology.kubernetes.io/zone"], "eu-1a");
+    assert_eq!(segments["topology.kubernetes.io/region"], "eu-1");
+}
