@@ -1106,6 +1106,7 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
                 run.rss_kib = Some(out.rss_kib);
+                say(&step_split(&out.stdout, run.lib_us, v.map.paths.len()));
             }
             Teardown::Floor => {
                 // The kernel work every teardown has to wait for, issued straight from this
@@ -1175,6 +1176,36 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
         .into());
     }
     Ok(run)
+}
+
+/// Where one lunkit detach's library time went, from its `--json` steps: each step before
+/// the paths, the paths' flush and delete (side by side, so their sum over the paths divided
+/// by their number stands for the phase), and what no step accounts for (sysfs lookups
+/// between rounds, the final look).
+fn step_split(json: &str, lib_us: Option<u64>, paths: usize) -> String {
+    let step = |name| proc::json_step_us(json, name).unwrap_or(0);
+    let before: Vec<(&str, u64)> = [
+        "identify",
+        "lock",
+        "resume-map",
+        "check-in-use",
+        "flush-map",
+        "remove-map",
+    ]
+    .into_iter()
+    .map(|n| (n, step(n)))
+    .collect();
+    let per_path = (step("flush-path") + step("delete-path")) / paths.max(1) as u64;
+    let counted = before.iter().map(|(_, us)| us).sum::<u64>() + per_path;
+    let mut s = String::from("  split:");
+    for (n, us) in before.iter().filter(|(_, us)| *us > 0) {
+        s += &format!(" {n} {}", ms(*us));
+    }
+    s += &format!(", paths {} each", ms(per_path));
+    if let Some(lib) = lib_us {
+        s += &format!(", outside steps {}", ms(lib.saturating_sub(counted)));
+    }
+    s
 }
 
 /// The teardown row: lunkit, the shell sequence and the kernel floor, interleaved. With a
