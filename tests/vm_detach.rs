@@ -1633,3 +1633,70 @@ fn kubelet_block_layout_on_a_lone_path_is_refused_and_named() {
     detach_ok(&spec);
     vol.assert_gone();
 }
+
+/// An LIO `iblock` backstore on a device: LIO opens it with an exclusive claim
+/// (`FMODE_EXCL`, held by the backstore), which makes no holder link, no process descriptor,
+/// no mount and no loop device. Removed (backstore, then its HBA) on drop.
+struct IblockClaim {
+    hba: std::path::PathBuf,
+}
+
+impl IblockClaim {
+    /// HBA `iblock_4300`: clear of the lab's `fileio_<lun>`, lio_extra's, lio_grow's and the
+    /// FCoE lab's indexes.
+    fn on(node: &str) -> IblockClaim {
+        cmd::run("modprobe", &["target_core_iblock"]).expect("modprobe target_core_iblock");
+        let hba = std::path::PathBuf::from("/sys/kernel/config/target/core/iblock_4300");
+        let dev = hba.join("lunkit-claim");
+        std::fs::create_dir_all(&dev).expect("the iblock backstore");
+        let me = IblockClaim { hba };
+        std::fs::write(dev.join("control"), format!("udev_path={node}")).expect("udev_path");
+        // Enabling the backstore opens the device, claimed.
+        std::fs::write(dev.join("enable"), "1").expect("enable the iblock backstore");
+        me
+    }
+}
+
+impl Drop for IblockClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(self.hba.join("lunkit-claim"));
+        let _ = std::fs::remove_dir(&self.hba);
+    }
+}
+
+/// A map that LIO exports through an `iblock` backstore (a node re-exporting a volume) is in
+/// use through nothing but the backstore's exclusive claim: only the in-use check's `O_EXCL`
+/// probe sees it. The detach must refuse, say so, and touch nothing; with the backstore gone,
+/// it takes the volume.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_map_claimed_by_an_lio_iblock_backstore_is_refused() {
+    require_vm();
+    let lab = lab(vec![1], 4, true);
+    let vol = Volume::of(&lab, 1);
+    let map = wait_map(&vol, 2);
+    let wwid = vol.mpath_wwid();
+    let node = format!("/dev/{}", map.dm);
+    let spec = ["--wwid", wwid.as_str()];
+    {
+        let _claim = IblockClaim::on(&node);
+        assert!(
+            sysfs::names(format!("/sys/block/{}/holders", map.dm)).is_empty(),
+            "the claim made a holder link"
+        );
+        assert!(
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_EXCL)
+                .open(&node)
+                .is_err(),
+            "the backstore holds no exclusive claim on {node}"
+        );
+        let err = assert_refused_naming(&vol, &spec, &[&map.dm, "claimed exclusively"]);
+        eprintln!("refusal for an iblock claim: {err}");
+        assert!(vol.map().is_some(), "the map is still there");
+    }
+    let doc = detach_ok(&spec);
+    assert_eq!(steps(&doc, "remove-map")[0]["outcome"], "done", "{doc}");
+    vol.assert_gone();
+}

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
 
+use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::DevNum;
@@ -532,13 +533,29 @@ pub fn usage(
         }
     }
     // The probe explains nothing by itself, so only ask it about devices nothing above
-    // accounts for: tops of stacks that are not mounted or swap.
+    // accounts for: tops of stacks that are not mounted or swap. A claim is an open, so a map
+    // device-mapper counts no opener of cannot be claimed: its count is one ioctl, where the
+    // probe is a thread and an open.
+    let mut dm: Option<Option<Control>> = None;
     for n in &family.nodes {
         let top = sysblock::holders(root, &n.name)?.is_empty();
         let explained = usage.mounts.iter().any(|m| m.device == n.name)
             || usage.swaps.contains(&n.name)
             || usage.holders.contains(&n.name);
-        if top && !explained && is_claimed(n, deadline)? {
+        if !top || explained {
+            continue;
+        }
+        if sysblock::is_dm(root, &n.name) {
+            let ctl = dm.get_or_insert_with(|| Control::open(root).ok());
+            let unopened = ctl
+                .as_ref()
+                .and_then(|c| c.info(&DevId::Dev(n.dev)).ok())
+                .is_some_and(|i| i.open_count == 0);
+            if unopened {
+                continue;
+            }
+        }
+        if is_claimed(n, deadline)? {
             usage.claimed.push(n.name.clone());
         }
     }
