@@ -22,7 +22,8 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -117,14 +118,12 @@ pub(crate) fn bounded<T: Send + 'static>(
     }
     let owner = Owner(subject);
     let (tx, rx) = std::sync::mpsc::channel();
-    // If the spawn fails, the closure, and with it `owner`, is dropped: the subject is freed.
-    std::thread::Builder::new()
-        .name("lunkit-helper".into())
-        .spawn(move || {
-            let _owner = owner;
-            let _ = tx.send(f());
-        })
-        .map_err(|e| Error::io("(helper thread)", e))?;
+    // If no thread takes it, the job, and with it `owner`, is dropped: the subject is freed.
+    run(Box::new(move || {
+        let _owner = owner;
+        let _ = tx.send(f());
+    }))
+    .map_err(|e| Error::io("(helper thread)", e))?;
     // A call that waited for an earlier one still gets the short grace to report.
     rx.recv_timeout(
         until
@@ -137,6 +136,105 @@ pub(crate) fn bounded<T: Send + 'static>(
             waited: start.elapsed(),
         })
     })
+}
+
+/// One call for a helper thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A helper thread waiting for its next call: started ahead of need by [`prewarm`], or back
+/// from its last call.
+struct Idle {
+    id: u64,
+    tx: mpsc::Sender<Job>,
+}
+
+/// The waiting helper threads.
+static IDLE: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
+/// Names idle threads, so that one that gives up waiting can find itself in [`IDLE`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// How long a helper thread waits for another call before it exits.
+const IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// Runs `job` on a waiting helper thread, or on a new one when none waits.
+fn run(mut job: Job) -> std::io::Result<()> {
+    loop {
+        let Some(idle) = lock(&IDLE).pop() else {
+            break;
+        };
+        // Its thread cannot be gone while it is listed (it delists itself before it exits),
+        // but a send that fails hands the job back, so it is never lost.
+        match idle.tx.send(job) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::SendError(j)) => job = j,
+        }
+    }
+    std::thread::Builder::new()
+        .name("lunkit-helper".into())
+        .spawn(job)
+        .map(drop)
+}
+
+/// Has at least `n` helper threads waiting, starting the missing ones from one new thread, so
+/// that the caller pays for one start whatever `n` is. Call it ahead of the calls that need
+/// them, where the caller would wait anyway (for a kernel call, for a daemon): starting a
+/// thread takes milliseconds on a slow or emulated machine, and the calls it would delay are
+/// on the critical path. A thread that is not used exits after [`IDLE_FOR`].
+pub(crate) fn prewarm(n: usize) {
+    let missing = n.saturating_sub(lock(&IDLE).len());
+    if missing == 0 {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("lunkit-helper".into())
+        .spawn(move || {
+            for _ in 1..missing {
+                if spawn_idle().is_err() {
+                    break;
+                }
+            }
+            idle_loop();
+        });
+}
+
+/// Starts a helper thread that waits for calls.
+fn spawn_idle() -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("lunkit-helper".into())
+        .spawn(idle_loop)
+        .map(drop)
+}
+
+/// A helper thread's life: list itself in [`IDLE`], run what it is sent, list itself again;
+/// exit once nothing came for [`IDLE_FOR`].
+fn idle_loop() {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel::<Job>();
+    loop {
+        lock(&IDLE).push(Idle { id, tx: tx.clone() });
+        let job = match rx.recv_timeout(IDLE_FOR) {
+            Ok(job) => job,
+            Err(_) => {
+                let mut idle = lock(&IDLE);
+                if let Some(i) = idle.iter().position(|e| e.id == id) {
+                    idle.swap_remove(i);
+                    return;
+                }
+                drop(idle);
+                // A caller took it off the list as it gave up: that caller's job is on its way.
+                match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                }
+            }
+        };
+        job();
+    }
+}
+
+/// How many helper threads wait for a call now.
+#[cfg(test)]
+fn idle_count() -> usize {
+    lock(&IDLE).len()
 }
 
 /// A helper's claim on its subject, given up when the helper's call has returned.
@@ -287,5 +385,37 @@ mod tests {
         assert!(held().contains(&(fd.as_raw_fd(), dev)));
         drop(guard);
         assert!(!held().contains(&(fd.as_raw_fd(), dev)));
+    }
+
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(Instant::now() < until, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn warm_threads_take_calls_come_back_and_exit_when_unused() {
+        prewarm(2);
+        eventually("two threads waiting", || idle_count() >= 2);
+        let before = idle_count();
+        let (gate, wait) = mpsc::channel::<()>();
+        let far = Instant::now() + Duration::from_secs(60);
+        let call = std::thread::spawn(move || {
+            bounded(subject("warm"), far, &|| "x".into(), move || {
+                let _ = wait.recv();
+                Ok(std::thread::current().name().map(str::to_owned))
+            })
+        });
+        // The call took a waiting thread rather than starting its own.
+        eventually("a waiting thread to take the call", || {
+            idle_count() < before
+        });
+        gate.send(()).unwrap();
+        let name = call.join().unwrap().unwrap();
+        assert_eq!(name.as_deref(), Some("lunkit-helper"));
+        // Back in the list after its call, and gone once nothing comes for a while.
+        eventually("the threads to exit unused", || idle_count() == 0);
     }
 }

@@ -68,6 +68,8 @@ impl IscsiLun {
 /// [`crate::scan`] for the outcomes and errors.
 pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanReport> {
     check_target_name(&lun.target)?;
+    // The first scan write runs on a helper thread: start it while the sessions are read.
+    crate::helper::prewarm(1);
     let sessions: Vec<IscsiSession> = sessions_to(root, &lun.target)?
         .into_iter()
         .filter(|s| lun.portals.is_empty() || s.portal().is_some_and(|p| lun.portals.contains(&p)))

@@ -256,34 +256,54 @@ pub(crate) fn scan_paths(
     let mut monitor = Monitor::open().ok();
     let expect = opts.expect_wwid.as_ref();
 
-    // Every write at once, one worker per path. A worker returns by the deadline even when
-    // its write is stuck in the kernel (the write itself runs on a detached helper, see
-    // `helper::bounded`), so the scope ends on time.
+    // Every write at once, one worker per path, the last path's on this thread (which would
+    // only wait otherwise: one path, the usual case, starts no worker). A worker returns by
+    // the deadline even when its write is stuck in the kernel (the write itself runs on a
+    // detached helper, see `helper::bounded`), so the scope ends on time.
+    let last = candidates
+        .iter()
+        .rposition(|c| matches!(c, Candidate::Scan { .. }));
     let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = std::thread::scope(|s| {
         let workers: Vec<_> = candidates
             .iter()
-            .map(|c| match c {
-                Candidate::Scan { target, .. } => Some(
+            .enumerate()
+            .map(|(i, c)| match c {
+                Candidate::Scan { target, .. } if Some(i) != last => Some(Worker::Spawned(
                     std::thread::Builder::new()
                         .name("lunkit-scan".into())
                         .spawn_scoped(s, move || {
                             trigger_timed(root, target, expect, start, deadline)
                         }),
-                ),
+                )),
+                Candidate::Scan { target, .. } => Some(Worker::Here(target)),
                 Candidate::Skip { .. } => None,
             })
             .collect();
+        // This thread's write first, while the workers' run: joining one before would wait
+        // for it with this write not started.
+        let mut here = workers.iter().find_map(|w| match w {
+            Some(Worker::Here(target)) => {
+                Some(trigger_timed(root, target, expect, start, deadline))
+            }
+            _ => None,
+        });
         workers
             .into_iter()
             .map(|w| {
-                w.map(|spawned| match spawned {
-                    Ok(handle) => handle.join().unwrap_or_else(|_| {
+                w.map(|w| match w {
+                    Worker::Here(_) => here.take().unwrap_or_else(|| {
+                        let e = Error::Internal {
+                            what: "no result of this thread's scan write".into(),
+                        };
+                        (Err(e), PathTiming::default())
+                    }),
+                    Worker::Spawned(Ok(handle)) => handle.join().unwrap_or_else(|_| {
                         let e = Error::Internal {
                             what: "a scan worker panicked".into(),
                         };
                         (Err(e), PathTiming::default())
                     }),
-                    Err(e) => (
+                    Worker::Spawned(Err(e)) => (
                         Err(Error::io("(scan worker thread)", e)),
                         PathTiming::default(),
                     ),
@@ -333,7 +353,9 @@ pub(crate) fn scan_paths(
     }
 
     // The `sd` probes run asynchronously after the writes: wait for every pending path's
-    // disk to appear and open. A path still pending at the deadline stays `TimedOut`.
+    // disk to appear and open. A path still pending at the deadline stays `TimedOut`. Each
+    // open runs on a helper thread: start those now, while the kernel probes.
+    crate::helper::prewarm(pending.len());
     if !pending.is_empty() {
         let hctls: Vec<Hctl> = pending.iter().filter_map(|&i| paths[i].hctl).collect();
         let what = || {
@@ -385,6 +407,12 @@ pub(crate) fn scan_paths(
         return Ok(report);
     }
     Err(too_few(what, report, opts.min_paths.max(1)))
+}
+
+/// Where one path's scan write runs: on a worker thread, or on the caller's.
+enum Worker<'s, 't> {
+    Spawned(std::io::Result<std::thread::ScopedJoinHandle<'s, (Result<Triggered>, PathTiming)>>),
+    Here(&'t ScanTarget),
 }
 
 /// The timeout of a path whose disk did not come.

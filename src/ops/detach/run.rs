@@ -98,6 +98,9 @@ impl Run<'_> {
         busy_since: &mut Option<Instant>,
     ) -> std::result::Result<(), Stop> {
         self.resume_suspended(state)?;
+        // The map's flush and each path's flush and delete run on helper threads: have them
+        // started while the check looks at the node, not on the take-down's critical path.
+        crate::helper::prewarm(1 + 2 * state.paths.len());
         let unreachable = self.check_in_use(state, busy_since)?;
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
@@ -263,31 +266,31 @@ impl Run<'_> {
         let force = self.opts.force;
         // Each delete blocks on its device's cache flush and teardown: do them side by side.
         type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
+        let one = |p: &VolumePath| -> PathResult {
+            let t0 = Instant::now();
+            let flushed = flush_path(root, p, behind_map, deadline);
+            let flush_time = t0.elapsed();
+            let t1 = Instant::now();
+            // A path whose flush failed is not deleted (unless forced): `None`.
+            let deleted = match (&flushed, force) {
+                (Err(_), false) => None,
+                _ => Some(
+                    scsi::remove_device(root, p.hctl, &p.identity, deadline).map(|d| match d {
+                        Deleted::Now => Outcome::Done,
+                        Deleted::AlreadyGone => Outcome::AlreadyGone,
+                    }),
+                ),
+            };
+            (flush_time, flushed, t1.elapsed(), deleted)
+        };
         let results: Vec<PathResult> = std::thread::scope(|s| {
-            let handles: Vec<_> = paths
-                .iter()
-                .map(|p| {
-                    s.spawn(move || {
-                        let t0 = Instant::now();
-                        let flushed = flush_path(root, p, behind_map, deadline);
-                        let flush_time = t0.elapsed();
-                        let t1 = Instant::now();
-                        // A path whose flush failed is not deleted (unless forced): `None`.
-                        let deleted = match (&flushed, force) {
-                            (Err(_), false) => None,
-                            _ => Some(
-                                scsi::remove_device(root, p.hctl, &p.identity, deadline).map(|d| {
-                                    match d {
-                                        Deleted::Now => Outcome::Done,
-                                        Deleted::AlreadyGone => Outcome::AlreadyGone,
-                                    }
-                                }),
-                            ),
-                        };
-                        (flush_time, flushed, t1.elapsed(), deleted)
-                    })
-                })
-                .collect();
+            // The last path is done on this thread, which would only wait otherwise.
+            let Some((last, others)) = paths.split_last() else {
+                return Vec::new();
+            };
+            let one = &one;
+            let handles: Vec<_> = others.iter().map(|p| s.spawn(move || one(p))).collect();
+            let here = one(last);
             handles
                 .into_iter()
                 .map(|h| {
@@ -299,6 +302,7 @@ impl Run<'_> {
                         (Duration::ZERO, Err(e), Duration::ZERO, None)
                     })
                 })
+                .chain([here])
                 .collect()
         });
         let mut first_err = None;
