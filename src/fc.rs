@@ -94,6 +94,8 @@ impl FcLun {
 /// An empty or over-long [`FcLun::wwpns`] is [`Error::Invalid`], before anything is read.
 pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> {
     let wwpns = check_target_ports(&lun.wwpns)?;
+    // Each path's scan write runs on a helper thread: start them while sysfs is read.
+    crate::helper::prewarm(2);
     let local = hosts(root)?;
     let candidates: Vec<Candidate> = remote_ports(root)?
         .into_iter()

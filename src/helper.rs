@@ -92,8 +92,26 @@ pub(crate) fn bounded<T: Send + 'static>(
     what: &dyn Fn() -> String,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    let start = Instant::now();
-    let until = deadline.max(crate::wait::deadline_from(start, MIN_WAIT));
+    start(subject, deadline, what, f)?.wait(deadline, what)
+}
+
+/// A call [`start`]ed on a helper thread.
+pub(crate) struct Pending<T> {
+    rx: mpsc::Receiver<(Result<T>, Instant)>,
+    started: Instant,
+}
+
+/// [`bounded`] in two halves: hands `f` to a helper thread and returns at once, so that a
+/// caller can have several calls in flight (one path's scan write each) and then
+/// [`Pending::wait`] for each. Waiting for `subject` to be free is as in [`bounded`].
+pub(crate) fn start<T: Send + 'static>(
+    subject: Subject,
+    deadline: Instant,
+    what: &dyn Fn() -> String,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<Pending<T>> {
+    let started = Instant::now();
+    let until = deadline.max(crate::wait::deadline_from(started, MIN_WAIT));
     {
         let mut busy = lock(&BUSY);
         while let Some(&since) = busy.get(&subject) {
@@ -106,7 +124,7 @@ pub(crate) fn bounded<T: Send + 'static>(
                         what(),
                         now - since
                     ),
-                    waited: now - start,
+                    waited: now - started,
                 });
             }
             busy = FREED
@@ -114,28 +132,48 @@ pub(crate) fn bounded<T: Send + 'static>(
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        busy.insert(subject.clone(), start);
+        busy.insert(subject.clone(), started);
     }
     let owner = Owner(subject);
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = mpsc::channel();
     // If no thread takes it, the job, and with it `owner`, is dropped: the subject is freed.
     run(Box::new(move || {
         let _owner = owner;
-        let _ = tx.send(f());
+        let result = f();
+        let _ = tx.send((result, Instant::now()));
     }))
     .map_err(|e| Error::io("(helper thread)", e))?;
-    // A call that waited for an earlier one still gets the short grace to report.
-    rx.recv_timeout(
-        until
-            .saturating_duration_since(Instant::now())
-            .max(MIN_WAIT),
-    )
-    .unwrap_or_else(|_| {
-        Err(Error::Timeout {
-            what: what(),
-            waited: start.elapsed(),
-        })
-    })
+    Ok(Pending { rx, started })
+}
+
+impl<T> Pending<T> {
+    /// The call's result, once it returns, or [`Error::Timeout`] naming `what` at `deadline`
+    /// (given at least a short grace after the call started, so that a quick call reports).
+    pub(crate) fn wait(self, deadline: Instant, what: &dyn Fn() -> String) -> Result<T> {
+        self.wait_timed(deadline, what).map(|(v, _)| v)
+    }
+
+    /// [`Pending::wait`], with when the call returned on its thread (which the caller may
+    /// learn later, having waited for other calls first).
+    pub(crate) fn wait_timed(
+        self,
+        deadline: Instant,
+        what: &dyn Fn() -> String,
+    ) -> Result<(T, Instant)> {
+        let until = deadline.max(crate::wait::deadline_from(self.started, MIN_WAIT));
+        // A call that waited for an earlier one still gets the short grace to report.
+        match self.rx.recv_timeout(
+            until
+                .saturating_duration_since(Instant::now())
+                .max(MIN_WAIT),
+        ) {
+            Ok((result, at)) => result.map(|v| (v, at)),
+            Err(_) => Err(Error::Timeout {
+                what: what(),
+                waited: self.started.elapsed(),
+            }),
+        }
+    }
 }
 
 /// One call for a helper thread.

@@ -68,8 +68,9 @@ impl IscsiLun {
 /// [`crate::scan`] for the outcomes and errors.
 pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanReport> {
     check_target_name(&lun.target)?;
-    // The first scan write runs on a helper thread: start it while the sessions are read.
-    crate::helper::prewarm(1);
+    // Each path's scan write runs on a helper thread: start them while the sessions are read
+    // (two, as most nodes have; `scan_paths` starts more if there are more paths).
+    crate::helper::prewarm(2);
     let sessions: Vec<IscsiSession> = sessions_to(root, &lun.target)?
         .into_iter()
         .filter(|s| lun.portals.is_empty() || s.portal().is_some_and(|p| lun.portals.contains(&p)))

@@ -256,61 +256,47 @@ pub(crate) fn scan_paths(
     let mut monitor = Monitor::open().ok();
     let expect = opts.expect_wwid.as_ref();
 
-    // Every write at once, one worker per path, the last path's on this thread (which would
-    // only wait otherwise: one path, the usual case, starts no worker). A worker returns by
-    // the deadline even when its write is stuck in the kernel (the write itself runs on a
-    // detached helper, see `helper::bounded`), so the scope ends on time.
-    let last = candidates
-        .iter()
-        .rposition(|c| matches!(c, Candidate::Scan { .. }));
-    let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = std::thread::scope(|s| {
-        let workers: Vec<_> = candidates
+    crate::helper::prewarm(
+        candidates
             .iter()
-            .enumerate()
-            .map(|(i, c)| match c {
-                Candidate::Scan { target, .. } if Some(i) != last => Some(Worker::Spawned(
-                    std::thread::Builder::new()
-                        .name("lunkit-scan".into())
-                        .spawn_scoped(s, move || {
-                            trigger_timed(root, target, expect, start, deadline)
-                        }),
-                )),
-                Candidate::Scan { target, .. } => Some(Worker::Here(target)),
-                Candidate::Skip { .. } => None,
-            })
-            .collect();
-        // This thread's write first, while the workers' run: joining one before would wait
-        // for it with this write not started.
-        let mut here = workers.iter().find_map(|w| match w {
-            Some(Worker::Here(target)) => {
-                Some(trigger_timed(root, target, expect, start, deadline))
+            .filter(|c| matches!(c, Candidate::Scan { .. }))
+            .count(),
+    );
+    // Every write at once: each path's checks here, its write handed to a helper thread
+    // (`helper::start`), then each waited for. A write stuck in the kernel is left to its
+    // helper at the deadline (see `helper::bounded`), so this returns on time.
+    let started: Vec<Option<(Result<scsi::TriggerPending>, Duration)>> = candidates
+        .iter()
+        .map(|c| match c {
+            Candidate::Scan { target, .. } => {
+                let write_start = start.elapsed();
+                Some((
+                    scsi::trigger_start(root, target, expect, deadline),
+                    write_start,
+                ))
             }
-            _ => None,
-        });
-        workers
-            .into_iter()
-            .map(|w| {
-                w.map(|w| match w {
-                    Worker::Here(_) => here.take().unwrap_or_else(|| {
-                        let e = Error::Internal {
-                            what: "no result of this thread's scan write".into(),
-                        };
-                        (Err(e), PathTiming::default())
-                    }),
-                    Worker::Spawned(Ok(handle)) => handle.join().unwrap_or_else(|_| {
-                        let e = Error::Internal {
-                            what: "a scan worker panicked".into(),
-                        };
-                        (Err(e), PathTiming::default())
-                    }),
-                    Worker::Spawned(Err(e)) => (
-                        Err(Error::io("(scan worker thread)", e)),
-                        PathTiming::default(),
-                    ),
-                })
+            Candidate::Skip { .. } => None,
+        })
+        .collect();
+    let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = started
+        .into_iter()
+        .map(|s| {
+            s.map(|(pending, write_start)| {
+                let result = pending.and_then(|p| p.finish(deadline));
+                let write_end = match &result {
+                    Ok((_, at)) => Some(at.saturating_duration_since(start)),
+                    Err(e) if e.kind() == ErrorKind::Timeout => None,
+                    Err(_) => Some(start.elapsed()),
+                };
+                let timing = PathTiming {
+                    write_start: Some(write_start),
+                    write_end,
+                    ready: None,
+                };
+                (result.map(|(t, _)| t), timing)
             })
-            .collect()
-    });
+        })
+        .collect();
 
     let mut paths: Vec<PathScan> = Vec::with_capacity(candidates.len());
     let mut pending: Vec<usize> = Vec::new();
@@ -409,40 +395,12 @@ pub(crate) fn scan_paths(
     Err(too_few(what, report, opts.min_paths.max(1)))
 }
 
-/// Where one path's scan write runs: on a worker thread, or on the caller's.
-enum Worker<'s, 't> {
-    Spawned(std::io::Result<std::thread::ScopedJoinHandle<'s, (Result<Triggered>, PathTiming)>>),
-    Here(&'t ScanTarget),
-}
-
 /// The timeout of a path whose disk did not come.
 fn disk_timeout(hctl: Hctl, waited: Duration) -> Error {
     Error::Timeout {
         what: format!("block device of {hctl} to appear and open"),
         waited,
     }
-}
-
-/// Runs one path's scan write, noting when it began and returned.
-fn trigger_timed(
-    root: &Root,
-    target: &ScanTarget,
-    expect: Option<&Wwid>,
-    start: Instant,
-    deadline: Instant,
-) -> (Result<Triggered>, PathTiming) {
-    let write_start = Some(start.elapsed());
-    let result = scsi::trigger(root, target, expect, deadline);
-    let write_end = match &result {
-        Err(e) if e.kind() == ErrorKind::Timeout => None,
-        _ => Some(start.elapsed()),
-    };
-    let timing = PathTiming {
-        write_start,
-        write_end,
-        ready: None,
-    };
-    (result, timing)
 }
 
 /// Every path that came must carry the expected WWID, or, with none expected, the same one

@@ -95,20 +95,35 @@ pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanRe
     crate::scan::scan_paths(root, &format!("LUN {hctl}"), vec![candidate], &none, opts)
 }
 
-/// Writes the scan (or rescan) for one target and says whether the SCSI device now exists.
+/// A scan (or rescan) write in flight on a helper thread ([`trigger_start`]), and what to
+/// check once it returned.
+pub(crate) struct TriggerPending {
+    write: helper::Pending<()>,
+    /// The attribute written, for a timeout's message.
+    path: PathBuf,
+    dev_dir: PathBuf,
+    hctl: Hctl,
+    /// `Some` for a rescan of a present device: who held it before.
+    rescanned: Option<Option<Held>>,
+}
+
+/// Starts the scan (or rescan) write for one target; [`TriggerPending::finish`] then says
+/// whether the SCSI device now exists. The checks run here, the write on a helper thread, so
+/// that one thread can have every path's write in flight at once.
 ///
 /// A device already present may be a leftover path of another volume: the array re-mapped
 /// its LUN number while its disk still sits in that volume's multipath map or under a mount.
 /// So before its rescan (which re-reads its identity) it is looked at ([`holder`]), and
 /// [`Error::Busy`] refuses it, naming the holder:
 /// - without a rescan, when it belongs to another volume than `expect`;
-/// - after the rescan, when it now reports another WWID than the volume holding it.
-pub(crate) fn trigger(
+/// - after the rescan (in `finish`), when it now reports another WWID than the volume
+///   holding it.
+pub(crate) fn trigger_start(
     root: &Root,
     t: &ScanTarget,
     expect: Option<&Wwid>,
     deadline: Instant,
-) -> Result<Triggered> {
+) -> Result<TriggerPending> {
     let h = t.hctl;
     // Class entries are symlinks: below a --root they must not lead the write out of it.
     let confine = sysfs::Confine::new(root);
@@ -120,7 +135,6 @@ pub(crate) fn trigger(
             });
         };
         let held = holder(root, &dev_dir)?;
-        let show = |w: &Option<Wwid>| w.as_ref().map_or("unknown".to_owned(), Wwid::to_string);
         if let (Some(held), Some(expect)) = (&held, expect) {
             if held.wwid.as_ref() != Some(expect) {
                 return Err(Error::Busy {
@@ -137,25 +151,14 @@ pub(crate) fn trigger(
             }
         }
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
-        write_within(dev_dir.join("rescan"), "1", deadline)?;
-        if let Some(held) = held {
-            let now: Option<Wwid> = attr_parse(&dev_dir, "wwid");
-            if now != held.wwid {
-                return Err(Error::Busy {
-                    device: format!("SCSI device {h}"),
-                    reason: format!(
-                        "it reports WWID {} since its rescan, but is a path of volume {} \
-                         ({}): the LUN was re-mapped under a path still in use, and is not \
-                         handed out as the new volume; detach the old one first",
-                        show(&now),
-                        show(&held.wwid),
-                        held.by
-                    ),
-                    usage: None,
-                });
-            }
-        }
-        return Ok(Triggered::Present);
+        let path = dev_dir.join("rescan");
+        return Ok(TriggerPending {
+            write: write_start(&path, "1", deadline)?,
+            path,
+            dev_dir,
+            hctl: h,
+            rescanned: Some(held),
+        });
     }
     let host_dir = confine
         .dir(&sysfs::scsi::host_dir(root, h.host))
@@ -163,13 +166,60 @@ pub(crate) fn trigger(
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI host{}", h.host),
         })?;
-    write_within(host_dir.join("scan"), &t.request, deadline)?;
-    // The scsi_device is added before the write returns, or never: nothing to wait for.
-    Ok(if dev_dir.exists() {
-        Triggered::Present
-    } else {
-        Triggered::NotReported
+    let path = host_dir.join("scan");
+    Ok(TriggerPending {
+        write: write_start(&path, &t.request, deadline)?,
+        path,
+        dev_dir,
+        hctl: h,
+        rescanned: None,
     })
+}
+
+impl TriggerPending {
+    /// Waits for the write until `deadline`, then says whether the SCSI device exists now,
+    /// and when the write returned.
+    pub(crate) fn finish(self, deadline: Instant) -> Result<(Triggered, Instant)> {
+        let path = &self.path;
+        let what = || format!("write to {} (the device is not answering)", path.display());
+        let ((), at) = self.write.wait_timed(deadline, &what)?;
+        match self.rescanned {
+            Some(Some(held)) => {
+                let now: Option<Wwid> = attr_parse(&self.dev_dir, "wwid");
+                if now != held.wwid {
+                    return Err(Error::Busy {
+                        device: format!("SCSI device {}", self.hctl),
+                        reason: format!(
+                            "it reports WWID {} since its rescan, but is a path of volume {} \
+                             ({}): the LUN was re-mapped under a path still in use, and is \
+                             not handed out as the new volume; detach the old one first",
+                            show(&now),
+                            show(&held.wwid),
+                            held.by
+                        ),
+                        usage: None,
+                    });
+                }
+                Ok((Triggered::Present, at))
+            }
+            Some(None) => Ok((Triggered::Present, at)),
+            // The scsi_device is added before the write returns, or never: nothing to wait
+            // for.
+            None => Ok((
+                if self.dev_dir.exists() {
+                    Triggered::Present
+                } else {
+                    Triggered::NotReported
+                },
+                at,
+            )),
+        }
+    }
+}
+
+/// A WWID for messages, `unknown` when there is none.
+fn show(w: &Option<Wwid>) -> String {
+    w.as_ref().map_or("unknown".to_owned(), Wwid::to_string)
 }
 
 /// Who holds the disk of a present SCSI device, and as which volume.
@@ -540,11 +590,15 @@ pub fn rescan(root: &Root, hctl: Hctl, deadline: Instant) -> Result<()> {
 /// the device (`scan` waits out INQUIRY timeouts, `rescan` and `delete` every command's),
 /// giving up at `deadline`.
 fn write_within(path: PathBuf, value: &str, deadline: Instant) -> Result<()> {
-    let subject = Subject::write(&path, value);
-    let value = value.to_owned();
     let what = || format!("write to {} (the device is not answering)", path.display());
-    let p = path.clone();
-    helper::bounded(subject, deadline, &what, move || {
+    write_start(&path, value, deadline)?.wait(deadline, &what)
+}
+
+/// [`write_within`]'s write, handed to a helper thread without waiting for it.
+fn write_start(path: &Path, value: &str, deadline: Instant) -> Result<helper::Pending<()>> {
+    let what = || format!("write to {} (the device is not answering)", path.display());
+    let (p, value) = (path.to_owned(), value.to_owned());
+    helper::start(Subject::write(path, &value), deadline, &what, move || {
         sysfs::write_attr(&p, &value)
     })
 }
