@@ -219,10 +219,16 @@ pub(super) fn scan_processes(
     } else {
         let ctx = &ctx;
         std::thread::scope(|s| {
-            let workers: Vec<_> = pids
-                .chunks(pids.len().div_ceil(threads))
-                .map(|chunk| (chunk, s.spawn(move || ctx.among(chunk))))
+            let chunks: Vec<&[u32]> = pids.chunks(pids.len().div_ceil(threads)).collect();
+            // The last chunk is read on this thread, which would only wait otherwise.
+            let Some((last, others)) = chunks.split_last() else {
+                return Vec::new();
+            };
+            let workers: Vec<_> = others
+                .iter()
+                .map(|&chunk| (chunk, s.spawn(move || ctx.among(chunk))))
                 .collect();
+            let here = ctx.among(last);
             workers
                 .into_iter()
                 .map(|(chunk, w)| {
@@ -238,6 +244,7 @@ pub(super) fn scan_processes(
                         ..ProcScan::default()
                     })
                 })
+                .chain([here])
                 .collect()
         })
     };
