@@ -384,6 +384,31 @@ fn unpublish(c: &mut Client, p: &NodePublishVolumeRequest) {
     );
 }
 
+/// Writes `data` at `offset` through the device a pod got (`path`), synced.
+fn write_at(path: &str, offset: u64, data: &[u8]) {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open the pod's device");
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// NodeGetVolumeStats of `stage`'s volume at `path`.
+fn stats_of(
+    c: &mut Client,
+    stage: &NodeStageVolumeRequest,
+    path: &str,
+) -> NodeGetVolumeStatsResponse {
+    c.node_get_volume_stats(NodeGetVolumeStatsRequest {
+        volume_id: stage.volume_id.clone(),
+        volume_path: path.to_owned(),
+        staging_target_path: String::new(),
+    })
+    .expect("stats")
+}
+
 fn unstage_req(s: &NodeStageVolumeRequest) -> NodeUnstageVolumeRequest {
     NodeUnstageVolumeRequest {
         volume_id: s.volume_id.clone(),
@@ -570,13 +595,7 @@ fn filesystem_volume_through_kubelets_sequence() {
         "pod b's publish is read-only"
     );
 
-    let stats = c
-        .node_get_volume_stats(NodeGetVolumeStatsRequest {
-            volume_id: stage.volume_id.clone(),
-            volume_path: a.target_path.clone(),
-            staging_target_path: String::new(),
-        })
-        .expect("stats");
+    let stats = stats_of(&mut c, &stage, &a.target_path);
     let bytes = stats
         .usage
         .iter()
@@ -889,13 +908,7 @@ fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
     );
     assert!(fs::read(Path::new(&a.target_path).join("data")).unwrap() == data);
 
-    let stats = c
-        .node_get_volume_stats(NodeGetVolumeStatsRequest {
-            volume_id: stage.volume_id.clone(),
-            volume_path: a.target_path.clone(),
-            staging_target_path: String::new(),
-        })
-        .expect("stats");
+    let stats = stats_of(&mut c, &stage, &a.target_path);
     let cond = stats.volume_condition.expect("a condition");
     assert!(!cond.abnormal, "{}", cond.message);
     assert_eq!(cond.message, "2 controllers live");
@@ -1062,22 +1075,8 @@ fn nvme_block_volume_by_nsid_through_kubelets_sequence() {
     c.node_publish_volume(a.clone()).expect("publish");
     let data = random(128 << 10, 61);
     let offset = 2 << 20;
-    {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .open(&a.target_path)
-            .expect("open the pod's device");
-        f.seek(SeekFrom::Start(offset)).unwrap();
-        f.write_all(&data).unwrap();
-        f.sync_all().unwrap();
-    }
-    let stats = c
-        .node_get_volume_stats(NodeGetVolumeStatsRequest {
-            volume_id: stage.volume_id.clone(),
-            volume_path: a.target_path.clone(),
-            staging_target_path: String::new(),
-        })
-        .expect("stats");
+    write_at(&a.target_path, offset, &data);
+    let stats = stats_of(&mut c, &stage, &a.target_path);
     assert_eq!(
         stats.usage[0].total, LUN_SIZE as i64,
         "the namespace's capacity"
@@ -1137,22 +1136,8 @@ fn fc_block_volume_through_both_target_ports() {
     c.node_publish_volume(a.clone()).expect("publish");
     let data = random(128 << 10, 71);
     let offset = 3 << 20;
-    {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .open(&a.target_path)
-            .expect("open the pod's device");
-        f.seek(SeekFrom::Start(offset)).unwrap();
-        f.write_all(&data).unwrap();
-        f.sync_all().unwrap();
-    }
-    let stats = c
-        .node_get_volume_stats(NodeGetVolumeStatsRequest {
-            volume_id: stage.volume_id.clone(),
-            volume_path: a.target_path.clone(),
-            staging_target_path: String::new(),
-        })
-        .expect("stats");
+    write_at(&a.target_path, offset, &data);
+    let stats = stats_of(&mut c, &stage, &a.target_path);
     assert_eq!(
         stats.usage[0].total,
         FcoeConfig::default().lun_size as i64,

@@ -47,6 +47,62 @@ fn outcomes(doc: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `lunkit attach --fc-wwpn WWPNS --lun LUN --min-paths 2 --wait-map --json`, which must
+/// find the LUN at exactly `hctls`; its document.
+fn attach_on_two_paths(wwpns: &str, lun: u32, hctls: [String; 2]) -> Value {
+    let lun = lun.to_string();
+    let (code, doc, out) = json(&[
+        "attach",
+        "--fc-wwpn",
+        wwpns,
+        "--lun",
+        &lun,
+        "--min-paths",
+        "2",
+        "--wait-map",
+        "--timeout",
+        "300",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let mut got = outcomes(&doc);
+    got.sort();
+    let mut want: Vec<(String, String)> =
+        hctls.into_iter().map(|h| (h, "found".to_owned())).collect();
+    want.sort();
+    assert_eq!(got, want, "{doc}");
+    doc
+}
+
+/// `lunkit detach --fc-wwpn WWPNS --lun LUN --json`, which must succeed.
+fn detach_fc(wwpns: &str, lun: &str) {
+    let (code, doc, out) = json(&[
+        "detach",
+        "--fc-wwpn",
+        wwpns,
+        "--lun",
+        lun,
+        "--timeout",
+        "120",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "LUN {lun}: {}", describe(&out));
+    assert_eq!(doc["ok"], true, "{doc}");
+}
+
+/// No SCSI device is left on the lab's initiators, map `dm` and every multipath map are gone;
+/// then multipathd and the lab go.
+fn assert_map_and_paths_gone_then_tear_down(lab: FcoeLab, dm: &str, mpd: Multipathd) {
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+    assert!(
+        !std::path::Path::new(&format!("/sys/block/{dm}")).exists(),
+        "map {dm} is still there"
+    );
+    assert_eq!(multipath::maps(), [], "multipath maps left");
+    mpd.stop().expect("stop multipathd");
+    lab.teardown().expect("tear down");
+}
+
 /// The one entry of `doc[key]` whose `field` is `value`.
 fn entry<'a>(doc: &'a Value, key: &str, field: &str, value: &Value) -> &'a Value {
     let all = doc[key]
@@ -435,28 +491,7 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
     assert_eq!(lab.devices(), [addr(b, 3)]);
 
     // Both ports at once, and the map over both.
-    let (code, doc, out) = json(&[
-        "attach",
-        "--fc-wwpn",
-        &wwpn,
-        "--lun",
-        "2",
-        "--min-paths",
-        "2",
-        "--wait-map",
-        "--timeout",
-        "300",
-        "--json",
-    ]);
-    assert_eq!(code, Some(0), "{}", describe(&out));
-    let mut got = outcomes(&doc);
-    got.sort();
-    let mut want = vec![
-        (addr(a, 2), "found".to_owned()),
-        (addr(b, 2), "found".to_owned()),
-    ];
-    want.sort();
-    assert_eq!(got, want, "{doc}");
+    let doc = attach_on_two_paths(&wwpn, 2, [addr(a, 2), addr(b, 2)]);
     let paths = doc["paths"].as_array().expect("paths[]");
     let at = |p: &Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
     let last_start = paths.iter().map(|p| at(p, "write_start_us")).max().unwrap();
@@ -491,27 +526,9 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
     );
 
     for lun in ["2", "3"] {
-        let (code, doc, out) = json(&[
-            "detach",
-            "--fc-wwpn",
-            &wwpn,
-            "--lun",
-            lun,
-            "--timeout",
-            "120",
-            "--json",
-        ]);
-        assert_eq!(code, Some(0), "LUN {lun}: {}", describe(&out));
-        assert_eq!(doc["ok"], true, "{doc}");
+        detach_fc(&wwpn, lun);
     }
-    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
-    assert!(
-        !std::path::Path::new(&format!("/sys/block/{dm}")).exists(),
-        "map {dm} is still there"
-    );
-    assert_eq!(multipath::maps(), [], "multipath maps left");
-    mpd.stop().expect("stop multipathd");
-    lab.teardown().expect("tear down");
+    assert_map_and_paths_gone_then_tear_down(lab, &dm, mpd);
 }
 
 /// An array's two controller ports: one initiator port sees the target through two target
@@ -543,28 +560,7 @@ fn attach_through_two_target_ports_and_detach_by_one_of_them() {
     // Both ports, plus one nobody has: it is no path, and no error.
     let absent = "0x20000000c9abcdef";
     let list = format!("{},{absent}", lab.target_wwpns().join(","));
-    let (code, doc, out) = json(&[
-        "attach",
-        "--fc-wwpn",
-        &list,
-        "--lun",
-        "1",
-        "--min-paths",
-        "2",
-        "--wait-map",
-        "--timeout",
-        "300",
-        "--json",
-    ]);
-    assert_eq!(code, Some(0), "{}", describe(&out));
-    let mut got = outcomes(&doc);
-    got.sort();
-    let mut want = vec![
-        (addr(t1, 1), "found".to_owned()),
-        (addr(t2, 1), "found".to_owned()),
-    ];
-    want.sort();
-    assert_eq!(got, want, "{doc}");
+    let doc = attach_on_two_paths(&list, 1, [addr(t1, 1), addr(t2, 1)]);
     for (target, hctl) in [(t1, addr(t1, 1)), (t2, addr(t2, 1))] {
         let path = entry(&doc, "paths", "hctl", &Value::from(hctl));
         let via = path["via"].as_str().expect("via");
@@ -594,27 +590,8 @@ fn attach_through_two_target_ports_and_detach_by_one_of_them() {
         "exactly LUN 1, through each port"
     );
 
-    let second = fcoe::wwn_sysfs(t2.wwpn);
-    let (code, doc, out) = json(&[
-        "detach",
-        "--fc-wwpn",
-        &second,
-        "--lun",
-        "1",
-        "--timeout",
-        "120",
-        "--json",
-    ]);
-    assert_eq!(code, Some(0), "{}", describe(&out));
-    assert_eq!(doc["ok"], true, "{doc}");
-    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
-    assert!(
-        !std::path::Path::new(&format!("/sys/block/{dm}")).exists(),
-        "map {dm} is still there"
-    );
-    assert_eq!(multipath::maps(), [], "multipath maps left");
-    mpd.stop().expect("stop multipathd");
-    lab.teardown().expect("tear down");
+    detach_fc(&fcoe::wwn_sysfs(t2.wwpn), "1");
+    assert_map_and_paths_gone_then_tear_down(lab, &dm, mpd);
 }
 
 /// Two initiator ports, one of them with its link down: its remote port is Blocked, so a scan
