@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
@@ -190,6 +190,8 @@ struct Idle {
 static IDLE: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
 /// Names idle threads, so that one that gives up waiting can find itself in [`IDLE`].
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// Threads [`prewarm`] started that are not waiting yet.
+static STARTING: AtomicUsize = AtomicUsize::new(0);
 /// How long a helper thread waits for another call before it exits.
 const IDLE_FOR: Duration = Duration::from_secs(1);
 
@@ -218,20 +220,32 @@ fn run(mut job: Job) -> std::io::Result<()> {
 /// thread takes milliseconds on a slow or emulated machine, and the calls it would delay are
 /// on the critical path. A thread that is not used exits after [`IDLE_FOR`].
 pub(crate) fn prewarm(n: usize) {
-    let missing = n.saturating_sub(lock(&IDLE).len());
+    // Threads asked for by an earlier call and not yet waiting count as there: two calls in a
+    // row (the transport's, then the scan's) start them once.
+    let missing = {
+        let idle = lock(&IDLE);
+        let missing = n.saturating_sub(idle.len() + STARTING.load(Ordering::Relaxed));
+        STARTING.fetch_add(missing, Ordering::Relaxed);
+        missing
+    };
     if missing == 0 {
         return;
     }
-    let _ = std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("lunkit-helper".into())
         .spawn(move || {
-            for _ in 1..missing {
+            for started in 1..missing {
                 if spawn_idle().is_err() {
+                    // Those not started will never list themselves.
+                    STARTING.fetch_sub(missing - started, Ordering::Relaxed);
                     break;
                 }
             }
             idle_loop();
         });
+    if spawned.is_err() {
+        STARTING.fetch_sub(missing, Ordering::Relaxed);
+    }
 }
 
 /// Starts a helper thread that waits for calls.
@@ -247,8 +261,18 @@ fn spawn_idle() -> std::io::Result<()> {
 fn idle_loop() {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel::<Job>();
+    let mut first = true;
     loop {
-        lock(&IDLE).push(Idle { id, tx: tx.clone() });
+        {
+            let mut idle = lock(&IDLE);
+            idle.push(Idle { id, tx: tx.clone() });
+            // Only threads `prewarm` started come here (one `run` starts for a call exits
+            // after it): this one is waiting now, no longer starting.
+            if std::mem::take(&mut first) {
+                let _ = STARTING
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
+        }
         let job = match rx.recv_timeout(IDLE_FOR) {
             Ok(job) => job,
             Err(_) => {
@@ -435,8 +459,13 @@ mod tests {
 
     #[test]
     fn warm_threads_take_calls_come_back_and_exit_when_unused() {
+        // Asked twice before any is up, they are started once.
+        prewarm(2);
         prewarm(2);
         eventually("two threads waiting", || idle_count() >= 2);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(idle_count() <= 2, "{} threads waiting", idle_count());
+        assert_eq!(STARTING.load(Ordering::Relaxed), 0);
         let before = idle_count();
         let (gate, wait) = mpsc::channel::<()>();
         let far = Instant::now() + Duration::from_secs(60);

@@ -100,7 +100,9 @@ impl Run<'_> {
         self.resume_suspended(state)?;
         // The map's flush and each path's flush and delete run on helper threads: have them
         // started while the check looks at the node, not on the take-down's critical path.
-        crate::helper::prewarm(1 + 2 * state.paths.len());
+        // A path's flush and delete come one after the other, and the map's flush before
+        // them, so a thread per path (back to waiting after each call) and one spare do.
+        crate::helper::prewarm(state.paths.len() + 1);
         let unreachable = self.check_in_use(state, busy_since)?;
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
