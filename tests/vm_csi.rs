@@ -384,6 +384,15 @@ fn unpublish(c: &mut Client, p: &NodePublishVolumeRequest) {
     );
 }
 
+/// Whether the target's backing file `image` holds `data` somewhere 1 KiB-aligned: a
+/// filesystem puts a file's blocks wherever it likes.
+fn holds_at_a_block(image: &Path, data: &[u8]) -> bool {
+    let image = fs::read(image).unwrap();
+    (0..image.len().saturating_sub(data.len()))
+        .step_by(1024)
+        .any(|off| image[off..off + data.len()] == data[..])
+}
+
 /// Writes `data` at `offset` through the device a pod got (`path`), synced.
 fn write_at(path: &str, offset: u64, data: &[u8]) {
     let mut f = fs::OpenOptions::new()
@@ -630,10 +639,7 @@ fn filesystem_volume_through_kubelets_sequence() {
     assert_node_clean();
 
     // ext4 put the file's blocks somewhere on the LUN: find them, block-aligned, in the image.
-    let image = fs::read(backing_file(1)).unwrap();
-    let found = (0..image.len().saturating_sub(data.len()))
-        .step_by(1024)
-        .any(|off| image[off..off + data.len()] == data[..]);
+    let found = holds_at_a_block(&backing_file(1), &data);
     assert!(
         found,
         "the target's backing file holds the file pod a wrote"
@@ -684,10 +690,7 @@ fn unstage_killed_at_any_point_ends_clean_when_repeated() {
         c.node_unstage_volume(unstage_req(&stage))
             .expect("unstage repeated after the restart");
         assert_node_clean();
-        let image = fs::read(backing_file(0)).unwrap();
-        let found = (0..image.len().saturating_sub(data.len()))
-            .step_by(1024)
-            .any(|off| image[off..off + data.len()] == data[..]);
+        let found = holds_at_a_block(&backing_file(0), &data);
         assert!(
             found,
             "round {round}: the file written before the unstage is on the target"
@@ -932,10 +935,7 @@ fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
     assert_eq!(heads, Vec::<String>::new(), "namespace devices left");
     assert_node_clean();
 
-    let image = fs::read(lab.nvmet.as_ref().unwrap().file(1).unwrap()).unwrap();
-    let found = (0..image.len().saturating_sub(data.len()))
-        .step_by(1024)
-        .any(|off| image[off..off + data.len()] == data[..]);
+    let found = holds_at_a_block(lab.nvmet.as_ref().unwrap().file(1).unwrap(), &data);
     assert!(found, "the target's file holds the file pod a wrote");
     drop(lab);
 }

@@ -48,15 +48,16 @@ fn outcomes(doc: &Value) -> Vec<(String, String)> {
 }
 
 /// `lunkit attach --fc-wwpn WWPNS --lun LUN --min-paths 2 --wait-map --json`, which must
-/// find the LUN at exactly `hctls`; its document.
-fn attach_on_two_paths(wwpns: &str, lun: u32, hctls: [String; 2]) -> Value {
-    let lun = lun.to_string();
+/// find the LUN at exactly `hctls`, both with the LUN's WWID, and return multipathd's map over
+/// the two disks: the document and the map's `dm-N`.
+fn attach_on_two_paths(wwpns: &str, lun: u32, hctls: [String; 2]) -> (Value, String) {
+    let lun_text = lun.to_string();
     let (code, doc, out) = json(&[
         "attach",
         "--fc-wwpn",
         wwpns,
         "--lun",
-        &lun,
+        &lun_text,
         "--min-paths",
         "2",
         "--wait-map",
@@ -71,7 +72,29 @@ fn attach_on_two_paths(wwpns: &str, lun: u32, hctls: [String; 2]) -> Value {
         hctls.into_iter().map(|h| (h, "found".to_owned())).collect();
     want.sort();
     assert_eq!(got, want, "{doc}");
-    doc
+    let devices = doc["devices"].as_array().expect("devices[]");
+    assert_eq!(devices.len(), 2, "{doc}");
+    assert!(
+        devices
+            .iter()
+            .all(|d| d["wwid"] == fcoe::wwid(lun).as_str()),
+        "{doc}"
+    );
+    let mut disks: Vec<String> = devices
+        .iter()
+        .map(|d| d["name"].as_str().expect("name").to_owned())
+        .collect();
+    disks.sort();
+    let dm = doc["map"]["dm"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no map in {doc}"))
+        .to_owned();
+    assert_eq!(
+        sysfs::names(format!("/sys/block/{dm}/slaves")),
+        disks,
+        "{doc}"
+    );
+    (doc, dm)
 }
 
 /// `lunkit detach --fc-wwpn WWPNS --lun LUN --json`, which must succeed.
@@ -491,7 +514,7 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
     assert_eq!(lab.devices(), [addr(b, 3)]);
 
     // Both ports at once, and the map over both.
-    let doc = attach_on_two_paths(&wwpn, 2, [addr(a, 2), addr(b, 2)]);
+    let (doc, dm) = attach_on_two_paths(&wwpn, 2, [addr(a, 2), addr(b, 2)]);
     let paths = doc["paths"].as_array().expect("paths[]");
     let at = |p: &Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
     let last_start = paths.iter().map(|p| at(p, "write_start_us")).max().unwrap();
@@ -499,26 +522,6 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
     assert!(
         last_start < first_end,
         "the scan writes did not overlap: {doc}"
-    );
-    let devices = doc["devices"].as_array().expect("devices[]");
-    assert_eq!(devices.len(), 2, "{doc}");
-    assert!(
-        devices.iter().all(|d| d["wwid"] == fcoe::wwid(2).as_str()),
-        "{doc}"
-    );
-    let mut disks: Vec<String> = devices
-        .iter()
-        .map(|d| d["name"].as_str().expect("name").to_owned())
-        .collect();
-    disks.sort();
-    let dm = doc["map"]["dm"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no map in {doc}"))
-        .to_owned();
-    assert_eq!(
-        sysfs::names(format!("/sys/block/{dm}/slaves")),
-        disks,
-        "{doc}"
     );
     assert_eq!(
         sysfs::attr(format!("/sys/block/{dm}/dm/uuid")),
@@ -548,10 +551,7 @@ fn attach_through_two_target_ports_and_detach_by_one_of_them() {
     let port = lab.initiator();
     let [t1, t2] = [&lab.targets[0], &lab.targets[1]];
     let addr = |target: &fcoe::LocalPort, lun: u32| {
-        let rport = fcoe::rport_to(port.host, target.wwpn).expect("remote port");
-        let t = sysfs::attr(format!("/sys/class/fc_remote_ports/{rport}/scsi_target_id"))
-            .and_then(|t| t.parse::<u32>().ok())
-            .expect("target id");
+        let t = lab.scsi_target_id_via(port, target).expect("target id");
         format!("{}:0:{t}:{lun}", port.host)
     };
     assert_ne!(addr(t1, 1), addr(t2, 1), "two SCSI targets behind one host");
@@ -560,7 +560,7 @@ fn attach_through_two_target_ports_and_detach_by_one_of_them() {
     // Both ports, plus one nobody has: it is no path, and no error.
     let absent = "0x20000000c9abcdef";
     let list = format!("{},{absent}", lab.target_wwpns().join(","));
-    let doc = attach_on_two_paths(&list, 1, [addr(t1, 1), addr(t2, 1)]);
+    let (doc, dm) = attach_on_two_paths(&list, 1, [addr(t1, 1), addr(t2, 1)]);
     for (target, hctl) in [(t1, addr(t1, 1)), (t2, addr(t2, 1))] {
         let path = entry(&doc, "paths", "hctl", &Value::from(hctl));
         let via = path["via"].as_str().expect("via");
@@ -569,17 +569,6 @@ fn attach_through_two_target_ports_and_detach_by_one_of_them() {
             "the path does not name its target port: {path}"
         );
     }
-    let devices = doc["devices"].as_array().expect("devices[]");
-    assert_eq!(devices.len(), 2, "{doc}");
-    assert!(
-        devices.iter().all(|d| d["wwid"] == fcoe::wwid(1).as_str()),
-        "{doc}"
-    );
-    let dm = doc["map"]["dm"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no map in {doc}"))
-        .to_owned();
-    assert_eq!(sysfs::names(format!("/sys/block/{dm}/slaves")).len(), 2);
     assert_eq!(
         lab.devices(),
         {

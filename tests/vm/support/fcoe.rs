@@ -362,9 +362,14 @@ impl FcoeLab {
         self.scsi_target_id_of(self.initiator())
     }
 
-    /// The SCSI target id of the target port behind `initiator`, read now.
+    /// The SCSI target id of the first target port behind `initiator`, read now.
     pub fn scsi_target_id_of(&self, initiator: &LocalPort) -> Option<u32> {
-        let rport = self.rport_of(initiator)?;
+        self.scsi_target_id_via(initiator, self.target())
+    }
+
+    /// The SCSI target id the FC transport bound to `target` behind `initiator`, read now.
+    pub fn scsi_target_id_via(&self, initiator: &LocalPort, target: &LocalPort) -> Option<u32> {
+        let rport = rport_to(initiator.host, target.wwpn)?;
         sysfs::attr(format!("/sys/class/fc_remote_ports/{rport}/scsi_target_id"))?
             .parse()
             .ok()
@@ -625,7 +630,7 @@ fn destroy_ctlr(ifname: &str) -> Result<()> {
 }
 
 /// The remote port below SCSI host `host` whose WWPN is `wwpn`.
-pub fn rport_to(host: u32, wwpn: u64) -> Option<String> {
+fn rport_to(host: u32, wwpn: u64) -> Option<String> {
     let want = wwn_sysfs(wwpn);
     sysfs::names("/sys/class/fc_remote_ports")
         .into_iter()
