@@ -47,12 +47,26 @@ fn outcomes(doc: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `lunkit attach --fc-wwpn WWPNS --lun LUN --min-paths 2 --wait-map --json`, which must
-/// find the LUN at exactly `hctls`, both with the LUN's WWID, and return multipathd's map over
-/// the two disks: the document and the map's `dm-N`.
-fn attach_on_two_paths(wwpns: &str, lun: u32, hctls: [String; 2]) -> (Value, String) {
+/// `lunkit attach --fc-wwpn WWPNS --lun LUN --min-paths 2 --wait-map --json` through the
+/// lab's initiator ports, which must find the LUN at exactly `hctls`, both with the LUN's
+/// WWID, and return multipathd's map over the two disks: the document and the map's `dm-N`.
+///
+/// The initiators are named because with several target ports the lab's target-side local
+/// ports log in to each other too (VN2VN logs every port into every other), and one may see
+/// another as an FCP target: a path no array would offer, which lunkit rightly scans.
+fn attach_on_two_paths(
+    lab: &FcoeLab,
+    wwpns: &str,
+    lun: u32,
+    hctls: [String; 2],
+) -> (Value, String) {
     let lun_text = lun.to_string();
-    let (code, doc, out) = json(&[
+    let initiators: Vec<String> = lab
+        .initiators
+        .iter()
+        .map(|p| fcoe::wwn_sysfs(p.wwpn))
+        .collect();
+    let mut args = vec![
         "attach",
         "--fc-wwpn",
         wwpns,
@@ -63,8 +77,12 @@ fn attach_on_two_paths(wwpns: &str, lun: u32, hctls: [String; 2]) -> (Value, Str
         "--wait-map",
         "--timeout",
         "300",
-        "--json",
-    ]);
+    ];
+    for i in &initiators {
+        args.extend(["--initiator", i.as_str()]);
+    }
+    args.push("--json");
+    let (code, doc, out) = json(&args);
     assert_eq!(code, Some(0), "{}", describe(&out));
     let mut got = outcomes(&doc);
     got.sort();
@@ -514,7 +532,7 @@ fn attach_through_two_fc_ports_scans_both_at_once_and_detach_takes_the_map() {
     assert_eq!(lab.devices(), [addr(b, 3)]);
 
     // Both ports at once, and the map over both.
-    let (doc, dm) = attach_on_two_paths(&wwpn, 2, [addr(a, 2), addr(b, 2)]);
+    let (doc, dm) = attach_on_two_paths(&lab, &wwpn, 2, [addr(a, 2), addr(b, 2)]);
     let paths = doc["paths"].as_array().expect("paths[]");
     let at = |p: &Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
     let last_start = paths.iter().map(|p| at(p, "write_start_us")).max().unwrap();
@@ -560,7 +578,7 @@ fn attach_through_two_target_ports_and_detach_by_one_of_them() {
     // Both ports, plus one nobody has: it is no path, and no error.
     let absent = "0x20000000c9abcdef";
     let list = format!("{},{absent}", lab.target_wwpns().join(","));
-    let (doc, dm) = attach_on_two_paths(&list, 1, [addr(t1, 1), addr(t2, 1)]);
+    let (doc, dm) = attach_on_two_paths(&lab, &list, 1, [addr(t1, 1), addr(t2, 1)]);
     for (target, hctl) in [(t1, addr(t1, 1)), (t2, addr(t2, 1))] {
         let path = entry(&doc, "paths", "hctl", &Value::from(hctl));
         let via = path["via"].as_str().expect("via");
