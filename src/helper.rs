@@ -22,7 +22,6 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
@@ -179,33 +178,37 @@ impl<T> Pending<T> {
 /// One call for a helper thread.
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A helper thread waiting for its next call: started ahead of need by [`prewarm`], or back
-/// from its last call.
-struct Idle {
-    id: u64,
-    tx: mpsc::Sender<Job>,
+/// The helper threads that run calls one after another: started ahead of need by
+/// [`prewarm`], they take calls from one queue and exit after [`IDLE_FOR`] without one.
+struct Pool {
+    /// Calls handed over and not yet taken.
+    jobs: std::collections::VecDeque<Job>,
+    /// Threads waiting for a call.
+    idle: usize,
+    /// Threads [`prewarm`] started that are not waiting yet.
+    starting: usize,
 }
 
-/// The waiting helper threads.
-static IDLE: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
-/// Names idle threads, so that one that gives up waiting can find itself in [`IDLE`].
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-/// Threads [`prewarm`] started that are not waiting yet.
-static STARTING: AtomicUsize = AtomicUsize::new(0);
-/// How long a helper thread waits for another call before it exits.
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    jobs: std::collections::VecDeque::new(),
+    idle: 0,
+    starting: 0,
+});
+/// Signalled when a call is queued.
+static QUEUED: Condvar = Condvar::new();
+/// How long a pool thread waits for another call before it exits.
 const IDLE_FOR: Duration = Duration::from_secs(1);
 
-/// Runs `job` on a waiting helper thread, or on a new one when none waits.
-fn run(mut job: Job) -> std::io::Result<()> {
-    loop {
-        let Some(idle) = lock(&IDLE).pop() else {
-            break;
-        };
-        // Its thread cannot be gone while it is listed (it delists itself before it exits),
-        // but a send that fails hands the job back, so it is never lost.
-        match idle.tx.send(job) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::SendError(j)) => job = j,
+/// Runs `job` on a pool thread when one is waiting or starting and not spoken for (a call
+/// never waits behind another), else on a new thread of its own. A starting thread takes it
+/// as soon as it runs: the caller starts no thread while [`prewarm`]'s are on their way.
+fn run(job: Job) -> std::io::Result<()> {
+    {
+        let mut pool = lock(&POOL);
+        if pool.idle + pool.starting > pool.jobs.len() {
+            pool.jobs.push_back(job);
+            QUEUED.notify_one();
+            return Ok(());
         }
     }
     std::thread::Builder::new()
@@ -214,18 +217,16 @@ fn run(mut job: Job) -> std::io::Result<()> {
         .map(drop)
 }
 
-/// Has at least `n` helper threads waiting, starting the missing ones from one new thread, so
-/// that the caller pays for one start whatever `n` is. Call it ahead of the calls that need
-/// them, where the caller would wait anyway (for a kernel call, for a daemon): starting a
-/// thread takes milliseconds on a slow or emulated machine, and the calls it would delay are
-/// on the critical path. A thread that is not used exits after [`IDLE_FOR`].
+/// Has at least `n` pool threads waiting or starting, starting the missing ones from one new
+/// thread, so that the caller pays for one start whatever `n` is. Call it ahead of the calls
+/// that need them, where the caller would wait anyway (for a kernel call, for a daemon):
+/// starting a thread takes milliseconds on a slow or emulated machine, and the calls it would
+/// delay are on the critical path.
 pub(crate) fn prewarm(n: usize) {
-    // Threads asked for by an earlier call and not yet waiting count as there: two calls in a
-    // row (the transport's, then the scan's) start them once.
     let missing = {
-        let idle = lock(&IDLE);
-        let missing = n.saturating_sub(idle.len() + STARTING.load(Ordering::Relaxed));
-        STARTING.fetch_add(missing, Ordering::Relaxed);
+        let mut pool = lock(&POOL);
+        let missing = n.saturating_sub(pool.idle + pool.starting);
+        pool.starting += missing;
         missing
     };
     if missing == 0 {
@@ -235,68 +236,55 @@ pub(crate) fn prewarm(n: usize) {
         .name("lunkit-helper".into())
         .spawn(move || {
             for started in 1..missing {
-                if spawn_idle().is_err() {
-                    // Those not started will never list themselves.
-                    STARTING.fetch_sub(missing - started, Ordering::Relaxed);
+                if spawn_worker().is_err() {
+                    // Those not started will never take a call.
+                    lock(&POOL).starting -= missing - started;
                     break;
                 }
             }
-            idle_loop();
+            worker();
         });
     if spawned.is_err() {
-        STARTING.fetch_sub(missing, Ordering::Relaxed);
+        lock(&POOL).starting -= missing;
     }
 }
 
-/// Starts a helper thread that waits for calls.
-fn spawn_idle() -> std::io::Result<()> {
+/// Starts a pool thread.
+fn spawn_worker() -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("lunkit-helper".into())
-        .spawn(idle_loop)
+        .spawn(worker)
         .map(drop)
 }
 
-/// A helper thread's life: list itself in [`IDLE`], run what it is sent, list itself again;
-/// exit once nothing came for [`IDLE_FOR`].
-fn idle_loop() {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let (tx, rx) = mpsc::channel::<Job>();
-    let mut first = true;
+/// A pool thread's life: take queued calls and run them; exit once none came for
+/// [`IDLE_FOR`]. Counted as starting until it first looks at the queue.
+fn worker() {
+    let mut pool = lock(&POOL);
+    pool.starting -= 1;
     loop {
-        {
-            let mut idle = lock(&IDLE);
-            idle.push(Idle { id, tx: tx.clone() });
-            // Only threads `prewarm` started come here (one `run` starts for a call exits
-            // after it): this one is waiting now, no longer starting.
-            if std::mem::take(&mut first) {
-                let _ = STARTING
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            }
+        if let Some(job) = pool.jobs.pop_front() {
+            drop(pool);
+            job();
+            pool = lock(&POOL);
+            continue;
         }
-        let job = match rx.recv_timeout(IDLE_FOR) {
-            Ok(job) => job,
-            Err(_) => {
-                let mut idle = lock(&IDLE);
-                if let Some(i) = idle.iter().position(|e| e.id == id) {
-                    idle.swap_remove(i);
-                    return;
-                }
-                drop(idle);
-                // A caller took it off the list as it gave up: that caller's job is on its way.
-                match rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                }
-            }
-        };
-        job();
+        pool.idle += 1;
+        let (p, waited) = QUEUED
+            .wait_timeout(pool, IDLE_FOR)
+            .unwrap_or_else(PoisonError::into_inner);
+        pool = p;
+        pool.idle -= 1;
+        if waited.timed_out() && pool.jobs.is_empty() {
+            return;
+        }
     }
 }
 
-/// How many helper threads wait for a call now.
+/// How many pool threads wait for a call now.
 #[cfg(test)]
 fn idle_count() -> usize {
-    lock(&IDLE).len()
+    lock(&POOL).idle
 }
 
 /// A helper's claim on its subject, given up when the helper's call has returned.
@@ -465,7 +453,7 @@ mod tests {
         eventually("two threads waiting", || idle_count() >= 2);
         std::thread::sleep(Duration::from_millis(100));
         assert!(idle_count() <= 2, "{} threads waiting", idle_count());
-        assert_eq!(STARTING.load(Ordering::Relaxed), 0);
+        assert_eq!(lock(&POOL).starting, 0);
         let before = idle_count();
         let (gate, wait) = mpsc::channel::<()>();
         let far = Instant::now() + Duration::from_secs(60);
