@@ -640,6 +640,45 @@ fn floor_scan(ctx: &Ctx, t: &Target, seq0: u64, t_start: Instant) -> Result<u64>
     Ok(ev.at.saturating_duration_since(t_start).as_micros() as u64)
 }
 
+/// The kernel floor of a scan on every session at once: `0 0 LUN` written to each host's
+/// `scan` from a thread per session (a write returns only once its path's INQUIRYs are
+/// done), until the listener has every disk's `add` uevent; microseconds.
+fn floor_scan_all(ctx: &Ctx, sessions: &[Session], seq0: u64, t_start: Instant) -> Result<u64> {
+    let targets: Vec<Target> = sessions
+        .iter()
+        .map(|s| Target {
+            session: s.clone(),
+            lun: SCAN_LUN,
+        })
+        .collect();
+    let written: Vec<std::io::Result<()>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = targets
+            .iter()
+            .map(|t| sc.spawn(move || fs::write(t.scan_attr(), format!("0 0 {}", t.lun))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("writer panicked")))
+            })
+            .collect()
+    });
+    for (t, w) in targets.iter().zip(written) {
+        w.map_err(|e| format!("writing {}: {e}", t.scan_attr()))?;
+    }
+    let mut last = 0;
+    for t in &targets {
+        let hctl = t.hctl();
+        let ev = ctx
+            .listener
+            .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(&hctl))
+            .ok_or_else(|| format!("no disk add uevent for {hctl} within {TIMEOUT:?}"))?;
+        last = last.max(ev.at.saturating_duration_since(t_start).as_micros() as u64);
+    }
+    Ok(last)
+}
+
 /// When the disk's and the scsi_device's `add` uevents came, relative to the start of the
 /// run (already received by now for every method that succeeded).
 fn add_times(ctx: &Ctx, run: &mut Run, seq0: u64, t_start: Instant, hctl: &str) {
@@ -791,6 +830,8 @@ enum NodeScan {
     Floor,
     /// `lunkit scan iscsi` on both sessions at once.
     LunkitBoth,
+    /// The kernel alone, both paths at once: what a second path costs the kernel itself.
+    FloorBoth,
 }
 
 /// The scan rows with what every node runs beside them: udevd (virtme-ng's init starts it)
@@ -859,6 +900,21 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
                     ),
                 ),
             ),
+            (
+                NodeScan::FloorBoth,
+                Measurement::new(
+                    "node",
+                    "floor2",
+                    "kernel floor, both sessions",
+                    &format!(
+                        "`0 0 {SCAN_LUN}` written to each session's host{{N}}/scan at once, \
+                         from two threads of the benchmark process (each write returns only \
+                         after its path's INQUIRYs); time until the independent listener has \
+                         both disks' `add` uevents. What the kernel itself takes for a second \
+                         path, against the one-path floor."
+                    ),
+                ),
+            ),
         ];
         node_cleanup(ctx, sessions, node_map(sessions))?;
         rounds(ctx, &list, |ctx, m| node_scan_once(ctx, sessions, m)).map(|_| ())
@@ -883,7 +939,8 @@ fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Ru
         lun: SCAN_LUN,
     };
     let hctl = first.hctl();
-    let wanted: Vec<String> = if m == NodeScan::LunkitBoth {
+    let both = matches!(m, NodeScan::LunkitBoth | NodeScan::FloorBoth);
+    let wanted: Vec<String> = if both {
         node_hctls(sessions)
     } else {
         vec![hctl.clone()]
@@ -908,6 +965,7 @@ fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Ru
                 run.rss_kib = Some(out.rss_kib);
             }
             NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,
+            NodeScan::FloorBoth => run.wall_us = floor_scan_all(ctx, sessions, seq0, t_start)?,
         }
         Ok(())
     })();
