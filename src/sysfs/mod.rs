@@ -49,14 +49,30 @@ fn open_attr(path: &Path, options: &mut fs::OpenOptions) -> io::Result<fs::File>
         .open(path)
 }
 
-/// Reads `dir/name` as trimmed text; `None` when it cannot be read or is empty.
+/// Reads `dir/name` as trimmed text; `None` when it cannot be read, is not UTF-8, or is
+/// empty.
+///
+/// One `read(2)` of a page gets the whole attribute: kernfs produces an attribute's text in
+/// full for the first read, and a regular file of a fixture tree reads short only at its
+/// end. So a read shorter than the buffer ends it, with no second read to find the end of
+/// file: under emulation each system call counts, and a lookup reads dozens of these.
 pub(crate) fn attr(dir: &Path, name: &str) -> Option<String> {
-    let mut s = String::new();
-    open_attr(&dir.join(name), fs::OpenOptions::new().read(true))
-        .ok()?
-        .take(MAX_ATTR)
-        .read_to_string(&mut s)
-        .ok()?;
+    let mut f = open_attr(&dir.join(name), fs::OpenOptions::new().read(true)).ok()?;
+    let mut page = [0u8; 4096];
+    let mut text = Vec::new();
+    loop {
+        let n = match f.read(&mut page) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        };
+        text.extend_from_slice(&page[..n]);
+        if n < page.len() || text.len() as u64 >= MAX_ATTR {
+            break;
+        }
+    }
+    text.truncate(MAX_ATTR as usize);
+    let s = std::str::from_utf8(&text).ok()?;
     let t = s.trim();
     (!t.is_empty()).then(|| t.to_owned())
 }
