@@ -135,7 +135,14 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
         })
         .collect();
     let what = format!("LUN {} of FC target {}", lun.lun, list(&wwpns));
-    crate::scan::scan_paths(root, &what, candidates, &|| no_port(&wwpns), opts)
+    crate::scan::scan_paths(
+        root,
+        &what,
+        candidates,
+        &crate::scan::named,
+        &|| no_port(&wwpns),
+        opts,
+    )
 }
 
 /// The port states in which the kernel's `fc_user_scan` scans a remote port.

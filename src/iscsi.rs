@@ -8,7 +8,7 @@ use crate::id::Hctl;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;
-use crate::sysfs::iscsi::{IscsiSession, sessions_to};
+use crate::sysfs::iscsi::{SessionPath, paths_to, portal_of};
 
 /// Checks an IQN/EUI target name: printable, no spaces or `/`, at most 223 bytes (RFC 3720).
 pub fn check_target_name(name: &str) -> Result<()> {
@@ -71,14 +71,18 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
     // Each path's scan write runs on a helper thread: start them while the sessions are read
     // (two, as most nodes have; `scan_paths` starts more if there are more paths).
     crate::helper::prewarm(2);
-    let sessions: Vec<IscsiSession> = sessions_to(root, &lun.target)?
+    // Only what the writes need: a portal costs reads of its own, made before the writes
+    // only when the caller chose paths by portal, and otherwise once the writes are in
+    // flight (`portal_of` in the namer below), for the report.
+    let by_portal = !lun.portals.is_empty();
+    let sessions: Vec<SessionPath> = paths_to(root, &lun.target, by_portal)?
         .into_iter()
-        .filter(|s| lun.portals.is_empty() || s.portal().is_some_and(|p| lun.portals.contains(&p)))
+        .filter(|s| !by_portal || s.portal.as_ref().is_some_and(|p| lun.portals.contains(p)))
         .collect();
     let candidates: Vec<Candidate> = sessions
         .iter()
         .map(|s| {
-            let via = match s.portal() {
+            let via = match &s.portal {
                 Some(p) => format!("session{} ({p})", s.sid),
                 None => format!("session{}", s.sid),
             };
@@ -103,7 +107,11 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
             }
         })
         .collect();
+    let portal = |i: usize| {
+        let s = sessions.get(i).filter(|s| s.portal.is_none())?;
+        Some(format!("({})", portal_of(root, s.sid)?))
+    };
     let what = format!("LUN {} of iSCSI target {}", lun.lun, lun.target);
     let none = || no_session(&lun.target, &lun.portals);
-    crate::scan::scan_paths(root, &what, candidates, &none, opts)
+    crate::scan::scan_paths(root, &what, candidates, &portal, &none, opts)
 }

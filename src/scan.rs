@@ -204,6 +204,34 @@ pub(crate) enum Candidate {
     },
 }
 
+impl Candidate {
+    fn via_mut(&mut self) -> &mut String {
+        match self {
+            Candidate::Scan { via, .. } | Candidate::Skip { via, .. } => via,
+        }
+    }
+}
+
+/// Completes the candidates' names ([`PathScan::via`]) where that costs reads of its own (an
+/// iSCSI session's portal), given each name in turn. [`scan_paths`] asks once every write is
+/// in flight, so those reads happen while the kernel probes, off the scan's critical path.
+pub(crate) type Namer<'a> = &'a dyn Fn(usize) -> Option<String>;
+
+/// A [`Namer`] for transports whose candidates come named.
+pub(crate) fn named(_: usize) -> Option<String> {
+    None
+}
+
+fn complete_names(candidates: &mut [Candidate], namer: Namer<'_>) {
+    for (i, c) in candidates.iter_mut().enumerate() {
+        if let Some(more) = namer(i) {
+            let via = c.via_mut();
+            via.push(' ');
+            via.push_str(&more);
+        }
+    }
+}
+
 /// Scans `lun` (named `what` in errors: `LUN 3 of iSCSI target iqn…`) through every
 /// candidate at once and waits for every path until the deadline.
 ///
@@ -216,7 +244,8 @@ pub(crate) enum Candidate {
 pub(crate) fn scan_paths(
     root: &Root,
     what: &str,
-    candidates: Vec<Candidate>,
+    mut candidates: Vec<Candidate>,
+    namer: Namer<'_>,
     none: &dyn Fn() -> Error,
     opts: &ScanOptions,
 ) -> Result<ScanReport> {
@@ -231,6 +260,7 @@ pub(crate) fn scan_paths(
         if candidates.is_empty() {
             return Err(none());
         }
+        complete_names(&mut candidates, namer);
         let paths = candidates
             .into_iter()
             .filter_map(|c| match c {
@@ -278,6 +308,7 @@ pub(crate) fn scan_paths(
             Candidate::Skip { .. } => None,
         })
         .collect();
+    complete_names(&mut candidates, namer);
     let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = started
         .into_iter()
         .map(|s| {

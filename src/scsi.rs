@@ -92,7 +92,14 @@ pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanRe
     let none = || Error::Internal {
         what: format!("scan of {hctl} without a path"),
     };
-    crate::scan::scan_paths(root, &format!("LUN {hctl}"), vec![candidate], &none, opts)
+    crate::scan::scan_paths(
+        root,
+        &format!("LUN {hctl}"),
+        vec![candidate],
+        &crate::scan::named,
+        &none,
+        opts,
+    )
 }
 
 /// A scan (or rescan) write in flight on a helper thread ([`trigger_start`]), and what to

@@ -317,6 +317,10 @@ fn iscsi_scan_writes_to_every_session_of_the_target_only() {
 
     let err = lunkit::iscsi::scan(&root, &iscsi(iqn, &[], 7), &quick()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    // The portals, read while the writes were in flight, name the paths.
+    for via in ["session1 (127.0.0.1:3260)", "session2 (127.0.0.2:3260)"] {
+        assert!(err.to_string().contains(via), "{err}");
+    }
     assert_eq!(scan_files(dir.path())[6], "0 0 7");
     assert_eq!(scan_files(dir.path())[7], "0 0 7");
     assert!(

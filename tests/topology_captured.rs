@@ -228,3 +228,33 @@ fn sessions_to_one_target_leave_the_others_out() {
         Some("iqn.2003-01.org.example:other")
     );
 }
+
+/// The lean read a scan makes before its writes agrees with the full session read, and the
+/// portal it reads later is the session's own.
+#[test]
+fn session_paths_agree_with_the_full_sessions() {
+    use lunkit::sysfs::iscsi::{paths_to, portal_of, sessions};
+    let r = root("iscsi-multipath");
+    let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+    let full = sessions(&r).unwrap();
+    assert_eq!(full.len(), 2);
+    for portals in [false, true] {
+        let lean = paths_to(&r, iqn, portals).unwrap();
+        assert_eq!(lean.len(), full.len());
+        for (l, f) in lean.iter().zip(&full) {
+            assert_eq!(
+                (l.sid, l.host, l.target_id, l.state.as_deref()),
+                (f.sid, f.host, f.target_id, f.state.as_deref())
+            );
+            let want = if portals { f.portal() } else { None };
+            assert_eq!(l.portal, want, "session{}", l.sid);
+            assert_eq!(portal_of(&r, l.sid), f.portal());
+        }
+    }
+    assert!(
+        paths_to(&r, "iqn.2003-01.org.example:other", true)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(portal_of(&r, 9), None);
+}

@@ -1,5 +1,8 @@
 //! `/sys/class/iscsi_session` and `/sys/class/iscsi_connection` (open-iscsi's kernel side).
 
+use std::fs;
+use std::path::Path;
+
 use super::{Confine, attr, attr_parse, entries, file_name, resolve};
 use crate::error::Result;
 use crate::id::decimal;
@@ -77,6 +80,136 @@ pub fn sessions_to(root: &Root, target: &str) -> Result<Vec<IscsiSession>> {
     read_sessions(root, Some(target))
 }
 
+/// What a scan or a detach needs of one session: where its LUNs are and whether it is logged
+/// in, and its portal when asked for. Read by [`paths_to`], without the rest of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPath {
+    /// Session id, `N` of `sessionN`.
+    pub sid: u32,
+    /// `LOGGED_IN`, `FAILED` or `FREE`.
+    pub state: Option<String>,
+    /// The SCSI host the session created.
+    pub host: Option<u32>,
+    /// The SCSI target id of the session on its host.
+    pub target_id: Option<u32>,
+    /// The portal, as [`IscsiSession::portal`]; `None` when not asked for ([`portal_of`]
+    /// reads it later) or when it cannot be read.
+    pub portal: Option<String>,
+}
+
+/// The sessions to `target`, in sid order, with only what addresses their LUNs (state, host,
+/// target id) and, with `portals`, each one's portal: four attribute reads and a `readlink`
+/// a session (two reads more for the portal) instead of a full session's dozen and a path
+/// resolution. A scan reads this before its writes, so every read here is on its critical
+/// path; a portal it only reports is read with [`portal_of`] once the writes are in flight.
+pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionPath>> {
+    let class = root.sys("class/iscsi_session");
+    let confine = Confine::new(root);
+    let mut conns: Option<Vec<String>> = None;
+    let mut out = Vec::new();
+    for name in entries(&class)? {
+        let Some(sid) = name.strip_prefix("session").and_then(decimal::<u32>) else {
+            continue;
+        };
+        let entry = class.join(&name);
+        let Some(dir) = confine.dir(&entry) else {
+            continue;
+        };
+        if attr(&dir, "targetname").as_deref() != Some(target) {
+            continue;
+        }
+        let portal = if portals {
+            let conns = match &mut conns {
+                Some(c) => c,
+                None => conns.insert(entries(&root.sys("class/iscsi_connection"))?),
+            };
+            first_connection(conns, sid).and_then(|c| connection_portal(root, &confine, c))
+        } else {
+            None
+        };
+        out.push(SessionPath {
+            sid,
+            state: attr(&dir, "state"),
+            host: session_host(root, &entry, &dir, sid),
+            target_id: session_target_id(root, &dir),
+            portal,
+        });
+    }
+    out.sort_by_key(|s| s.sid);
+    Ok(out)
+}
+
+/// The portal of session `sid` ([`IscsiSession::portal`]), read alone.
+pub fn portal_of(root: &Root, sid: u32) -> Option<String> {
+    let conns = entries(&root.sys("class/iscsi_connection")).ok()?;
+    let c = first_connection(&conns, sid)?;
+    connection_portal(root, &Confine::new(root), c)
+}
+
+/// The first of session `sid`'s connections (`connectionN:0` for iscsi_tcp) among `conns`,
+/// the names in `/sys/class/iscsi_connection` in natural order.
+fn first_connection(conns: &[String], sid: u32) -> Option<&str> {
+    let prefix = format!("connection{sid}:");
+    conns
+        .iter()
+        .find(|c| c.starts_with(&prefix))
+        .map(String::as_str)
+}
+
+/// A connection's configured portal, `addr:port`.
+fn connection_portal(root: &Root, confine: &Confine, conn: &str) -> Option<String> {
+    let d = confine.dir(&root.sys("class/iscsi_connection").join(conn))?;
+    Some(format_portal(
+        &attr(&d, "persistent_address")?,
+        attr_parse(&d, "persistent_port")?,
+    ))
+}
+
+/// The SCSI host a session hangs from. The class directory's real place is
+/// `.../hostM/sessionN/iscsi_session/sessionN`, so the host is the third directory up: on
+/// the live root one `readlink` of the class entry `entry` says so; below another root,
+/// `dir` is the entry already resolved. A tree shaped otherwise falls back to resolving the
+/// session's `device` link, whose parent is the host.
+fn session_host(root: &Root, entry: &Path, dir: &Path, sid: u32) -> Option<u32> {
+    let session = format!("session{sid}");
+    let real = if dir == entry {
+        fs::read_link(entry).ok()
+    } else {
+        Some(dir.to_owned())
+    };
+    let from_link = real.as_deref().and_then(|r| {
+        let class_dir = r.parent()?;
+        let session_dev = class_dir.parent()?;
+        let fits = file_name(r) == Some(session.as_str())
+            && file_name(class_dir) == Some("iscsi_session")
+            && file_name(session_dev) == Some(session.as_str());
+        if fits {
+            host_number(session_dev.parent()?)
+        } else {
+            None
+        }
+    });
+    from_link.or_else(|| host_number(resolve(root, &dir.join("device"))?.parent()?))
+}
+
+/// `M` of a `.../hostM` directory.
+fn host_number(dir: &Path) -> Option<u32> {
+    file_name(dir)?.strip_prefix("host").and_then(decimal)
+}
+
+/// The session's SCSI target id: its `target_id` attribute (kernels from 5.x on), or, on
+/// older kernels, the name of the `targetH:0:T` directory below the session device, which
+/// exists once a LUN has been scanned.
+fn session_target_id(root: &Root, dir: &Path) -> Option<u32> {
+    attr_parse(dir, "target_id").or_else(|| {
+        let dev = resolve(root, &dir.join("device"))?;
+        entries(&dev).ok()?.iter().find_map(|e| {
+            let t = e.strip_prefix("target")?;
+            decimal(t.rsplit(':').next()?)
+        })
+    })
+}
+
 fn read_sessions(root: &Root, only_target: Option<&str>) -> Result<Vec<IscsiSession>> {
     let class = root.sys("class/iscsi_session");
     let conn_class = root.sys("class/iscsi_connection");
@@ -95,23 +228,8 @@ fn read_sessions(root: &Root, only_target: Option<&str>) -> Result<Vec<IscsiSess
         if only_target.is_some_and(|want| target.as_deref() != Some(want)) {
             continue;
         }
-        // The session device sits directly below its host: .../hostM/sessionN.
-        let session_dev = resolve(root, &dir.join("device"));
-        let host = session_dev
-            .as_deref()
-            .and_then(|p| p.parent())
-            .and_then(file_name)
-            .and_then(|h| h.strip_prefix("host"))
-            .and_then(decimal);
-        // `target_id` is an attribute since 5.x; older kernels only show it in the name of
-        // the targetH:0:T directory, which exists once a LUN has been scanned.
-        let target_id = attr_parse(&dir, "target_id").or_else(|| {
-            let dev = session_dev.as_deref()?;
-            entries(dev).ok()?.iter().find_map(|e| {
-                let t = e.strip_prefix("target")?;
-                decimal(t.rsplit(':').next()?)
-            })
-        });
+        let host = session_host(root, &class.join(&name), &dir, sid);
+        let target_id = session_target_id(root, &dir);
         let conns = match &mut conns {
             Some(c) => c,
             None => conns.insert(entries(&conn_class)?),
@@ -150,6 +268,34 @@ fn read_sessions(root: &Root, only_target: Option<&str>) -> Result<Vec<IscsiSess
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On the live root the host comes from the class entry's own link, relative as sysfs
+    /// makes it; an entry shaped otherwise gives no host rather than a wrong one.
+    #[test]
+    fn the_host_is_read_from_the_class_link() {
+        let dir = std::env::temp_dir().join(format!("lunkit-sess-{}", std::process::id()));
+        let class = dir.join("sys/class/iscsi_session");
+        fs::create_dir_all(&class).unwrap();
+        let root = Root::new(&dir);
+        let link = |name: &str, to: &str| {
+            let entry = class.join(name);
+            std::os::unix::fs::symlink(to, &entry).unwrap();
+            entry
+        };
+        let good = link(
+            "session3",
+            "../../devices/platform/host12/session3/iscsi_session/session3",
+        );
+        assert_eq!(session_host(&root, &good, &good, 3), Some(12));
+        // Another session's directory, or no iscsi_session class dir between: no host.
+        assert_eq!(session_host(&root, &good, &good, 4), None);
+        let odd = link(
+            "session5",
+            "../../devices/platform/host12/session5/other/session5",
+        );
+        assert_eq!(session_host(&root, &odd, &odd, 5), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn portals_bracket_ipv6() {
