@@ -56,6 +56,19 @@ impl Subject {
         }
     }
 
+    /// A share of this process's own work (`op`: the `/proc` walk), not a kernel call: each
+    /// is a subject of its own, so no share waits for another.
+    pub(crate) fn share(op: &'static str) -> Subject {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Subject {
+            op,
+            on: format!(
+                "share {}",
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
+        }
+    }
+
     /// A write of `value` to the sysfs attribute `path` (`delete`, `rescan`, a host's
     /// `scan`): the same write again is the same subject, a scan of another LUN is not.
     pub(crate) fn write(path: &std::path::Path, value: &str) -> Subject {

@@ -3,6 +3,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rustix::fs::{FileType, Mode, OFlags};
 
@@ -185,9 +188,10 @@ pub(super) struct ProcScan {
 /// full path, and splits the processes between threads when there are CPUs for them.
 pub(super) fn scan_processes(
     root: &Root,
-    proc_fd: &OwnedFd,
-    family: &Family,
-    seen: &std::sync::Mutex<SeenNamespaces>,
+    proc_fd: &Arc<OwnedFd>,
+    family: &Arc<Family>,
+    seen: &Arc<Mutex<SeenNamespaces>>,
+    deadline: Instant,
 ) -> Result<ProcScan> {
     let proc_dir = root.proc("");
     let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
@@ -199,57 +203,44 @@ pub(super) fn scan_processes(
         .map_or(1, usize::from)
         .clamp(1, OPENER_THREADS_MAX)
         .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
-    let numbers = family.numbers();
     // This process as the root's /proc numbers it (another pid namespace's procfs gives
     // another number), and what its helpers hold open.
     let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
         .ok()
         .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
-    let held = helper::held();
-    let ctx = ScanCtx {
-        root,
-        proc_fd,
-        family,
-        numbers: &numbers,
-        seen,
-        own: own_pid.map(|pid| (pid, held.as_slice())),
-    };
-    let mut scans: Vec<ProcScan> = if threads == 1 {
-        vec![ctx.among(&pids)]
-    } else {
-        let ctx = &ctx;
-        std::thread::scope(|s| {
-            let chunks: Vec<&[u32]> = pids.chunks(pids.len().div_ceil(threads)).collect();
-            // The last chunk is read on this thread, which would only wait otherwise.
-            let Some((last, others)) = chunks.split_last() else {
-                return Vec::new();
-            };
-            let workers: Vec<_> = others
-                .iter()
-                .map(|&chunk| (chunk, s.spawn(move || ctx.among(chunk))))
-                .collect();
-            let here = ctx.among(last);
-            workers
-                .into_iter()
-                .map(|(chunk, w)| {
-                    w.join().unwrap_or_else(|_| ProcScan {
-                        unchecked: vec![Unchecked {
-                            what: format!(
-                                "pids {}..={}",
-                                chunk.first().unwrap_or(&0),
-                                chunk.last().unwrap_or(&0)
-                            ),
-                            reason: "the thread reading them panicked".into(),
-                        }],
-                        ..ProcScan::default()
-                    })
-                })
-                .chain([here])
-                .collect()
+    let ctx = Arc::new(ScanCtx {
+        root: root.clone(),
+        proc_fd: Arc::clone(proc_fd),
+        family: Arc::clone(family),
+        numbers: family.numbers(),
+        seen: Arc::clone(seen),
+        own: own_pid.map(|pid| (pid, helper::held())),
+        pids,
+        next: AtomicUsize::new(0),
+    });
+    // The other shares go to helper threads (the detach started them before its check), and
+    // this thread takes its own. Each share takes the next processes as it goes, so one
+    // that drew kernel threads (nothing to read) goes on to the costly processes with the
+    // rest; a share whose thread never ran leaves its processes to the others.
+    let what = || "the /proc walk's share on a helper thread".to_owned();
+    let others: Vec<_> = (1..threads)
+        .map(|_| {
+            let ctx = Arc::clone(&ctx);
+            helper::start(
+                helper::Subject::share("proc walk"),
+                deadline,
+                &what,
+                move || Ok(ctx.work()),
+            )
         })
-    };
-    let mut out = scans.pop().unwrap_or_default();
-    for s in scans {
+        .collect();
+    let mut out = ctx.work();
+    for share in others {
+        // Not started (no thread could be had): this thread read its processes.
+        let Ok(share) = share else {
+            continue;
+        };
+        let s = share.wait(deadline, &what)?;
         out.openers.extend(s.openers);
         out.helpers.extend(s.helpers);
         out.unchecked.extend(s.unchecked);
@@ -268,21 +259,43 @@ pub(super) fn scan_processes(
 const OPENER_THREADS_MAX: usize = 4;
 /// Below this many processes per thread another thread costs more than it saves.
 const OPENER_PIDS_PER_THREAD: usize = 64;
+/// How many processes a share of the walk takes at a time.
+const PIDS_PER_TAKE: usize = 4;
 
-/// What each worker of [`scan_processes`] shares.
-struct ScanCtx<'a> {
-    root: &'a Root,
-    proc_fd: &'a OwnedFd,
-    family: &'a Family,
-    numbers: &'a [DevNum],
-    /// Mount namespaces whose table was read (or is being read by another worker).
-    seen: &'a std::sync::Mutex<SeenNamespaces>,
+/// What the shares of [`scan_processes`] hold in common.
+struct ScanCtx {
+    root: Root,
+    proc_fd: Arc<OwnedFd>,
+    family: Arc<Family>,
+    numbers: Vec<DevNum>,
+    /// Mount namespaces whose table was read (or is being read by another share).
+    seen: Arc<Mutex<SeenNamespaces>>,
     /// This process's pid, with the descriptors its helper threads hold and their devices.
-    own: Option<(u32, &'a [(RawFd, DevNum)])>,
+    own: Option<(u32, Vec<(RawFd, DevNum)>)>,
+    /// Every process, in `/proc` order.
+    pids: Vec<u32>,
+    /// The index in `pids` of the next processes to take.
+    next: AtomicUsize,
 }
 
-impl ScanCtx<'_> {
-    /// [`scan_processes`] for the processes `pids`.
+impl ScanCtx {
+    /// One share of the walk: takes [`PIDS_PER_TAKE`] processes at a time until none are
+    /// left.
+    fn work(&self) -> ProcScan {
+        let mut out = ProcScan::default();
+        loop {
+            let from = self.next.fetch_add(PIDS_PER_TAKE, Ordering::Relaxed);
+            let to = from.saturating_add(PIDS_PER_TAKE).min(self.pids.len());
+            match self.pids.get(from..to) {
+                Some(some) if !some.is_empty() => self.among(some, &mut out),
+                _ => return out,
+            }
+        }
+    }
+}
+
+impl ScanCtx {
+    /// [`scan_processes`] for the processes `pids`, into `out`.
     ///
     /// Most entries of `/proc` are kernel threads (on a small node, nine in ten), and a
     /// kernel thread has no descriptors to look at. One is told apart by two links that are
@@ -292,25 +305,23 @@ impl ScanCtx<'_> {
     /// task with `exe` gone and `ns/mnt` there is one inside `exit()`, between dropping its
     /// memory and closing its files: it issues no more I/O, and what it wrote is in the
     /// device's cache, which the detach flushes before any delete.
-    fn among(&self, pids: &[u32]) -> ProcScan {
-        let mut out = ProcScan::default();
+    fn among(&self, pids: &[u32], out: &mut ProcScan) {
         for &pid in pids {
-            let ns = self.namespace_of(pid, &mut out);
+            let ns = self.namespace_of(pid, out);
             match (has_exe(self.proc_fd.as_fd(), pid), ns) {
                 // A live process: its leader's `fd/` is the whole process's table.
                 (Some(true), _) => {
-                    self.fds_of(pid, false, &mut out);
+                    self.fds_of(pid, false, out);
                 }
                 // A kernel thread: nothing to look at.
                 (Some(false), NsLink::Read) => {}
                 // A zombie leader, a process going or gone, or one whose links cannot be
                 // read: the full look.
                 _ => {
-                    self.fds_of(pid, true, &mut out);
+                    self.fds_of(pid, true, out);
                 }
             }
         }
-        out
     }
 
     /// Reads the mount table of `pid`'s namespace if no other process's was, and says how
@@ -329,25 +340,26 @@ impl ScanCtx<'_> {
             NsLink::Unreadable
         };
         if let Some(i) = inode {
-            if !lock_seen(self.seen).claim_inode(i) {
+            if !lock_seen(&self.seen).claim_inode(i) {
                 return link;
             }
         }
-        match mountinfo::read_of(self.root, pid) {
+        match mountinfo::read_of(&self.root, pid) {
             Ok(table) => {
-                if !lock_seen(self.seen).claim_table(&table) {
+                if !lock_seen(&self.seen).claim_table(&table) {
                     return link;
                 }
                 let ns = MountNamespace {
                     inode,
                     pid: Some(pid),
                 };
-                self.family.mounts_in(self.root, &table, ns, &mut out.usage);
+                self.family
+                    .mounts_in(&self.root, &table, ns, &mut out.usage);
             }
             Err(e) if e.is_gone() => {
                 // It exited meanwhile: let another process of the namespace read it.
                 if let Some(i) = inode {
-                    lock_seen(self.seen).inodes.remove(&i);
+                    lock_seen(&self.seen).inodes.remove(&i);
                 }
             }
             Err(e) => out.unchecked.push(Unchecked {
@@ -370,7 +382,7 @@ impl ScanCtx<'_> {
         if found > 0 || !maybe_zombie {
             return;
         }
-        let leader_exited = read_small(self.proc_fd, &format!("{pid}/stat"))
+        let leader_exited = read_small(&self.proc_fd, &format!("{pid}/stat"))
             .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()))
             .is_some_and(|state| state == 'Z');
         if !leader_exited {
@@ -400,7 +412,7 @@ impl ScanCtx<'_> {
             }
         };
         let fd_dir = match rustix::fs::openat(
-            self.proc_fd,
+            &*self.proc_fd,
             format!("{dir}/fd"),
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
@@ -455,13 +467,13 @@ impl ScanCtx<'_> {
                 continue;
             }
             let comm = comm
-                .get_or_insert_with(|| process_comm(self.proc_fd, pid))
+                .get_or_insert_with(|| process_comm(&self.proc_fd, pid))
                 .clone();
             let fd = OpenFd {
                 pid,
                 comm,
                 dev,
-                read_only: opened_read_only(self.proc_fd, dir, name),
+                read_only: opened_read_only(&self.proc_fd, dir, name),
             };
             if self.is_helpers(pid, name, dev) {
                 out.helpers.push(fd);
@@ -473,16 +485,16 @@ impl ScanCtx<'_> {
     }
 }
 
-impl ScanCtx<'_> {
+impl ScanCtx {
     /// Whether descriptor `name` of `pid`, open on `dev`, is one a helper thread of this
     /// process holds. The number could have been closed and reused since [`helper::held`]
     /// was read, so the device must match too.
     fn is_helpers(&self, pid: u32, name: &std::ffi::CStr, dev: DevNum) -> bool {
-        let Some((own, held)) = self.own else {
+        let Some((own, held)) = &self.own else {
             return false;
         };
         let fd = name.to_str().ok().and_then(crate::id::decimal::<RawFd>);
-        own == pid && fd.is_some_and(|fd| held.contains(&(fd, dev)))
+        *own == pid && fd.is_some_and(|fd| held.contains(&(fd, dev)))
     }
 }
 

@@ -402,9 +402,9 @@ pub fn usage(
         }
     }
     usage.holders = foreign_holders.into_iter().collect();
-    let family = Family {
+    let family = std::sync::Arc::new(Family {
         nodes: family.into_iter().collect(),
-    };
+    });
     let numbers = family.numbers();
     // The devices the path-manager rule applies to: SCSI disks asked about, not maps (a
     // `dm/` directory), partitions, or an NVMe namespace head (the device users open, like
@@ -420,18 +420,20 @@ pub fn usage(
         .collect();
 
     let proc_dir = root.proc("");
-    let proc_fd = rustix::fs::open(
-        &proc_dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(&proc_dir, e.into()))?;
+    let proc_fd = std::sync::Arc::new(
+        rustix::fs::open(
+            &proc_dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(&proc_dir, e.into()))?,
+    );
     if let Some(u) = foreign_pid_namespace(&proc_fd, &proc_dir) {
         usage.unchecked.push(u);
     }
 
     // The host's mount table, then this process's if it is another namespace.
-    let seen = std::sync::Mutex::new(SeenNamespaces::default());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
     let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
     if let Some(i) = host_ns {
         lock_seen(&seen).claim_inode(i);
@@ -492,7 +494,7 @@ pub fn usage(
         return Ok(usage);
     }
 
-    let scan = scan_processes(root, &proc_fd, &family, &seen)?;
+    let scan = scan_processes(root, &proc_fd, &family, &seen, deadline)?;
     usage.unchecked.extend(scan.unchecked);
     usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
     for m in scan.usage.mounts {
