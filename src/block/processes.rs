@@ -179,90 +179,113 @@ pub(super) struct ProcScan {
     pub(super) unchecked: Vec<Unchecked>,
 }
 
-/// Every descriptor that has one of the family's devices open (from `/proc/*/fd`), and the
-/// family's mounts in every mount namespace not in `seen_ns`. Processes that vanish are
-/// skipped; those that cannot be read are [`Unchecked`].
+/// The walk over the processes: every descriptor that has one of the family's devices open
+/// (from `/proc/*/fd`), and the family's mounts in every mount namespace not claimed in
+/// `seen` before it started. Processes that vanish are skipped; those that cannot be read
+/// are [`Unchecked`].
 ///
 /// This walk is the costliest part of an in-use check (one `stat` per open file on the
 /// node), so it looks up each fd relative to its process's `fd/` directory rather than by
-/// full path, and splits the processes between threads when there are CPUs for them.
-pub(super) fn scan_processes(
-    root: &Root,
-    proc_fd: &Arc<OwnedFd>,
-    family: &Arc<Family>,
-    seen: &Arc<Mutex<SeenNamespaces>>,
-    deadline: Instant,
-) -> Result<ProcScan> {
-    let proc_dir = root.proc("");
-    let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
-        .map_err(|e| Error::io(&proc_dir, e))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(crate::id::decimal::<u32>))
-        .collect();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .clamp(1, OPENER_THREADS_MAX)
-        .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
-    // This process as the root's /proc numbers it (another pid namespace's procfs gives
-    // another number), and what its helpers hold open.
-    let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
-        .ok()
-        .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
-    let ctx = Arc::new(ScanCtx {
-        root: root.clone(),
-        proc_fd: Arc::clone(proc_fd),
-        family: Arc::clone(family),
-        numbers: family.numbers(),
-        seen: Arc::clone(seen),
-        own: own_pid.map(|pid| (pid, helper::held())),
-        pids,
-        next: AtomicUsize::new(0),
-    });
-    // The other shares go to helper threads (the detach started them before its check), and
-    // this thread takes its own. Each share takes the next processes as it goes, so one
-    // that drew kernel threads (nothing to read) goes on to the costly processes with the
-    // rest; a share whose thread never ran leaves its processes to the others.
-    let what = || "the /proc walk's share on a helper thread".to_owned();
-    let others: Vec<_> = (1..threads)
-        .map(|_| {
-            let ctx = Arc::clone(&ctx);
-            helper::start(
-                helper::Subject::share("proc walk"),
-                deadline,
-                &what,
-                move || Ok(ctx.work()),
-            )
-        })
-        .collect();
-    let mut out = ctx.work();
-    for share in others {
-        // Not started (no thread could be had): this thread read its processes.
-        let Ok(share) = share else {
-            continue;
-        };
-        let s = share.wait(deadline, &what)?;
-        out.openers.extend(s.openers);
-        out.helpers.extend(s.helpers);
-        out.unchecked.extend(s.unchecked);
-        out.usage.mounts.extend(s.usage.mounts);
-        out.usage.unchecked.extend(s.usage.unchecked);
-        out.usage.mountinfo_skipped += s.usage.mountinfo_skipped;
-    }
-    // One entry per process, device and mode: descriptors dup'ed from one open share one
-    // open count, so counting each would explain more of a device's opens than it should.
-    out.openers.sort();
-    out.openers.dedup();
-    Ok(out)
+/// full path, splits the processes between threads when there are CPUs for them, and runs
+/// while the caller reads the mount tables ([`Walk::start`], [`Walk::finish`]).
+pub(super) struct Walk {
+    ctx: Arc<ScanCtx>,
+    /// The shares on helper threads; an `Err` is one that could not be handed to a thread.
+    others: Vec<Result<helper::Pending<ProcScan>>>,
 }
 
-/// At most this many threads walk `/proc` for [`scan_processes`].
+impl Walk {
+    /// Lists the processes and starts the walk's other shares on helper threads (the detach
+    /// started them before its check); [`Walk::finish`] takes this thread's share and
+    /// gathers the rest.
+    pub(super) fn start(
+        root: &Root,
+        proc_fd: &Arc<OwnedFd>,
+        family: &Arc<Family>,
+        seen: &Arc<Mutex<SeenNamespaces>>,
+        deadline: Instant,
+    ) -> Result<Walk> {
+        let proc_dir = root.proc("");
+        let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
+            .map_err(|e| Error::io(&proc_dir, e))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(crate::id::decimal::<u32>))
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, OPENER_THREADS_MAX)
+            .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
+        // This process as the root's /proc numbers it (another pid namespace's procfs gives
+        // another number), and what its helpers hold open.
+        let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
+            .ok()
+            .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
+        let ctx = Arc::new(ScanCtx {
+            root: root.clone(),
+            proc_fd: Arc::clone(proc_fd),
+            family: Arc::clone(family),
+            numbers: family.numbers(),
+            seen: Arc::clone(seen),
+            own: own_pid.map(|pid| (pid, helper::held())),
+            pids,
+            next: AtomicUsize::new(0),
+        });
+        // Each share takes the next processes as it goes, so one that drew kernel threads
+        // (nothing to read) goes on to the costly processes with the rest, and a share
+        // whose thread never ran leaves its processes to the others.
+        let others = (1..threads)
+            .map(|_| {
+                let ctx = Arc::clone(&ctx);
+                helper::start(
+                    helper::Subject::share("proc walk"),
+                    deadline,
+                    &share_name,
+                    move || Ok(ctx.work()),
+                )
+            })
+            .collect();
+        Ok(Walk { ctx, others })
+    }
+
+    /// Takes this thread's share of the walk, then waits for the others within `deadline`.
+    pub(super) fn finish(self, deadline: Instant) -> Result<ProcScan> {
+        let mut out = self.ctx.work();
+        for share in self.others {
+            // Not handed over (no thread could be had): the shares that ran read its
+            // processes.
+            let Ok(share) = share else {
+                continue;
+            };
+            let s = share.wait(deadline, &share_name)?;
+            out.openers.extend(s.openers);
+            out.helpers.extend(s.helpers);
+            out.unchecked.extend(s.unchecked);
+            out.usage.mounts.extend(s.usage.mounts);
+            out.usage.unchecked.extend(s.usage.unchecked);
+            out.usage.mountinfo_skipped += s.usage.mountinfo_skipped;
+        }
+        // One entry per process, device and mode: descriptors dup'ed from one open share one
+        // open count, so counting each would explain more of a device's opens than it
+        // should.
+        out.openers.sort();
+        out.openers.dedup();
+        Ok(out)
+    }
+}
+
+/// What a share of the walk is, in a timeout's message.
+fn share_name() -> String {
+    "the /proc walk's share on a helper thread".to_owned()
+}
+
+/// At most this many threads walk `/proc` for [`Walk`].
 const OPENER_THREADS_MAX: usize = 4;
 /// Below this many processes per thread another thread costs more than it saves.
 const OPENER_PIDS_PER_THREAD: usize = 64;
 /// How many processes a share of the walk takes at a time.
 const PIDS_PER_TAKE: usize = 4;
 
-/// What the shares of [`scan_processes`] hold in common.
+/// What the shares of [`Walk`] hold in common.
 struct ScanCtx {
     root: Root,
     proc_fd: Arc<OwnedFd>,
@@ -295,7 +318,7 @@ impl ScanCtx {
 }
 
 impl ScanCtx {
-    /// [`scan_processes`] for the processes `pids`, into `out`.
+    /// [`Walk`] for the processes `pids`, into `out`.
     ///
     /// Most entries of `/proc` are kernel threads (on a small node, nine in ten), and a
     /// kernel thread has no descriptors to look at. One is told apart by two links that are

@@ -432,12 +432,21 @@ pub fn usage(
         usage.unchecked.push(u);
     }
 
-    // The host's mount table, then this process's if it is another namespace.
+    // The host's mount namespace and this process's are read here, so they are claimed
+    // before the walk starts: it reads every other namespace it finds.
     let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
     let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
     if let Some(i) = host_ns {
         lock_seen(&seen).claim_inode(i);
     }
+    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
+    let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
+    // The walk over every process's descriptors costs the most: its shares start on helper
+    // threads now, and this thread joins them once it has read the mount tables, swaps and
+    // loop devices.
+    let walk = Walk::start(root, &proc_fd, &family, &seen, deadline)?;
+
+    // The host's mount table, then this process's if it is another namespace.
     match mountinfo::read_of(root, 1) {
         Ok(table) => {
             lock_seen(&seen).claim_table(&table);
@@ -454,8 +463,7 @@ pub fn usage(
             reason: e.to_string(),
         }),
     }
-    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
-    if self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i)) {
+    if read_self {
         let table = mountinfo::read(root)?;
         if lock_seen(&seen).claim_table(&table) {
             let ns = MountNamespace {
@@ -490,11 +498,12 @@ pub fn usage(
             }),
         }
     }
+    // Users found already: the refusal needs no more. The walk's shares finish on their own.
     if usage.has_users() {
         return Ok(usage);
     }
 
-    let scan = scan_processes(root, &proc_fd, &family, &seen, deadline)?;
+    let scan = walk.finish(deadline)?;
     usage.unchecked.extend(scan.unchecked);
     usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
     for m in scan.usage.mounts {
