@@ -179,6 +179,25 @@ pub(super) struct ProcScan {
     pub(super) unchecked: Vec<Unchecked>,
 }
 
+/// A descriptor of a block device the walk saw, matched against the family at the end.
+struct Sighting {
+    pid: u32,
+    /// `PID`, or `PID/task/TID` for a thread of a zombie leader.
+    dir: String,
+    fd: std::ffi::CString,
+    dev: DevNum,
+}
+
+/// What a share of the walk saw: every block device's descriptors and every mount table it
+/// read, not yet matched against a family, so that the walk can start before the devices
+/// are known.
+#[derive(Default)]
+struct Sightings {
+    fds: Vec<Sighting>,
+    tables: Vec<(mountinfo::MountTable, MountNamespace)>,
+    unchecked: Vec<Unchecked>,
+}
+
 /// The walk over the processes: every descriptor that has one of the family's devices open
 /// (from `/proc/*/fd`), and the family's mounts in every mount namespace not claimed in
 /// `seen` before it started. Processes that vanish are skipped; those that cannot be read
@@ -191,17 +210,17 @@ pub(super) struct ProcScan {
 pub(super) struct Walk {
     ctx: Arc<ScanCtx>,
     /// The shares on helper threads; an `Err` is one that could not be handed to a thread.
-    others: Vec<Result<helper::Pending<ProcScan>>>,
+    others: Vec<Result<helper::Pending<Sightings>>>,
 }
 
 impl Walk {
-    /// Lists the processes and starts the walk's other shares on helper threads (the detach
-    /// started them before its check); [`Walk::finish`] takes this thread's share and
-    /// gathers the rest.
+    /// Lists the processes and starts the walk's other shares on helper threads (a detach
+    /// starts them ahead); [`Walk::finish`] takes this thread's share, gathers the rest and
+    /// matches what they saw against the family. The namespaces already claimed in `seen`
+    /// are not read.
     pub(super) fn start(
         root: &Root,
         proc_fd: &Arc<OwnedFd>,
-        family: &Arc<Family>,
         seen: &Arc<Mutex<SeenNamespaces>>,
         deadline: Instant,
     ) -> Result<Walk> {
@@ -215,18 +234,10 @@ impl Walk {
             .map_or(1, usize::from)
             .clamp(1, OPENER_THREADS_MAX)
             .min(pids.len().div_ceil(OPENER_PIDS_PER_THREAD).max(1));
-        // This process as the root's /proc numbers it (another pid namespace's procfs gives
-        // another number), and what its helpers hold open.
-        let own_pid = rustix::fs::readlinkat(proc_fd, "self", Vec::new())
-            .ok()
-            .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
         let ctx = Arc::new(ScanCtx {
             root: root.clone(),
             proc_fd: Arc::clone(proc_fd),
-            family: Arc::clone(family),
-            numbers: family.numbers(),
             seen: Arc::clone(seen),
-            own: own_pid.map(|pid| (pid, helper::held())),
             pids,
             next: AtomicUsize::new(0),
         });
@@ -247,9 +258,11 @@ impl Walk {
         Ok(Walk { ctx, others })
     }
 
-    /// Takes this thread's share of the walk, then waits for the others within `deadline`.
-    pub(super) fn finish(self, deadline: Instant) -> Result<ProcScan> {
-        let mut out = self.ctx.work();
+    /// Takes this thread's share of the walk, waits for the others within `deadline`, and
+    /// returns what of `family` they found: its devices' descriptors (this process's
+    /// helpers' apart) and its mounts in the namespaces the walk read.
+    pub(super) fn finish(self, family: &Family, deadline: Instant) -> Result<ProcScan> {
+        let mut all = self.ctx.work();
         for share in self.others {
             // Not handed over (no thread could be had): the shares that ran read its
             // processes.
@@ -257,12 +270,41 @@ impl Walk {
                 continue;
             };
             let s = share.wait(deadline, &share_name)?;
-            out.openers.extend(s.openers);
-            out.helpers.extend(s.helpers);
-            out.unchecked.extend(s.unchecked);
-            out.usage.mounts.extend(s.usage.mounts);
-            out.usage.unchecked.extend(s.usage.unchecked);
-            out.usage.mountinfo_skipped += s.usage.mountinfo_skipped;
+            all.fds.extend(s.fds);
+            all.tables.extend(s.tables);
+            all.unchecked.extend(s.unchecked);
+        }
+        let ctx = &self.ctx;
+        let mut out = ProcScan {
+            unchecked: all.unchecked,
+            ..ProcScan::default()
+        };
+        for (table, ns) in &all.tables {
+            family.mounts_in(&ctx.root, table, *ns, &mut out.usage);
+        }
+        // This process as the root's /proc numbers it (another pid namespace's procfs gives
+        // another number), and what its helpers hold open.
+        let own_pid = rustix::fs::readlinkat(&*ctx.proc_fd, "self", Vec::new())
+            .ok()
+            .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
+        let held = helper::held();
+        let numbers = family.numbers();
+        let mut comms = std::collections::HashMap::new();
+        for s in all.fds.iter().filter(|s| numbers.contains(&s.dev)) {
+            let comm: &String = comms
+                .entry(s.pid)
+                .or_insert_with(|| process_comm(&ctx.proc_fd, s.pid));
+            let fd = OpenFd {
+                pid: s.pid,
+                comm: comm.clone(),
+                dev: s.dev,
+                read_only: opened_read_only(&ctx.proc_fd, &s.dir, &s.fd),
+            };
+            if own_pid == Some(s.pid) && is_helpers(&held, &s.fd, s.dev) {
+                out.helpers.push(fd);
+            } else {
+                out.openers.push(fd);
+            }
         }
         // One entry per process, device and mode: descriptors dup'ed from one open share one
         // open count, so counting each would explain more of a device's opens than it
@@ -289,12 +331,8 @@ const PIDS_PER_TAKE: usize = 4;
 struct ScanCtx {
     root: Root,
     proc_fd: Arc<OwnedFd>,
-    family: Arc<Family>,
-    numbers: Vec<DevNum>,
     /// Mount namespaces whose table was read (or is being read by another share).
     seen: Arc<Mutex<SeenNamespaces>>,
-    /// This process's pid, with the descriptors its helper threads hold and their devices.
-    own: Option<(u32, Vec<(RawFd, DevNum)>)>,
     /// Every process, in `/proc` order.
     pids: Vec<u32>,
     /// The index in `pids` of the next processes to take.
@@ -304,8 +342,8 @@ struct ScanCtx {
 impl ScanCtx {
     /// One share of the walk: takes [`PIDS_PER_TAKE`] processes at a time until none are
     /// left.
-    fn work(&self) -> ProcScan {
-        let mut out = ProcScan::default();
+    fn work(&self) -> Sightings {
+        let mut out = Sightings::default();
         loop {
             let from = self.next.fetch_add(PIDS_PER_TAKE, Ordering::Relaxed);
             let to = from.saturating_add(PIDS_PER_TAKE).min(self.pids.len());
@@ -328,7 +366,7 @@ impl ScanCtx {
     /// task with `exe` gone and `ns/mnt` there is one inside `exit()`, between dropping its
     /// memory and closing its files: it issues no more I/O, and what it wrote is in the
     /// device's cache, which the detach flushes before any delete.
-    fn among(&self, pids: &[u32], out: &mut ProcScan) {
+    fn among(&self, pids: &[u32], out: &mut Sightings) {
         for &pid in pids {
             let ns = self.namespace_of(pid, out);
             match (has_exe(self.proc_fd.as_fd(), pid), ns) {
@@ -349,7 +387,7 @@ impl ScanCtx {
 
     /// Reads the mount table of `pid`'s namespace if no other process's was, and says how
     /// its `ns/mnt` link read.
-    fn namespace_of(&self, pid: u32, out: &mut ProcScan) -> NsLink {
+    fn namespace_of(&self, pid: u32, out: &mut Sightings) -> NsLink {
         let inode = match mnt_ns(self.proc_fd.as_fd(), &pid.to_string()) {
             Ok(i) => Some(i),
             // Gone, or a tree without namespace links (a fixture): nothing to read.
@@ -376,8 +414,7 @@ impl ScanCtx {
                     inode,
                     pid: Some(pid),
                 };
-                self.family
-                    .mounts_in(&self.root, &table, ns, &mut out.usage);
+                out.tables.push((table, ns));
             }
             Err(e) if e.is_gone() => {
                 // It exited meanwhile: let another process of the namespace read it.
@@ -396,7 +433,7 @@ impl ScanCtx {
     /// The open fds of `pid` on the family's devices: `fd/`, or, when that is empty because
     /// the main thread has exited (a zombie leader; only looked for when `maybe_zombie`),
     /// every other thread's `task/TID/fd/`.
-    fn fds_of(&self, pid: u32, maybe_zombie: bool, out: &mut ProcScan) {
+    fn fds_of(&self, pid: u32, maybe_zombie: bool, out: &mut Sightings) {
         let base = pid.to_string();
         let found = match self.fd_dir(&base, pid, out) {
             Some(n) => n,
@@ -425,8 +462,8 @@ impl ScanCtx {
 
     /// Scans `<dir>/fd/` (`dir` is `PID` or `PID/task/TID`) for the family's devices, into
     /// `out`. The number of fds it holds, `None` when the process is gone or unreadable.
-    fn fd_dir(&self, dir: &str, pid: u32, out: &mut ProcScan) -> Option<usize> {
-        let unreadable = |e: rustix::io::Errno, out: &mut ProcScan| {
+    fn fd_dir(&self, dir: &str, pid: u32, out: &mut Sightings) -> Option<usize> {
+        let unreadable = |e: rustix::io::Errno, out: &mut Sightings| {
             if !process_gone(e) {
                 out.unchecked.push(Unchecked {
                     what: format!("pid {pid}"),
@@ -471,7 +508,6 @@ impl ScanCtx {
         let Ok(fd_dir) = d.fd() else {
             return None;
         };
-        let mut comm: Option<String> = None;
         for name in &fds {
             let dev = match open_block_device(fd_dir, name) {
                 Ok(Some(dev)) => dev,
@@ -486,39 +522,23 @@ impl ScanCtx {
                     continue;
                 }
             };
-            if !self.numbers.contains(&dev) {
-                continue;
-            }
-            let comm = comm
-                .get_or_insert_with(|| process_comm(&self.proc_fd, pid))
-                .clone();
-            let fd = OpenFd {
+            out.fds.push(Sighting {
                 pid,
-                comm,
+                dir: dir.to_owned(),
+                fd: name.clone(),
                 dev,
-                read_only: opened_read_only(&self.proc_fd, dir, name),
-            };
-            if self.is_helpers(pid, name, dev) {
-                out.helpers.push(fd);
-            } else {
-                out.openers.push(fd);
-            }
+            });
         }
         Some(fds.len())
     }
 }
 
-impl ScanCtx {
-    /// Whether descriptor `name` of `pid`, open on `dev`, is one a helper thread of this
-    /// process holds. The number could have been closed and reused since [`helper::held`]
-    /// was read, so the device must match too.
-    fn is_helpers(&self, pid: u32, name: &std::ffi::CStr, dev: DevNum) -> bool {
-        let Some((own, held)) = &self.own else {
-            return false;
-        };
-        let fd = name.to_str().ok().and_then(crate::id::decimal::<RawFd>);
-        *own == pid && fd.is_some_and(|fd| held.contains(&(fd, dev)))
-    }
+/// Whether descriptor `name` of this process, open on `dev`, is one a helper thread holds
+/// (`held`, from [`helper::held`]). The number could have been closed and reused since, so
+/// the device must match too.
+fn is_helpers(held: &[(RawFd, DevNum)], name: &std::ffi::CStr, dev: DevNum) -> bool {
+    let fd = name.to_str().ok().and_then(crate::id::decimal::<RawFd>);
+    fd.is_some_and(|fd| held.contains(&(fd, dev)))
 }
 
 /// The block device an entry of a `/proc/PID/fd` directory refers to, if it is one; the
