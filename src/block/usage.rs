@@ -357,7 +357,8 @@ impl Family {
 ///
 /// and, only when none of those found a user (a refusal needs one reason, not all):
 ///
-/// 5. every process (`/proc/*`, split between threads): its open fds (`fd/`, or each
+/// 5. every process (`/proc/*`, shared out between this thread and helper threads, and
+///    started first so that it runs while 1–4 are read): its open fds (`fd/`, or each
 ///    thread's `task/*/fd/` when the main thread has exited), and the mount table of every
 ///    mount namespace not read yet (deduplicated by `ns/mnt` inode);
 /// 6. one `O_EXCL` open on each device at the top of a stack that nothing above explains,
@@ -372,50 +373,11 @@ pub fn usage(
     scope: &UsageScope<'_>,
     deadline: Instant,
 ) -> Result<Usage> {
-    usage_with(root, devices, scope, None, deadline)
-}
-
-/// The `/proc` walk of an in-use check, started before the devices to check are known
-/// ([`start_walk`]) so that it runs while the caller finds them; [`usage_with`] finishes it.
-pub(crate) struct ProcWalk {
-    proc_fd: std::sync::Arc<OwnedFd>,
-    /// The mount namespaces claimed for reading: the host's and this process's, by the
-    /// check itself, and those the walk reads.
-    seen: std::sync::Arc<std::sync::Mutex<SeenNamespaces>>,
-    host_ns: Option<u64>,
-    self_ns: Option<u64>,
-    /// Whether this process's namespace is to be read by the check (it is not the host's).
-    read_self: bool,
-    /// Why the walk cannot see every process, when it cannot.
-    foreign: Option<Unchecked>,
-    walk: Walk,
-}
-
-/// Starts the `/proc` walk of an in-use check (step 5 of [`usage`]) on helper threads,
-/// for [`usage_with`] to finish. What it sees is matched against the devices only then, so
-/// it can start before they are known; it looks at the processes as they are when it runs.
-pub(crate) fn start_walk(root: &Root, deadline: Instant) -> Result<ProcWalk> {
-    let proc_dir = root.proc("");
-    let proc_fd = std::sync::Arc::new(
-        rustix::fs::open(
-            &proc_dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io(&proc_dir, e.into()))?,
-    );
-    let foreign = foreign_pid_namespace(&proc_fd, &proc_dir);
-    // The host's mount namespace and this process's are read by the check itself, so they
-    // are claimed before the walk starts: it reads every other namespace it finds.
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
-    let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
-    if let Some(i) = host_ns {
-        lock_seen(&seen).claim_inode(i);
-    }
-    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
-    let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
-    let walk = Walk::start(root, &proc_fd, &seen, deadline)?;
-    Ok(ProcWalk {
+    // The walk over every process's descriptors costs the most, and needs nothing of the
+    // devices until its findings are matched: its shares start on helper threads first, and
+    // this thread joins them once it has found the devices' family and read the mount
+    // tables, swaps and loop devices.
+    let ProcWalk {
         proc_fd,
         seen,
         host_ns,
@@ -423,19 +385,9 @@ pub(crate) fn start_walk(root: &Root, deadline: Instant) -> Result<ProcWalk> {
         read_self,
         foreign,
         walk,
-    })
-}
-
-/// [`usage`], with its `/proc` walk started ahead by [`start_walk`] (or started here when
-/// `walk` is `None`, once the devices are known).
-pub(crate) fn usage_with(
-    root: &Root,
-    devices: &[BlockNode],
-    scope: &UsageScope<'_>,
-    walk: Option<ProcWalk>,
-    deadline: Instant,
-) -> Result<Usage> {
+    } = start_walk(root, deadline)?;
     let mut usage = Usage::default();
+    usage.unchecked.extend(foreign);
     // Every device whose users count: the devices, their partitions, and foreign stacks on
     // them; plus the volume's own devices, whose mounts and openers count too.
     let mut family: BTreeSet<BlockNode> = BTreeSet::new();
@@ -481,23 +433,6 @@ pub(crate) fn usage_with(
         })
         .map(|n| n.dev)
         .collect();
-
-    // The walk over every process's descriptors costs the most: unless the caller started
-    // it ahead, its shares start on helper threads now, and this thread joins them once it
-    // has read the mount tables, swaps and loop devices.
-    let ProcWalk {
-        proc_fd,
-        seen,
-        host_ns,
-        self_ns,
-        read_self,
-        foreign,
-        walk,
-    } = match walk {
-        Some(w) => w,
-        None => start_walk(root, deadline)?,
-    };
-    usage.unchecked.extend(foreign);
 
     // The host's mount table, then this process's if it is another namespace.
     match mountinfo::read_of(root, 1) {
@@ -624,6 +559,57 @@ pub(crate) fn usage_with(
         }
     }
     Ok(usage)
+}
+
+/// The `/proc` walk of an in-use check, started before the devices' family is known
+/// ([`start_walk`]), with what the check needs of `/proc` besides.
+struct ProcWalk {
+    proc_fd: std::sync::Arc<OwnedFd>,
+    /// The mount namespaces claimed for reading: the host's and this process's, by the
+    /// check itself, and those the walk reads.
+    seen: std::sync::Arc<std::sync::Mutex<SeenNamespaces>>,
+    host_ns: Option<u64>,
+    self_ns: Option<u64>,
+    /// Whether this process's namespace is to be read by the check (it is not the host's).
+    read_self: bool,
+    /// Why the walk cannot see every process, when it cannot.
+    foreign: Option<Unchecked>,
+    walk: Walk,
+}
+
+/// Starts the `/proc` walk of an in-use check (step 5 of [`usage`]) on helper threads. What
+/// it sees is matched against the devices' family when it finishes, so it can start before
+/// the family is known.
+fn start_walk(root: &Root, deadline: Instant) -> Result<ProcWalk> {
+    let proc_dir = root.proc("");
+    let proc_fd = std::sync::Arc::new(
+        rustix::fs::open(
+            &proc_dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(&proc_dir, e.into()))?,
+    );
+    let foreign = foreign_pid_namespace(&proc_fd, &proc_dir);
+    // The host's mount namespace and this process's are read by the check itself, so they
+    // are claimed before the walk starts: it reads every other namespace it finds.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
+    let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
+    if let Some(i) = host_ns {
+        lock_seen(&seen).claim_inode(i);
+    }
+    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
+    let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
+    let walk = Walk::start(root, &proc_fd, &seen, deadline)?;
+    Ok(ProcWalk {
+        proc_fd,
+        seen,
+        host_ns,
+        self_ns,
+        read_self,
+        foreign,
+        walk,
+    })
 }
 
 /// The inode number of the initial pid namespace's `ns/pid` link (`PROC_PID_INIT_INO` in the

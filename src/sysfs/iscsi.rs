@@ -119,11 +119,7 @@ pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionP
             continue;
         }
         let portal = if portals {
-            let conns = match &mut conns {
-                Some(c) => c,
-                None => conns.insert(entries(&root.sys("class/iscsi_connection"))?),
-            };
-            first_connection(conns, sid).and_then(|c| connection_portal(root, &confine, c))
+            session_portal(root, &confine, sid, &mut conns)?
         } else {
             None
         };
@@ -141,9 +137,31 @@ pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionP
 
 /// The portal of session `sid` ([`IscsiSession::portal`]), read alone.
 pub fn portal_of(root: &Root, sid: u32) -> Option<String> {
-    let conns = entries(&root.sys("class/iscsi_connection")).ok()?;
-    let c = first_connection(&conns, sid)?;
-    connection_portal(root, &Confine::new(root), c)
+    session_portal(root, &Confine::new(root), sid, &mut None)
+        .ok()
+        .flatten()
+}
+
+/// The portal of session `sid`, its first connection's. iscsi_tcp gives a session one
+/// connection, `connectionN:0`, read straight away; only a session without a readable one
+/// has the class listed (`conns`, listed once for every session that needs it).
+fn session_portal(
+    root: &Root,
+    confine: &Confine,
+    sid: u32,
+    conns: &mut Option<Vec<String>>,
+) -> Result<Option<String>> {
+    let zero = format!("connection{sid}:0");
+    if let Some(p) = connection_portal(root, confine, &zero) {
+        return Ok(Some(p));
+    }
+    let conns = match conns {
+        Some(c) => c,
+        None => conns.insert(entries(&root.sys("class/iscsi_connection"))?),
+    };
+    Ok(first_connection(conns, sid)
+        .filter(|c| *c != zero)
+        .and_then(|c| connection_portal(root, confine, c)))
 }
 
 /// The first of session `sid`'s connections (`connectionN:0` for iscsi_tcp) among `conns`,
@@ -294,6 +312,29 @@ mod tests {
             "../../devices/platform/host12/session5/other/session5",
         );
         assert_eq!(session_host(&root, &odd, &odd, 5), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A session's portal is its connection 0's, read without listing the class; a session
+    /// whose connection has another id is found by listing it.
+    #[test]
+    fn a_portal_is_the_first_connections() {
+        let dir = std::env::temp_dir().join(format!("lunkit-portal-{}", std::process::id()));
+        let conns = dir.join("sys/class/iscsi_connection");
+        let conn = |name: &str, addr: &str| {
+            let d = conns.join(name);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("persistent_address"), format!("{addr}\n")).unwrap();
+            fs::write(d.join("persistent_port"), "3260\n").unwrap();
+        };
+        conn("connection3:0", "10.0.0.1");
+        conn("connection3:1", "10.0.0.2");
+        conn("connection4:2", "fe80::4");
+        conn("connection44:0", "10.0.0.44");
+        let root = Root::new(&dir);
+        assert_eq!(portal_of(&root, 3).as_deref(), Some("10.0.0.1:3260"));
+        assert_eq!(portal_of(&root, 4).as_deref(), Some("[fe80::4]:3260"));
+        assert_eq!(portal_of(&root, 5), None);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -22,13 +22,10 @@ impl Run<'_> {
     /// has it (refused), nothing has it open (taken down unflushed), or udev's read-only
     /// probes or something this check cannot see have it open (wait, round after round
     /// until the deadline, for a path to come back, and then flush it).
-    ///
-    /// `walk` is the check's `/proc` walk when the detach started it ahead.
     pub(super) fn check_in_use(
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
-        walk: Option<block::ProcWalk>,
     ) -> std::result::Result<Vec<Option<String>>, Stop> {
         let root = self.root;
         let own = state.own_dm();
@@ -38,14 +35,13 @@ impl Run<'_> {
         let force = self.opts.force;
         let deadline = self.deadline;
         let t0 = Instant::now();
-        let checked = block::usage_with(
+        let checked = block::usage(
             root,
             &devices,
             &UsageScope {
                 own: &own,
                 ignore_openers: PATH_MANAGERS,
             },
-            walk,
             deadline,
         )
         .and_then(|usage| {

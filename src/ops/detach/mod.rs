@@ -57,11 +57,6 @@ mod run;
 
 use run::Run;
 
-/// Helper threads a detach starts before it locates the volume: one for the `/proc` walk's
-/// share, one per path of a 2-path volume for its flush and delete, one for the map's flush.
-/// A volume with more paths starts the rest before its check.
-const EARLY_HELPERS: usize = 3;
-
 /// Default time a detach may take.
 pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -239,13 +234,6 @@ pub fn detach_with(
     let _lock = run.step(StepKind::Lock, &key, || {
         lock::lock(&key, opts.lock_dir.as_deref(), deadline).map(|l| (l, Outcome::Done))
     })?;
-    // The first round's in-use check walks every process's descriptors, which needs nothing
-    // of the volume until it is matched: start it on helper threads now, to run while the
-    // volume is located, and no earlier than the lock, which keeps this detach from seeing
-    // another lunkit call on the volume (an attach proving its disk opens) as a user. A
-    // walk that cannot start here is started, and its error reported, by the check.
-    crate::helper::prewarm(EARLY_HELPERS);
-    let mut early_walk = crate::block::start_walk(root, deadline).ok();
 
     let mut rounds = 0;
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
@@ -294,7 +282,7 @@ pub fn detach_with(
         }
         rounds += 1;
         // `None`: the round went through but the deadline came before the next look.
-        let (again, err) = match run.round(&state, &mut busy_since, early_walk.take()) {
+        let (again, err) = match run.round(&state, &mut busy_since) {
             // Look again: multipathd may have re-created the map, a path may have come back.
             Ok(()) if Instant::now() < deadline => continue,
             Ok(()) => (false, None),

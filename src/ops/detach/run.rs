@@ -96,7 +96,6 @@ impl Run<'_> {
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
-        walk: Option<block::ProcWalk>,
     ) -> std::result::Result<(), Stop> {
         self.resume_suspended(state)?;
         // The map's flush and each path's flush and delete run on helper threads: have them
@@ -104,7 +103,7 @@ impl Run<'_> {
         // A path's flush and delete come one after the other, and the map's flush before
         // them, so a thread per path (back to waiting after each call) and one spare do.
         crate::helper::prewarm(state.paths.len() + 1);
-        let unreachable = self.check_in_use(state, busy_since, walk)?;
+        let unreachable = self.check_in_use(state, busy_since)?;
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
             self.take_down_map(map, None)?;
