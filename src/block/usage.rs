@@ -377,17 +377,9 @@ pub fn usage(
     // devices until its findings are matched: its shares start on helper threads first, and
     // this thread joins them once it has found the devices' family and read the mount
     // tables, swaps and loop devices.
-    let ProcWalk {
-        proc_fd,
-        seen,
-        host_ns,
-        self_ns,
-        read_self,
-        foreign,
-        walk,
-    } = start_walk(root, deadline)?;
+    let mut proc = start_walk(root, deadline)?;
     let mut usage = Usage::default();
-    usage.unchecked.extend(foreign);
+    usage.unchecked.extend(proc.foreign.take());
     // Every device whose users count: the devices, their partitions, and foreign stacks on
     // them; plus the volume's own devices, whose mounts and openers count too.
     let mut family: BTreeSet<BlockNode> = BTreeSet::new();
@@ -437,9 +429,9 @@ pub fn usage(
     // The host's mount table, then this process's if it is another namespace.
     match mountinfo::read_of(root, 1) {
         Ok(table) => {
-            lock_seen(&seen).claim_table(&table);
+            lock_seen(&proc.seen).claim_table(&table);
             let ns = MountNamespace {
-                inode: host_ns,
+                inode: proc.host_ns,
                 pid: Some(1),
             };
             family.mounts_in(root, &table, ns, &mut usage);
@@ -451,11 +443,11 @@ pub fn usage(
             reason: e.to_string(),
         }),
     }
-    if read_self {
+    if proc.read_self {
         let table = mountinfo::read(root)?;
-        if lock_seen(&seen).claim_table(&table) {
+        if lock_seen(&proc.seen).claim_table(&table) {
             let ns = MountNamespace {
-                inode: self_ns,
+                inode: proc.self_ns,
                 pid: None,
             };
             family.mounts_in(root, &table, ns, &mut usage);
@@ -491,7 +483,7 @@ pub fn usage(
         return Ok(usage);
     }
 
-    let scan = walk.finish(&family, deadline)?;
+    let scan = proc.walk.finish(&family, deadline)?;
     usage.unchecked.extend(scan.unchecked);
     usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
     for m in scan.usage.mounts {
@@ -524,7 +516,7 @@ pub fn usage(
         // no path can serve is not taken down while it is open (ops::detach).
         if (on_path || opener.read_only)
             && scope.ignore_openers.contains(&opener.comm.as_str())
-            && is_path_manager(&proc_fd, opener.pid)
+            && is_path_manager(&proc.proc_fd, opener.pid)
         {
             usage.managers.push(opener);
         } else {
