@@ -238,6 +238,7 @@ impl Walk {
             root: root.clone(),
             proc_fd: Arc::clone(proc_fd),
             seen: Arc::clone(seen),
+            held: helper::held(),
             pids,
             next: AtomicUsize::new(0),
         });
@@ -283,11 +284,13 @@ impl Walk {
             family.mounts_in(&ctx.root, table, *ns, &mut out.usage);
         }
         // This process as the root's /proc numbers it (another pid namespace's procfs gives
-        // another number), and what its helpers hold open.
+        // another number), and what its helpers held open while the walk ran: a helper may
+        // have opened a descriptor the walk saw after it started, or closed one since.
         let own_pid = rustix::fs::readlinkat(&*ctx.proc_fd, "self", Vec::new())
             .ok()
             .and_then(|p| p.to_str().ok().and_then(crate::id::decimal::<u32>));
-        let held = helper::held();
+        let mut held = helper::held();
+        held.extend_from_slice(&ctx.held);
         let numbers = family.numbers();
         let mut comms = std::collections::HashMap::new();
         for s in all.fds.iter().filter(|s| numbers.contains(&s.dev)) {
@@ -333,6 +336,8 @@ struct ScanCtx {
     proc_fd: Arc<OwnedFd>,
     /// Mount namespaces whose table was read (or is being read by another share).
     seen: Arc<Mutex<SeenNamespaces>>,
+    /// The descriptors this process's helpers held when the walk started, with their devices.
+    held: Vec<(RawFd, DevNum)>,
     /// Every process, in `/proc` order.
     pids: Vec<u32>,
     /// The index in `pids` of the next processes to take.
