@@ -252,7 +252,7 @@ impl Walk {
                     helper::Subject::share("proc walk"),
                     deadline,
                     &share_name,
-                    move || Ok(ctx.work()),
+                    move || Ok(ctx.work_caught()),
                 )
             })
             .collect();
@@ -262,15 +262,19 @@ impl Walk {
     /// Takes this thread's share of the walk, waits for the others within `deadline`, and
     /// returns what of `family` they found: its devices' descriptors (this process's
     /// helpers' apart) and its mounts in the namespaces the walk read.
-    pub(super) fn finish(self, family: &Family, deadline: Instant) -> Result<ProcScan> {
+    pub(super) fn finish(mut self, family: &Family, deadline: Instant) -> Result<ProcScan> {
         let mut all = self.ctx.work();
-        for share in self.others {
+        // Once this share is done, the others have at most their last few processes left:
+        // they get that long even past the caller's deadline (a check made at its deadline,
+        // as a removal's last look is), and a share stuck in the kernel longer is a timeout.
+        let until = deadline.max(Instant::now() + SHARE_GRACE);
+        for share in std::mem::take(&mut self.others) {
             // Not handed over (no thread could be had): the shares that ran read its
             // processes.
             let Ok(share) = share else {
                 continue;
             };
-            let s = share.wait(deadline, &share_name)?;
+            let s = share.wait(until, &share_name)?;
             all.fds.extend(s.fds);
             all.tables.extend(s.tables);
             all.unchecked.extend(s.unchecked);
@@ -294,6 +298,11 @@ impl Walk {
         let numbers = family.numbers();
         let mut comms = std::collections::HashMap::new();
         for s in all.fds.iter().filter(|s| numbers.contains(&s.dev)) {
+            // Closed since the walk saw it (udev's probe, typically), or the number reused:
+            // not a user now, and its `fdinfo` would describe something else.
+            if !still_open(ctx.proc_fd.as_fd(), s) {
+                continue;
+            }
             let comm: &String = comms
                 .entry(s.pid)
                 .or_insert_with(|| process_comm(&ctx.proc_fd, s.pid));
@@ -317,6 +326,18 @@ impl Walk {
         Ok(out)
     }
 }
+
+/// A walk given up (the check found a user before it): the shares still running take no
+/// more processes.
+impl Drop for Walk {
+    fn drop(&mut self) {
+        self.ctx.next.store(self.ctx.pids.len(), Ordering::Relaxed);
+    }
+}
+
+/// How long the other shares of a walk may still take once the calling thread's share is
+/// done, whatever the deadline: each has at most [`PIDS_PER_TAKE`] processes left.
+const SHARE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a share of the walk is, in a timeout's message.
 fn share_name() -> String {
@@ -347,6 +368,20 @@ struct ScanCtx {
 impl ScanCtx {
     /// One share of the walk: takes [`PIDS_PER_TAKE`] processes at a time until none are
     /// left.
+    /// [`ScanCtx::work`] on a helper thread: a panic there becomes a gap in the check
+    /// ([`Unchecked`]), as it would on the calling thread, not a share that never reports.
+    fn work_caught(&self) -> Sightings {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.work())).unwrap_or_else(
+            |_| Sightings {
+                unchecked: vec![Unchecked {
+                    what: "a share of the processes".into(),
+                    reason: "the thread reading them panicked".into(),
+                }],
+                ..Sightings::default()
+            },
+        )
+    }
+
     fn work(&self) -> Sightings {
         let mut out = Sightings::default();
         loop {
@@ -405,6 +440,11 @@ impl ScanCtx {
         } else {
             NsLink::Unreadable
         };
+        // pid 1's table is the host's, which the check reads itself (claimed before the walk
+        // started only when its `ns/mnt` could be read).
+        if pid == 1 {
+            return link;
+        }
         if let Some(i) = inode {
             if !lock_seen(&self.seen).claim_inode(i) {
                 return link;
@@ -538,6 +578,16 @@ impl ScanCtx {
     }
 }
 
+/// Whether the descriptor the walk saw is still open on the same device.
+fn still_open(proc_fd: BorrowedFd<'_>, s: &Sighting) -> bool {
+    let mut path = format!("{}/fd/", s.dir).into_bytes();
+    path.extend_from_slice(s.fd.to_bytes());
+    let Ok(path) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    matches!(open_block_device(proc_fd, &path), Ok(Some(dev)) if dev == s.dev)
+}
+
 /// Whether descriptor `name` of this process, open on `dev`, is one a helper thread holds
 /// (`held`, from [`helper::held`]). The number could have been closed and reused since, so
 /// the device must match too.
@@ -613,4 +663,52 @@ fn process_comm(proc_fd: &OwnedFd, pid: u32) -> String {
     let mut buf = [0u8; 64];
     let n = rustix::io::read(&fd, &mut buf).unwrap_or(0);
     String::from_utf8_lossy(&buf[..n]).trim_end().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// A descriptor the walk saw counts only while it is still open on the same device:
+    /// one closed before the walk is matched (udev's probe) is not a user.
+    #[test]
+    fn a_sighting_counts_only_while_its_descriptor_is_open() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root to open a block device");
+            return;
+        }
+        // Any block device of this machine: its root disk, or a loop device.
+        let opened = std::fs::read_dir("/sys/block")
+            .unwrap()
+            .flatten()
+            .find_map(|e| {
+                let dev = Path::new("/dev").join(e.file_name());
+                let f = std::fs::File::open(&dev).ok()?;
+                let st = rustix::fs::fstat(&f).ok()?;
+                Some((f, super::super::block_number(&st)?))
+            });
+        let (file, dev) = opened.expect("a block device under /sys/block that opens");
+        let proc_fd = rustix::fs::open(
+            "/proc",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let sighting = |dev| Sighting {
+            pid: std::process::id(),
+            dir: "self".into(),
+            fd: std::ffi::CString::new(file.as_raw_fd().to_string()).unwrap(),
+            dev,
+        };
+        assert!(still_open(proc_fd.as_fd(), &sighting(dev)));
+        let other = DevNum {
+            major: dev.major,
+            minor: dev.minor + 1,
+        };
+        assert!(!still_open(proc_fd.as_fd(), &sighting(other)));
+        let seen = sighting(dev);
+        drop(file);
+        assert!(!still_open(proc_fd.as_fd(), &seen));
+    }
 }

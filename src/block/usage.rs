@@ -428,8 +428,11 @@ pub fn usage(
 
     // The host's mount table, then this process's if it is another namespace.
     match mountinfo::read_of(root, 1) {
+        // Already claimed: the walk reached the host's namespace through another process
+        // first (pid 1's `ns/mnt` could not be read, so it was not claimed ahead), and
+        // matches that table itself.
+        Ok(table) if !lock_seen(&proc.seen).claim_table(&table) => {}
         Ok(table) => {
-            lock_seen(&proc.seen).claim_table(&table);
             let ns = MountNamespace {
                 inode: proc.host_ns,
                 pid: Some(1),
