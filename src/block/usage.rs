@@ -377,9 +377,30 @@ pub fn usage(
     // devices until its findings are matched: its shares start on helper threads first, and
     // this thread joins them once it has found the devices' family and read the mount
     // tables, swaps and loop devices.
-    let mut proc = start_walk(root, deadline)?;
     let mut usage = Usage::default();
-    usage.unchecked.extend(proc.foreign.take());
+    let proc_dir = root.proc("");
+    let proc_fd = std::sync::Arc::new(
+        rustix::fs::open(
+            &proc_dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(&proc_dir, e.into()))?,
+    );
+    usage
+        .unchecked
+        .extend(foreign_pid_namespace(&proc_fd, &proc_dir));
+    // The host's mount namespace and this process's are read below, so they are claimed
+    // before the walk starts: it reads every other namespace it finds.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
+    let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
+    if let Some(i) = host_ns {
+        lock_seen(&seen).claim_inode(i);
+    }
+    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
+    let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
+    let walk = Walk::start(root, &proc_fd, &seen, deadline)?;
+
     // Every device whose users count: the devices, their partitions, and foreign stacks on
     // them; plus the volume's own devices, whose mounts and openers count too.
     let mut family: BTreeSet<BlockNode> = BTreeSet::new();
@@ -431,10 +452,10 @@ pub fn usage(
         // Already claimed: the walk reached the host's namespace through another process
         // first (pid 1's `ns/mnt` could not be read, so it was not claimed ahead), and
         // matches that table itself.
-        Ok(table) if !lock_seen(&proc.seen).claim_table(&table) => {}
+        Ok(table) if !lock_seen(&seen).claim_table(&table) => {}
         Ok(table) => {
             let ns = MountNamespace {
-                inode: proc.host_ns,
+                inode: host_ns,
                 pid: Some(1),
             };
             family.mounts_in(root, &table, ns, &mut usage);
@@ -446,11 +467,11 @@ pub fn usage(
             reason: e.to_string(),
         }),
     }
-    if proc.read_self {
+    if read_self {
         let table = mountinfo::read(root)?;
-        if lock_seen(&proc.seen).claim_table(&table) {
+        if lock_seen(&seen).claim_table(&table) {
             let ns = MountNamespace {
-                inode: proc.self_ns,
+                inode: self_ns,
                 pid: None,
             };
             family.mounts_in(root, &table, ns, &mut usage);
@@ -486,7 +507,7 @@ pub fn usage(
         return Ok(usage);
     }
 
-    let scan = proc.walk.finish(&family, deadline)?;
+    let scan = walk.finish(&family, deadline)?;
     usage.unchecked.extend(scan.unchecked);
     usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
     for m in scan.usage.mounts {
@@ -519,7 +540,7 @@ pub fn usage(
         // no path can serve is not taken down while it is open (ops::detach).
         if (on_path || opener.read_only)
             && scope.ignore_openers.contains(&opener.comm.as_str())
-            && is_path_manager(&proc.proc_fd, opener.pid)
+            && is_path_manager(&proc_fd, opener.pid)
         {
             usage.managers.push(opener);
         } else {
@@ -554,57 +575,6 @@ pub fn usage(
         }
     }
     Ok(usage)
-}
-
-/// The `/proc` walk of an in-use check, started before the devices' family is known
-/// ([`start_walk`]), with what the check needs of `/proc` besides.
-struct ProcWalk {
-    proc_fd: std::sync::Arc<OwnedFd>,
-    /// The mount namespaces claimed for reading: the host's and this process's, by the
-    /// check itself, and those the walk reads.
-    seen: std::sync::Arc<std::sync::Mutex<SeenNamespaces>>,
-    host_ns: Option<u64>,
-    self_ns: Option<u64>,
-    /// Whether this process's namespace is to be read by the check (it is not the host's).
-    read_self: bool,
-    /// Why the walk cannot see every process, when it cannot.
-    foreign: Option<Unchecked>,
-    walk: Walk,
-}
-
-/// Starts the `/proc` walk of an in-use check (step 5 of [`usage`]) on helper threads. What
-/// it sees is matched against the devices' family when it finishes, so it can start before
-/// the family is known.
-fn start_walk(root: &Root, deadline: Instant) -> Result<ProcWalk> {
-    let proc_dir = root.proc("");
-    let proc_fd = std::sync::Arc::new(
-        rustix::fs::open(
-            &proc_dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io(&proc_dir, e.into()))?,
-    );
-    let foreign = foreign_pid_namespace(&proc_fd, &proc_dir);
-    // The host's mount namespace and this process's are read by the check itself, so they
-    // are claimed before the walk starts: it reads every other namespace it finds.
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
-    let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
-    if let Some(i) = host_ns {
-        lock_seen(&seen).claim_inode(i);
-    }
-    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
-    let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
-    let walk = Walk::start(root, &proc_fd, &seen, deadline)?;
-    Ok(ProcWalk {
-        proc_fd,
-        seen,
-        host_ns,
-        self_ns,
-        read_self,
-        foreign,
-        walk,
-    })
 }
 
 /// The inode number of the initial pid namespace's `ns/pid` link (`PROC_PID_INIT_INO` in the
