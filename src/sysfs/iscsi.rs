@@ -1,7 +1,7 @@
 //! `/sys/class/iscsi_session` and `/sys/class/iscsi_connection` (open-iscsi's kernel side).
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Confine, attr, attr_parse, entries, file_name, resolve};
 use crate::error::Result;
@@ -103,18 +103,10 @@ pub struct SessionPath {
 /// resolution. A scan reads this before its writes, so every read here is on its critical
 /// path; a portal it only reports is read with [`portal_of`] once the writes are in flight.
 pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionPath>> {
-    let class = root.sys("class/iscsi_session");
     let confine = Confine::new(root);
     let mut conns: Option<Vec<String>> = None;
     let mut out = Vec::new();
-    for name in entries(&class)? {
-        let Some(sid) = name.strip_prefix("session").and_then(decimal::<u32>) else {
-            continue;
-        };
-        let entry = class.join(&name);
-        let Some(dir) = confine.dir(&entry) else {
-            continue;
-        };
+    for SessionDir { sid, entry, dir } in session_dirs(root, &confine)? {
         if attr(&dir, "targetname").as_deref() != Some(target) {
             continue;
         }
@@ -133,6 +125,30 @@ pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionP
     }
     out.sort_by_key(|s| s.sid);
     Ok(out)
+}
+
+/// One `sessionN` of `/sys/class/iscsi_session`.
+struct SessionDir {
+    sid: u32,
+    /// The class entry (a symlink on a live system).
+    entry: PathBuf,
+    /// Where to read its attributes, confined to the root ([`Confine::dir`]).
+    dir: PathBuf,
+}
+
+/// Every session directory, in listing order; entries that are no session or lead out of
+/// the root are passed over.
+fn session_dirs(root: &Root, confine: &Confine) -> Result<Vec<SessionDir>> {
+    let class = root.sys("class/iscsi_session");
+    Ok(entries(&class)?
+        .into_iter()
+        .filter_map(|name| {
+            let sid = name.strip_prefix("session").and_then(decimal::<u32>)?;
+            let entry = class.join(&name);
+            let dir = confine.dir(&entry)?;
+            Some(SessionDir { sid, entry, dir })
+        })
+        .collect())
 }
 
 /// The portal of session `sid` ([`IscsiSession::portal`]), read alone.
@@ -229,24 +245,17 @@ fn session_target_id(root: &Root, dir: &Path) -> Option<u32> {
 }
 
 fn read_sessions(root: &Root, only_target: Option<&str>) -> Result<Vec<IscsiSession>> {
-    let class = root.sys("class/iscsi_session");
     let conn_class = root.sys("class/iscsi_connection");
     // Listed once, and only when a session needs its connections.
     let mut conns: Option<Vec<String>> = None;
     let confine = Confine::new(root);
     let mut out = Vec::new();
-    for name in entries(&class)? {
-        let Some(sid) = name.strip_prefix("session").and_then(decimal::<u32>) else {
-            continue;
-        };
-        let Some(dir) = confine.dir(&class.join(&name)) else {
-            continue;
-        };
+    for SessionDir { sid, entry, dir } in session_dirs(root, &confine)? {
         let target = attr(&dir, "targetname");
         if only_target.is_some_and(|want| target.as_deref() != Some(want)) {
             continue;
         }
-        let host = session_host(root, &class.join(&name), &dir, sid);
+        let host = session_host(root, &entry, &dir, sid);
         let target_id = session_target_id(root, &dir);
         let conns = match &mut conns {
             Some(c) => c,
