@@ -10,7 +10,9 @@ mod scan;
 mod teardown;
 mod watch;
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -78,6 +80,13 @@ enum Command {
     /// Scan exactly one LUN and wait until its block devices open.
     #[command(subcommand)]
     Scan(scan::Scan),
+    /// Run commands read from stdin, one per line, in this one process: what a program that
+    /// links the library (a CSI node plugin) pays per operation, without a process start
+    /// each time. A line is split on whitespace (no quoting) and run as `lunkit LINE`, under
+    /// this --root; after its output comes the line `lunkit-batch: exit N`, N its exit code.
+    /// Empty lines and lines starting with `#` are skipped; `batch` and `watch` cannot be
+    /// run inside. Exit 0 at the end of the input.
+    Batch,
     /// Print kernel uevents as they arrive (like `udevadm monitor --kernel`).
     Watch {
         /// One JSON object per line.
@@ -88,6 +97,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Batch = cli.command {
+        return batch(&cli.root);
+    }
+    ExitCode::from(run(cli))
+}
+
+/// Runs one parsed command line; its exit code.
+fn run(cli: Cli) -> u8 {
     let root = Root::new(cli.root);
     let result = match cli.command {
         Command::List { json } => list(&root, json),
@@ -100,14 +117,58 @@ fn main() -> ExitCode {
         Command::Resize(cmd) => resize::run(&root, cmd),
         Command::Delete(cmd) => teardown::delete(&root, cmd),
         Command::Flush(cmd) => teardown::flush(&root, cmd),
+        Command::Batch => Err(nested("batch")),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("lunkit: {e}");
-            ExitCode::from(exit_code(&e))
+            exit_code(&e)
         }
     }
+}
+
+/// `lunkit batch`: each line of stdin run as a command of its own, in this process.
+fn batch(root: &Path) -> ExitCode {
+    for line in std::io::stdin().lock().lines() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("lunkit: batch: reading stdin: {e}");
+                return ExitCode::from(exit::OTHER);
+            }
+        };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first().is_none_or(|w| w.starts_with('#')) {
+            continue;
+        }
+        let argv = [OsStr::new("lunkit"), OsStr::new("--root"), root.as_os_str()]
+            .into_iter()
+            .chain(words.iter().map(OsStr::new));
+        let code = match Cli::try_parse_from(argv) {
+            // `watch` never returns, and a batch in a batch would read the same stdin.
+            Ok(Cli {
+                command: Command::Watch { .. },
+                ..
+            }) => {
+                eprintln!("lunkit: {}", nested("watch"));
+                exit::USAGE
+            }
+            Ok(cli) => run(cli),
+            Err(e) => {
+                // Usage errors go to stderr; `--help` and `--version` print to stdout.
+                let _ = e.print();
+                if e.use_stderr() { exit::USAGE } else { 0 }
+            }
+        };
+        println!("lunkit-batch: exit {code}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// The error for a command that `batch` cannot run.
+fn nested(command: &str) -> lunkit::Error {
+    lunkit::Error::invalid("batch line", command, "cannot be run inside `lunkit batch`")
 }
 
 fn exit_code(e: &lunkit::Error) -> u8 {

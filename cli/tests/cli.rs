@@ -486,3 +486,58 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("etc/nvme/hostnqn"));
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// `lunkit batch` runs each line as its own command under the batch's `--root`, ends each
+/// with its exit line, and goes on after a failing one.
+#[test]
+fn batch_runs_each_line_and_reports_its_exit_code() {
+    use std::io::Write;
+    let root = fixture("fc");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lunkit"))
+        .args(["--root", root.to_str().unwrap(), "batch"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = "list --json\n\n# a comment\nlist --bogus\nwatch\nbatch\nflush /dev/nonexistent\n\
+                 list --json\n";
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Each command's output, and the exit code its exit line gives.
+    let mut runs: Vec<(String, &str)> = Vec::new();
+    let mut output = String::new();
+    for line in stdout.lines() {
+        match line.strip_prefix("lunkit-batch: exit ") {
+            Some(code) => runs.push((std::mem::take(&mut output), code)),
+            None => output += &format!("{line}\n"),
+        }
+    }
+    assert!(
+        output.is_empty(),
+        "output after the last exit line: {output}"
+    );
+    let codes: Vec<&str> = runs.iter().map(|(_, c)| *c).collect();
+    // Blank and comment lines run nothing; a usage error, the two commands that cannot run
+    // inside, and a device that is not there each give their own code. (The fixture root is
+    // reached through `..`: only a device name with `..` in it is refused, not the root.)
+    assert_eq!(codes, ["0", "2", "2", "2", "3", "0"], "{stdout}\n{stderr}");
+    // Each listing is the fixture's, read under the batch's --root.
+    for i in [0, 5] {
+        let doc: Value = serde_json::from_str(&runs[i].0).unwrap();
+        assert_eq!(doc["multipath_maps"][0]["name"], "mpathb");
+    }
+    assert!(
+        stderr.contains("cannot be run inside `lunkit batch`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("/dev/nonexistent"), "{stderr}");
+}
