@@ -13,6 +13,7 @@ mod model;
 mod multipathd;
 mod proc;
 mod report;
+mod resident;
 mod sys;
 
 use std::fs;

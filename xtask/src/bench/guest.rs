@@ -24,6 +24,8 @@ use lunkit_lab::multipath::{self, Map, Multipathd};
 use lunkit_lab::scsi_debug::ScsiDebug;
 use lunkit_lab::{VM_ENV, sysfs, udev, wait};
 
+use super::resident::Resident;
+
 use super::listener::{Event, Listener};
 use super::model::{Measurement, Recorder, Run, State};
 use super::multipathd;
@@ -832,6 +834,10 @@ enum NodeScan {
     LunkitBoth,
     /// The kernel alone, both paths at once: what a second path costs the kernel itself.
     FloorBoth,
+    /// [`NodeScan::Lunkit`] in the row's `lunkit batch` process.
+    Resident,
+    /// [`NodeScan::LunkitBoth`] in the row's `lunkit batch` process.
+    ResidentBoth,
 }
 
 /// The scan rows with what every node runs beside them: udevd (virtme-ng's init starts it)
@@ -916,8 +922,35 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
                 ),
             ),
         ];
+        let mut list = list.to_vec();
+        let mut resident = start_resident(ctx)?;
+        if resident.is_some() {
+            list.extend([
+                (
+                    NodeScan::Resident,
+                    Measurement::new(
+                        "node",
+                        "resident",
+                        "lunkit scan iscsi, one path, resident",
+                        &format!("The one-path scan as a line to {RESIDENT_NOTE}"),
+                    ),
+                ),
+                (
+                    NodeScan::ResidentBoth,
+                    Measurement::new(
+                        "node",
+                        "resident-both",
+                        "lunkit scan iscsi, both sessions, resident",
+                        &format!("The 2-session scan as a line to {RESIDENT_NOTE}"),
+                    ),
+                ),
+            ]);
+        }
         node_cleanup(ctx, sessions, node_map(sessions))?;
-        rounds(ctx, &list, |ctx, m| node_scan_once(ctx, sessions, m)).map(|_| ())
+        rounds(ctx, &list, |ctx, m| {
+            node_scan_once(ctx, sessions, m, resident.as_mut())
+        })
+        .map(|_| ())
     })();
     let stopped = mpd.stop();
     result?;
@@ -933,13 +966,21 @@ fn node_hctls(sessions: &[Session]) -> Vec<String> {
         .collect()
 }
 
-fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Run> {
+fn node_scan_once(
+    ctx: &mut Ctx,
+    sessions: &[Session],
+    m: NodeScan,
+    resident: Option<&mut Resident>,
+) -> Result<Run> {
     let first = Target {
         session: sessions[0].clone(),
         lun: SCAN_LUN,
     };
     let hctl = first.hctl();
-    let both = matches!(m, NodeScan::LunkitBoth | NodeScan::FloorBoth);
+    let both = matches!(
+        m,
+        NodeScan::LunkitBoth | NodeScan::FloorBoth | NodeScan::ResidentBoth
+    );
     let wanted: Vec<String> = if both {
         node_hctls(sessions)
     } else {
@@ -963,6 +1004,17 @@ fn node_scan_once(ctx: &mut Ctx, sessions: &[Session], m: NodeScan) -> Result<Ru
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.rss_kib = Some(out.rss_kib);
+            }
+            NodeScan::Resident | NodeScan::ResidentBoth => {
+                let r = resident.ok_or("no resident lunkit for this row")?;
+                let mut line = format!("scan iscsi --target {}", first.session.target);
+                if m == NodeScan::Resident {
+                    line += &format!(" --portal {}", first.session.portal);
+                }
+                line += &format!(" --lun {SCAN_LUN} --timeout 60 --json");
+                let out = r.run(&line, TIMEOUT)?.ok("lunkit scan iscsi")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
             }
             NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,
             NodeScan::FloorBoth => run.wall_us = floor_scan_all(ctx, sessions, seq0, t_start)?,
@@ -1135,11 +1187,18 @@ fn force_remove(v: &Volume) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Teardown {
     Lunkit,
+    /// `lunkit detach` in the row's `lunkit batch` process.
+    Resident,
     Floor,
     Shell,
 }
 
-fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run> {
+fn teardown_once(
+    ctx: &mut Ctx,
+    sessions: &[Session],
+    m: Teardown,
+    resident: Option<&mut Resident>,
+) -> Result<Run> {
     let v = attach_volume(sessions, TEARDOWN_LUN)?;
     settle(ctx)?;
     let seq0 = seqnum()?;
@@ -1164,6 +1223,15 @@ fn teardown_once(ctx: &mut Ctx, sessions: &[Session], m: Teardown) -> Result<Run
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
                 run.rss_kib = Some(out.rss_kib);
+                say(&step_split(&out.stdout, run.lib_us, v.map.paths.len()));
+            }
+            Teardown::Resident => {
+                let r = resident.ok_or("no resident lunkit for this row")?;
+                let line = format!("detach --wwid {} --timeout 60 --json", v.wwid);
+                let out = r.run(&line, TIMEOUT)?.ok("lunkit detach")?;
+                run.wall_us = out.wall.as_micros() as u64;
+                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
                 say(&step_split(&out.stdout, run.lib_us, v.map.paths.len()));
             }
             Teardown::Floor => {
@@ -1307,9 +1375,43 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session], crowd: Option<&Crowd>) -> R
         Ok(()) => list.insert(0, (Teardown::Lunkit, lunkit)),
         Err(why) => unavailable(ctx, lunkit, why)?,
     }
-    let result = rounds(ctx, &list, |ctx, m| teardown_once(ctx, sessions, m));
+    let mut resident = start_resident(ctx)?;
+    if resident.is_some() {
+        list.insert(
+            1,
+            (
+                Teardown::Resident,
+                Measurement::new(
+                    row,
+                    "resident",
+                    "lunkit detach, resident",
+                    &format!("The same detach as a line to {RESIDENT_NOTE}"),
+                ),
+            ),
+        );
+    }
+    let result = rounds(ctx, &list, |ctx, m| {
+        teardown_once(ctx, sessions, m, resident.as_mut())
+    });
     mpd.stop()?;
     result.map(|_| ())
+}
+
+/// How the resident rows are measured, after "The same detach as a line to".
+const RESIDENT_NOTE: &str = "one `lunkit batch` process (release build) that runs the whole \
+     row's commands, as a CSI node plugin linking the library would: its code is warm from the \
+     runs before. Library time is the command's `elapsed_us`, as for the spawned command.";
+
+/// The row's `lunkit batch` process, `None` when this lunkit has no `batch` (recorded as
+/// nothing: the spawned command's rows stand alone then).
+fn start_resident(ctx: &Ctx) -> Result<Option<Resident>> {
+    match subcommand_available(&ctx.lunkit, "batch") {
+        Ok(()) => Ok(Some(Resident::start(&ctx.lunkit)?)),
+        Err(why) => {
+            say(&format!("no resident rows: {why}"));
+            Ok(None)
+        }
+    }
 }
 
 /// What the crowd row adds to the node: 200 processes holding 100 descriptors each (40 opens

@@ -419,6 +419,24 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
         }
     }
     t.push(second);
+    // The same goals for lunkit as a linked library runs it: one process for every command
+    // (`lunkit batch`), its code warm from the runs before.
+    t.push(at_most(
+        "node-floor-library-resident",
+        "node, resident: lunkit's one-path library time within 1.10× of the kernel floor",
+        lib_median(all, "node.resident"),
+        median(all, "node.floor"),
+        1.10,
+        "floor",
+    ));
+    t.push(at_most(
+        "node-second-path-resident",
+        "node, resident: a 2-session scan's library time within 1.15× of a one-path scan's",
+        lib_median(all, "node.resident-both"),
+        lib_median(all, "node.resident"),
+        1.15,
+        "one path",
+    ));
     t.push(at_most(
         "scan-uevents",
         "scan: uevents per single-LUN attach no more than the floor's",
@@ -484,6 +502,18 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
             },
             &format!("{what}: lunkit's library time within 1.25× of the kernel floor"),
             lib_median(all, &format!("{row}.lunkit")),
+            median(all, &format!("{row}.floor")),
+            1.25,
+            "floor",
+        ));
+        t.push(at_most(
+            if row == "teardown" {
+                "teardown-floor-library-resident"
+            } else {
+                "crowd-floor-library-resident"
+            },
+            &format!("{what}, resident: lunkit's library time within 1.25× of the kernel floor"),
+            lib_median(all, &format!("{row}.resident")),
             median(all, &format!("{row}.floor")),
             1.25,
             "floor",
@@ -758,6 +788,48 @@ mod tests {
             ),
             "{}",
             second.detail
+        );
+    }
+
+    #[test]
+    fn resident_rows_have_targets_of_their_own() {
+        let all = vec![
+            m("teardown.lunkit", &[260_000; 3], Some(180_000), 19),
+            m("teardown.resident", &[140_000; 3], Some(130_000), 19),
+            m("teardown.floor", &[120_000; 3], None, 19),
+            m("node.resident", &[60_000; 3], Some(50_000), 20),
+            m("node.resident-both", &[80_000; 3], Some(70_000), 30),
+            m("node.floor", &[48_000; 3], None, 20),
+        ];
+        let t = targets(&all);
+        let get = |id: &str| t.iter().find(|t| t.id == id).unwrap();
+        // The spawned command and the resident process are judged apart, each on its own
+        // library time.
+        assert_eq!(get("teardown-floor-library").verdict, Verdict::Missed);
+        let resident = get("teardown-floor-library-resident");
+        assert_eq!(resident.verdict, Verdict::Met);
+        assert!(
+            resident.detail.starts_with("1.08× floor"),
+            "{}",
+            resident.detail
+        );
+        assert_eq!(get("node-floor-library-resident").verdict, Verdict::Met);
+        let second = get("node-second-path-resident");
+        assert_eq!(second.verdict, Verdict::Missed);
+        assert!(
+            second.detail.starts_with("1.40× one path"),
+            "{}",
+            second.detail
+        );
+        // Not measured: not available, never met.
+        assert_eq!(
+            get("crowd-floor-library-resident").verdict,
+            Verdict::NotAvailable
+        );
+        let md = markdown(&all, &Meta::default());
+        assert!(
+            md.contains("↳ resident library time (`elapsed_us`, no exec) | 130.0 ms"),
+            "{md}"
         );
     }
 
