@@ -407,7 +407,8 @@ fn a_lun_masked_on_one_path_comes_on_the_other() {
 
 /// `attach --wait-map` on a 2-path volume with udevd and multipathd running: both scan
 /// writes are in flight at once (their timestamps overlap), and it returns the map that
-/// multipathd built with both paths.
+/// multipathd built with both paths. Then attach and detach twice more in one `lunkit batch`
+/// process, as a resident caller runs them.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
@@ -467,5 +468,73 @@ fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
 
     let out = lunkit(&["detach", "--iscsi-target", &iqn, "--lun", "2"]);
     assert!(out.status.success(), "detach failed: {}", stderr(&out));
+
+    // The same in one `lunkit batch` process, twice over, as a program linking the library
+    // runs one operation after another (the bench's resident rows): each attach finds both
+    // paths and the map, each detach leaves nothing.
+    let line = |verb: &str| {
+        if verb == "attach" {
+            format!("attach --iscsi-target {iqn} --lun 3 --wait-map --timeout 120 --json")
+        } else {
+            format!("detach --iscsi-target {iqn} --lun 3 --timeout 60 --json")
+        }
+    };
+    let input: String = ["attach", "detach", "attach", "detach"]
+        .iter()
+        .map(|v| line(v) + "\n")
+        .collect();
+    let out = batch(&input);
+    assert!(out.status.success(), "lunkit batch: {}", stderr(&out));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    let mut runs: Vec<(Value, &str)> = Vec::new();
+    let mut text = String::new();
+    for l in stdout.lines() {
+        match l.strip_prefix("lunkit-batch: exit ") {
+            Some(code) => runs.push((
+                serde_json::from_str(&std::mem::take(&mut text))
+                    .unwrap_or_else(|e| panic!("{e}: {stdout}")),
+                code,
+            )),
+            None => text += l,
+        }
+    }
+    assert_eq!(runs.len(), 4, "{stdout}");
+    for (i, (doc, code)) in runs.iter().enumerate() {
+        assert_eq!(*code, "0", "command {i}: {doc}\n{}", stderr(&out));
+        if i % 2 == 0 {
+            let found = doc["paths"].as_array().unwrap();
+            assert!(
+                found.len() == 2 && found.iter().all(|p| p["outcome"] == "found"),
+                "attach {i}: {doc}"
+            );
+            assert!(doc["map"]["dm"].is_string(), "attach {i}: {doc}");
+        } else {
+            assert_eq!(doc["ok"], true, "detach {i}: {doc}");
+            assert_eq!(doc["rounds"], 1, "detach {i}: {doc}");
+            let hosts: Vec<u32> = lab.sessions.iter().map(|s| s.host).collect();
+            assert!(
+                devices_on(&hosts).iter().all(|h| !h.ends_with(":3")),
+                "LUN 3 left after detach {i}: {:?}",
+                devices_on(&hosts)
+            );
+        }
+    }
     lab.teardown().expect("tear the lab down");
+}
+
+/// `lunkit batch` with `input` on its stdin, to the end.
+fn batch(input: &str) -> Output {
+    use std::io::Write;
+    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
+    let mut child = Command::new(bin)
+        .arg("batch")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lunkit batch");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
 }
