@@ -482,13 +482,25 @@ impl PathIdentity {
     /// What the device at `hctl` is now.
     pub fn of(root: &Root, hctl: Hctl) -> PathIdentity {
         let dir = sysfs::scsi::device_dir(root, hctl);
+        let disk = sysfs::sub_entries(&dir, "block")
+            .ok()
+            .and_then(|names| names.into_iter().next());
+        PathIdentity::with(root, hctl, disk.as_deref(), attr_parse(&dir, "wwid"))
+    }
+
+    /// The identity of the device at `hctl`, whose disk (`block/` entry) and WWID the caller
+    /// has just read: only the sysfs objects are looked at.
+    pub(crate) fn with(
+        root: &Root,
+        hctl: Hctl,
+        disk: Option<&str>,
+        wwid: Option<Wwid>,
+    ) -> PathIdentity {
+        let dir = sysfs::scsi::device_dir(root, hctl);
         PathIdentity {
             device: sysfs::object_id(&dir),
-            disk: sysfs::sub_entries(&dir, "block")
-                .ok()
-                .and_then(|names| names.into_iter().next())
-                .and_then(|name| sysfs::object_id(&dir.join("block").join(name))),
-            wwid: attr_parse(&dir, "wwid"),
+            disk: disk.and_then(|name| sysfs::object_id(&dir.join("block").join(name))),
+            wwid,
         }
     }
 

@@ -47,6 +47,18 @@ fn every_name_of_a_volume_finds_the_same_devices() {
         want.paths.iter().map(|p| p.hctl).collect::<Vec<_>>(),
         hctls(&["6:0:0:1", "7:0:0:1"])
     );
+    // Each path's identity, from what the look read once, is what a fresh look at its
+    // address reads: its scsi_device and disk objects, and its WWID.
+    for p in &want.paths {
+        assert_eq!(
+            p.identity,
+            lunkit::scsi::PathIdentity::of(&root(), p.hctl),
+            "{p:?}"
+        );
+        let i = &p.identity;
+        assert!(i.device.is_some() && i.disk.is_some(), "{p:?}");
+        assert_eq!(i.wwid, Some(LUN1.parse().unwrap()), "{p:?}");
+    }
     for spec in specs {
         let id = identify(spec.clone());
         assert_eq!(id.key(), by_wwid.key(), "{spec}");

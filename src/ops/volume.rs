@@ -7,6 +7,7 @@
 //! the addresses, and the multipath maps over them. `/dev/disk/by-*` links are never used:
 //! they are udev's, and stale after a failed cleanup.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::block::{self, BlockNode};
@@ -358,13 +359,14 @@ fn map_by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
 
 /// What of the volume `id` is on the node now.
 pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
+    let mut read = Reads::new(root);
     let mut state = VolumeState::default();
     let mut hctls: Vec<Hctl> = Vec::new();
     for &h in &id.addresses {
         if !sysscsi::exists(root, h) {
             continue;
         }
-        match (&id.wwid, sysscsi::wwid(root, h)) {
+        match (&id.wwid, read.wwid(h)) {
             (Some(want), Some(have)) if *want == have => hctls.push(h),
             // A device without a readable WWID at an address of a volume that has one may be
             // anything (another LUN scanned there, its VPD read failing): never counted in.
@@ -375,7 +377,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
     }
     if let Some(want) = &id.wwid {
         for h in sysscsi::addresses(root)? {
-            if sysscsi::wwid(root, h).as_ref() == Some(want) {
+            if read.wwid(h).as_ref() == Some(want) {
                 hctls.push(h);
             }
         }
@@ -389,15 +391,18 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         .as_ref()
         .map(|w| format!("{UUID_PREFIX}{}", w.to_multipath()));
     for b in sysblock::dm_names(root)? {
-        let u = sysblock::dm_uuid(root, &b);
+        let u = read.uuid(&b);
         if u.is_some() && u == uuid {
             map_names.push(b);
         }
     }
     for &h in &hctls.clone() {
-        if let Some(disk) = block::of_scsi_device(root, h)? {
+        if let Some(disk) = read.disk(h)? {
             for holder in sysblock::holders(root, &disk.name)? {
-                if is_mpath(root, &holder) && !map_names.contains(&holder) {
+                let mpath = read
+                    .uuid(&holder)
+                    .is_some_and(|u| multipath::uuid_wwid(&u).is_some());
+                if mpath && !map_names.contains(&holder) {
                     map_names.push(holder);
                 }
             }
@@ -407,10 +412,10 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         let Some(node) = block::by_name(root, &dm)? else {
             continue;
         };
-        let map_uuid = sysblock::dm_uuid(root, &dm).unwrap_or_default();
+        let map_uuid = read.uuid(&dm).unwrap_or_default();
         let mut partitions = Vec::new();
         for holder in sysblock::holders(root, &dm)? {
-            let hu = sysblock::dm_uuid(root, &holder);
+            let hu = read.uuid(&holder);
             if hu.is_some_and(|u| multipath::is_partition_uuid(&u, &map_uuid)) {
                 partitions.push(holder);
             }
@@ -437,14 +442,67 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         if !sysscsi::exists(root, h) {
             continue;
         }
+        let disk = read.disk(h)?;
+        let wwid = read.wwid(h);
         state.paths.push(VolumePath {
             hctl: h,
-            identity: PathIdentity::of(root, h),
-            disk: block::of_scsi_device(root, h)?,
+            identity: PathIdentity::with(root, h, disk.as_ref().map(|d| d.name.as_str()), wwid),
+            disk,
             state: sysscsi::state(root, h),
         });
     }
     Ok(state)
+}
+
+/// What one [`locate`] has read, so that it reads each attribute once: a path's WWID and
+/// disk, and a dm device's uuid, are asked for again on the way (by WWID, through the
+/// holders, as a map's slave, for the path's identity). It all stands for one look at the
+/// node, as if read at once.
+struct Reads<'a> {
+    root: &'a Root,
+    wwids: HashMap<Hctl, Option<Wwid>>,
+    disks: HashMap<Hctl, Option<BlockNode>>,
+    uuids: HashMap<String, Option<String>>,
+}
+
+impl<'a> Reads<'a> {
+    fn new(root: &'a Root) -> Reads<'a> {
+        Reads {
+            root,
+            wwids: HashMap::new(),
+            disks: HashMap::new(),
+            uuids: HashMap::new(),
+        }
+    }
+
+    /// The WWID of the device at `h` ([`sysscsi::wwid`]).
+    fn wwid(&mut self, h: Hctl) -> Option<Wwid> {
+        let root = self.root;
+        self.wwids
+            .entry(h)
+            .or_insert_with(|| sysscsi::wwid(root, h))
+            .clone()
+    }
+
+    /// The disk of the device at `h` ([`block::of_scsi_device`]).
+    fn disk(&mut self, h: Hctl) -> Result<Option<BlockNode>> {
+        if let Some(d) = self.disks.get(&h) {
+            return Ok(d.clone());
+        }
+        let d = block::of_scsi_device(self.root, h)?;
+        self.disks.insert(h, d.clone());
+        Ok(d)
+    }
+
+    /// The dm uuid of block device `name` ([`sysblock::dm_uuid`]).
+    fn uuid(&mut self, name: &str) -> Option<String> {
+        if let Some(u) = self.uuids.get(name) {
+            return u.clone();
+        }
+        let u = sysblock::dm_uuid(self.root, name);
+        self.uuids.insert(name.to_owned(), u.clone());
+        u
+    }
 }
 
 /// A multipath map none of whose paths is a SCSI disk any more: every path was deleted or
@@ -493,8 +551,4 @@ pub fn orphan_maps(root: &Root) -> Result<Vec<OrphanMap>> {
         }
     }
     Ok(orphans)
-}
-
-fn is_mpath(root: &Root, dm: &str) -> bool {
-    sysblock::dm_uuid(root, dm).is_some_and(|u| multipath::uuid_wwid(&u).is_some())
 }
