@@ -83,9 +83,11 @@ enum Command {
     /// Run commands read from stdin, one per line, in this one process: what a program that
     /// links the library (a CSI node plugin) pays per operation, without a process start
     /// each time. A line is split on whitespace (no quoting) and run as `lunkit LINE`, under
-    /// this --root; after its output comes the line `lunkit-batch: exit N`, N its exit code.
-    /// Empty lines and lines starting with `#` are skipped; `batch` and `watch` cannot be
-    /// run inside. Exit 0 at the end of the input.
+    /// this --root (a line cannot set its own); after its output comes the line
+    /// `lunkit-batch: exit N`, N its exit code. Errors go to stderr as each command writes
+    /// them. Empty lines and lines starting with `#` are skipped; `batch` and `watch` cannot
+    /// be run inside. Exit 0 at the end of the input; 1 on a line that cannot be read (not
+    /// UTF-8); 101, after that line's exit line, when a command panicked.
     Batch,
     /// Print kernel uevents as they arrive (like `udevadm monitor --kernel`).
     Watch {
@@ -134,7 +136,7 @@ fn batch(root: &Path) -> ExitCode {
         let line = match line {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("lunkit: batch: reading stdin: {e}");
+                eprintln!("lunkit: batch: reading stdin (a line that is not UTF-8?): {e}");
                 return ExitCode::from(exit::OTHER);
             }
         };
@@ -142,28 +144,60 @@ fn batch(root: &Path) -> ExitCode {
         if words.first().is_none_or(|w| w.starts_with('#')) {
             continue;
         }
-        let argv = [OsStr::new("lunkit"), OsStr::new("--root"), root.as_os_str()]
-            .into_iter()
-            .chain(words.iter().map(OsStr::new));
-        let code = match Cli::try_parse_from(argv) {
-            // `watch` never returns, and a batch in a batch would read the same stdin.
-            Ok(Cli {
-                command: Command::Watch { .. },
-                ..
-            }) => {
-                eprintln!("lunkit: {}", nested("watch"));
-                exit::USAGE
-            }
-            Ok(cli) => run(cli),
-            Err(e) => {
-                // Usage errors go to stderr; `--help` and `--version` print to stdout.
-                let _ = e.print();
-                if e.use_stderr() { exit::USAGE } else { 0 }
+        let code = match one_line(root, &words) {
+            Some(code) => code,
+            None => {
+                // A panic is a bug, after which this process's state is not to be trusted:
+                // the line gets its exit line (the panic's own code) and the batch ends.
+                println!("lunkit-batch: exit {PANIC}");
+                return ExitCode::from(PANIC);
             }
         };
         println!("lunkit-batch: exit {code}");
     }
     ExitCode::SUCCESS
+}
+
+/// The exit code of a Rust program that panicked.
+const PANIC: u8 = 101;
+
+/// Runs one batch line (`words`) under `root`: its exit code, `None` if it panicked.
+fn one_line(root: &Path, words: &[&str]) -> Option<u8> {
+    // The batch's root is every line's: a line of its own would be a second, silent one
+    // (clap lets a global option given after the subcommand override the one before it).
+    if words
+        .iter()
+        .any(|w| *w == "--root" || w.starts_with("--root="))
+    {
+        eprintln!(
+            "lunkit: {}",
+            lunkit::Error::invalid(
+                "batch line",
+                &words.join(" "),
+                "sets --root: give it to `lunkit batch` instead",
+            )
+        );
+        return Some(exit::USAGE);
+    }
+    let argv = [OsStr::new("lunkit"), OsStr::new("--root"), root.as_os_str()]
+        .into_iter()
+        .chain(words.iter().map(OsStr::new));
+    match Cli::try_parse_from(argv) {
+        // `watch` never returns, and a batch in a batch would read the same stdin.
+        Ok(Cli {
+            command: Command::Watch { .. },
+            ..
+        }) => {
+            eprintln!("lunkit: {}", nested("watch"));
+            Some(exit::USAGE)
+        }
+        Ok(cli) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))).ok(),
+        Err(e) => {
+            // Usage errors go to stderr; `--help` and `--version` print to stdout.
+            let _ = e.print();
+            Some(if e.use_stderr() { exit::USAGE } else { 0 })
+        }
+    }
 }
 
 /// The error for a command that `batch` cannot run.

@@ -501,7 +501,7 @@ fn batch_runs_each_line_and_reports_its_exit_code() {
         .spawn()
         .unwrap();
     let input = "list --json\n\n# a comment\nlist --bogus\nwatch\nbatch\nflush /dev/nonexistent\n\
-                 list --json\n";
+                 list --root /nonexistent --json\nlist --json\n";
     child
         .stdin
         .take()
@@ -527,11 +527,16 @@ fn batch_runs_each_line_and_reports_its_exit_code() {
     );
     let codes: Vec<&str> = runs.iter().map(|(_, c)| *c).collect();
     // Blank and comment lines run nothing; a usage error, the two commands that cannot run
-    // inside, and a device that is not there each give their own code. (The fixture root is
-    // reached through `..`: only a device name with `..` in it is refused, not the root.)
-    assert_eq!(codes, ["0", "2", "2", "2", "3", "0"], "{stdout}\n{stderr}");
+    // inside, a device that is not there, and a line that would set its own --root each give
+    // their own code. (The fixture root is reached through `..`: only a device name with `..`
+    // in it is refused, not the root.)
+    assert_eq!(
+        codes,
+        ["0", "2", "2", "2", "3", "2", "0"],
+        "{stdout}\n{stderr}"
+    );
     // Each listing is the fixture's, read under the batch's --root.
-    for i in [0, 5] {
+    for i in [0, 6] {
         let doc: Value = serde_json::from_str(&runs[i].0).unwrap();
         assert_eq!(doc["multipath_maps"][0]["name"], "mpathb");
     }
@@ -540,4 +545,5 @@ fn batch_runs_each_line_and_reports_its_exit_code() {
         "{stderr}"
     );
     assert!(stderr.contains("/dev/nonexistent"), "{stderr}");
+    assert!(stderr.contains("sets --root"), "{stderr}");
 }
