@@ -442,12 +442,14 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         if !sysscsi::exists(root, h) {
             continue;
         }
-        let disk = read.disk(h)?;
+        // The identity takes the disk as its `block/` entry names it, even one whose device
+        // number cannot be read (as `PathIdentity::of` would).
+        let name = read.disk_name(h)?;
         let wwid = read.wwid(h);
         state.paths.push(VolumePath {
             hctl: h,
-            identity: PathIdentity::with(root, h, disk.as_ref().map(|d| d.name.as_str()), wwid),
-            disk,
+            identity: PathIdentity::with(root, h, name.as_deref(), wwid),
+            disk: read.disk(h)?,
             state: sysscsi::state(root, h),
         });
     }
@@ -461,6 +463,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
 struct Reads<'a> {
     root: &'a Root,
     wwids: HashMap<Hctl, Option<Wwid>>,
+    disk_names: HashMap<Hctl, Option<String>>,
     disks: HashMap<Hctl, Option<BlockNode>>,
     uuids: HashMap<String, Option<String>>,
 }
@@ -470,6 +473,7 @@ impl<'a> Reads<'a> {
         Reads {
             root,
             wwids: HashMap::new(),
+            disk_names: HashMap::new(),
             disks: HashMap::new(),
             uuids: HashMap::new(),
         }
@@ -484,12 +488,26 @@ impl<'a> Reads<'a> {
             .clone()
     }
 
-    /// The disk of the device at `h` ([`block::of_scsi_device`]).
+    /// The kernel name of the disk of the device at `h`, its `block/` entry
+    /// ([`sysscsi::disk`]).
+    fn disk_name(&mut self, h: Hctl) -> Result<Option<String>> {
+        if let Some(n) = self.disk_names.get(&h) {
+            return Ok(n.clone());
+        }
+        let n = sysscsi::disk(self.root, h)?;
+        self.disk_names.insert(h, n.clone());
+        Ok(n)
+    }
+
+    /// The disk of the device at `h`, as [`block::of_scsi_device`] finds it.
     fn disk(&mut self, h: Hctl) -> Result<Option<BlockNode>> {
         if let Some(d) = self.disks.get(&h) {
             return Ok(d.clone());
         }
-        let d = block::of_scsi_device(self.root, h)?;
+        let d = match self.disk_name(h)? {
+            Some(name) => block::by_name(self.root, &name)?,
+            None => None,
+        };
         self.disks.insert(h, d.clone());
         Ok(d)
     }
