@@ -1012,7 +1012,7 @@ fn node_scan_once(
                     line += &format!(" --portal {}", first.session.portal);
                 }
                 line += &format!(" --lun {SCAN_LUN} --timeout 60 --json");
-                let out = r.run(&line, TIMEOUT)?.ok("lunkit scan iscsi")?;
+                let out = r.run(&line, RESIDENT_TIMEOUT)?.ok("lunkit scan iscsi")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
             }
@@ -1228,7 +1228,7 @@ fn teardown_once(
             Teardown::Resident => {
                 let r = resident.ok_or("no resident lunkit for this row")?;
                 let line = format!("detach --wwid {} --timeout 60 --json", v.wwid);
-                let out = r.run(&line, TIMEOUT)?.ok("lunkit detach")?;
+                let out = r.run(&line, RESIDENT_TIMEOUT)?.ok("lunkit detach")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
@@ -1396,6 +1396,10 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session], crowd: Option<&Crowd>) -> R
     mpd.stop()?;
     result.map(|_| ())
 }
+
+/// How long the bench waits for a resident command: its own `--timeout 60`, and then some,
+/// so that lunkit's deadline, not the bench's, ends a stuck one.
+const RESIDENT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How the resident rows are measured, after "The same detach as a line to".
 const RESIDENT_NOTE: &str = "one `lunkit batch` process (release build) that runs the whole \

@@ -26,6 +26,9 @@ pub struct Resident {
     /// Its stdout, line by line, from a reader thread (so that a hung command costs the
     /// caller's timeout, not the bench).
     lines: Receiver<String>,
+    /// Why it cannot be used any more: a command that did not end in time would still be
+    /// running, and its output would be read as the next command's.
+    dead: Option<String>,
 }
 
 /// What one command did in the resident process.
@@ -65,12 +68,27 @@ impl Resident {
             child,
             stdin,
             lines,
+            dead: None,
         })
     }
 
     /// Runs one command line (`detach --wwid W --json`) and waits for its exit line, at
-    /// most `timeout`.
+    /// most `timeout`. After a command that did not end, or a process that exited, every
+    /// later call fails.
     pub fn run(&mut self, line: &str, timeout: Duration) -> Result<Reply> {
+        if let Some(why) = &self.dead {
+            return Err(format!("lunkit batch is not usable any more: {why}").into());
+        }
+        let result = self.exchange(line, timeout);
+        if let Err(e) = &result {
+            self.dead = Some(e.to_string());
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        result
+    }
+
+    fn exchange(&mut self, line: &str, timeout: Duration) -> Result<Reply> {
         let t0 = Instant::now();
         writeln!(self.stdin, "{line}")
             .and_then(|()| self.stdin.flush())
