@@ -509,16 +509,30 @@ fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
             );
             assert!(doc["map"]["dm"].is_string(), "attach {i}: {doc}");
         } else {
+            // Each detach took the map and both paths down itself, and found nothing left.
             assert_eq!(doc["ok"], true, "detach {i}: {doc}");
             assert_eq!(doc["rounds"], 1, "detach {i}: {doc}");
-            let hosts: Vec<u32> = lab.sessions.iter().map(|s| s.host).collect();
-            assert!(
-                devices_on(&hosts).iter().all(|h| !h.ends_with(":3")),
-                "LUN 3 left after detach {i}: {:?}",
-                devices_on(&hosts)
+            let done = |step: &str| {
+                doc["steps"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|s| s["step"] == step && s["outcome"] == "done")
+                    .count()
+            };
+            assert_eq!(
+                (done("remove-map"), done("delete-path"), done("verify")),
+                (1, 2, 1),
+                "detach {i}: {doc}"
             );
         }
     }
+    let hosts: Vec<u32> = lab.sessions.iter().map(|s| s.host).collect();
+    assert!(
+        devices_on(&hosts).iter().all(|h| !h.ends_with(":3")),
+        "LUN 3 left after the batch: {:?}",
+        devices_on(&hosts)
+    );
     lab.teardown().expect("tear the lab down");
 }
 
