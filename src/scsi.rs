@@ -481,11 +481,8 @@ pub struct PathIdentity {
 impl PathIdentity {
     /// What the device at `hctl` is now.
     pub fn of(root: &Root, hctl: Hctl) -> PathIdentity {
-        let dir = sysfs::scsi::device_dir(root, hctl);
-        let disk = sysfs::sub_entries(&dir, "block")
-            .ok()
-            .and_then(|names| names.into_iter().next());
-        PathIdentity::with(root, hctl, disk.as_deref(), attr_parse(&dir, "wwid"))
+        let disk = sysfs::scsi::disk(root, hctl).ok().flatten();
+        PathIdentity::with(root, hctl, disk.as_deref(), sysfs::scsi::wwid(root, hctl))
     }
 
     /// The identity of the device at `hctl`, whose disk (`block/` entry) and WWID the caller
