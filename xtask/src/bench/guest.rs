@@ -992,29 +992,26 @@ fn node_scan_once(
     let t_start = Instant::now();
     let result = (|| -> Result<()> {
         match m {
-            NodeScan::Lunkit | NodeScan::LunkitBoth => {
+            NodeScan::Lunkit
+            | NodeScan::LunkitBoth
+            | NodeScan::Resident
+            | NodeScan::ResidentBoth => {
                 let lun = SCAN_LUN.to_string();
                 let mut args = vec!["scan", "iscsi", "--target", &first.session.target];
-                if m == NodeScan::Lunkit {
+                if matches!(m, NodeScan::Lunkit | NodeScan::Resident) {
                     args.extend(["--portal", &first.session.portal]);
                 }
                 args.extend(["--lun", &lun, "--timeout", "60", "--json"]);
-                let out = proc::timed(Command::new(&ctx.lunkit).args(&args), true)?
-                    .ok("lunkit scan iscsi")?;
+                let resident = match m {
+                    NodeScan::Resident | NodeScan::ResidentBoth => {
+                        Some(resident.ok_or(NO_RESIDENT)?)
+                    }
+                    _ => None,
+                };
+                let out = run_lunkit(ctx, resident, &args, "lunkit scan iscsi")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
-                run.rss_kib = Some(out.rss_kib);
-            }
-            NodeScan::Resident | NodeScan::ResidentBoth => {
-                let r = resident.ok_or("no resident lunkit for this row")?;
-                let mut line = format!("scan iscsi --target {}", first.session.target);
-                if m == NodeScan::Resident {
-                    line += &format!(" --portal {}", first.session.portal);
-                }
-                line += &format!(" --lun {SCAN_LUN} --timeout 60 --json");
-                let out = r.run(&line, RESIDENT_TIMEOUT)?.ok("lunkit scan iscsi")?;
-                run.wall_us = out.wall.as_micros() as u64;
-                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.rss_kib = out.rss_kib;
             }
             NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,
             NodeScan::FloorBoth => run.wall_us = floor_scan_all(ctx, sessions, seq0, t_start)?,
@@ -1206,32 +1203,17 @@ fn teardown_once(
     warm_cpu();
     let result = (|| -> Result<()> {
         match m {
-            Teardown::Lunkit => {
-                let out = proc::timed(
-                    Command::new(&ctx.lunkit).args([
-                        "detach",
-                        "--wwid",
-                        &v.wwid,
-                        "--timeout",
-                        "60",
-                        "--json",
-                    ]),
-                    true,
-                )?
-                .ok("lunkit detach")?;
+            Teardown::Lunkit | Teardown::Resident => {
+                let args = ["detach", "--wwid", &v.wwid, "--timeout", "60", "--json"];
+                let resident = match m {
+                    Teardown::Resident => Some(resident.ok_or(NO_RESIDENT)?),
+                    _ => None,
+                };
+                let out = run_lunkit(ctx, resident, &args, "lunkit detach")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
-                run.rss_kib = Some(out.rss_kib);
-                say(&step_split(&out.stdout, run.lib_us, v.map.paths.len()));
-            }
-            Teardown::Resident => {
-                let r = resident.ok_or("no resident lunkit for this row")?;
-                let line = format!("detach --wwid {} --timeout 60 --json", v.wwid);
-                let out = r.run(&line, RESIDENT_TIMEOUT)?.ok("lunkit detach")?;
-                run.wall_us = out.wall.as_micros() as u64;
-                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
-                run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
+                run.rss_kib = out.rss_kib;
                 say(&step_split(&out.stdout, run.lib_us, v.map.paths.len()));
             }
             Teardown::Floor => {
@@ -1405,6 +1387,47 @@ const RESIDENT_TIMEOUT: Duration = Duration::from_secs(90);
 const RESIDENT_NOTE: &str = "one `lunkit batch` process (release build) that runs the whole \
      row's commands, as a CSI node plugin linking the library would: its code is warm from the \
      runs before. Library time is the command's `elapsed_us`, as for the spawned command.";
+
+/// What one lunkit command did, spawned or resident.
+struct LunkitRun {
+    wall: Duration,
+    stdout: String,
+    /// Its own peak RSS; only a spawned command has one.
+    rss_kib: Option<u64>,
+}
+
+/// What a resident method says when its row could not start `lunkit batch`.
+const NO_RESIDENT: &str = "no resident lunkit for this row";
+
+/// Runs `lunkit ARGS`: spawned, or as a line to the row's `lunkit batch` process
+/// (`resident`). It must exit 0.
+fn run_lunkit(
+    ctx: &Ctx,
+    resident: Option<&mut Resident>,
+    args: &[&str],
+    what: &str,
+) -> Result<LunkitRun> {
+    match resident {
+        None => {
+            let out = proc::timed(Command::new(&ctx.lunkit).args(args), true)?.ok(what)?;
+            Ok(LunkitRun {
+                wall: out.wall,
+                stdout: out.stdout,
+                rss_kib: Some(out.rss_kib),
+            })
+        }
+        Some(r) => {
+            // The arguments are names and numbers, without spaces: a line splits back
+            // into the same words.
+            let out = r.run(&args.join(" "), RESIDENT_TIMEOUT)?.ok(what)?;
+            Ok(LunkitRun {
+                wall: out.wall,
+                stdout: out.stdout,
+                rss_kib: None,
+            })
+        }
+    }
+}
 
 /// The row's `lunkit batch` process, `None` when this lunkit has no `batch` (recorded as
 /// nothing: the spawned command's rows stand alone then).
