@@ -62,7 +62,7 @@ pub fn fixtures(args: &[String]) -> Result<u8> {
         let boot = Boot {
             rwdirs: vec![staging.clone()],
             timeout: Some(Duration::from_secs(600)),
-            idle_timeout: None,
+            ..Boot::default()
         };
         let (status, _) = boot.run(
             &lab,

@@ -9,6 +9,7 @@ mod capture;
 mod checks;
 mod guest;
 mod host;
+mod jit;
 mod labstate;
 mod overlay;
 mod paths;

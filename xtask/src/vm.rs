@@ -18,6 +18,10 @@ pub struct Boot {
     pub timeout: Option<Duration>,
     /// Kill the VM when it has printed nothing for this long (a hung guest).
     pub idle_timeout: Option<Duration>,
+    /// More words for the guest kernel's command line (`norandmaps` for the bench).
+    pub kernel_args: Vec<String>,
+    /// A QEMU human monitor on this Unix socket, for [`crate::jit`] to read the code cache.
+    pub monitor: Option<PathBuf>,
 }
 
 impl Boot {
@@ -45,6 +49,18 @@ impl Boot {
             .arg(&lab.kernel)
             .args(["--disable-kvm", "--memory", "2G", "--cpus", "2"])
             .args(["--overlay-rwdir", "/etc", "--overlay-rwdir", "/var"]);
+        // vng's argument parser takes a value that starts with '-' only after '='.
+        if !self.kernel_args.is_empty() {
+            vng.arg(format!("--append={}", self.kernel_args.join(" ")));
+        }
+        if let Some(sock) = &self.monitor {
+            let sock = sock.to_str().filter(|s| !s.contains(',')).ok_or_else(|| {
+                format!("monitor socket path {} is not plain UTF-8", sock.display())
+            })?;
+            vng.arg(format!(
+                "--qemu-opts=-monitor unix:{sock},server=on,wait=off"
+            ));
+        }
         for dir in &self.rwdirs {
             if dir.as_os_str().is_empty() || dir == &PathBuf::from("/") {
                 return Err("refusing to give the guest write access to the host root".into());

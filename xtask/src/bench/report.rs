@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::model::{Measurement, State, Stats};
+use crate::jit::CodeCache;
 
 /// Facts about the run printed above the table.
 #[derive(Debug, Clone, Default)]
@@ -16,6 +17,34 @@ pub struct Meta {
     pub host_load: String,
     pub runs: usize,
     pub duration_s: f64,
+    /// Whether the guest kept address-space randomization (`--aslr`); see `bench::main`.
+    pub aslr: bool,
+    /// QEMU's code cache at the end of the guest's run; `None` without a VM row or when
+    /// the monitor did not answer.
+    pub code_cache: Option<CodeCache>,
+}
+
+/// The report's sentence on the guest's randomization and QEMU's code cache.
+fn code_cache_sentence(meta: &Meta) -> String {
+    let setting = if meta.aslr {
+        "guest address-space randomization on (`--aslr`)"
+    } else {
+        "guest booted with `norandmaps`, so that QEMU can reuse a program's translated code \
+         across processes (`--aslr` turns randomization back on)"
+    };
+    let flushes = match meta.code_cache {
+        Some(c) if c.flushes == 0 => {
+            "QEMU never flushed its translated code during the run".to_owned()
+        }
+        Some(c) => format!(
+            "QEMU flushed all its translated code {} time{} during the run, so some runs of \
+             every method started cold",
+            c.flushes,
+            if c.flushes == 1 { "" } else { "s" }
+        ),
+        None => "QEMU's code-cache flush count is unknown (its monitor did not answer)".to_owned(),
+    };
+    format!("{setting}; {flushes}")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -557,7 +586,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
         "### `cargo xtask bench`, {date}\n\n\
          Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; {load}; \
          commit {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole \
-         run {dur:.0} s. Times are medians with min – max; ratios compare medians; \"sd probe\" is the median time \
+         run {dur:.0} s; {cache}. Times are medians with min – max; ratios compare medians; \"sd probe\" is the median time \
          from the LUN's `scsi_device` to its disk's `add` uevent and \"After `add`\" from the \
          disk's `add` uevent to the end of the run, both as the benchmark's own listener saw \
          them. Every measured run starts from a busy CPU (50 ms of spinning; after an idle \
@@ -572,6 +601,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
         commit = meta.commit,
         runs = meta.runs,
         dur = meta.duration_s,
+        cache = code_cache_sentence(meta),
     );
     out.push_str(&table(all));
     out.push_str("\nTargets (issue 6):\n\n");
@@ -628,14 +658,17 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
     let mut out = format!(
         "{{\n  \"version\": 1,\n  \"date\": {},\n  \"commit\": {},\n  \"kernel\": {},\n  \
          \"emulation\": \"tcg\",\n  \"host_cpu\": {},\n  \"host_load\": {},\n  \"runs\": {},\n  \
-         \"duration_s\": {:.1},\n  \"measurements\": [",
+         \"duration_s\": {:.1},\n  \"guest_aslr\": {},\n  \"tcg_code_cache_flushes\": {},\n  \
+         \"measurements\": [",
         js(&meta.date),
         js(&meta.commit),
         js(&meta.kernel),
         js(&meta.host_cpu),
         js(&meta.host_load),
         meta.runs,
-        meta.duration_s
+        meta.duration_s,
+        meta.aslr,
+        jopt(meta.code_cache.map(|c| c.flushes))
     );
     for (i, m) in all.iter().enumerate() {
         let (state, msg) = match &m.state {
@@ -875,5 +908,47 @@ mod tests {
             t.iter().find(|t| t.id == "teardown").unwrap().verdict,
             Verdict::NotAvailable
         );
+    }
+}
+
+#[cfg(test)]
+mod code_cache_tests {
+    use super::*;
+
+    fn meta(aslr: bool, flushes: Option<u64>) -> Meta {
+        Meta {
+            date: String::new(),
+            commit: String::new(),
+            kernel: String::new(),
+            host_cpu: String::new(),
+            host_load: String::new(),
+            runs: 7,
+            duration_s: 0.0,
+            aslr,
+            code_cache: flushes.map(|flushes| CodeCache {
+                flushes,
+                used: 1,
+                size: 2,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_report_says_how_often_qemu_threw_its_code_away() {
+        let md = markdown(&[], &meta(false, Some(0)));
+        assert!(md.contains("`norandmaps`"), "{md}");
+        assert!(md.contains("never flushed"), "{md}");
+        let md = markdown(&[], &meta(true, Some(9)));
+        assert!(md.contains("randomization on (`--aslr`)"), "{md}");
+        assert!(
+            md.contains("flushed all its translated code 9 times"),
+            "{md}"
+        );
+        let md = markdown(&[], &meta(false, None));
+        assert!(md.contains("flush count is unknown"), "{md}");
+        let js = json(&[], &meta(true, Some(9)));
+        assert!(js.contains("\"guest_aslr\": true"), "{js}");
+        assert!(js.contains("\"tcg_code_cache_flushes\": 9"), "{js}");
+        assert!(json(&[], &meta(false, None)).contains("\"tcg_code_cache_flushes\": null"));
     }
 }
