@@ -36,10 +36,11 @@ usage: cargo xtask <command>
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there
   vm [--timeout S] -- CMD...
                           run CMD as root in the guest, return its exit code
-  bench [--runs N] [--only GROUP,...]
-                          lunkit against the kernel floor and the peer tools, one boot;
-                          table and JSON in target/bench/ (groups: scan, node, scale,
-                          teardown, crowd, resize, listing, flush)
+  bench [--runs N] [--only GROUP,...] [--aslr]
+                          lunkit against the kernel floor and the peer tools, one boot
+                          (norandmaps unless --aslr); table and JSON in target/bench/
+                          (groups: scan, node, scale, teardown, crowd, resize, nvme,
+                          listing, flush)
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)

@@ -591,7 +591,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
          disk's `add` uevent to the end of the run, both as the benchmark's own listener saw \
          them. Every measured run starts from a busy CPU (50 ms of spinning; after an idle \
          spell this guest runs a scan 2-3× slower) with all programs held open so the 9p root \
-         keeps them cached. Under TCG a process spawn costs ~0.1 s (the \"exec alone\" line), \
+         keeps them cached. Under TCG a process spawn costs tens of milliseconds (the \"exec alone\" line), \
          which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
          floor is the fair figure.\n\n",
         date = meta.date,
