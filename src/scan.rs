@@ -381,25 +381,28 @@ pub(crate) fn scan_paths(
         };
         let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
         let waited = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-            pending.retain(|&i| {
-                let Some(h) = paths[i].hctl else {
-                    return false;
-                };
-                match scsi::ready_path(root, h, deadline) {
+            // Every pending path's open first, then each waited for: the opens overlap.
+            let opening: Vec<(usize, Result<Option<scsi::ReadyPending>>)> = pending
+                .iter()
+                .filter_map(|&i| {
+                    paths[i]
+                        .hctl
+                        .map(|h| (i, scsi::ready_start(root, h, deadline)))
+                })
+                .collect();
+            pending.clear();
+            for (i, started) in opening {
+                match started.and_then(|o| o.map_or(Ok(None), |o| o.finish(deadline))) {
                     Ok(Some(dev)) => {
                         paths[i].outcome = PathOutcome::Found(dev);
                         paths[i].timing.ready = Some(start.elapsed());
-                        false
                     }
-                    Ok(None) => true,
+                    Ok(None) => pending.push(i),
                     // The open was still blocked at the deadline: stays `TimedOut`.
-                    Err(e) if e.kind() == ErrorKind::Timeout => true,
-                    Err(e) => {
-                        paths[i].outcome = PathOutcome::Failed(e);
-                        false
-                    }
+                    Err(e) if e.kind() == ErrorKind::Timeout => pending.push(i),
+                    Err(e) => paths[i].outcome = PathOutcome::Failed(e),
                 }
-            });
+            }
             Ok(pending.is_empty().then_some(()))
         });
         match waited {

@@ -286,8 +286,15 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
     Ok(None)
 }
 
-/// The path device at `hctl` once `sd` has bound it and its node opens; `None` before that.
-pub(crate) fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<Option<PathDevice>> {
+/// The path device at `hctl` once `sd` has bound it and its node opens: `None` while it has
+/// no disk yet, else the disk's open handed to a helper thread, for [`ReadyPending::finish`].
+/// In two halves so that a scan opens every path's disk at once: an open can wait while the
+/// kernel still probes the disk, and the paths' probes run side by side.
+pub(crate) fn ready_start(
+    root: &Root,
+    hctl: Hctl,
+    deadline: Instant,
+) -> Result<Option<ReadyPending>> {
     let dir = sysfs::scsi::device_dir(root, hctl);
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.
@@ -313,31 +320,63 @@ pub(crate) fn ready_path(root: &Root, hctl: Hctl, deadline: Instant) -> Result<O
     // The node exists from the start of the probe, and an open waits while the probe holds
     // the disk (reading its partition table, which a failing LUN can stretch to minutes).
     let node = dev_path.clone();
-    let what = || {
+    let open = helper::start(
+        Subject::device("open", dev),
+        deadline,
+        &opening(&dev_path),
+        move || {
+            Ok(rustix::fs::open(
+                &node,
+                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .is_ok())
+        },
+    )?;
+    Ok(Some(ReadyPending {
+        open,
+        dir,
+        device: PathDevice {
+            hctl,
+            name,
+            dev_path,
+            dev,
+            wwid: None,
+        },
+    }))
+}
+
+/// What a path's readiness open waits for, for its timeout.
+fn opening(dev_path: &Path) -> impl Fn() -> String + '_ {
+    move || {
         format!(
             "{} to open (the kernel is still probing it)",
             dev_path.display()
         )
-    };
-    let opened = helper::bounded(Subject::device("open", dev), deadline, &what, move || {
-        Ok(rustix::fs::open(
-            &node,
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .is_ok())
-    })?;
-    if !opened {
-        return Ok(None);
     }
-    let wwid = attr(&dir, "wwid").and_then(|w| w.parse().ok());
-    Ok(Some(PathDevice {
-        hctl,
-        name,
-        dev_path,
-        dev,
-        wwid,
-    }))
+}
+
+/// A path's disk being opened on a helper thread ([`ready_start`]).
+pub(crate) struct ReadyPending {
+    open: helper::Pending<bool>,
+    /// The SCSI device's sysfs directory, for its WWID once the disk opened.
+    dir: PathBuf,
+    device: PathDevice,
+}
+
+impl ReadyPending {
+    /// The path device once its open returned, `None` when the open failed (the disk is not
+    /// usable yet); [`Error::Timeout`] when it was still blocked at `deadline`.
+    pub(crate) fn finish(self, deadline: Instant) -> Result<Option<PathDevice>> {
+        let opened = self.open.wait(deadline, &opening(&self.device.dev_path))?;
+        if !opened {
+            return Ok(None);
+        }
+        Ok(Some(PathDevice {
+            wwid: attr(&self.dir, "wwid").and_then(|w| w.parse().ok()),
+            ..self.device
+        }))
+    }
 }
 
 // ---------------------------------------------------------------------------------------
