@@ -146,6 +146,33 @@ pub(crate) fn start<T: Send + 'static>(
         }
         busy.insert(subject.clone(), started);
     }
+    hand_over(subject, started, f)
+}
+
+/// [`start`] for a caller that checks again later: `None` at once, instead of a wait, while
+/// an earlier call still owns `subject`. A scan re-checks its paths on every uevent, so one
+/// path whose open from an earlier call is stuck must not hold up the others' opens.
+pub(crate) fn try_start<T: Send + 'static>(
+    subject: Subject,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<Option<Pending<T>>> {
+    let started = Instant::now();
+    {
+        let mut busy = lock(&BUSY);
+        if busy.contains_key(&subject) {
+            return Ok(None);
+        }
+        busy.insert(subject.clone(), started);
+    }
+    hand_over(subject, started, f).map(Some)
+}
+
+/// Runs `f` on a helper thread that owns `subject`, already marked busy by the caller.
+fn hand_over<T: Send + 'static>(
+    subject: Subject,
+    started: Instant,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<Pending<T>> {
     let owner = Owner(subject);
     let (tx, rx) = mpsc::channel();
     // If no thread takes it, the job, and with it `owner`, is dropped: the subject is freed.
@@ -415,6 +442,48 @@ mod tests {
             bounded(subject("dev"), far, &|| "x".into(), || Ok(4)).unwrap(),
             4
         );
+    }
+
+    #[test]
+    fn try_start_passes_over_a_busy_subject_at_once_and_not_a_free_one() {
+        let (release, gate) = mpsc::channel::<()>();
+        let stuck = bounded(subject("t"), soon(), &|| "open of t".into(), move || {
+            let _ = gate.recv();
+            Ok(0)
+        });
+        assert_eq!(stuck.unwrap_err().kind(), crate::ErrorKind::Timeout);
+
+        // Busy: `None` without waiting for it, and `f` does not run.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let asked = Instant::now();
+        let busy = try_start(subject("t"), move || {
+            r.store(true, Ordering::SeqCst);
+            Ok(1)
+        })
+        .unwrap();
+        // (Had it waited for the stuck call, which returns only on `release` below, this
+        // test would never get here.)
+        assert!(busy.is_none());
+        assert!(!ran.load(Ordering::SeqCst));
+
+        // Another subject runs, and reports when its call returned.
+        let far = Instant::now() + Duration::from_secs(60);
+        let other = try_start(subject("u"), || Ok(2)).unwrap().unwrap();
+        let (v, at) = other.wait_timed(far, &|| "x".into()).unwrap();
+        assert_eq!(v, 2);
+        assert!(at >= asked);
+
+        // Once the stuck call returns, the subject is free again. Its helper frees it just
+        // after sending its result, so look until it has.
+        release.send(()).unwrap();
+        let freed = loop {
+            match try_start(subject("t"), || Ok(3)).unwrap() {
+                Some(p) => break p,
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        assert_eq!(freed.wait(far, &|| "x".into()).unwrap(), 3);
     }
 
     #[test]

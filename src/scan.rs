@@ -384,18 +384,15 @@ pub(crate) fn scan_paths(
             // Every pending path's open first, then each waited for: the opens overlap.
             let opening: Vec<(usize, Result<Option<scsi::ReadyPending>>)> = pending
                 .iter()
-                .filter_map(|&i| {
-                    paths[i]
-                        .hctl
-                        .map(|h| (i, scsi::ready_start(root, h, deadline)))
-                })
+                .filter_map(|&i| paths[i].hctl.map(|h| (i, scsi::ready_start(root, h))))
                 .collect();
             pending.clear();
             for (i, started) in opening {
                 match started.and_then(|o| o.map_or(Ok(None), |o| o.finish(deadline))) {
-                    Ok(Some(dev)) => {
+                    Ok(Some((dev, opened))) => {
                         paths[i].outcome = PathOutcome::Found(dev);
-                        paths[i].timing.ready = Some(start.elapsed());
+                        // When its own open returned, not when it was waited for here.
+                        paths[i].timing.ready = Some(opened.saturating_duration_since(start));
                     }
                     Ok(None) => pending.push(i),
                     // The open was still blocked at the deadline: stays `TimedOut`.

@@ -287,14 +287,11 @@ fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
 }
 
 /// The path device at `hctl` once `sd` has bound it and its node opens: `None` while it has
-/// no disk yet, else the disk's open handed to a helper thread, for [`ReadyPending::finish`].
-/// In two halves so that a scan opens every path's disk at once: an open can wait while the
-/// kernel still probes the disk, and the paths' probes run side by side.
-pub(crate) fn ready_start(
-    root: &Root,
-    hctl: Hctl,
-    deadline: Instant,
-) -> Result<Option<ReadyPending>> {
+/// no disk yet (or an open of it from an earlier call is still blocked), else the disk's
+/// open handed to a helper thread, for [`ReadyPending::finish`]. In two halves so that a
+/// scan opens every path's disk at once: an open can wait while the kernel still probes the
+/// disk, and the paths' probes run side by side.
+pub(crate) fn ready_start(root: &Root, hctl: Hctl) -> Result<Option<ReadyPending>> {
     let dir = sysfs::scsi::device_dir(root, hctl);
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.
@@ -320,19 +317,19 @@ pub(crate) fn ready_start(
     // The node exists from the start of the probe, and an open waits while the probe holds
     // the disk (reading its partition table, which a failing LUN can stretch to minutes).
     let node = dev_path.clone();
-    let open = helper::start(
-        Subject::device("open", dev),
-        deadline,
-        &opening(&dev_path),
-        move || {
-            Ok(rustix::fs::open(
-                &node,
-                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .is_ok())
-        },
-    )?;
+    // Not a wait for an earlier open still blocked on this disk: the scan checks again on
+    // the next uevent or backoff, and its other paths' opens go ahead meanwhile.
+    let Some(open) = helper::try_start(Subject::device("open", dev), move || {
+        Ok(rustix::fs::open(
+            &node,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .is_ok())
+    })?
+    else {
+        return Ok(None);
+    };
     Ok(Some(ReadyPending {
         open,
         dir,
@@ -365,17 +362,21 @@ pub(crate) struct ReadyPending {
 }
 
 impl ReadyPending {
-    /// The path device once its open returned, `None` when the open failed (the disk is not
-    /// usable yet); [`Error::Timeout`] when it was still blocked at `deadline`.
-    pub(crate) fn finish(self, deadline: Instant) -> Result<Option<PathDevice>> {
-        let opened = self.open.wait(deadline, &opening(&self.device.dev_path))?;
+    /// The path device, with when its open returned, once it did; `None` when the open
+    /// failed (the disk is not usable yet); [`Error::Timeout`] when it was still blocked at
+    /// `deadline`.
+    pub(crate) fn finish(self, deadline: Instant) -> Result<Option<(PathDevice, Instant)>> {
+        let (opened, at) = self
+            .open
+            .wait_timed(deadline, &opening(&self.device.dev_path))?;
         if !opened {
             return Ok(None);
         }
-        Ok(Some(PathDevice {
+        let device = PathDevice {
             wwid: attr(&self.dir, "wwid").and_then(|w| w.parse().ok()),
             ..self.device
-        }))
+        };
+        Ok(Some((device, at)))
     }
 }
 
