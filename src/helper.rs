@@ -384,6 +384,23 @@ mod tests {
         Instant::now() + Duration::from_millis(50)
     }
 
+    /// A call on `on` that blocks until the returned sender sends (or is dropped), left to
+    /// its helper after timing out; the subject stays busy until then.
+    fn stuck(on: &str) -> mpsc::Sender<()> {
+        let (release, gate) = mpsc::channel::<()>();
+        let first = bounded(
+            subject(on),
+            soon(),
+            &|| format!("call on {on}"),
+            move || {
+                let _ = gate.recv();
+                Ok(())
+            },
+        );
+        assert_eq!(first.unwrap_err().kind(), crate::ErrorKind::Timeout);
+        release
+    }
+
     #[test]
     fn returns_the_result_or_times_out_naming_the_call() {
         let far = Instant::now() + Duration::from_secs(60);
@@ -411,12 +428,7 @@ mod tests {
 
     #[test]
     fn a_stuck_helper_is_not_joined_by_a_second_on_its_subject() {
-        let (release, gate) = mpsc::channel::<()>();
-        let first = bounded(subject("dev"), soon(), &|| "flush of d".into(), move || {
-            let _ = gate.recv();
-            Ok(1)
-        });
-        assert_eq!(first.unwrap_err().kind(), crate::ErrorKind::Timeout);
+        let release = stuck("dev");
 
         // The first still blocks: a second call waits for it, and does not run.
         let ran = Arc::new(AtomicBool::new(false));
@@ -449,12 +461,7 @@ mod tests {
 
     #[test]
     fn try_start_passes_over_a_busy_subject_at_once_and_not_a_free_one() {
-        let (release, gate) = mpsc::channel::<()>();
-        let stuck = bounded(subject("t"), soon(), &|| "open of t".into(), move || {
-            let _ = gate.recv();
-            Ok(0)
-        });
-        assert_eq!(stuck.unwrap_err().kind(), crate::ErrorKind::Timeout);
+        let release = stuck("t");
 
         // Busy: `None` without waiting for it, and `f` does not run.
         let ran = Arc::new(AtomicBool::new(false));
