@@ -55,7 +55,10 @@ impl Boot {
         }
         if let Some(sock) = &self.monitor {
             let sock = sock.to_str().filter(|s| !s.contains(',')).ok_or_else(|| {
-                format!("monitor socket path {} is not plain UTF-8", sock.display())
+                format!(
+                    "monitor socket path {} is not UTF-8 or has a comma (QEMU's option separator)",
+                    sock.display()
+                )
             })?;
             vng.arg(format!(
                 "--qemu-opts=-monitor unix:{sock},server=on,wait=off"
