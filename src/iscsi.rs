@@ -8,7 +8,7 @@ use crate::id::Hctl;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;
-use crate::sysfs::iscsi::{SessionPath, paths_to, portal_of};
+use crate::sysfs::iscsi::{Portals, SessionPath, paths_to, portal_of};
 
 /// Checks an IQN/EUI target name: printable, no spaces or `/`, at most 223 bytes (RFC 3720).
 pub fn check_target_name(name: &str) -> Result<()> {
@@ -74,11 +74,12 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
     // Only what the writes need: a portal costs reads of its own, made before the writes
     // only when the caller chose paths by portal, and otherwise once the writes are in
     // flight (`portal_of` in the namer below), for the report.
-    let by_portal = !lun.portals.is_empty();
-    let sessions: Vec<SessionPath> = paths_to(root, &lun.target, by_portal)?
-        .into_iter()
-        .filter(|s| !by_portal || s.portal.as_ref().is_some_and(|p| lun.portals.contains(p)))
-        .collect();
+    let portals = if lun.portals.is_empty() {
+        Portals::Any
+    } else {
+        Portals::Only(&lun.portals)
+    };
+    let sessions: Vec<SessionPath> = paths_to(root, &lun.target, portals)?;
     let candidates: Vec<Candidate> = sessions
         .iter()
         .map(|s| {

@@ -233,12 +233,14 @@ fn sessions_to_one_target_leave_the_others_out() {
 /// portal it reads later is the session's own.
 #[test]
 fn session_paths_agree_with_the_full_sessions() {
-    use lunkit::sysfs::iscsi::{paths_to, portal_of, sessions};
+    use lunkit::sysfs::iscsi::{Portals, paths_to, portal_of, sessions};
     let r = root("iscsi-multipath");
     let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
     let full = sessions(&r).unwrap();
     assert_eq!(full.len(), 2);
-    for portals in [false, true] {
+    let every: Vec<String> = full.iter().filter_map(|s| s.portal()).collect();
+    assert_eq!(every.len(), 2);
+    for portals in [Portals::Any, Portals::Only(&every)] {
         let lean = paths_to(&r, iqn, portals).unwrap();
         assert_eq!(lean.len(), full.len());
         for (l, f) in lean.iter().zip(&full) {
@@ -246,13 +248,30 @@ fn session_paths_agree_with_the_full_sessions() {
                 (l.sid, l.host, l.target_id, l.state.as_deref()),
                 (f.sid, f.host, f.target_id, f.state.as_deref())
             );
-            let want = if portals { f.portal() } else { None };
+            let want = match portals {
+                Portals::Any => None,
+                Portals::Only(_) => f.portal(),
+            };
             assert_eq!(l.portal, want, "session{}", l.sid);
             assert_eq!(portal_of(&r, l.sid), f.portal());
         }
     }
+    // Only the sessions through the portals asked for; none through a portal no session has.
+    let second = &every[1..];
+    let through: Vec<u32> = paths_to(&r, iqn, Portals::Only(second))
+        .unwrap()
+        .iter()
+        .map(|s| s.sid)
+        .collect();
+    assert_eq!(through, [full[1].sid]);
+    let nowhere = ["192.0.2.9:3260".to_owned()];
     assert!(
-        paths_to(&r, "iqn.2003-01.org.example:other", true)
+        paths_to(&r, iqn, Portals::Only(&nowhere))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        paths_to(&r, "iqn.2003-01.org.example:other", Portals::Only(&every))
             .unwrap()
             .is_empty()
     );

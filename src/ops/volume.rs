@@ -242,10 +242,11 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
             crate::iscsi::check_target_name(target)?;
             // Every session to the target, logged in or not: a session in recovery still has
             // its devices.
-            let addresses = crate::sysfs::iscsi::paths_to(root, target, false)?
-                .into_iter()
-                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
-                .collect();
+            let addresses =
+                crate::sysfs::iscsi::paths_to(root, target, crate::sysfs::iscsi::Portals::Any)?
+                    .into_iter()
+                    .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
+                    .collect();
             by_addresses(root, addresses)
         }
         VolumeSpec::Fc { wwpns, lun } => {

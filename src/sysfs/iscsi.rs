@@ -97,12 +97,24 @@ pub struct SessionPath {
     pub portal: Option<String>,
 }
 
+/// Which sessions [`paths_to`] reads, beyond their target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Portals<'a> {
+    /// Every session, without its portal.
+    Any,
+    /// Only the sessions through these portals (`addr:port`, as [`format_portal`] writes
+    /// them), with their portal.
+    Only(&'a [String]),
+}
+
 /// The sessions to `target`, in sid order, with only what addresses their LUNs (state, host,
-/// target id) and, with `portals`, each one's portal: four attribute reads and a `readlink`
-/// a session (two reads more for the portal) instead of a full session's dozen and a path
-/// resolution. A scan reads this before its writes, so every read here is on its critical
-/// path; a portal it only reports is read with [`portal_of`] once the writes are in flight.
-pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionPath>> {
+/// target id) and, as `portals` asks, each one's portal: four attribute reads and a
+/// `readlink` a session (two reads more for the portal) instead of a full session's dozen and
+/// a path resolution. A scan reads this before its writes, so every read here is on its
+/// critical path: a session through a portal not asked for costs its target name and portal
+/// only, and a portal a scan only reports is read with [`portal_of`] once the writes are in
+/// flight.
+pub fn paths_to(root: &Root, target: &str, portals: Portals<'_>) -> Result<Vec<SessionPath>> {
     let confine = Confine::new(root);
     let mut conns: Option<Vec<String>> = None;
     let mut out = Vec::new();
@@ -110,11 +122,15 @@ pub fn paths_to(root: &Root, target: &str, portals: bool) -> Result<Vec<SessionP
         if attr(&dir, "targetname").as_deref() != Some(target) {
             continue;
         }
-        let portal = if portals {
-            session_portal(root, &confine, sid, &mut conns)?
-        } else {
-            None
+        let portal = match portals {
+            Portals::Any => None,
+            Portals::Only(_) => session_portal(root, &confine, sid, &mut conns)?,
         };
+        if let Portals::Only(wanted) = portals {
+            if !portal.as_ref().is_some_and(|p| wanted.contains(p)) {
+                continue;
+            }
+        }
         out.push(SessionPath {
             sid,
             state: attr(&dir, "state"),
