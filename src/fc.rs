@@ -5,6 +5,8 @@
 //! not Online (or Marginal), so lunkit selects the same ports and scans `C T L` on exactly
 //! their hosts.
 
+use std::time::Instant;
+
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::id::Wwn;
@@ -93,6 +95,7 @@ impl FcLun {
 ///
 /// An empty or over-long [`FcLun::wwpns`] is [`Error::Invalid`], before anything is read.
 pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> {
+    let start = Instant::now();
     let wwpns = check_target_ports(&lun.wwpns)?;
     // Each path's scan write runs on a helper thread: start them while sysfs is read.
     crate::helper::prewarm(2);
@@ -138,6 +141,7 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
     crate::scan::scan_paths(
         root,
         &what,
+        start,
         candidates,
         &crate::scan::named,
         &|| no_port(&wwpns),

@@ -3,6 +3,8 @@
 //! The scan itself is the generic one: `0 <target_id> <lun>` to the session's host reaches the
 //! kernel's `iscsi_user_scan`, which scans exactly that LUN on sessions that are `LOGGED_IN`.
 
+use std::time::Instant;
+
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::root::Root;
@@ -67,6 +69,7 @@ impl IscsiLun {
 /// It succeeds when [`ScanOptions::min_paths`] sessions brought the LUN; see
 /// [`crate::scan`] for the outcomes and errors.
 pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanReport> {
+    let start = Instant::now();
     check_target_name(&lun.target)?;
     // Each path's scan write runs on a helper thread: start them while the sessions are read
     // (two, as most nodes have; `scan_paths` starts more if there are more paths).
@@ -114,5 +117,5 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
     };
     let what = format!("LUN {} of iSCSI target {}", lun.lun, lun.target);
     let none = || no_session(&lun.target, &lun.portals);
-    crate::scan::scan_paths(root, &what, candidates, &portal, &none, opts)
+    crate::scan::scan_paths(root, &what, start, candidates, &portal, &none, opts)
 }

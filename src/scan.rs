@@ -101,7 +101,9 @@ impl fmt::Display for PathOutcome {
     }
 }
 
-/// When things happened on one path, as offsets from the start of the scan.
+/// When things happened on one path, as offsets from the call that scanned it (before the
+/// transport's paths were read): `write_start` of the first path is what the library did
+/// before the kernel had anything to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PathTiming {
     /// The scan (or rescan) write began.
@@ -150,7 +152,8 @@ impl fmt::Display for PathScan {
 pub struct ScanReport {
     /// One entry per path, scanned or skipped.
     pub paths: Vec<PathScan>,
-    /// How long the scan took, from the first write to the last outcome.
+    /// How long the scan took, from the call (before the transport's paths were read) to the
+    /// last outcome.
     pub elapsed: Duration,
 }
 
@@ -233,7 +236,9 @@ fn complete_names(candidates: &mut [Candidate], namer: Namer<'_>) {
 }
 
 /// Scans `lun` (named `what` in errors: `LUN 3 of iSCSI target iqn…`) through every
-/// candidate at once and waits for every path until the deadline.
+/// candidate at once and waits for every path until the deadline, [`ScanOptions::timeout`]
+/// after `start`: when the transport's call began, so that reading its paths counts against
+/// the caller's timeout and in the timings.
 ///
 /// Errors: `none()` when there is no candidate at all (the transport's "no logged-in
 /// session" or "no online port"), [`Error::MissingPaths`] listing the skipped paths when
@@ -244,6 +249,7 @@ fn complete_names(candidates: &mut [Candidate], namer: Namer<'_>) {
 pub(crate) fn scan_paths(
     root: &Root,
     what: &str,
+    start: Instant,
     mut candidates: Vec<Candidate>,
     namer: Namer<'_>,
     none: &dyn Fn() -> Error,
@@ -280,7 +286,6 @@ pub(crate) fn scan_paths(
             paths,
         });
     }
-    let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     // Subscribe before acting so no block device's `add` can slip past.
     let mut monitor = Monitor::open().ok();

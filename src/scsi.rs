@@ -84,6 +84,7 @@ pub fn scan(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<PathDevice> {
 
 /// [`scan`], with the path's outcome and timing as a [`ScanReport`].
 pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanReport> {
+    let start = Instant::now();
     let candidate = Candidate::Scan {
         via: format!("host{}", hctl.host),
         target: ScanTarget::exact(hctl),
@@ -95,6 +96,7 @@ pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanRe
     crate::scan::scan_paths(
         root,
         &format!("LUN {hctl}"),
+        start,
         vec![candidate],
         &crate::scan::named,
         &none,

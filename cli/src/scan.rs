@@ -117,7 +117,8 @@ struct Path {
     device: Option<String>,
     /// Why, when timed out, failed or skipped.
     detail: Option<String>,
-    /// Offsets from the start of the scan, in microseconds.
+    /// Offsets from the start of the library call (before the transport's paths were read),
+    /// in microseconds.
     write_start_us: Option<u128>,
     write_end_us: Option<u128>,
     ready_us: Option<u128>,
