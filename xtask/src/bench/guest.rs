@@ -5,7 +5,8 @@
 //!
 //! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
 //! binaries over 9p), interleaved so that drift on this shared machine hits all methods
-//! alike. Between runs the system is brought back to the same state: the devices a run made
+//! alike, in an order shuffled each round so that what one run leaves behind does not always
+//! fall on the same method (`model::round_order`). Between runs the system is brought back to the same state: the devices a run made
 //! are deleted and udev settles, then the kernel listener must see no event for a while.
 
 use std::collections::BTreeSet;
@@ -27,7 +28,7 @@ use lunkit_lab::{VM_ENV, sysfs, udev, wait};
 use super::resident::Resident;
 
 use super::listener::{Event, Listener};
-use super::model::{Measurement, Recorder, Run, State};
+use super::model::{Measurement, Recorder, Run, State, round_order};
 use super::multipathd;
 use super::proc::{self, subcommand_available};
 use super::sys;
@@ -313,6 +314,9 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     if let Some(l) = r.lib_us {
         s += &format!(" (library {})", ms(l));
     }
+    if let Some(w) = r.first_write_us {
+        s += &format!(" (first write at {})", ms(w));
+    }
     if let Some(c) = r.check_us {
         s += &format!(" (in-use check {})", ms(c));
     }
@@ -334,9 +338,9 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     say(&s);
 }
 
-/// Runs `methods` interleaved for `1 + runs` rounds (round 0 discarded); a method that fails
-/// stops (its state says why) while the others go on. `once(ctx, method)` measures one run
-/// and leaves the system as it found it.
+/// Runs `methods` interleaved for `1 + runs` rounds (round 0 discarded), in a new order each
+/// round ([`round_order`]); a method that fails stops (its state says why) while the others
+/// go on. `once(ctx, method)` measures one run and leaves the system as it found it.
 fn rounds<M: Copy>(
     ctx: &mut Ctx,
     methods: &[(M, Measurement)],
@@ -344,7 +348,8 @@ fn rounds<M: Copy>(
 ) -> Result<Vec<Measurement>> {
     let mut ms: Vec<Measurement> = methods.iter().map(|(_, m)| m.clone()).collect();
     for round in 0..=ctx.runs {
-        for (i, (method, _)) in methods.iter().enumerate() {
+        for i in round_order(methods.len(), round) {
+            let method = &methods[i].0;
             if ms[i].state != State::Ok {
                 continue;
             }
@@ -577,6 +582,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
                 .ok("lunkit scan iscsi")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.first_write_us = proc::json_min_u64(&out.stdout, "write_start_us");
                 run.rss_kib = Some(out.rss_kib);
             }
             Scan::Floor => run.wall_us = floor_scan(ctx, t, seq0, t_start)?,
@@ -614,7 +620,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
         }
         Ok(())
     })();
-    add_times(ctx, &mut run, seq0, t_start, &hctl);
+    add_times(ctx, &mut run, seq0, t_start, std::slice::from_ref(&hctl));
     // Count what the action caused (udev's reactions included) before cleaning up.
     ctx.listener.wait_quiet(QUIET, TIMEOUT);
     run.uevents = Some(seqnum()?.saturating_sub(seq0));
@@ -681,18 +687,24 @@ fn floor_scan_all(ctx: &Ctx, sessions: &[Session], seq0: u64, t_start: Instant) 
     Ok(last)
 }
 
-/// When the disk's and the scsi_device's `add` uevents came, relative to the start of the
-/// run (already received by now for every method that succeeded).
-fn add_times(ctx: &Ctx, run: &mut Run, seq0: u64, t_start: Instant, hctl: &str) {
+/// When the disks' and the scsi_devices' `add` uevents of `hctls` came, the last of each,
+/// relative to the start of the run (already received by now for every method that
+/// succeeded); none when one of them did not come.
+fn add_times(ctx: &Ctx, run: &mut Run, seq0: u64, t_start: Instant, hctls: &[String]) {
     let since = |ev: &Event| ev.at.saturating_duration_since(t_start).as_micros() as u64;
-    run.add_us = ctx
-        .listener
-        .wait_for(seq0, Instant::now(), |e| e.is_disk_add_of(hctl))
-        .map(|ev| since(&ev));
-    run.dev_add_us = ctx
-        .listener
-        .wait_for(seq0, Instant::now(), |e| e.is_scsi_device_add_of(hctl))
-        .map(|ev| since(&ev));
+    let last = |of: &dyn Fn(&Event, &str) -> bool| -> Option<u64> {
+        hctls
+            .iter()
+            .map(|h| {
+                ctx.listener
+                    .wait_for(seq0, Instant::now(), |e| of(e, h))
+                    .map(|ev| since(&ev))
+            })
+            .try_fold(0, |latest, at| Some(latest.max(at?)))
+            .filter(|_| !hctls.is_empty())
+    };
+    run.add_us = last(&|e, h| e.is_disk_add_of(h));
+    run.dev_add_us = last(&|e, h| e.is_scsi_device_add_of(h));
 }
 
 fn scan_row(
@@ -1011,6 +1023,7 @@ fn node_scan_once(
                 let out = run_lunkit(ctx, resident, &args, "lunkit scan iscsi")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                run.first_write_us = proc::json_min_u64(&out.stdout, "write_start_us");
                 run.rss_kib = out.rss_kib;
             }
             NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,
@@ -1018,7 +1031,7 @@ fn node_scan_once(
         }
         Ok(())
     })();
-    add_times(ctx, &mut run, seq0, t_start, &hctl);
+    add_times(ctx, &mut run, seq0, t_start, &wanted);
     let missing: Vec<String> = wanted
         .into_iter()
         .filter(|h| node_opens(h).is_none())

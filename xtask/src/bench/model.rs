@@ -23,13 +23,18 @@ pub struct Run {
     pub rss_kib: Option<u64>,
     /// When the wanted disk's `add` uevent reached the benchmark's own listener, from the
     /// start of the run: what is left of `wall_us` is the method noticing it and finishing.
+    /// With several wanted disks (a 2-session scan), the last one's.
     pub add_us: Option<u64>,
     /// When the wanted LUN's `scsi_device` `add` uevent arrived, from the start of the run:
     /// the scan write is then done, and `add_us - dev_add_us` is the asynchronous sd probe.
+    /// With several wanted LUNs, the last one's.
     pub dev_add_us: Option<u64>,
     /// lunkit detach's `check-in-use` steps (every round's, summed), from its `--json`: the
     /// in-use check alone.
     pub check_us: Option<u64>,
+    /// lunkit scan's first path's `write_start_us`, from its `--json`: how long the library
+    /// took from its call to its first scan write, before which the kernel has nothing to do.
+    pub first_write_us: Option<u64>,
 }
 
 /// Whether a measurement could be made.
@@ -87,6 +92,10 @@ impl Measurement {
 
     pub fn check(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.check_us))
+    }
+
+    pub fn first_write(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.first_write_us))
     }
 
     pub fn uevents(&self) -> Option<Stats> {
@@ -184,7 +193,7 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
@@ -193,7 +202,8 @@ pub fn to_lines(m: &Measurement) -> String {
             opt(r.rss_kib),
             opt(r.add_us),
             opt(r.dev_add_us),
-            opt(r.check_us)
+            opt(r.check_us),
+            opt(r.first_write_us)
         );
     }
     out
@@ -223,8 +233,8 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            // Records written before `check_us` have one field fewer.
-            Some(&"R") if f.len() == 9 || f.len() == 10 => {
+            // Records written before `check_us` and `first_write_us` have fields fewer.
+            Some(&"R") if (9..=11).contains(&f.len()) => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -241,6 +251,10 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     add_us: num(f[7])?,
                     dev_add_us: num(f[8])?,
                     check_us: match f.get(9) {
+                        Some(s) => num(s)?,
+                        None => None,
+                    },
+                    first_write_us: match f.get(10) {
                         Some(s) => num(s)?,
                         None => None,
                     },
@@ -280,9 +294,59 @@ impl Recorder {
     }
 }
 
+/// The order the methods of a row run in, in round `round`: as listed in the warm-up (round 0),
+/// shuffled in every recorded round, the same shuffle for the same round in every bench run.
+///
+/// A run can leave the kernel or the target in a state that makes the next one faster or
+/// slower than it would be alone. In two lab probes of the node row's scans (2026-11-26, ten
+/// runs each, resident), the 2-session scan took a median 103 ms when it came right after a
+/// one-path scan and 70 ms when it came after a 2-session one, its second session's write
+/// returning 23 ms later. In a fixed order every round gives each method the same
+/// predecessor, so such an effect falls on one method every time and reads as a difference
+/// between methods; shuffled, it falls on all of them alike.
+pub fn round_order(n: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    if round == 0 {
+        return order;
+    }
+    // xorshift64*, seeded by the round: reproducible without a dependency.
+    let mut x = (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = |bound: usize| {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % bound
+    };
+    for i in (1..n).rev() {
+        order.swap(i, next(i + 1));
+    }
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_after_the_warm_up_are_shuffled_reproducibly() {
+        assert_eq!(round_order(6, 0), [0, 1, 2, 3, 4, 5]);
+        assert!(round_order(0, 3).is_empty());
+        assert_eq!(round_order(1, 3), [0]);
+        let mut predecessors = std::collections::BTreeSet::new();
+        for round in 1..=15 {
+            let order = round_order(6, round);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1, 2, 3, 4, 5], "round {round}: {order:?}");
+            assert_eq!(order, round_order(6, round), "round {round}");
+            // What ran just before method 2 (the 2-session scan in the node row).
+            let at = order.iter().position(|&m| m == 2).unwrap();
+            predecessors.insert(at.checked_sub(1).map(|i| order[i]));
+        }
+        // Over 15 rounds it follows several methods, and comes first in some round.
+        assert!(predecessors.len() >= 4, "{predecessors:?}");
+        assert!(predecessors.contains(&None), "{predecessors:?}");
+    }
 
     #[test]
     fn medians_of_odd_and_even_samples() {
@@ -305,6 +369,7 @@ mod tests {
             add_us: Some(7),
             dev_add_us: Some(5),
             check_us: Some(3),
+            first_write_us: Some(2),
         });
         a.runs.push(Run {
             wall_us: 12,
@@ -323,5 +388,11 @@ mod tests {
         let back = from_lines(old).unwrap();
         assert_eq!(back[0].runs[0].lib_us, Some(8));
         assert_eq!(back[0].runs[0].check_us, None);
+        // And one from before `first_write_us`, with `check_us`.
+        let old =
+            "M\tnode.lunkit\tnode\tlunkit scan\tok\t\t\nR\tnode.lunkit\t9\t8\t-\t-\t-\t-\t-\t4\n";
+        let back = from_lines(old).unwrap();
+        assert_eq!(back[0].runs[0].check_us, Some(4));
+        assert_eq!(back[0].runs[0].first_write_us, None);
     }
 }

@@ -102,6 +102,22 @@ pub fn json_u64(text: &str, key: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The smallest `"key": N` in a JSON text: for lunkit scan, the first path's
+/// `write_start_us` (each path has one; a path that was never written has `null`).
+pub fn json_min_u64(text: &str, key: &str) -> Option<u64> {
+    let pat = format!("\"{key}\":");
+    text.match_indices(&pat)
+        .filter_map(|(at, _)| {
+            let digits: String = text[at + pat.len()..]
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
+        .min()
+}
+
 /// The summed `duration_ms` of the objects in lunkit detach's `--json` whose `"step"` is
 /// `step`, in microseconds; `None` when no step has that name. The objects are found by
 /// their braces, outside strings (a step's `detail` is free text), and a key cannot occur
@@ -153,7 +169,19 @@ pub fn json_step_us(text: &str, step: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_step_us, json_u64};
+    use super::{json_min_u64, json_step_us, json_u64};
+
+    #[test]
+    fn reads_the_smallest_number_for_a_key() {
+        let doc = r#"{"paths":[{"via":"session2","write_start_us":3120,"ready_us":61000},{"via":"session1","write_start_us":2710},{"via":"session3","write_start_us":null}],"elapsed_us":62000}"#;
+        assert_eq!(json_min_u64(doc, "write_start_us"), Some(2710));
+        assert_eq!(json_min_u64(doc, "ready_us"), Some(61000));
+        assert_eq!(json_min_u64(doc, "nope"), None);
+        assert_eq!(
+            json_min_u64("{\"write_start_us\":null}", "write_start_us"),
+            None
+        );
+    }
 
     #[test]
     fn sums_a_named_steps_durations_whatever_their_details_say() {

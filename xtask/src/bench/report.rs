@@ -253,6 +253,15 @@ fn table(all: &[Measurement]) -> String {
                             ),
                         );
                     }
+                    if let (Some(w), Some(l)) = (m.first_write(), m.lib()) {
+                        let _ = writeln!(
+                            out,
+                            "| {title} | ↳ before its first scan write (`write_start_us`) | {} | {} | {:.0}% of library time | | | | | |",
+                            time(w.median),
+                            range(&w),
+                            100.0 * w.median / l.median,
+                        );
+                    }
                     if let (Some(c), Some(l)) = (m.check(), m.lib()) {
                         let _ = writeln!(
                             out,
@@ -585,11 +594,12 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     let mut out = format!(
         "### `cargo xtask bench`, {date}\n\n\
          Guest kernel {kernel} under QEMU TCG emulation (no KVM), 2 vCPUs, on {cpu}; {load}; \
-         commit {commit}; {runs} recorded runs per method after one warm-up, interleaved; whole \
+         commit {commit}; {runs} recorded runs per method after one warm-up, interleaved in an \
+         order shuffled anew each round (seeded: every bench run uses the same orders); whole \
          run {dur:.0} s; {cache}. Times are medians with min – max; ratios compare medians; \"sd probe\" is the median time \
          from the LUN's `scsi_device` to its disk's `add` uevent and \"After `add`\" from the \
-         disk's `add` uevent to the end of the run, both as the benchmark's own listener saw \
-         them. Every measured run starts from a busy CPU (50 ms of spinning; after an idle \
+         disk's `add` uevent to the end of the run (with several paths, from the last \
+         `scsi_device` and the last disk), both as the benchmark's own listener saw them. Every measured run starts from a busy CPU (50 ms of spinning; after an idle \
          spell this guest runs a scan 2-3× slower) with all programs held open so the 9p root \
          keeps them cached. Under TCG a process spawn costs tens of milliseconds (the \"exec alone\" line), \
          which favours lunkit against the shell peers, who spawn more: the ratio to the kernel \
@@ -681,7 +691,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
@@ -689,7 +699,8 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
                     jopt(r.rss_kib),
                     jopt(r.add_us),
                     jopt(r.dev_add_us),
-                    jopt(r.check_us)
+                    jopt(r.check_us),
+                    jopt(r.first_write_us)
                 )
             })
             .collect();
@@ -749,6 +760,7 @@ mod tests {
                 add_us: None,
                 dev_add_us: None,
                 check_us: None,
+                first_write_us: None,
             });
         }
         m
@@ -802,10 +814,24 @@ mod tests {
         assert!(md.contains("udevd and multipathd running"), "{md}");
         // The second path's scan is also shown against the one-path command.
         assert!(md.contains("1.3× lunkit"), "{md}");
+        // Without `write_start_us` there is no line for the library's time before the write.
+        assert!(!md.contains("before its first scan write"), "{md}");
+        let mut all = all;
+        for (i, r) in all[0].runs.iter_mut().enumerate() {
+            r.first_write_us = Some([2_000, 4_000, 3_000][i]);
+        }
+        let md = markdown(&all, &Meta::default());
+        assert!(
+            md.contains(
+                "| ↳ before its first scan write (`write_start_us`) | 3.0 ms | 2.0 ms – 4.0 ms | \
+                 3% of library time |"
+            ),
+            "{md}"
+        );
+        assert!(json(&all, &Meta::default()).contains("\"first_write_us\": 4000"));
         // Without the kernel's own two-path floor, nothing is said of it.
         assert!(!second.detail.contains("kernel floor"), "{}", second.detail);
 
-        let mut all = all;
         all.push(m("node.floor2", &[114_000; 3], None, 30));
         let t = targets(&all);
         let second = t.iter().find(|t| t.id == "node-second-path").unwrap();
