@@ -317,6 +317,9 @@ fn progress(m: &Measurement, round: usize, runs: usize, r: &Run) {
     if let Some(w) = r.first_write_us {
         s += &format!(" (first write at {})", ms(w));
     }
+    if let Some(a) = r.after_ready_us {
+        s += &format!(" ({} after the last disk opened)", ms(a));
+    }
     if let Some(c) = r.check_us {
         s += &format!(" (in-use check {})", ms(c));
     }
@@ -582,7 +585,7 @@ fn scan_once(ctx: &mut Ctx, t: &Target, m: Scan, baseline: &BTreeSet<String>) ->
                 .ok("lunkit scan iscsi")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
-                run.first_write_us = proc::json_min_u64(&out.stdout, "write_start_us");
+                scan_split(&mut run, &out.stdout);
                 run.rss_kib = Some(out.rss_kib);
             }
             Scan::Floor => run.wall_us = floor_scan(ctx, t, seq0, t_start)?,
@@ -685,6 +688,17 @@ fn floor_scan_all(ctx: &Ctx, sessions: &[Session], seq0: u64, t_start: Instant) 
         last = last.max(ev.at.saturating_duration_since(t_start).as_micros() as u64);
     }
     Ok(last)
+}
+
+/// Where a lunkit scan's library time went, from its `--json`: until its first scan write,
+/// and after its last disk opened; between them is the kernel's work as lunkit saw it.
+fn scan_split(run: &mut Run, json: &str) {
+    run.first_write_us = proc::json_u64s(json, "write_start_us").into_iter().min();
+    let last_ready = proc::json_u64s(json, "ready_us").into_iter().max();
+    run.after_ready_us = run
+        .lib_us
+        .zip(last_ready)
+        .map(|(lib, ready)| lib.saturating_sub(ready));
 }
 
 /// When the disks' and the scsi_devices' `add` uevents of `hctls` came, the last of each,
@@ -1023,7 +1037,7 @@ fn node_scan_once(
                 let out = run_lunkit(ctx, resident, &args, "lunkit scan iscsi")?;
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
-                run.first_write_us = proc::json_min_u64(&out.stdout, "write_start_us");
+                scan_split(&mut run, &out.stdout);
                 run.rss_kib = out.rss_kib;
             }
             NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,

@@ -35,6 +35,9 @@ pub struct Run {
     /// lunkit scan's first path's `write_start_us`, from its `--json`: how long the library
     /// took from its call to its first scan write, before which the kernel has nothing to do.
     pub first_write_us: Option<u64>,
+    /// lunkit scan's `elapsed_us` less its last path's `ready_us`: its time after the kernel
+    /// had the last disk ready.
+    pub after_ready_us: Option<u64>,
 }
 
 /// Whether a measurement could be made.
@@ -96,6 +99,10 @@ impl Measurement {
 
     pub fn first_write(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.first_write_us))
+    }
+
+    pub fn after_ready(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.after_ready_us))
     }
 
     pub fn uevents(&self) -> Option<Stats> {
@@ -193,7 +200,7 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
@@ -203,7 +210,8 @@ pub fn to_lines(m: &Measurement) -> String {
             opt(r.add_us),
             opt(r.dev_add_us),
             opt(r.check_us),
-            opt(r.first_write_us)
+            opt(r.first_write_us),
+            opt(r.after_ready_us)
         );
     }
     out
@@ -233,8 +241,9 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            // Records written before `check_us` and `first_write_us` have fields fewer.
-            Some(&"R") if (9..=11).contains(&f.len()) => {
+            // Records written before `check_us`, `first_write_us` and `after_ready_us` have
+            // fields fewer.
+            Some(&"R") if (9..=12).contains(&f.len()) => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -255,6 +264,10 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                         None => None,
                     },
                     first_write_us: match f.get(10) {
+                        Some(s) => num(s)?,
+                        None => None,
+                    },
+                    after_ready_us: match f.get(11) {
                         Some(s) => num(s)?,
                         None => None,
                     },
@@ -370,6 +383,7 @@ mod tests {
             dev_add_us: Some(5),
             check_us: Some(3),
             first_write_us: Some(2),
+            after_ready_us: Some(1),
         });
         a.runs.push(Run {
             wall_us: 12,

@@ -102,9 +102,9 @@ pub fn json_u64(text: &str, key: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// The smallest `"key": N` in a JSON text: for lunkit scan, the first path's
-/// `write_start_us` (each path has one; a path that was never written has `null`).
-pub fn json_min_u64(text: &str, key: &str) -> Option<u64> {
+/// Every `"key": N` in a JSON text, in order, a `null` passed over: for lunkit scan, each
+/// path's `write_start_us` or `ready_us` (a path never written or not found has `null`).
+pub fn json_u64s(text: &str, key: &str) -> Vec<u64> {
     let pat = format!("\"{key}\":");
     text.match_indices(&pat)
         .filter_map(|(at, _)| {
@@ -115,7 +115,7 @@ pub fn json_min_u64(text: &str, key: &str) -> Option<u64> {
                 .collect();
             digits.parse().ok()
         })
-        .min()
+        .collect()
 }
 
 /// The summed `duration_ms` of the objects in lunkit detach's `--json` whose `"step"` is
@@ -169,18 +169,15 @@ pub fn json_step_us(text: &str, step: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_min_u64, json_step_us, json_u64};
+    use super::{json_step_us, json_u64, json_u64s};
 
     #[test]
-    fn reads_the_smallest_number_for_a_key() {
+    fn reads_every_number_for_a_key() {
         let doc = r#"{"paths":[{"via":"session2","write_start_us":3120,"ready_us":61000},{"via":"session1","write_start_us":2710},{"via":"session3","write_start_us":null}],"elapsed_us":62000}"#;
-        assert_eq!(json_min_u64(doc, "write_start_us"), Some(2710));
-        assert_eq!(json_min_u64(doc, "ready_us"), Some(61000));
-        assert_eq!(json_min_u64(doc, "nope"), None);
-        assert_eq!(
-            json_min_u64("{\"write_start_us\":null}", "write_start_us"),
-            None
-        );
+        assert_eq!(json_u64s(doc, "write_start_us"), [3120, 2710]);
+        assert_eq!(json_u64s(doc, "ready_us"), [61000]);
+        assert!(json_u64s(doc, "nope").is_empty());
+        assert!(json_u64s("{\"write_start_us\":null}", "write_start_us").is_empty());
     }
 
     #[test]

@@ -262,6 +262,15 @@ fn table(all: &[Measurement]) -> String {
                             100.0 * w.median / l.median,
                         );
                     }
+                    if let (Some(a), Some(l)) = (m.after_ready(), m.lib()) {
+                        let _ = writeln!(
+                            out,
+                            "| {title} | ↳ after its last disk opened (`elapsed_us` − `ready_us`) | {} | {} | {:.0}% of library time | | | | | |",
+                            time(a.median),
+                            range(&a),
+                            100.0 * a.median / l.median,
+                        );
+                    }
                     if let (Some(c), Some(l)) = (m.check(), m.lib()) {
                         let _ = writeln!(
                             out,
@@ -691,7 +700,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}, \"after_ready_us\": {}}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
@@ -700,7 +709,8 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
                     jopt(r.add_us),
                     jopt(r.dev_add_us),
                     jopt(r.check_us),
-                    jopt(r.first_write_us)
+                    jopt(r.first_write_us),
+                    jopt(r.after_ready_us)
                 )
             })
             .collect();
@@ -761,6 +771,7 @@ mod tests {
                 dev_add_us: None,
                 check_us: None,
                 first_write_us: None,
+                after_ready_us: None,
             });
         }
         m
@@ -819,6 +830,7 @@ mod tests {
         let mut all = all;
         for (i, r) in all[0].runs.iter_mut().enumerate() {
             r.first_write_us = Some([2_000, 4_000, 3_000][i]);
+            r.after_ready_us = Some(1_000);
         }
         let md = markdown(&all, &Meta::default());
         assert!(
@@ -828,7 +840,18 @@ mod tests {
             ),
             "{md}"
         );
-        assert!(json(&all, &Meta::default()).contains("\"first_write_us\": 4000"));
+        assert!(
+            md.contains(
+                "| ↳ after its last disk opened (`elapsed_us` − `ready_us`) | 1.0 ms | 1.0 ms – \
+                 1.0 ms | 1% of library time |"
+            ),
+            "{md}"
+        );
+        let j = json(&all, &Meta::default());
+        assert!(
+            j.contains("\"first_write_us\": 4000, \"after_ready_us\": 1000"),
+            "{j}"
+        );
         // Without the kernel's own two-path floor, nothing is said of it.
         assert!(!second.detail.contains("kernel floor"), "{}", second.detail);
 
