@@ -253,31 +253,28 @@ fn table(all: &[Measurement]) -> String {
                             ),
                         );
                     }
-                    if let (Some(w), Some(l)) = (m.first_write(), m.lib()) {
+                    // The parts of the library time the command reports on its own.
+                    let parts = [
+                        (
+                            "before its first scan write (`write_start_us`)",
+                            m.first_write(),
+                        ),
+                        (
+                            "after its last disk opened (`elapsed_us` − `ready_us`)",
+                            m.after_ready(),
+                        ),
+                        ("its in-use check (`check-in-use` steps)", m.check()),
+                    ];
+                    for (what, part) in parts {
+                        let (Some(p), Some(l)) = (part, m.lib()) else {
+                            continue;
+                        };
                         let _ = writeln!(
                             out,
-                            "| {title} | ↳ before its first scan write (`write_start_us`) | {} | {} | {:.0}% of library time | | | | | |",
-                            time(w.median),
-                            range(&w),
-                            100.0 * w.median / l.median,
-                        );
-                    }
-                    if let (Some(a), Some(l)) = (m.after_ready(), m.lib()) {
-                        let _ = writeln!(
-                            out,
-                            "| {title} | ↳ after its last disk opened (`elapsed_us` − `ready_us`) | {} | {} | {:.0}% of library time | | | | | |",
-                            time(a.median),
-                            range(&a),
-                            100.0 * a.median / l.median,
-                        );
-                    }
-                    if let (Some(c), Some(l)) = (m.check(), m.lib()) {
-                        let _ = writeln!(
-                            out,
-                            "| {title} | ↳ its in-use check (`check-in-use` steps) | {} | {} | {:.0}% of library time | | | | | |",
-                            time(c.median),
-                            range(&c),
-                            100.0 * c.median / l.median,
+                            "| {title} | ↳ {what} | {} | {} | {:.0}% of library time | | | | | |",
+                            time(p.median),
+                            range(&p),
+                            100.0 * p.median / l.median,
                         );
                     }
                 }
