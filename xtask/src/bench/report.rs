@@ -924,6 +924,19 @@ mod tests {
             "{}",
             td.detail
         );
+        // The in-use check is shown as its part of the library time; a scan's parts are not.
+        let mut all = all;
+        all[0].runs[0].lib_us = Some(150_000);
+        all[0].runs[0].check_us = Some(15_000);
+        let md = markdown(&all, &Meta::default());
+        assert!(
+            md.contains(
+                "| ↳ its in-use check (`check-in-use` steps) | 15.0 ms | 15.0 ms – 15.0 ms | \
+                 10% of library time |"
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("before its first scan write"), "{md}");
     }
 
     #[test]
