@@ -19,6 +19,7 @@ use crate::id::{Nguid, Nqn};
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
+use crate::sysfs::iscsi::{Portals, paths_to};
 use crate::sysfs::{block as sysblock, scsi as sysscsi};
 
 /// How a caller names a volume.
@@ -242,11 +243,10 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
             crate::iscsi::check_target_name(target)?;
             // Every session to the target, logged in or not: a session in recovery still has
             // its devices.
-            let addresses =
-                crate::sysfs::iscsi::paths_to(root, target, crate::sysfs::iscsi::Portals::Any)?
-                    .into_iter()
-                    .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
-                    .collect();
+            let addresses = paths_to(root, target, Portals::Any)?
+                .into_iter()
+                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
+                .collect();
             by_addresses(root, addresses)
         }
         VolumeSpec::Fc { wwpns, lun } => {

@@ -124,13 +124,11 @@ pub fn paths_to(root: &Root, target: &str, portals: Portals<'_>) -> Result<Vec<S
         }
         let portal = match portals {
             Portals::Any => None,
-            Portals::Only(_) => session_portal(root, &confine, sid, &mut conns)?,
+            Portals::Only(wanted) => match session_portal(root, &confine, sid, &mut conns)? {
+                Some(p) if wanted.contains(&p) => Some(p),
+                _ => continue,
+            },
         };
-        if let Portals::Only(wanted) = portals {
-            if !portal.as_ref().is_some_and(|p| wanted.contains(p)) {
-                continue;
-            }
-        }
         out.push(SessionPath {
             sid,
             state: attr(&dir, "state"),
