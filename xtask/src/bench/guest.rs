@@ -6,8 +6,9 @@
 //! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
 //! binaries over 9p), interleaved so that drift on this shared machine hits all methods
 //! alike, in an order shuffled each round so that what one run leaves behind does not always
-//! fall on the same method (`model::round_order`). Between runs the system is brought back to the same state: the devices a run made
-//! are deleted and udev settles, then the kernel listener must see no event for a while.
+//! fall on the same method (`model::round_order`). Between runs the system is brought back
+//! to the same state: the devices a run made are deleted and udev settles, then the kernel
+//! listener must see no event for a while.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -707,15 +708,15 @@ fn scan_split(run: &mut Run, json: &str) {
 fn add_times(ctx: &Ctx, run: &mut Run, seq0: u64, t_start: Instant, hctls: &[String]) {
     let since = |ev: &Event| ev.at.saturating_duration_since(t_start).as_micros() as u64;
     let last = |of: &dyn Fn(&Event, &str) -> bool| -> Option<u64> {
-        hctls
+        let each: Option<Vec<u64>> = hctls
             .iter()
             .map(|h| {
                 ctx.listener
                     .wait_for(seq0, Instant::now(), |e| of(e, h))
                     .map(|ev| since(&ev))
             })
-            .try_fold(0, |latest, at| Some(latest.max(at?)))
-            .filter(|_| !hctls.is_empty())
+            .collect();
+        each?.into_iter().max()
     };
     run.add_us = last(&|e, h| e.is_disk_add_of(h));
     run.dev_add_us = last(&|e, h| e.is_scsi_device_add_of(h));
