@@ -93,13 +93,7 @@ pub fn subcommand_available(lunkit: &Path, sub: &str) -> std::result::Result<(),
 /// `result.elapsed_us`, which comes after the top-level one.
 pub fn json_u64(text: &str, key: &str) -> Option<u64> {
     let pat = format!("\"{key}\":");
-    let at = text.rfind(&pat)? + pat.len();
-    let digits: String = text[at..]
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
+    number_at(&text[text.rfind(&pat)? + pat.len()..])
 }
 
 /// Every `"key": N` in a JSON text, in order, a `null` passed over: for lunkit scan, each
@@ -107,15 +101,18 @@ pub fn json_u64(text: &str, key: &str) -> Option<u64> {
 pub fn json_u64s(text: &str, key: &str) -> Vec<u64> {
     let pat = format!("\"{key}\":");
     text.match_indices(&pat)
-        .filter_map(|(at, _)| {
-            let digits: String = text[at + pat.len()..]
-                .trim_start()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse().ok()
-        })
+        .filter_map(|(at, _)| number_at(&text[at + pat.len()..]))
         .collect()
+}
+
+/// The unsigned integer a JSON value starts with (after blanks); `None` for anything else.
+fn number_at(value: &str) -> Option<u64> {
+    let digits: String = value
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// The summed `duration_ms` of the objects in lunkit detach's `--json` whose `"step"` is
