@@ -16,6 +16,7 @@
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::id::Wwid;
@@ -76,13 +77,24 @@ pub(crate) fn remember(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()>
     paths.iter().try_for_each(|p| write_record(p, wwid))
 }
 
+/// Writes one record through a temporary file of its own: the record's whole name with a
+/// suffix unique to this write (process id and a counter), created new. A name made with
+/// `Path::with_extension` would cut the record name at its last `.`, and an IQN has dots:
+/// every LUN of one target would share one temporary file, and two records written at once
+/// could each rename the other's WWID into place.
 fn write_record(path: &Path, wwid: &Wwid) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = PathBuf::from(tmp);
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
@@ -207,6 +219,41 @@ mod tests {
         remember(&dir, &fc(&[p2], 3), &other).unwrap();
         assert_eq!(recall(&dir, &fc(&[p1, p2], 3)), None);
         assert_eq!(recall(&dir, &fc(&[p2], 3)), Some(other));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn records_written_at_once_for_one_target_each_keep_their_own_wwid() {
+        let dir = std::env::temp_dir().join(format!("lunkit-names-race-{}", std::process::id()));
+        let spec = |lun| VolumeSpec::Iscsi {
+            target: "iqn.2003-01.org.example.array:tgt.1".into(),
+            lun,
+        };
+        let wwid = |lun: u64| -> Wwid {
+            format!("naa.6001405abcdef0123456789abc{lun:06x}")
+                .parse()
+                .unwrap()
+        };
+        std::thread::scope(|s| {
+            for lun in 0..16u64 {
+                let dir = &dir;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        remember(dir, &spec(lun), &wwid(lun)).unwrap();
+                    }
+                });
+            }
+        });
+        for lun in 0..16u64 {
+            assert_eq!(recall(&dir, &spec(lun)), Some(wwid(lun)), "LUN {lun}");
+        }
+        // No temporary file is left beside the records.
+        let left: Vec<_> = std::fs::read_dir(dir.join("names"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
