@@ -252,3 +252,85 @@ fn a_map_left_without_paths_is_not_reported_as_nothing_left() {
         "{msg}"
     );
 }
+
+/// The fixture with 7:0:0:0 (sdc, a path of LUN 0's map mpatha) reporting another WWID:
+/// the array re-mapped LUN 0 on that path and the device was rescanned while multipathd
+/// still had it in mpatha.
+const REMAPPED: &str = "naa.60014055e7a1000000000000000000ff";
+
+fn with_7_0_0_0_remapped(tag: &str) -> Scratch {
+    let s = Scratch::with_fixture("iscsi-multipath", tag);
+    std::fs::write(
+        s.path()
+            .join("sys/devices/platform/host7/session2/target7:0:0/7:0:0:0/wwid"),
+        format!("{REMAPPED}\n"),
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_map_named_for_another_wwid_is_not_the_volumes() {
+    // Volume B is the LUN now at 7:0:0:0. Its path sits in mpatha, named for LUN 0 (A): the
+    // map, and A's own path sda (6:0:0:0), are not B's to take down.
+    let s = with_7_0_0_0_remapped("foreign-map-b");
+    let root = Root::new(s.path());
+    let b = Identity {
+        wwid: Some(REMAPPED.parse().unwrap()),
+        addresses: Vec::new(),
+    };
+    let state = volume::locate(&root, &b).unwrap();
+    assert!(state.maps.is_empty(), "{state:?}");
+    assert_eq!(
+        state.paths.iter().map(|p| p.hctl).collect::<Vec<_>>(),
+        hctls(&["7:0:0:0"])
+    );
+    assert_eq!(state.foreign_maps.len(), 1, "{state:?}");
+    let m = &state.foreign_maps[0];
+    assert_eq!(m.name, "mpatha");
+    assert_eq!(m.wwid.as_deref(), Some("360014055e7a100000000000000000000"));
+    assert_eq!(m.paths.len(), 2, "{m:?}");
+
+    // A detach of B refuses, naming the map and what each path reports; nothing is touched
+    // (the fixture has no device-mapper control node: a removal would fail differently).
+    let mut opts = lunkit::ops::DetachOptions::new(&root);
+    opts.lock_dir = None;
+    let e = lunkit::ops::detach(&root, &VolumeSpec::Wwid(REMAPPED.parse().unwrap()), &opts)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("map mpatha (dm-0, named for WWID 360014055e7a100000000000000000000)")
+            && msg.contains("reporting 360014055e7a1000000000000000000ff"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_map_whose_paths_report_two_wwids_is_no_volumes_map() {
+    // Volume A (LUN 0) by its WWID: mpatha is named for it, but holds B's path too. It is
+    // reported, not A's map; A's path is sda alone, and B's path is not A's.
+    let s = with_7_0_0_0_remapped("foreign-map-a");
+    let root = Root::new(s.path());
+    let a = identify(VolumeSpec::Wwid(LUN0.parse().unwrap()));
+    let state = volume::locate(&root, &a).unwrap();
+    assert!(state.maps.is_empty(), "{state:?}");
+    assert_eq!(
+        state.paths.iter().map(|p| p.hctl).collect::<Vec<_>>(),
+        hctls(&["6:0:0:0"])
+    );
+    assert_eq!(
+        state
+            .foreign_maps
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>(),
+        ["mpatha"]
+    );
+    assert!(!state.is_empty());
+    // LUN 1's volume, whose map is its alone, is found as before.
+    let lun1 = identify(VolumeSpec::Wwid(LUN1.parse().unwrap()));
+    let other = volume::locate(&root, &lun1).unwrap();
+    assert_eq!(other.maps.len(), 1, "{other:?}");
+    assert!(other.foreign_maps.is_empty(), "{other:?}");
+}

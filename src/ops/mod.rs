@@ -34,4 +34,6 @@ pub use resize::{
     DEFAULT_RESIZE_TIMEOUT, MapSize, NamespaceSize, NvmeResize, PathSize, ResizeOptions, Resized,
     resize,
 };
-pub use volume::{Identity, MapDevice, NamespaceSelector, OrphanMap, VolumeSpec, VolumeState};
+pub use volume::{
+    ForeignMap, Identity, MapDevice, NamespaceSelector, OrphanMap, VolumeSpec, VolumeState,
+};

@@ -217,6 +217,8 @@ impl Resized {
 /// - [`Error::Timeout`] when [`ResizeOptions::expect_size`] was not reached by every path by
 ///   the deadline, naming what each one reports; the map is untouched then.
 /// - [`Error::Step`] (`rescan`) naming the path whose rescan failed.
+/// - [`Error::Busy`] when a multipath map holding the volume's paths is not its alone
+///   ([`VolumeState::foreign_maps`](super::VolumeState::foreign_maps)); nothing is written.
 pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Resized> {
     if let VolumeSpec::Nvme { nqn, namespace } = spec {
         return super::nvme::resize(root, spec, nqn, namespace, opts);
@@ -226,6 +228,7 @@ pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Re
     let id = identify(root, spec)?;
     let _lock = lock::lock(&id.key(), opts.lock_dir.as_deref(), deadline)?;
     let state = locate(root, &id)?;
+    state.refuse_foreign_maps(&spec.to_string())?;
     let map = match state.maps.as_slice() {
         [] => None,
         [m] => Some(m.clone()),

@@ -188,11 +188,53 @@ impl fmt::Display for VolumePath {
     }
 }
 
+/// A multipath map that holds a path of a volume but is not that volume's alone: its uuid
+/// names another WWID (multipathd grouped the path in before the array re-mapped its LUN),
+/// or its paths report more than one WWID. Such a map serves two volumes' blocks under one
+/// device; taking it down, or its other paths, as part of either volume would take from the
+/// other, so it is reported and never taken down by a volume's detach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignMap {
+    /// The map name (`mpatha`).
+    pub name: String,
+    /// Its block device (`dm-0`).
+    pub node: BlockNode,
+    /// The WWID its uuid names (`mpath-<wwid>`), multipath form.
+    pub wwid: Option<String>,
+    /// Its path devices (kernel names) and the WWID each reports (`None`: not readable, or
+    /// not a SCSI disk).
+    pub paths: Vec<(String, Option<Wwid>)>,
+}
+
+impl fmt::Display for ForeignMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "map {} ({}", self.name, self.node.name)?;
+        if let Some(w) = &self.wwid {
+            write!(f, ", named for WWID {w}")?;
+        }
+        f.write_str(") over ")?;
+        let paths: Vec<String> = self
+            .paths
+            .iter()
+            .map(|(p, w)| match w {
+                Some(w) => format!("{p} reporting {}", w.to_multipath()),
+                None => format!("{p} reporting no WWID"),
+            })
+            .collect();
+        f.write_str(&paths.join(", "))
+    }
+}
+
 /// What of a volume is on the node now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VolumeState {
-    /// Its multipath maps (normally at most one).
+    /// Its multipath maps (normally at most one): maps whose uuid names its WWID and whose
+    /// paths report no other WWID.
     pub maps: Vec<MapDevice>,
+    /// Multipath maps holding a path of it that are not its alone (see [`ForeignMap`]).
+    /// Neither they nor their other paths are in `maps` and `paths`; a detach or resize
+    /// refuses while there is one.
+    pub foreign_maps: Vec<ForeignMap>,
     /// Its paths.
     pub paths: Vec<VolumePath>,
     /// Devices at the named addresses that are not provably this volume: another WWID (the
@@ -202,9 +244,30 @@ pub struct VolumeState {
 }
 
 impl VolumeState {
-    /// Nothing of the volume is left.
+    /// Nothing of the volume is left: no map, no path, and no map that mixes it with
+    /// another volume.
     pub fn is_empty(&self) -> bool {
-        self.maps.is_empty() && self.paths.is_empty()
+        self.maps.is_empty() && self.paths.is_empty() && self.foreign_maps.is_empty()
+    }
+
+    /// [`Error::Busy`] naming every map that mixes the volume with another one, or `Ok` when
+    /// there is none. `volume` names the volume for the message.
+    pub fn refuse_foreign_maps(&self, volume: &str) -> Result<()> {
+        if self.foreign_maps.is_empty() {
+            return Ok(());
+        }
+        let maps: Vec<String> = self.foreign_maps.iter().map(ToString::to_string).collect();
+        Err(Error::Busy {
+            device: volume.to_owned(),
+            reason: format!(
+                "a multipath map holding its paths is not its alone: {}. Such a map serves \
+                 another volume's blocks too (a LUN re-mapped under it), and is never taken \
+                 down as part of one volume; take the odd path out of it, or the map down by \
+                 hand once neither volume uses it",
+                maps.join("; ")
+            ),
+            usage: None,
+        })
     }
 
     /// The volume's own dm devices: its maps and their partition maps.
@@ -225,6 +288,7 @@ impl VolumeState {
             .map(|m| format!("map {} ({})", m.name, m.node.name))
             .collect();
         v.extend(self.paths.iter().map(|p| format!("path {p}")));
+        v.extend(self.foreign_maps.iter().map(|m| format!("foreign {m}")));
         v.join(", ")
     }
 }
@@ -384,35 +448,46 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         }
     }
 
-    // Maps: by the WWID's uuid, and any multipath map holding one of the paths (a path whose
-    // wwid attribute cannot be read is still found through its map).
-    let mut map_names: Vec<String> = Vec::new();
+    // Maps: a map is the volume's only when its uuid names the volume's WWID
+    // (`mpath-<wwid>`) and none of its paths reports another. Any other multipath map over
+    // one of the paths, and a map named for the volume that also holds another volume's
+    // path, is foreign: reported, never taken as the volume's, and its paths not counted in.
     let uuid = id
         .wwid
         .as_ref()
         .map(|w| format!("{UUID_PREFIX}{}", w.to_multipath()));
+    let mut named: Vec<String> = Vec::new();
     for b in sysblock::dm_names(root)? {
         let u = read.uuid(&b);
         if u.is_some() && u == uuid {
-            map_names.push(b);
+            named.push(b);
         }
     }
+    let mut foreign: Vec<String> = Vec::new();
     for &h in &hctls.clone() {
         if let Some(disk) = read.disk(h)? {
             for holder in sysblock::holders(root, &disk.name)? {
                 let mpath = read
                     .uuid(&holder)
                     .is_some_and(|u| multipath::uuid_wwid(&u).is_some());
-                if mpath && !map_names.contains(&holder) {
-                    map_names.push(holder);
+                if mpath && !named.contains(&holder) && !foreign.contains(&holder) {
+                    foreign.push(holder);
                 }
             }
         }
     }
-    for dm in map_names {
+    for dm in named {
         let Some(node) = block::by_name(root, &dm)? else {
             continue;
         };
+        let slaves = map_paths(&mut read, &dm)?;
+        // A path whose WWID cannot be read is still the map's: the map proves it is the
+        // volume's path. One that reports another WWID proves the map mixes two volumes.
+        if slaves.iter().any(|s| s.wwid.is_some() && s.wwid != id.wwid) {
+            foreign.push(dm);
+            continue;
+        }
+        hctls.extend(slaves.iter().filter_map(|s| s.hctl));
         let map_uuid = read.uuid(&dm).unwrap_or_default();
         let mut partitions = Vec::new();
         for holder in sysblock::holders(root, &dm)? {
@@ -421,18 +496,28 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
                 partitions.push(holder);
             }
         }
-        // The map's own paths belong to the volume even if their wwid cannot be read.
-        for slave in sysblock::slaves(root, &dm)? {
-            if let Some(h) =
-                block::by_name(root, &slave)?.and_then(|n| block::scsi_address(root, &n))
-            {
-                hctls.push(h);
-            }
-        }
         state.maps.push(MapDevice {
             name: sysblock::dm_name(root, &dm).unwrap_or_else(|| dm.clone()),
             node,
             partitions,
+        });
+    }
+    for dm in foreign {
+        let Some(node) = block::by_name(root, &dm)? else {
+            continue;
+        };
+        let wwid = read
+            .uuid(&dm)
+            .and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned));
+        let paths = map_paths(&mut read, &dm)?
+            .into_iter()
+            .map(|s| (s.name, s.wwid))
+            .collect();
+        state.foreign_maps.push(ForeignMap {
+            name: sysblock::dm_name(root, &dm).unwrap_or_else(|| dm.clone()),
+            node,
+            wwid,
+            paths,
         });
     }
 
@@ -455,6 +540,29 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         });
     }
     Ok(state)
+}
+
+/// One path device of a map: its kernel name, and, for a SCSI disk, its address and WWID.
+struct MapPath {
+    name: String,
+    hctl: Option<Hctl>,
+    wwid: Option<Wwid>,
+}
+
+/// The path devices of map `dm` (its `slaves/`).
+fn map_paths(read: &mut Reads<'_>, dm: &str) -> Result<Vec<MapPath>> {
+    let root = read.root;
+    let mut paths = Vec::new();
+    for slave in sysblock::slaves(root, dm)? {
+        let hctl = block::by_name(root, &slave)?.and_then(|n| block::scsi_address(root, &n));
+        let wwid = hctl.and_then(|h| read.wwid(h));
+        paths.push(MapPath {
+            name: slave,
+            hctl,
+            wwid,
+        });
+    }
+    Ok(paths)
 }
 
 /// What one [`locate`] has read, so that it reads each attribute once: a path's WWID and

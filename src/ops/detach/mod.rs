@@ -240,6 +240,16 @@ pub fn detach_with(
     let mut busy_since: Option<Instant> = None;
     loop {
         let state = volume::locate(root, &identity)?;
+        if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
+            // Not even forced: the map is another volume's as much as this one's.
+            run.record(
+                StepKind::CheckInUse,
+                &state.describe(),
+                Outcome::Failed(e.to_string()),
+                Duration::ZERO,
+            );
+            return Err(e);
+        }
         if state.is_empty() && rounds == 0 && identity.wwid.is_none() && spec.is_address() {
             // Nothing at the address, and no WWID to look further with: a map whose paths
             // are all gone may be this volume's, and "nothing left" would leave it behind.
