@@ -71,6 +71,10 @@ pub struct MultipathMap<'a> {
     pub wwid: &'a str,
     /// Its path devices (`sda`, `sdb`).
     pub paths: &'a [String],
+    /// Its paths that report another WWID than the map's (multipath form), with that
+    /// WWID: the array re-mapped a LUN under the map, which now serves two volumes' blocks.
+    /// A path whose WWID cannot be read is not listed.
+    pub foreign_paths: Vec<(&'a str, String)>,
 }
 
 impl Topology {
@@ -117,13 +121,15 @@ impl Topology {
             .dm_devices()
             .filter_map(|d| {
                 let uuid = d.uuid?;
+                let wwid = crate::multipath::uuid_wwid(uuid)?;
                 Some(MultipathMap {
                     name: d.name,
                     dm: d.dm,
                     dev: d.dev,
                     uuid,
-                    wwid: crate::multipath::uuid_wwid(uuid)?,
+                    wwid,
                     paths: d.slaves,
+                    foreign_paths: self.foreign_paths(wwid, d.slaves),
                 })
             })
             .collect();
@@ -132,6 +138,23 @@ impl Topology {
                 .then_with(|| natural_cmp(a.dm, b.dm))
         });
         maps.into_iter()
+    }
+
+    /// Those of `paths` whose SCSI device reports a WWID other than `wwid` (multipath
+    /// form), with the WWID each reports.
+    fn foreign_paths<'a>(&'a self, wwid: &str, paths: &'a [String]) -> Vec<(&'a str, String)> {
+        paths
+            .iter()
+            .filter_map(|p| {
+                let dev = self
+                    .scsi_devices
+                    .iter()
+                    .find(|d| d.block.as_deref() == Some(p.as_str()))?;
+                let reported = dev.wwid.as_deref()?.parse::<crate::Wwid>().ok()?;
+                let reported = reported.to_multipath();
+                (reported != wwid).then_some((p.as_str(), reported))
+            })
+            .collect()
     }
 
     /// The block device with this kernel name.

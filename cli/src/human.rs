@@ -197,11 +197,15 @@ pub fn render(t: &Topology) -> String {
                     .scsi_devices
                     .iter()
                     .find(|d| d.block.as_deref() == Some(p));
-                mp.row([
+                let mut row = vec![
                     format!("{}{p}", branch(i + 1 == m.paths.len())),
                     dev.map_or("-".into(), |d| d.hctl.to_string()),
                     or_dash(dev.and_then(|d| d.state.as_deref())),
-                ]);
+                ];
+                if let Some((_, w)) = m.foreign_paths.iter().find(|(f, _)| f == p) {
+                    row.push(format!("reports WWID {w}, not the map's"));
+                }
+                mp.row(row);
             }
         }
         out.push_str(if out.is_empty() { "" } else { "\n" });

@@ -76,6 +76,14 @@ pub struct MultipathMap {
     pub uuid: String,
     pub wwid: String,
     pub paths: Vec<String>,
+    /// Paths that report another WWID than the map's (a LUN re-mapped under the map).
+    pub foreign_paths: Vec<ForeignPath>,
+}
+
+#[derive(Serialize)]
+pub struct ForeignPath {
+    pub path: String,
+    pub wwid: String,
 }
 
 #[derive(Serialize)]
@@ -231,6 +239,14 @@ impl From<&Topology> for List {
                     uuid: m.uuid.to_owned(),
                     wwid: m.wwid.to_owned(),
                     paths: m.paths.to_vec(),
+                    foreign_paths: m
+                        .foreign_paths
+                        .iter()
+                        .map(|(p, w)| ForeignPath {
+                            path: (*p).to_owned(),
+                            wwid: w.clone(),
+                        })
+                        .collect(),
                 })
                 .collect(),
             iscsi_sessions: t

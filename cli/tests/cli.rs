@@ -547,3 +547,52 @@ fn batch_runs_each_line_and_reports_its_exit_code() {
     assert!(stderr.contains("/dev/nonexistent"), "{stderr}");
     assert!(stderr.contains("sets --root"), "{stderr}");
 }
+
+/// A map whose path reports another WWID than the map's (a LUN re-mapped under the map) is
+/// shown as such, in the JSON and in the tree.
+#[test]
+fn list_shows_a_path_that_reports_another_wwid_than_its_map() {
+    let tmp = std::env::temp_dir().join(format!("lunkit-cli-foreign-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(fixture("iscsi-multipath"))
+        .arg(&tmp)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    std::fs::write(
+        tmp.join("sys/devices/platform/host7/session2/target7:0:0/7:0:0:0/wwid"),
+        "naa.60014055e7a1000000000000000000ff\n",
+    )
+    .unwrap();
+    let root = tmp.to_str().unwrap();
+    let out = lunkit(&["--root", root, "list", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let maps = doc["multipath_maps"].as_array().unwrap();
+    let mpatha = maps.iter().find(|m| m["name"] == "mpatha").unwrap();
+    assert_eq!(
+        mpatha["foreign_paths"],
+        serde_json::json!([{"path": "sdc", "wwid": "360014055e7a1000000000000000000ff"}])
+    );
+    let mpathb = maps.iter().find(|m| m["name"] == "mpathb").unwrap();
+    assert_eq!(mpathb["foreign_paths"], serde_json::json!([]));
+
+    let out = lunkit(&["--root", root, "list"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let odd: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("not the map's"))
+        .collect();
+    assert_eq!(odd.len(), 1, "{text}");
+    assert!(
+        odd[0].contains("sdc") && odd[0].contains("360014055e7a1000000000000000000ff"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
