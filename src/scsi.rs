@@ -18,7 +18,6 @@ use crate::helper::{self, Subject};
 use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::id::Wwid;
-use crate::mountinfo;
 use crate::root::Root;
 use crate::scan::{Candidate, ScanReport};
 use crate::sysfs::{self, attr, attr_parse};
@@ -111,9 +110,10 @@ pub(crate) struct TriggerPending {
     /// The attribute written, for a timeout's message.
     path: PathBuf,
     dev_dir: PathBuf,
-    hctl: Hctl,
-    /// `Some` for a rescan of a present device: who held it before.
-    rescanned: Option<Option<Held>>,
+    /// `Some` for a rescan of a present device: whose it was before.
+    rescanned: Option<Present>,
+    /// For the in-use check after a rescan.
+    root: Root,
 }
 
 /// Starts the scan (or rescan) write for one target; [`TriggerPending::finish`] then says
@@ -121,12 +121,18 @@ pub(crate) struct TriggerPending {
 /// that one thread can have every path's write in flight at once.
 ///
 /// A device already present may be a leftover path of another volume: the array re-mapped
-/// its LUN number while its disk still sits in that volume's multipath map or under a mount.
-/// So before its rescan (which re-reads its identity) it is looked at ([`holder`]), and
-/// [`Error::Busy`] refuses it, naming the holder:
+/// its LUN number while its disk still sits in that volume's multipath map, under a mount,
+/// in a pod (a bind mount of its node, kubelet's loop device) or open in some process, in
+/// any mount namespace (os-brick's CVE-2023-2088). Whose it is comes from sysfs
+/// ([`Present`]); when that is not the volume asked for, the same in-use check a detach
+/// makes ([`block::usage`]) decides, and [`Error::Busy`] refuses a device in use, naming
+/// its user:
 /// - without a rescan, when it belongs to another volume than `expect`;
-/// - after the rescan (in `finish`), when it now reports another WWID than the volume
-///   holding it.
+/// - after the rescan (in `finish`), when it now reports another WWID than the volume it
+///   belonged to.
+///
+/// A device nobody uses may be rescanned and handed out as what it reports now: its last
+/// close dropped whatever the old LUN left in its page cache.
 pub(crate) fn trigger_start(
     root: &Root,
     t: &ScanTarget,
@@ -143,21 +149,18 @@ pub(crate) fn trigger_start(
                 what: format!("SCSI device {h} below {}", root.path().display()),
             });
         };
-        let held = holder(root, &dev_dir)?;
-        if let (Some(held), Some(expect)) = (&held, expect) {
-            if held.wwid.as_ref() != Some(expect) {
-                return Err(Error::Busy {
-                    device: format!("SCSI device {h}"),
-                    reason: format!(
-                        "it is a path of volume {} ({}), not of {expect}: a leftover of \
-                         another volume, left as it is (not rescanned); detach that volume \
-                         first",
-                        show(&held.wwid),
-                        held.by
-                    ),
-                    usage: None,
-                });
-            }
+        let mut present = Present::read(root, h, &dev_dir)?;
+        if let Some(expect) = expect.filter(|e| present.owner.as_ref() != Some(*e)) {
+            present.refuse_if_used(
+                root,
+                &format!(
+                    "it is a path of volume {} ({}), not of {expect}: a leftover of another \
+                     volume, left as it is (not rescanned); detach that volume first",
+                    show(&present.owner),
+                    present.by
+                ),
+                deadline,
+            )?;
         }
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
         let path = dev_dir.join("rescan");
@@ -165,8 +168,8 @@ pub(crate) fn trigger_start(
             write: write_start(&path, "1", deadline)?,
             path,
             dev_dir,
-            hctl: h,
-            rescanned: Some(held),
+            rescanned: Some(present),
+            root: root.clone(),
         });
     }
     let host_dir = confine
@@ -180,8 +183,8 @@ pub(crate) fn trigger_start(
         write: write_start(&path, &t.request, deadline)?,
         path,
         dev_dir,
-        hctl: h,
         rescanned: None,
+        root: root.clone(),
     })
 }
 
@@ -192,37 +195,32 @@ impl TriggerPending {
         let path = &self.path;
         let what = || format!("write to {} (the device is not answering)", path.display());
         let ((), at) = self.write.wait_timed(deadline, &what)?;
-        match self.rescanned {
-            Some(Some(held)) => {
-                let now: Option<Wwid> = attr_parse(&self.dev_dir, "wwid");
-                if now != held.wwid {
-                    return Err(Error::Busy {
-                        device: format!("SCSI device {}", self.hctl),
-                        reason: format!(
-                            "it reports WWID {} since its rescan, but is a path of volume {} \
-                             ({}): the LUN was re-mapped under a path still in use, and is \
-                             not handed out as the new volume; detach the old one first",
-                            show(&now),
-                            show(&held.wwid),
-                            held.by
-                        ),
-                        usage: None,
-                    });
-                }
-                Ok((Triggered::Present, at))
-            }
-            Some(None) => Ok((Triggered::Present, at)),
+        let Some(mut present) = self.rescanned else {
             // The scsi_device is added before the write returns, or never: nothing to wait
             // for.
-            None => Ok((
-                if self.dev_dir.exists() {
-                    Triggered::Present
-                } else {
-                    Triggered::NotReported
-                },
-                at,
-            )),
+            let found = if self.dev_dir.exists() {
+                Triggered::Present
+            } else {
+                Triggered::NotReported
+            };
+            return Ok((found, at));
+        };
+        let now: Option<Wwid> = attr_parse(&self.dev_dir, "wwid");
+        if now != present.owner && !present.checked {
+            present.refuse_if_used(
+                &self.root,
+                &format!(
+                    "it reports WWID {} since its rescan, but was a path of volume {} ({}): \
+                     the LUN was re-mapped under a device still in use, and is not handed \
+                     out as the new volume; detach the old one first",
+                    show(&now),
+                    show(&present.owner),
+                    present.by
+                ),
+                deadline,
+            )?;
         }
+        Ok((Triggered::Present, at))
     }
 }
 
@@ -231,61 +229,87 @@ fn show(w: &Option<Wwid>) -> String {
     w.as_ref().map_or("unknown".to_owned(), Wwid::to_string)
 }
 
-/// Who holds the disk of a present SCSI device, and as which volume.
-struct Held {
-    /// The holder, for messages: `map dm-0 (on sdc)`, `a filesystem mounted at /mnt/a`.
+/// A SCSI device found present before its rescan, and whose it is.
+struct Present {
+    hctl: Hctl,
+    /// Its disk, when `sd` has one for it.
+    disk: Option<block::BlockNode>,
+    /// The volume it is a path of: the WWID of the multipath map stacked on its disk (or on
+    /// a partition of it) when there is one, else the WWID the device reported before
+    /// anything was rescanned.
+    owner: Option<Wwid>,
+    /// Where `owner` comes from, for messages: `multipath map dm-0 is stacked on sdc`, `its
+    /// own VPD`.
     by: String,
-    /// The volume it is a path of: the multipath map's WWID when a map holds it, else the
-    /// WWID the device reported before anything was rescanned.
-    wwid: Option<Wwid>,
+    /// The in-use check ran and found nothing (no need to run it twice).
+    checked: bool,
 }
 
-/// What holds the disk of the SCSI device at `dev_dir` (its `device` directory): a device
-/// stacked on the disk or on one of its partitions (a multipath map, LVM, md), or a
-/// filesystem mounted from them in the host's mount namespace (pid 1's table, or this
-/// process's where `<root>/proc` has no pid 1). `None` when nothing does, or it has no disk.
-fn holder(root: &Root, dev_dir: &Path) -> Result<Option<Held>> {
-    let Some(disk) = sysfs::sub_entries(dev_dir, "block")?.into_iter().next() else {
-        return Ok(None);
-    };
-    sysfs::check_component("block device name", &disk)?;
-    let old: Option<Wwid> = attr_parse(dev_dir, "wwid");
-    let mut family = vec![disk.clone()];
-    family.extend(sysfs::block::partitions(root, &disk)?);
-    for name in &family {
-        if let Some(h) = sysfs::block::holders(root, name)?.into_iter().next() {
-            sysfs::check_component("holder name", &h)?;
-            let map_wwid: Option<Wwid> = sysfs::block::dm_uuid(root, &h)
-                .and_then(|u| crate::multipath::uuid_wwid(&u).and_then(|w| w.parse().ok()));
-            let kind = if map_wwid.is_some() {
-                "multipath map"
-            } else {
-                "device"
-            };
-            return Ok(Some(Held {
-                by: format!("{kind} {h} is stacked on {name}"),
-                wwid: map_wwid.or(old),
-            }));
+impl Present {
+    /// Reads whose the device at `dev_dir` (its `device` directory) is, from sysfs alone.
+    fn read(root: &Root, hctl: Hctl, dev_dir: &Path) -> Result<Present> {
+        let own: Option<Wwid> = attr_parse(dev_dir, "wwid");
+        let mut present = Present {
+            hctl,
+            disk: None,
+            owner: own,
+            by: "the WWID it reports".to_owned(),
+            checked: false,
+        };
+        let Some(disk) = sysfs::sub_entries(dev_dir, "block")?.into_iter().next() else {
+            return Ok(present);
+        };
+        sysfs::check_component("block device name", &disk)?;
+        let mut family = vec![disk.clone()];
+        family.extend(sysfs::block::partitions(root, &disk)?);
+        'family: for name in &family {
+            for h in sysfs::block::holders(root, name)? {
+                sysfs::check_component("holder name", &h)?;
+                let map_wwid: Option<Wwid> = sysfs::block::dm_uuid(root, &h)
+                    .and_then(|u| crate::multipath::uuid_wwid(&u).and_then(|w| w.parse().ok()));
+                if map_wwid.is_some() {
+                    present.owner = map_wwid;
+                    present.by = format!("multipath map {h} is stacked on {name}");
+                    break 'family;
+                }
+            }
         }
+        present.disk = block::by_name(root, &disk)?;
+        Ok(present)
     }
-    let numbers: Vec<DevNum> = family
-        .iter()
-        .filter_map(|n| sysfs::block::number(root, n))
-        .collect();
-    let table = match mountinfo::read_of(root, 1) {
-        Err(e) if e.is_gone() => mountinfo::read(root)?,
-        other => other?,
-    };
-    if let Some(m) = mountinfo::on_devices(&table.mounts, &numbers).next() {
-        return Ok(Some(Held {
-            by: format!(
-                "a filesystem on it is mounted at {}",
-                mountinfo::show(&m.mount_point)
-            ),
-            wwid: old,
-        }));
+
+    /// [`Error::Busy`] (or [`Error::Unverified`]) when anything uses the device's disk, by
+    /// the detach's check ([`block::usage`]; multipathd's and udev's own opens do not
+    /// count), its message `why` followed by who uses it. Notes that the check found
+    /// nothing.
+    fn refuse_if_used(&mut self, root: &Root, why: &str, deadline: Instant) -> Result<()> {
+        let Some(disk) = &self.disk else {
+            self.checked = true;
+            return Ok(());
+        };
+        let scope = UsageScope {
+            own: &[],
+            ignore_openers: PATH_MANAGERS,
+        };
+        let usage = block::usage(root, std::slice::from_ref(disk), &scope, deadline)?;
+        let device = format!("SCSI device {}", self.hctl);
+        if usage.has_users() {
+            return Err(Error::Busy {
+                device,
+                reason: format!("{why}. In use: {}", busy_reason(root, &usage)),
+                usage: Some(Box::new(usage)),
+            });
+        }
+        if !usage.unchecked.is_empty() {
+            return Err(Error::Unverified {
+                device,
+                reason: format!("{why}. Whether it is in use is not known: {usage}"),
+                usage: Some(Box::new(usage)),
+            });
+        }
+        self.checked = true;
+        Ok(())
     }
-    Ok(None)
 }
 
 /// The path device at `hctl` once `sd` has bound it and its node opens: `None` while it has

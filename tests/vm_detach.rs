@@ -672,6 +672,104 @@ fn a_lun_remapped_under_a_mapped_path_is_not_scanned_in_as_the_new_volume() {
     old.assert_present();
 }
 
+/// A process that holds `devs` open from a mount namespace of its own (as a pod's container
+/// would), until dropped.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn open(devs: &[String]) -> Holder {
+        let redirects: Vec<String> = devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!("{}<{d}", i + 3))
+            .collect();
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "exec {}; echo ready; exec sleep 600",
+                redirects.join(" ")
+            ))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The array re-points a LUN at another backstore while the node's old path of it is still
+/// open in a process of another mount namespace, and no multipath map holds it (issue 33 item
+/// 2, the pattern of os-brick's CVE-2023-2088). An attach of that LUN must not hand the old
+/// paths out as the new volume: the in-use check a detach makes finds the process and
+/// refuses, naming it, with or without the new volume's WWID. Once the process is gone, the
+/// paths are the new volume's.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_remapped_lun_whose_old_path_is_open_elsewhere_is_not_attached() {
+    require_vm();
+    let lab = lab(vec![1, 2], 4, false);
+    let old = Volume::of(&lab, 1);
+    let new = Volume::of(&lab, 2);
+    let devs: Vec<String> = old.disks.iter().map(|d| format!("/dev/{d}")).collect();
+    let holder = Holder::open(&devs);
+    let pid = holder.0.id();
+    lab.target().remap(1, 2).unwrap();
+
+    let attach = |extra: &[&str]| {
+        let mut args = vec![
+            "attach",
+            "--iscsi-target",
+            IQN,
+            "--lun",
+            "1",
+            "--timeout",
+            "30",
+        ];
+        args.extend_from_slice(extra);
+        let out = lunkit(&args);
+        eprintln!("attach {extra:?}: {}", describe(&out));
+        out
+    };
+    // Named as the new volume: refused before the rescan.
+    let out = attach(&["--expect-wwid", &new.wwid]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("SCSI device {} is in use", old.hctls[0]))
+            && err.contains(&format!("open by pid {pid}"))
+            && err.contains("not rescanned"),
+        "{err}"
+    );
+    // Not named: rescanned, found to be another volume now, refused for the same holder.
+    let out = attach(&[]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("reports WWID {} since its rescan", new.wwid))
+            && err.contains(&format!("open by pid {pid}")),
+        "{err}"
+    );
+    // The holder's device is still there for it to close.
+    old.assert_present();
+
+    drop(holder);
+    let out = attach(&["--expect-wwid", &new.wwid, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["wwid"], new.wwid.as_str(), "{doc}");
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn detach_finishes_half_done_and_killed_cleanups() {
