@@ -253,7 +253,7 @@ impl Present {
             hctl,
             disk: None,
             owner: own,
-            by: "the WWID it reports".to_owned(),
+            by: "by the WWID it reports".to_owned(),
             checked: false,
         };
         let Some(disk) = sysfs::sub_entries(dev_dir, "block")?.into_iter().next() else {

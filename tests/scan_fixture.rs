@@ -514,3 +514,50 @@ fn a_path_that_does_not_open_times_out_while_the_others_come() {
         "{err}"
     );
 }
+
+/// An attach holds the volume's lock, the one detach and resize take (issue 33 item 4):
+/// while another operation holds it, the attach writes nothing and times out naming the
+/// lock; named by address alone, it takes the key a detach by that name would take (the
+/// WWID of the devices there).
+#[test]
+fn attach_waits_for_the_volume_lock_a_detach_holds() {
+    let dir = Scratch::with_fixture("fc", "attach-lock");
+    let root = Root::new(dir.path());
+    fs::create_dir_all(dir.path().join("dev")).unwrap();
+    fs::write(dir.path().join("dev/sdc"), "").unwrap();
+    fs::write(dir.path().join("dev/sdd"), "").unwrap();
+    let locks = dir.path().join("locks");
+    let key = "3600a098038303053453f463045727a41";
+    let held = lunkit::ops::lock::lock(
+        key,
+        Some(&locks),
+        std::time::Instant::now() + Duration::from_secs(5),
+    )
+    .unwrap();
+
+    let spec = lunkit::ops::VolumeSpec::Fc {
+        wwpns: vec![TARGET],
+        lun: 0,
+    };
+    let mut opts = lunkit::ops::AttachOptions::new(&root);
+    opts.lock_dir = Some(locks.clone());
+    opts.scan = quick();
+    let rescan = dir
+        .path()
+        .join("sys/class/scsi_device/5:0:0:0/device/rescan");
+    for expect in [None, Some(key.parse().unwrap())] {
+        opts.scan.expect_wwid = expect;
+        let e = lunkit::ops::attach(&root, &spec, &opts).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(e.to_string().contains(key), "{e}");
+        assert_eq!(
+            fs::read_to_string(&rescan).unwrap(),
+            "",
+            "nothing is written while the lock is held"
+        );
+    }
+    drop(held);
+    let attached = lunkit::ops::attach(&root, &spec, &opts).unwrap();
+    assert_eq!(attached.devices().count(), 2);
+    assert_eq!(fs::read_to_string(&rescan).unwrap(), "1");
+}

@@ -767,7 +767,12 @@ fn a_remapped_lun_whose_old_path_is_open_elsewhere_is_not_attached() {
     let out = attach(&["--expect-wwid", &new.wwid, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["wwid"], new.wwid.as_str(), "{doc}");
+    let devices = doc["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "{doc}");
+    assert!(
+        devices.iter().all(|d| d["wwid"] == new.wwid.as_str()),
+        "{doc}"
+    );
 }
 
 #[test]

@@ -43,6 +43,8 @@ use crate::sysfs;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
+use super::lock::VolumeLock;
+use super::names;
 use super::volume::{Identity, MapDevice, VolumeSpec, locate};
 
 /// How [`attach`] behaves. [`AttachOptions::new`] remembers names in the lock directory
@@ -110,6 +112,12 @@ impl Attachment {
 /// Scans the volume's LUN on every path at once and returns every path's outcome, with the
 /// multipath map when [`AttachOptions::wait_map`] is set.
 ///
+/// It holds the volume's lock throughout, the one [`super::detach()`] and
+/// [`super::resize()`] take (in this process, and across processes through
+/// [`AttachOptions::lock_dir`]): named by the expected WWID, or by what a detach of the same
+/// name would find, and once the scan has found the WWID, by it too. The lock wait counts
+/// against the scan's timeout.
+///
 /// Errors: [`Error::Invalid`] for a spec that names no address (a WWID, a device path), and
 /// the scan's ([`crate::scan`]): [`Error::MissingPaths`] when fewer than
 /// [`ScanOptions::min_paths`] came, [`Error::WwidMismatch`] when a path is another volume,
@@ -119,15 +127,28 @@ pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<At
         return super::nvme::attach(root, spec, nqn, namespace, opts);
     }
     let start = Instant::now();
-    let report = scan(root, spec, opts)?;
+    let deadline = wait::deadline_from(start, opts.scan.timeout);
+    let (mut locks, key) = lock(root, spec, opts, deadline)?;
+    // The scan gets what the lock wait left of the deadline.
+    let mut scan_opts = opts.clone();
+    scan_opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
+    let report = scan(root, spec, &scan_opts)?;
     let scan_elapsed = report.elapsed;
     let wwid = report.wwid().cloned();
+    if let Some(w) = wwid.as_ref().filter(|w| w.to_multipath() != key) {
+        // Locked by address, found a WWID: a detach by that WWID, or by another of the
+        // volume's names, must not run while this attach hands the volume out.
+        locks.push(super::lock::lock(
+            &w.to_multipath(),
+            opts.lock_dir.as_deref(),
+            deadline,
+        )?);
+    }
     if let (Some(dir), Some(w)) = (&opts.lock_dir, &wwid) {
         // A hint for a later detach; failing to write it does not undo the attach.
         let _ = super::names::remember(dir, spec, w);
     }
     let map = if opts.wait_map {
-        let deadline = wait::deadline_from(start, opts.scan.timeout);
         Some(wait_map(root, wwid.as_ref(), &report, deadline)?)
     } else {
         None
@@ -140,6 +161,24 @@ pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<At
         scan_elapsed,
         elapsed: start.elapsed(),
     })
+}
+
+/// Takes the volume's lock, as a detach or resize of it does (one operation per volume),
+/// and returns it with the key it was taken under: the expected WWID when the caller gave
+/// one, else the key a detach by the same name would take ([`names::identify`]: the WWID of
+/// the devices at the address, or the one remembered for it, or the address itself).
+fn lock(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &AttachOptions,
+    deadline: Instant,
+) -> Result<(Vec<VolumeLock>, String)> {
+    let key = match &opts.scan.expect_wwid {
+        Some(w) => w.to_multipath(),
+        None => names::identify(root, spec, opts.lock_dir.as_deref())?.key(),
+    };
+    let held = super::lock::lock(&key, opts.lock_dir.as_deref(), deadline)?;
+    Ok((vec![held], key))
 }
 
 fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanReport> {

@@ -43,7 +43,7 @@
 //! udevd as parent; see [`crate::block::UsageScope::ignore_openers`]), not by its command name.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::volume::{self, Identity, VolumeSpec};
@@ -228,7 +228,7 @@ pub fn detach_with(
         failed_while_waiting: Vec::new(),
     };
     let identity = run.step(StepKind::Identify, &spec.to_string(), || {
-        identify(root, spec, opts.lock_dir.as_deref()).map(|i| (i, Outcome::Done))
+        names::identify(root, spec, opts.lock_dir.as_deref()).map(|i| (i, Outcome::Done))
     })?;
     let key = identity.key();
     let _lock = run.step(StepKind::Lock, &key, || {
@@ -316,36 +316,6 @@ pub fn detach_with(
         }
         backoff.sleep(deadline);
     }
-}
-
-/// The volume's identity, as [`volume::identify`] finds it, with what `lock_dir` remembers
-/// of the name ([`names`]): a WWID found at a target and LUN is remembered; with none found
-/// there (every path gone), the remembered one is used, but only for a volume of which no
-/// path is left anywhere. The LUN number may name another volume by now, whose paths are
-/// elsewhere, and the record then says nothing about what the address held.
-fn identify(root: &Root, spec: &VolumeSpec, lock_dir: Option<&Path>) -> Result<Identity> {
-    let mut id = volume::identify(root, spec)?;
-    let Some(dir) = lock_dir.filter(|_| spec.is_address()) else {
-        return Ok(id);
-    };
-    match &id.wwid {
-        // Failing to write the record loses a hint for a later call, not this detach.
-        Some(w) => {
-            let _ = names::remember(dir, spec, w);
-        }
-        None => {
-            if let Some(w) = names::recall(dir, spec) {
-                let by_wwid = Identity {
-                    wwid: Some(w),
-                    addresses: id.addresses.clone(),
-                };
-                if volume::locate(root, &by_wwid)?.paths.is_empty() {
-                    id = by_wwid;
-                }
-            }
-        }
-    }
-    Ok(id)
 }
 
 /// Why a round ended early.
