@@ -480,6 +480,8 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
     // they were about.
     let expect = PathIdentity::of(root, hctl);
     let node = block::of_scsi_device(root, hctl)?;
+    // Held from the check to the delete: nothing can mount the disk or stack on it between.
+    let mut _claim = None;
     if let Some(node) = &node {
         if !opts.force {
             let scope = UsageScope {
@@ -502,6 +504,7 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
                 Some(e) => return Err(e),
                 None => {}
             }
+            _claim = claim_for_delete(node, deadline)?;
         }
         match block::flush(node, deadline) {
             Ok(()) => {}
@@ -510,6 +513,18 @@ pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> 
         }
     }
     remove_device(root, hctl, &expect, deadline)
+}
+
+/// Claims a disk about to be deleted ([`block::try_claim`]): `EBUSY` (something took it
+/// since the in-use check) refuses the delete.
+fn claim_for_delete(node: &block::BlockNode, deadline: Instant) -> Result<Option<block::Claim>> {
+    block::try_claim(node, deadline).map_err(|_| Error::Busy {
+        device: node.to_string(),
+        reason: "something claimed it exclusively (a mount, a device stacked on it) after \
+                 the in-use check found it free"
+            .into(),
+        usage: None,
+    })
 }
 
 /// The usage message, pointing at the map when a multipath map holds the path.

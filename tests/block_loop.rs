@@ -306,3 +306,37 @@ fn usage_names_mounts_openers_and_swap() {
         eprintln!("swapon not permitted here; swap case not checked");
     }
 }
+
+/// A claim (`O_EXCL` open) keeps every other exclusive user off the device until dropped: a
+/// mount fails while it is held and works after, and a device already mounted refuses the
+/// claim with `EBUSY`. Plain opens (the flush's) still work.
+#[test]
+fn a_claim_keeps_mounts_off_until_dropped() {
+    require_root!();
+    let mut lo = Loop::new("claim", 32 << 20);
+    let node = lo.node();
+    run("mkfs.ext4", &["-q", "-F", &lo.dev]);
+    let mnt = lo.dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+
+    let claim = block::try_claim(&node, deadline())
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(claim.node().dev, node.dev);
+    let refused = Command::new("mount")
+        .arg(&lo.dev)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "mounted while claimed");
+    block::flush(&node, deadline()).unwrap();
+    // A second claim is refused too, as EBUSY, which try_claim passes on.
+    let again = block::try_claim(&node, deadline()).unwrap_err();
+    assert_eq!(again.errno(), Some(libc::EBUSY), "{again}");
+    drop(claim);
+
+    run("mount", &[&lo.dev, mnt.to_str().unwrap()]);
+    lo.mount = Some(mnt.clone());
+    let e = block::try_claim(&node, deadline()).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EBUSY), "{e}");
+}

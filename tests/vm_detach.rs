@@ -775,6 +775,64 @@ fn a_remapped_lun_whose_old_path_is_open_elsewhere_is_not_attached() {
     );
 }
 
+/// From its in-use check to its delete, a detach holds the lone disks of a volume without a
+/// map claimed (issue 33 item 6): a mount attempted right after the check (from the step
+/// callback, which runs on the detach's own thread between the check and the take-down)
+/// fails as busy, instead of losing its device under it; the filesystem on the target is
+/// whole afterwards.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_mount_between_the_check_and_the_delete_fails_cleanly() {
+    use lunkit::ops::{DetachOptions, Outcome, StepKind, VolumeSpec};
+    require_vm();
+    let lab = lab(vec![3], 4, false);
+    let vol = Volume::of(&lab, 3);
+    let dev = format!("/dev/{}", vol.disks[0]);
+    cmd::run("mkfs.ext4", &["-q", "-F", &dev]).unwrap();
+    let mnt = "/tmp/lunkit-window-mnt";
+    std::fs::create_dir_all(mnt).unwrap();
+    cmd::run("mount", &[&dev, mnt]).unwrap();
+    std::fs::write(format!("{mnt}/x"), b"kept").unwrap();
+    cmd::run("umount", &[mnt]).unwrap();
+
+    let root = lunkit::Root::default();
+    let spec = VolumeSpec::Iscsi {
+        target: IQN.into(),
+        lun: 3,
+    };
+    let opts = DetachOptions::new(&root);
+    let mut tried: Vec<(String, Output)> = Vec::new();
+    let report = lunkit::ops::detach_with(&root, &spec, &opts, &mut |step| {
+        if step.kind == StepKind::CheckInUse && step.outcome == Outcome::Done {
+            for d in &vol.disks {
+                let out = Command::new("mount")
+                    .arg(format!("/dev/{d}"))
+                    .arg(mnt)
+                    .output()
+                    .unwrap();
+                tried.push((d.clone(), out));
+            }
+        }
+    })
+    .unwrap();
+    eprintln!("{report:#?}");
+    assert_eq!(tried.len(), vol.disks.len(), "{report:?}");
+    for (d, out) in &tried {
+        assert!(!out.status.success(), "{d} mounted: {}", describe(out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("busy"),
+            "{d}: {}",
+            describe(out)
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(mnt), "{mounts}");
+    vol.assert_gone();
+    let file = cmd::run("debugfs", &["-R", "cat /x", &vol.backing()]).unwrap();
+    assert_eq!(file, "kept");
+    std::fs::remove_dir(mnt).unwrap();
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn detach_finishes_half_done_and_killed_cleanups() {

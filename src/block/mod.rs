@@ -175,6 +175,55 @@ pub(crate) fn open_checked(node: &BlockNode, extra: OFlags) -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// An exclusive claim on a block device: an `O_EXCL` open (`bd_prepare_to_claim` in the
+/// kernel), held until dropped. While it is held the kernel refuses every other exclusive
+/// open of the device with `EBUSY`: a mount, a device-mapper table over it (LVM, a multipath
+/// map), md, swapon. Plain opens still work, so the holder can flush it through another
+/// descriptor. A take-down holds one on a device from its last in-use check to its delete,
+/// so that nothing can start using it in between.
+#[derive(Debug)]
+pub struct Claim {
+    node: BlockNode,
+    _fd: OwnedFd,
+}
+
+impl Claim {
+    /// The device claimed.
+    pub fn node(&self) -> &BlockNode {
+        &self.node
+    }
+}
+
+/// Claims `node` exclusively ([`Claim`]): `open(2)` with `O_EXCL`, read-only, on a helper
+/// thread bounded by `deadline` (the open waits while a partition scan holds the disk).
+/// A device something else holds exclusively (mounted, stacked on, swapped on) fails with
+/// [`Error::Io`] carrying `EBUSY`, naming the device.
+pub fn claim(node: &BlockNode, deadline: Instant) -> Result<Claim> {
+    let what = || format!("exclusive open of {node} (the device is not completing its open)");
+    let subject = Subject::device("claim", node.dev);
+    let claimed = node.clone();
+    let fd = helper::bounded(subject, deadline, &what, move || {
+        open_checked(&claimed, OFlags::EXCL)
+    })?;
+    Ok(Claim {
+        node: node.clone(),
+        _fd: fd,
+    })
+}
+
+/// [`claim`], where only a refusal is an error: `Err` (`EBUSY`) when something else holds
+/// the device exclusively, `Ok(None)` when the device does not open (an offline SCSI disk,
+/// which `sd_open` refuses with `ENXIO`; one gone; one whose open did not return by the
+/// deadline). Such a device cannot be mounted or stacked on either, and a take-down goes on
+/// without a claim.
+pub fn try_claim(node: &BlockNode, deadline: Instant) -> Result<Option<Claim>> {
+    match claim(node, deadline) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if e.errno() == Some(libc::EBUSY) => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
 /// Writes everything cached for the device to it and drops its clean cache:
 ///
 /// 1. `fsync(2)`: writes back the device's page cache and sends the device a cache flush

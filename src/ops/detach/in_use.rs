@@ -22,11 +22,16 @@ impl Run<'_> {
     /// has it (refused), nothing has it open (taken down unflushed), or udev's read-only
     /// probes or something this check cannot see have it open (wait, round after round
     /// until the deadline, for a path to come back, and then flush it).
+    ///
+    /// A volume without a map has its path disks claimed ([`block::claim`]) before the check
+    /// is done: from here to their delete nothing can mount them or stack on them. The
+    /// claims are returned, to be held until the paths are deleted. (A map's paths are
+    /// claimed by device-mapper until the map is removed, and by the take-down after that.)
     pub(super) fn check_in_use(
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
-    ) -> std::result::Result<Vec<Option<String>>, Stop> {
+    ) -> std::result::Result<(Vec<Option<String>>, Vec<block::Claim>), Stop> {
         let root = self.root;
         let own = state.own_dm();
         let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
@@ -67,9 +72,17 @@ impl Run<'_> {
         let (unreachable, stuck) = self.unreachable_maps(state, &usage, reach);
         let Some(err) = usage.refusal(&target) else {
             if stuck.is_empty() {
+                let claims = match self.claim_lone_paths(state) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let failed = Outcome::Failed(format!("{e} (taken since the check)"));
+                        self.record(StepKind::CheckInUse, &target, failed, t0.elapsed());
+                        return Err(Stop::Again(e));
+                    }
+                };
                 *busy_since = None;
                 self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
-                return Ok(unreachable);
+                return Ok((unreachable, claims));
             }
             // Nobody uses it, but it may hold writes no path can take: wait for one to come
             // back (the transport recovers on its own), then flush as usual.
@@ -93,7 +106,7 @@ impl Run<'_> {
                 Outcome::Skipped(format!("forced past: {err}")),
                 t0.elapsed(),
             );
-            return Ok(unreachable);
+            return Ok((unreachable, Vec::new()));
         }
         // Processes alone may be udev's probes, which let go by themselves: wait a little.
         let since = *busy_since.get_or_insert(t0);
@@ -113,6 +126,20 @@ impl Run<'_> {
             t0.elapsed(),
         );
         Err(Stop::Fail(err))
+    }
+
+    /// Claims the disks of a volume that has no map: every path is a lone disk, which
+    /// nothing holds between this check and its delete unless the detach does. `EBUSY` means
+    /// a user came in between (the next round's check names it).
+    fn claim_lone_paths(&self, state: &VolumeState) -> Result<Vec<block::Claim>> {
+        if !state.maps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut claims = Vec::new();
+        for d in state.paths.iter().filter_map(|p| p.disk.as_ref()) {
+            claims.extend(block::try_claim(d, self.deadline)?);
+        }
+        Ok(claims)
     }
 
     /// Per map of `state`, why no path can serve it (`None` for one that can), and the

@@ -103,7 +103,7 @@ impl Run<'_> {
         // A path's flush and delete come one after the other, and the map's flush before
         // them, so a thread per path (back to waiting after each call) and one spare do.
         crate::helper::prewarm(state.paths.len() + 1);
-        let unreachable = self.check_in_use(state, busy_since)?;
+        let (unreachable, claims) = self.check_in_use(state, busy_since)?;
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
             self.take_down_map(map, None)?;
@@ -114,7 +114,7 @@ impl Run<'_> {
         for (map, _) in &stuck {
             self.disable_queueing(map)?;
         }
-        self.take_down_paths(&state.paths, !state.maps.is_empty())?;
+        self.take_down_paths(&state.paths, !state.maps.is_empty(), &claims)?;
         for (map, why) in stuck {
             self.take_down_map(map, Some(why))?;
         }
@@ -262,7 +262,18 @@ impl Run<'_> {
         })
     }
 
-    fn take_down_paths(&mut self, paths: &[VolumePath], behind_map: bool) -> Result<()> {
+    /// Flushes and deletes every path, side by side. Each disk is claimed exclusively
+    /// ([`block::claim`]) before its flush and until its delete, unless `claimed` holds it
+    /// already: a path freed by its map's removal is then never free for a mount or a new
+    /// stack before it is gone. A claim refused (`EBUSY`: something took it since the
+    /// map went, multipathd re-creating the map, say) fails its flush, and the next round
+    /// looks again.
+    fn take_down_paths(
+        &mut self,
+        paths: &[VolumePath],
+        behind_map: bool,
+        claimed: &[block::Claim],
+    ) -> Result<()> {
         let root = self.root;
         let deadline = self.deadline;
         let force = self.opts.force;
@@ -270,7 +281,17 @@ impl Run<'_> {
         type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
         let one = |p: &VolumePath| -> PathResult {
             let t0 = Instant::now();
-            let flushed = flush_path(root, p, behind_map, deadline);
+            let claim = match &p.disk {
+                Some(d) if !claimed.iter().any(|c| c.node().dev == d.dev) => {
+                    block::try_claim(d, deadline)
+                }
+                _ => Ok(None),
+            };
+            // Held until this path's delete returned; a claim refused when forced is passed.
+            let (_claim, flushed) = match claim {
+                Err(e) if !force => (None, Err(e)),
+                c => (c.ok().flatten(), flush_path(root, p, behind_map, deadline)),
+            };
             let flush_time = t0.elapsed();
             let t1 = Instant::now();
             // A path whose flush failed is not deleted (unless forced): `None`.
