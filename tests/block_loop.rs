@@ -340,3 +340,51 @@ fn a_claim_keeps_mounts_off_until_dropped() {
     let e = block::try_claim(&node, deadline()).unwrap_err();
     assert_eq!(e.errno(), Some(libc::EBUSY), "{e}");
 }
+
+/// A process that mapped the device and closed its descriptor still holds it (a mapping
+/// keeps the file open): the check finds it in `/proc/PID/maps`, names it, and says whether
+/// the mapping can write.
+#[test]
+fn a_device_mapped_after_its_descriptor_closed_is_in_use() {
+    require_root!();
+    let root = Root::default();
+    let lo = Loop::new("mapped", 8 << 20);
+    let node = lo.node();
+    let script = format!(
+        "import ctypes, os, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.mmap.restype = ctypes.c_void_p\n\
+         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, \
+         ctypes.c_int, ctypes.c_long]\n\
+         fd = os.open({:?}, os.O_RDWR)\n\
+         # PROT_READ | PROT_WRITE, MAP_SHARED; Python's own mmap would keep a dup of fd.\n\
+         assert libc.mmap(None, 4096, 3, 1, fd, 0) != ctypes.c_void_p(-1).value\n\
+         os.close(fd)\n\
+         print('ready', flush=True)\n\
+         time.sleep(60)\n",
+        lo.dev
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let u = usage_here(&root, &node, &UsageScope::default());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(u.openers.is_empty(), "the descriptor was closed: {u}");
+    assert_eq!(u.mapped.len(), 1, "{u}");
+    assert_eq!(u.mapped[0].pid, child.id());
+    assert!(!u.mapped[0].read_only, "{u}");
+    assert!(u.has_users() && !u.only_openers(), "{u}");
+    assert!(u.to_string().contains("memory-mapped by pid"), "{u}");
+    let u = usage_here(&root, &node, &UsageScope::default());
+    assert!(u.is_empty(), "gone with its process: {u}");
+}

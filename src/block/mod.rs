@@ -8,7 +8,8 @@
 //! [`usage()`] answers "may this be taken away?" the way the kernel would be surprised by:
 //! mounts matched by device number in `/proc/self/mountinfo` (bind mounts included), devices
 //! stacked on top (`holders/`, followed up the stack), active swap, processes holding it open
-//! (`/proc/PID/fd`), and an `O_EXCL` open probe that catches any other exclusive claim.
+//! (`/proc/PID/fd`) or mapping it (`/proc/PID/maps`), and an `O_EXCL` open probe that
+//! catches any other exclusive claim.
 //!
 //! The in-use check is `usage.rs`, its items re-exported here.
 
@@ -26,6 +27,7 @@ use crate::id::Hctl;
 use crate::root::Root;
 use crate::sysfs;
 
+mod maps;
 mod processes;
 mod usage;
 pub use usage::*;

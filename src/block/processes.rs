@@ -172,6 +172,8 @@ pub(super) struct OpenFd {
 #[derive(Default)]
 pub(super) struct ProcScan {
     pub(super) openers: Vec<OpenFd>,
+    /// Processes with a device mapped (`read_only`: no shared writable mapping).
+    pub(super) mapped: Vec<OpenFd>,
     /// This process's descriptors that its helpers hold ([`helper::held`]).
     pub(super) helpers: Vec<OpenFd>,
     /// Mounts (and unreadable lines) in the namespaces not read before the walk.
@@ -194,6 +196,10 @@ struct Sighting {
 #[derive(Default)]
 struct Sightings {
     fds: Vec<Sighting>,
+    /// Block devices mapped, by pid.
+    mapped: Vec<(u32, super::maps::Mapped)>,
+    /// Which mapped files are block devices, as this share found them.
+    kinds: super::maps::FileKinds,
     tables: Vec<(mountinfo::MountTable, MountNamespace)>,
     unchecked: Vec<Unchecked>,
 }
@@ -276,6 +282,7 @@ impl Walk {
             };
             let s = share.wait(until, &share_name)?;
             all.fds.extend(s.fds);
+            all.mapped.extend(s.mapped);
             all.tables.extend(s.tables);
             all.unchecked.extend(s.unchecked);
         }
@@ -317,6 +324,17 @@ impl Walk {
             } else {
                 out.openers.push(fd);
             }
+        }
+        for (pid, m) in all.mapped.iter().filter(|(_, m)| numbers.contains(&m.dev)) {
+            let comm: &String = comms
+                .entry(*pid)
+                .or_insert_with(|| process_comm(&ctx.proc_fd, *pid));
+            out.mapped.push(OpenFd {
+                pid: *pid,
+                comm: comm.clone(),
+                dev: m.dev,
+                read_only: !m.writable,
+            });
         }
         // One entry per process, device and mode: descriptors dup'ed from one open share one
         // open count, so counting each would explain more of a device's opens than it
@@ -410,9 +428,11 @@ impl ScanCtx {
         for &pid in pids {
             let ns = self.namespace_of(pid, out);
             match (has_exe(self.proc_fd.as_fd(), pid), ns) {
-                // A live process: its leader's `fd/` is the whole process's table.
+                // A live process: its leader's `fd/` is the whole process's table, and its
+                // memory map may hold a device whose descriptor it closed.
                 (Some(true), _) => {
                     self.fds_of(pid, false, out);
+                    self.maps_of(pid, out);
                 }
                 // A kernel thread: nothing to look at.
                 (Some(false), NsLink::Read) => {}
@@ -473,6 +493,18 @@ impl ScanCtx {
             }),
         }
         link
+    }
+
+    /// The block devices `pid` has memory-mapped ([`super::maps`]), into `out`.
+    fn maps_of(&self, pid: u32, out: &mut Sightings) {
+        match super::maps::mapped_devices(&self.proc_fd, pid, &mut out.kinds) {
+            Ok(found) => out.mapped.extend(found.into_iter().map(|m| (pid, m))),
+            Err(e) if process_gone(e) => {}
+            Err(e) => out.unchecked.push(Unchecked {
+                what: format!("pid {pid}"),
+                reason: format!("its memory mappings ({pid}/maps, map_files): {e}"),
+            }),
+        }
     }
 
     /// The open fds of `pid` on the family's devices: `fd/`, or, when that is empty because
@@ -603,7 +635,7 @@ fn is_helpers(held: &[(RawFd, DevNum)], name: &std::ffi::CStr, dev: DevNum) -> b
 /// number only, with `AT_STATX_DONT_SYNC`: a file open on NFS, CIFS or FUSE would otherwise
 /// cost a round trip to its server, and a process may hold thousands. Where `statx` is
 /// refused (old seccomp profiles), plain `stat` does the same job, slower.
-fn open_block_device(
+pub(super) fn open_block_device(
     fd_dir: BorrowedFd<'_>,
     name: &std::ffi::CStr,
 ) -> std::result::Result<Option<DevNum>, rustix::io::Errno> {

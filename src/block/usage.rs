@@ -36,6 +36,10 @@ pub struct Usage {
     pub swaps: Vec<String>,
     /// Processes holding one of them open.
     pub openers: Vec<Opener>,
+    /// Processes with one of them memory-mapped (`/proc/PID/maps`), whether or not they
+    /// still hold a descriptor of it: a mapping keeps the device open. `read_only` means no
+    /// mapping of it is shared and writable.
+    pub mapped: Vec<Opener>,
     /// Open file descriptors of path managers (see [`UsageScope::ignore_openers`]): any of
     /// theirs on a path device (multipathd's checkers, udev's probes), and only read-only
     /// ones (udev's probes) on a map or partition. Not users, but listed so that a caller
@@ -163,6 +167,7 @@ impl Usage {
             && self.holders.is_empty()
             && self.swaps.is_empty()
             && self.openers.is_empty()
+            && self.mapped.is_empty()
             && self.claimed.is_empty())
     }
 
@@ -174,6 +179,7 @@ impl Usage {
             && self.loops.is_empty()
             && self.holders.is_empty()
             && self.swaps.is_empty()
+            && self.mapped.is_empty()
             && self.claimed.is_empty()
             && self.unchecked.is_empty()
     }
@@ -222,6 +228,12 @@ impl fmt::Display for Usage {
         }
         for o in &self.openers {
             parts.push(format!("{} open by pid {} ({})", o.device, o.pid, o.comm));
+        }
+        for m in &self.mapped {
+            parts.push(format!(
+                "{} memory-mapped by pid {} ({})",
+                m.device, m.pid, m.comm
+            ));
         }
         for c in &self.claimed {
             parts.push(format!("{c} claimed exclusively (O_EXCL open gives EBUSY)"));
@@ -518,6 +530,16 @@ pub fn usage(
     usage.unchecked.extend(scan.usage.unchecked);
     usage.helpers = scan
         .helpers
+        .into_iter()
+        .map(|o| Opener {
+            pid: o.pid,
+            device: family.name_of(o.dev),
+            read_only: o.read_only,
+            comm: o.comm,
+        })
+        .collect();
+    usage.mapped = scan
+        .mapped
         .into_iter()
         .map(|o| Opener {
             pid: o.pid,

@@ -1,0 +1,163 @@
+//! Block devices a process has memory-mapped: `/proc/PID/maps` lists its mappings, and
+//! `/proc/PID/map_files/START-END` is a link to each mapped file, which `statx` follows to
+//! tell a block device and its number. A mapping holds its file open after the descriptor
+//! that made it is closed (`mmap`, then `close`): `fd/` alone misses such a user, and the
+//! device's page cache is written through the mapping.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::id::DevNum;
+
+/// One line of `/proc/PID/maps` that maps a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MapsLine<'a> {
+    /// `START-END` in hex, the name of its `map_files/` entry.
+    pub(super) range: &'a str,
+    /// Shared and writable (`rw-s`): writes through it reach the device.
+    pub(super) writable_shared: bool,
+    /// The device of the filesystem holding the mapped file (`major:minor`, hex in the
+    /// line) and the file's inode: together they name the file.
+    pub(super) file: (u32, u32, u64),
+}
+
+/// Parses one line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`.
+/// `None` for an anonymous mapping (inode 0) or a malformed line.
+pub(super) fn parse_line(line: &str) -> Option<MapsLine<'_>> {
+    let mut f = line.split_ascii_whitespace();
+    let range = f.next()?;
+    let perms = f.next()?.as_bytes();
+    let _offset = f.next()?;
+    let (major, minor) = f.next()?.split_once(':')?;
+    let inode = crate::id::decimal::<u64>(f.next()?)?;
+    let (start, end) = range.split_once('-')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if inode == 0 || !hex(start) || !hex(end) || perms.len() != 4 {
+        return None;
+    }
+    Some(MapsLine {
+        range,
+        writable_shared: perms[1] == b'w' && perms[3] == b's',
+        file: (
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+            inode,
+        ),
+    })
+}
+
+/// A block device a process has mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Mapped {
+    pub(super) dev: DevNum,
+    /// One of its mappings of it is shared and writable.
+    pub(super) writable: bool,
+}
+
+/// Which mapped files are block devices, by file (see [`MapsLine::file`]): the same
+/// libraries are mapped by every process, and each is looked at once per walk.
+pub(super) type FileKinds = HashMap<(u32, u32, u64), Option<DevNum>>;
+
+/// The block devices `pid` has mapped, each once (writable if any mapping of it is). The
+/// errno when its `maps` or a `map_files/` entry cannot be read (`EACCES` without ptrace
+/// access to it, `EPERM` without `CAP_SYS_ADMIN`, `ENOENT`/`ESRCH` once it is gone).
+pub(super) fn mapped_devices(
+    proc_fd: &OwnedFd,
+    pid: u32,
+    kinds: &mut FileKinds,
+) -> Result<Vec<Mapped>, Errno> {
+    let text = read_all(proc_fd, &format!("{pid}/maps"))?;
+    let text = String::from_utf8_lossy(&text);
+    let mut found: Vec<Mapped> = Vec::new();
+    for line in text.lines().filter_map(parse_line) {
+        let dev = match kinds.get(&line.file) {
+            Some(d) => *d,
+            None => {
+                let link = CString::new(format!("{pid}/map_files/{}", line.range))
+                    .map_err(|_| Errno::INVAL)?;
+                let d = super::processes::open_block_device(proc_fd.as_fd(), &link)?;
+                kinds.insert(line.file, d);
+                d
+            }
+        };
+        let Some(dev) = dev else {
+            continue;
+        };
+        match found.iter_mut().find(|m| m.dev == dev) {
+            Some(m) => m.writable |= line.writable_shared,
+            None => found.push(Mapped {
+                dev,
+                writable: line.writable_shared,
+            }),
+        }
+    }
+    Ok(found)
+}
+
+/// The whole of a `/proc` file below `proc_fd` (a maps file has no size to ask for).
+fn read_all(proc_fd: &OwnedFd, path: &str) -> Result<Vec<u8>, Errno> {
+    let fd = rustix::fs::openat(
+        proc_fd,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match rustix::io::read(&fd, &mut buf[len..])? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_file_mappings_and_passes_over_the_rest() {
+        let l = parse_line("7f1c2a000000-7f1c2a001000 rw-s 00000000 00:05 412   /dev/sdc").unwrap();
+        assert_eq!(l.range, "7f1c2a000000-7f1c2a001000");
+        assert!(l.writable_shared);
+        assert_eq!(l.file, (0, 5, 412));
+        let l = parse_line("55d0c8a00000-55d0c8a28000 r--p 00000000 fe:01 1319 /usr/bin/sleep")
+            .unwrap();
+        assert!(!l.writable_shared);
+        assert_eq!(l.file, (0xfe, 1, 1319));
+        // A private writable mapping writes nothing back.
+        assert!(
+            !parse_line("1000-2000 rw-p 00000000 00:05 9 /dev/sdd")
+                .unwrap()
+                .writable_shared
+        );
+        // Anonymous, heap and stack mappings have inode 0.
+        assert_eq!(
+            parse_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]"),
+            None
+        );
+        assert_eq!(parse_line("1000-2000 rw-p 00000000 00:00 0"), None);
+        // Malformed lines are passed over, never a panic.
+        for bad in [
+            "",
+            "1000-2000",
+            "zz-2000 r--s 0 00:05 3",
+            "1000-2000 r--s 0 0005 3",
+            "1000-2000 r-s 0 00:05 3",
+            "1000-2000 r--s 0 00:05 x",
+            "-2000 r--s 0 00:05 3",
+        ] {
+            assert_eq!(parse_line(bad), None, "{bad:?}");
+        }
+    }
+}
