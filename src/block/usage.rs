@@ -753,6 +753,12 @@ mod tests {
                 device: "sdc".into(),
                 read_only: false,
             }],
+            mapped: vec![Opener {
+                pid: 43,
+                comm: "postgres".into(),
+                device: "sdc".into(),
+                read_only: false,
+            }],
             managers: vec![Opener {
                 pid: 7,
                 comm: "(udev-worker)".into(),
@@ -779,7 +785,7 @@ mod tests {
              (this process's mount namespace); \
              loop device loop0 is backed by sdc (backing file /var/lib/kubelet/plugins/x/dev/p); \
              held by dm-3; active swap on sdc2; sdc open by pid 42 (dd); \
-             could not check pid 77: its open files (77/fd): Permission denied"
+             sdc memory-mapped by pid 43 (postgres); could not check pid 77: its open files (77/fd): Permission denied"
         );
         assert!(!u.is_empty());
         assert!(!u.only_openers());
