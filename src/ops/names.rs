@@ -64,10 +64,11 @@ fn encode(s: &str) -> String {
 }
 
 /// The volume's identity, as [`volume::identify`] finds it, with what `lock_dir` remembers
-/// of the name ((this module)): a WWID found at a target and LUN is remembered; with none found
-/// there (every path gone), the remembered one is used, but only for a volume of which no
-/// path is left anywhere. The LUN number may name another volume by now, whose paths are
-/// elsewhere, and the record then says nothing about what the address held.
+/// of the name: a WWID found at a target and LUN is remembered; with none found there
+/// (every path gone), the remembered one is used, but only for a volume of which no path is
+/// left anywhere. The LUN number may name another volume by now, whose paths are elsewhere,
+/// and the record then says nothing about what the address held. Attach and detach both
+/// take their lock by its key, so that they name one volume alike.
 pub(crate) fn identify(
     root: &Root,
     spec: &VolumeSpec,
@@ -78,7 +79,7 @@ pub(crate) fn identify(
         return Ok(id);
     };
     match &id.wwid {
-        // Failing to write the record loses a hint for a later call, not this detach.
+        // Failing to write the record loses a hint for a later call, not this one.
         Some(w) => {
             let _ = remember(dir, spec, w);
         }
