@@ -50,7 +50,7 @@ use crate::id::Nqn;
 pub use crate::nvme::NamespaceDevice;
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Connected, Host};
 use crate::root::Root;
-use crate::sysfs::nvme::NvmeNamespace;
+use crate::sysfs::nvme::{NvmeController, NvmeNamespace};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
@@ -519,50 +519,17 @@ pub(super) fn detach(
         }
     }
 
-    // Which controllers another namespace still needs: those a namespace marked attached
-    // goes through, or one in use. A marked namespace that is not on the node now (the array
-    // unmapped it for a while, or its id is not known here) needs all of them: which ones it
-    // comes back through is not known. Its mark is found whatever it was attached by.
+    // Which controllers another namespace still needs.
     let t0 = Instant::now();
-    let mut marks: Vec<NamespaceSelector> = match opts.lock_dir.as_deref() {
-        Some(dir) => marked(dir, nqn)?,
-        None => Vec::new(),
-    };
-    marks.retain(|m| !own.contains(m));
-    let mut on_node = vec![false; marks.len()];
-    let mut needed: Vec<(String, String)> = Vec::new(); // (controller, namespace)
-    for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
-        if namespace.matches(&ns) {
-            continue;
-        }
-        let mut is_marked = false;
-        for (m, seen) in marks.iter().zip(&mut on_node) {
-            if m.matches(&ns) {
-                (*seen, is_marked) = (true, true);
-            }
-        }
-        // Whether it could be checked completely counts too: doubt keeps the controllers.
-        let used = !is_marked && {
-            let u = block::usage(
-                root,
-                std::slice::from_ref(&other.node),
-                &fabrics_nvme::usage_scope(),
-                deadline,
-            )?;
-            u.has_users() || !u.unchecked.is_empty()
-        };
-        if is_marked || used {
-            for c in &other.controllers {
-                needed.push((c.clone(), other.node.name.clone()));
-            }
-        }
-    }
     let controllers = fabrics_nvme::controllers_of(root, nqn)?;
-    for (m, _) in marks.iter().zip(&on_node).filter(|(_, seen)| !**seen) {
-        for c in &controllers {
-            needed.push((c.name.clone(), format!("{m} (not on the node now)")));
-        }
-    }
+    let needed = needed_by_others(
+        root,
+        nqn,
+        &own,
+        opts.lock_dir.as_deref(),
+        &controllers,
+        deadline,
+    )?;
     let mut deleted_ours = true;
     let mut delete = Vec::new();
     for c in &controllers {
@@ -693,6 +660,60 @@ fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
 /// an exclusive `flock(2)` on that file holds both off.
 pub fn subsystem_lock_key(nqn: &Nqn) -> String {
     format!("nvme-subsys-{nqn}")
+}
+
+/// The controllers (of `controllers`, subsystem `nqn`'s) that a namespace other than the one
+/// `own` names still needs, each with that namespace: those a namespace marked attached in
+/// `lock_dir` goes through, or one in use (or that could not be checked completely: doubt
+/// keeps them). A marked namespace that is not on the node now (the array took it away for
+/// a while, or its id is not known here) needs all of them, since which ones it comes back
+/// through is not known. A mark counts whatever the namespace was attached by.
+fn needed_by_others(
+    root: &Root,
+    nqn: &Nqn,
+    own: &[NamespaceSelector],
+    lock_dir: Option<&Path>,
+    controllers: &[NvmeController],
+    deadline: Instant,
+) -> Result<Vec<(String, String)>> {
+    let mut marks: Vec<NamespaceSelector> = match lock_dir {
+        Some(dir) => marked(dir, nqn)?,
+        None => Vec::new(),
+    };
+    marks.retain(|m| !own.contains(m));
+    let mut on_node = vec![false; marks.len()];
+    let mut needed = Vec::new();
+    for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
+        if own.iter().any(|o| o.matches(&ns)) {
+            continue;
+        }
+        let mut is_marked = false;
+        for (m, seen) in marks.iter().zip(&mut on_node) {
+            if m.matches(&ns) {
+                (*seen, is_marked) = (true, true);
+            }
+        }
+        let used = !is_marked && {
+            let u = block::usage(
+                root,
+                std::slice::from_ref(&other.node),
+                &fabrics_nvme::usage_scope(),
+                deadline,
+            )?;
+            u.has_users() || !u.unchecked.is_empty()
+        };
+        if is_marked || used {
+            for c in &other.controllers {
+                needed.push((c.clone(), other.node.name.clone()));
+            }
+        }
+    }
+    for (m, _) in marks.iter().zip(&on_node).filter(|(_, seen)| !**seen) {
+        for c in controllers {
+            needed.push((c.name.clone(), format!("{m} (not on the node now)")));
+        }
+    }
+    Ok(needed)
 }
 
 /// Every selector that names the namespace being detached: the one given, and its id and
