@@ -92,9 +92,9 @@ pub fn bound(root: &Root) -> Result<Vec<LoopDevice>> {
 /// Both the open and the ioctl can wait: the open for the disk's open mutex, which a
 /// partition scan holds through its reads (of a backing device that does not answer, for
 /// as long as it does not), the ioctl for the loop device's own lock while it is being
-/// bound or unbound. So they run on a helper thread ([`crate::helper`], whose descriptor
-/// does not count as a user), and at `deadline` this is [`Error::Timeout`] naming the loop
-/// device, the thread left to finish on its own.
+/// bound or unbound. So they run on a helper thread (whose descriptor does not count as a
+/// user), and at `deadline` this is [`Error::Timeout`] naming the loop device, the thread
+/// left to finish on its own.
 ///
 /// Where the node cannot be opened (a fixture tree has no `/dev` nodes), the backing file
 /// named in sysfs is `stat`ed below the root instead; that is exact for a node path such as
