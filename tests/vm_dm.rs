@@ -513,8 +513,10 @@ fn mpath_remove_resumes_a_map_left_suspended() {
 
 /// Issue 33: the in-use check opens every bound loop device to ask what backs it, and that
 /// open waits while a partition scan of the loop device holds it. Here the scan is the one
-/// `losetup -P` makes when it binds a loop device to a linear map the test has suspended:
-/// the scan's read waits on the map, and with it every open of the loop device. A check of
+/// made when `losetup -P` binds a loop device to a linear map the test has suspended (by
+/// losetup, or by udev's probe opening the new device first): the scan's read waits on the
+/// map, and with it every open of the loop device. The test waits until a task is in the
+/// scan (its kernel stack), not for a time. A check of
 /// any device (here the one under the map) returns at its deadline with that loop device
 /// unchecked, not whenever the map resumes.
 #[test]
@@ -537,19 +539,21 @@ fn an_in_use_check_whose_loop_device_cannot_be_opened_ends_at_its_deadline() {
     let ctl = Control::open(&root).unwrap();
     let dm = ctl.info(&DevId::Name(name)).unwrap().kernel_name();
     cmd::run("dmsetup", &["suspend", name]).unwrap();
+    // Nothing of the map in the page cache (udev's probe read its start), and the loop
+    // device reading it directly: the scan's reads reach the suspended map.
+    cmd::run("blockdev", &["--flushbufs", &format!("/dev/{dm}")]).unwrap();
 
     // Bound at once; its partition scan then waits on the suspended map, holding the disk.
     let binding = std::process::Command::new("losetup")
-        .args(["-f", "--show", "-P", &format!("/dev/{dm}")])
+        .args(["-f", "--show", "-P", "--direct-io=on", &format!("/dev/{dm}")])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let scanning = || {
-        std::fs::read_to_string(format!("/proc/{}/stack", binding.id()))
-            .is_ok_and(|s| s.contains("bdev_disk_changed"))
-    };
+    // losetup's own scan, or one udev's probe started by opening the new device first: the
+    // scanner holds the disk's open mutex (`bdev_disk_changed` runs under it).
+    let scanning = || in_kernel_function("bdev_disk_changed");
     let waited = support::wait::until_true(
-        "losetup -P to be in its partition scan",
+        "a partition scan of the new loop device to wait on the map",
         Duration::from_secs(60),
         scanning,
     );
@@ -585,4 +589,27 @@ fn an_in_use_check_whose_loop_device_cannot_be_opened_ends_at_its_deadline() {
             .any(|u| u.what.contains(lo_name) && u.reason.contains("LOOP_GET_STATUS64")),
         "{usage:?}"
     );
+}
+
+/// Some task of the guest is in kernel function `name` (`/proc/PID/task/TID/stack`).
+fn in_kernel_function(name: &str) -> bool {
+    let tasks = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .flat_map(|p| {
+            std::fs::read_dir(p.path().join("task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        });
+    tasks
+        .into_iter()
+        .any(|t| std::fs::read_to_string(t.path().join("stack")).is_ok_and(|s| s.contains(name)))
 }
