@@ -12,14 +12,18 @@
 //!   (`lo_inode`) and, for a device node, the device it is (`lo_rdevice`). Exact, whatever
 //!   path or bind mount the node was opened through.
 //!
-//! The `loop/` directory exists only while a file is bound, so listing needs no ioctl.
+//! The `loop/` directory exists only while a file is bound, so listing needs no ioctl; the
+//! ioctl, and the open before it, run under the caller's deadline ([`backing`]).
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use rustix::fs::{FileType, OFlags};
 
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
+use crate::helper::{self, Subject};
 use crate::id::DevNum;
 use crate::root::Root;
 use crate::sysfs;
@@ -82,36 +86,76 @@ pub fn bound(root: &Root) -> Result<Vec<LoopDevice>> {
     Ok(out)
 }
 
-/// What backs `lo`, from `LOOP_GET_STATUS64` on its node. `Ok(None)` when it was unbound
-/// meanwhile (`ENXIO`).
+/// What backs `lo`, from `LOOP_GET_STATUS64` on its node (`/dev/loopN`). `Ok(None)` when it
+/// was unbound meanwhile (`ENXIO`).
+///
+/// Both the open and the ioctl can wait: the open for the disk's open mutex, which a
+/// partition scan holds through its reads (of a backing device that does not answer, for
+/// as long as it does not), the ioctl for the loop device's own lock while it is being
+/// bound or unbound. So they run on a helper thread (whose descriptor does not count as a
+/// user), and at `deadline` this is [`Error::Timeout`] naming the loop device, the thread
+/// left to finish on its own.
 ///
 /// Where the node cannot be opened (a fixture tree has no `/dev` nodes), the backing file
 /// named in sysfs is `stat`ed below the root instead; that is exact for a node path such as
 /// `/dev/dm-0` and for files visible in this mount namespace.
-pub fn backing(root: &Root, lo: &LoopDevice) -> Result<Option<Backing>> {
-    match block::open_checked(&lo.node, OFlags::NONBLOCK) {
-        Ok(fd) => match crate::ioctl::loop_get_status64(&fd) {
-            Ok(info) => {
-                let dev = |raw: u64| DevNum {
-                    major: rustix::fs::major(raw),
-                    minor: rustix::fs::minor(raw),
-                };
-                Ok(Some(Backing {
-                    fs_dev: dev(info.lo_device),
-                    inode: info.lo_inode,
-                    // `lo_rdevice` is the backing file's `st_rdev`: 0 for a regular file.
-                    block_dev: (info.lo_rdevice != 0).then(|| dev(info.lo_rdevice)),
-                }))
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
-            Err(source) => Err(Error::Ioctl {
-                op: "LOOP_GET_STATUS64",
-                target: lo.node.to_string(),
-                source,
-            }),
-        },
-        Err(e) if e.errno() == Some(libc::ENOENT) => backing_by_path(root, lo),
-        Err(e) => Err(e),
+pub fn backing(root: &Root, lo: &LoopDevice, deadline: Instant) -> Result<Option<Backing>> {
+    let what = || {
+        format!(
+            "LOOP_GET_STATUS64 on {} (its open or the ioctl did not return)",
+            lo.node
+        )
+    };
+    let node = lo.node.clone();
+    let status = helper::bounded(
+        Subject::device("loop-status", lo.node.dev),
+        deadline,
+        &what,
+        move || status(&node),
+    )?;
+    match status {
+        Status::NoNode => backing_by_path(root, lo),
+        Status::Unbound => Ok(None),
+        Status::Bound(b) => Ok(Some(b)),
+    }
+}
+
+/// What `LOOP_GET_STATUS64` told of a loop device.
+enum Status {
+    /// Its node is not there to open.
+    NoNode,
+    /// No file is bound (`ENXIO`).
+    Unbound,
+    Bound(Backing),
+}
+
+/// Opens `node` and asks `LOOP_GET_STATUS64`: the blocking half of [`backing`].
+fn status(node: &BlockNode) -> Result<Status> {
+    let fd = match block::open_checked(node, OFlags::NONBLOCK) {
+        Ok(fd) => fd,
+        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(Status::NoNode),
+        Err(e) => return Err(e),
+    };
+    let _held = helper::hold(fd.as_fd(), node.dev);
+    match crate::ioctl::loop_get_status64(&fd) {
+        Ok(info) => {
+            let dev = |raw: u64| DevNum {
+                major: rustix::fs::major(raw),
+                minor: rustix::fs::minor(raw),
+            };
+            Ok(Status::Bound(Backing {
+                fs_dev: dev(info.lo_device),
+                inode: info.lo_inode,
+                // `lo_rdevice` is the backing file's `st_rdev`: 0 for a regular file.
+                block_dev: (info.lo_rdevice != 0).then(|| dev(info.lo_rdevice)),
+            }))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(Status::Unbound),
+        Err(source) => Err(Error::Ioctl {
+            op: "LOOP_GET_STATUS64",
+            target: node.to_string(),
+            source,
+        }),
     }
 }
 

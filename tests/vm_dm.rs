@@ -510,3 +510,106 @@ fn mpath_remove_resumes_a_map_left_suspended() {
     assert!(!lab.present(&ctl, &lab.name), "map gone");
     assert!(!lab.present(&ctl, &lab.part), "partition map gone");
 }
+
+/// Issue 33: the in-use check opens every bound loop device to ask what backs it, and that
+/// open waits while a partition scan of the loop device holds it. Here the scan is the one
+/// made when `losetup -P` binds a loop device to a linear map the test has suspended (by
+/// losetup, or by udev's probe opening the new device first): the scan's read waits on the
+/// map, and with it every open of the loop device. The test waits until a task is in the
+/// scan (its kernel stack), not for a time. A check of
+/// any device (here the one under the map) returns at its deadline with that loop device
+/// unchecked, not whenever the map resumes.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn an_in_use_check_whose_loop_device_cannot_be_opened_ends_at_its_deadline() {
+    require_vm();
+    cmd::run("modprobe", &["loop"]).unwrap();
+    let file = "/tmp/lunkit-loop-stuck.img";
+    std::fs::File::create(file)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let under = cmd::run("losetup", &["-f", "--show", file]).unwrap();
+    let under = under.trim().to_owned();
+    let name = "lunkit-loop-stuck";
+    let table = format!("0 {} linear {under} 0", (8 << 20) / 512);
+    cmd::run("dmsetup", &["create", name, "--table", &table]).unwrap();
+    let _ = udev::settle(Duration::from_secs(30));
+    let root = Root::default();
+    let ctl = Control::open(&root).unwrap();
+    let dm = ctl.info(&DevId::Name(name)).unwrap().kernel_name();
+    cmd::run("dmsetup", &["suspend", name]).unwrap();
+    // Nothing of the map in the page cache (udev's probe read its start), and the loop
+    // device reading it directly: the scan's reads reach the suspended map.
+    cmd::run("blockdev", &["--flushbufs", &format!("/dev/{dm}")]).unwrap();
+
+    // Bound at once; its partition scan then waits on the suspended map, holding the disk.
+    let binding = std::process::Command::new("losetup")
+        .args(["-f", "--show", "-P", "--direct-io=on", &format!("/dev/{dm}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // losetup's own scan, or one udev's probe started by opening the new device first: the
+    // scanner holds the disk's open mutex (`bdev_disk_changed` runs under it).
+    let scanning = || in_kernel_function("bdev_disk_changed");
+    let waited = support::wait::until_true(
+        "a partition scan of the new loop device to wait on the map",
+        Duration::from_secs(60),
+        scanning,
+    );
+    // The loop device under the map: the map is its holder, a user found without any open
+    // (an open of the suspended map would wait too), but the loop devices are asked first.
+    let checked = waited.as_ref().ok().map(|()| {
+        let under = under.trim_start_matches("/dev/");
+        let node = lunkit::block::by_name(&root, under).unwrap().unwrap();
+        let scope = lunkit::block::UsageScope {
+            own: &[],
+            ignore_openers: &[],
+        };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        lunkit::block::usage(&root, &[node], &scope, deadline)
+    });
+
+    cmd::run("dmsetup", &["resume", name]).unwrap();
+    let bound = binding.wait_with_output().unwrap();
+    let lo = String::from_utf8_lossy(&bound.stdout).trim().to_owned();
+    cmd::run_ignoring_failure("losetup", &["-d", &lo]);
+    cmd::run_ignoring_failure("dmsetup", &["remove", "--retry", name]);
+    cmd::run_ignoring_failure("losetup", &["-d", &under]);
+    let _ = std::fs::remove_file(file);
+
+    waited.unwrap();
+    let usage = checked.unwrap().expect("the check reports");
+    assert_eq!(usage.holders, vec![dm], "{usage:?}");
+    let lo_name = lo.trim_start_matches("/dev/");
+    assert!(
+        usage
+            .unchecked
+            .iter()
+            .any(|u| u.what.contains(lo_name) && u.reason.contains("LOOP_GET_STATUS64")),
+        "{usage:?}"
+    );
+}
+
+/// Some task of the guest is in kernel function `name` (`/proc/PID/task/TID/stack`).
+fn in_kernel_function(name: &str) -> bool {
+    let tasks = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .flat_map(|p| {
+            std::fs::read_dir(p.path().join("task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        });
+    tasks
+        .into_iter()
+        .any(|t| std::fs::read_to_string(t.path().join("stack")).is_ok_and(|s| s.contains(name)))
+}

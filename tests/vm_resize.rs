@@ -319,3 +319,144 @@ fn an_expected_size_the_array_never_reached_fails_at_the_deadline_naming_each_pa
     }
     assert_eq!(lab.sizes(), (64 * MIB, vec![64 * MIB; 2]));
 }
+
+/// A dm device made with `dmsetup create`, resumed and removed on drop.
+struct Dm(String);
+
+impl Dm {
+    fn create(name: &str, uuid: Option<&str>, table: &str) -> Dm {
+        let mut args = vec!["create", name, "--table", table];
+        if let Some(u) = uuid {
+            args.extend(["--uuid", u]);
+        }
+        cmd::run("dmsetup", &args).expect("dmsetup create");
+        Dm(name.to_owned())
+    }
+
+    /// `MAJ:MIN`.
+    fn number(&self) -> String {
+        let out = cmd::run(
+            "dmsetup",
+            &["info", "-c", "--noheadings", "-o", "major,minor", &self.0],
+        );
+        out.expect("dmsetup info").trim().to_owned()
+    }
+
+    fn kernel_name(&self) -> String {
+        let minor = self.number().rsplit_once(':').unwrap().1.to_owned();
+        format!("dm-{minor}")
+    }
+}
+
+impl Drop for Dm {
+    fn drop(&mut self) {
+        cmd::run_ignoring_failure("dmsetup", &["resume", &self.0]);
+        cmd::run_ignoring_failure("dmsetup", &["remove", "--retry", &self.0]);
+    }
+}
+
+/// A loop device over a new file of `bytes` in /tmp, detached (and the file removed) on drop.
+struct Loop {
+    dev: String,
+    file: String,
+}
+
+impl Loop {
+    fn new(tag: &str, bytes: u64) -> Loop {
+        cmd::run("modprobe", &["loop"]).expect("modprobe loop");
+        let file = format!("/tmp/lunkit-{tag}.img");
+        fs::File::create(&file).unwrap().set_len(bytes).unwrap();
+        let dev = cmd::run("losetup", &["-f", "--show", &file]).expect("losetup");
+        Loop {
+            dev: dev.trim().to_owned(),
+            file,
+        }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        cmd::run_ignoring_failure("losetup", &["-d", &self.dev]);
+        let _ = fs::remove_file(&self.file);
+    }
+}
+
+/// Without multipathd, a grow loads the new table before it suspends, and suspends without
+/// flushing or freezing; a suspend that waits for I/O in flight on a path past the deadline
+/// is `Timeout`, with the grown table withdrawn, and the map comes back with its old table
+/// once that I/O completes. The path is a linear map the test suspends, so the read sent
+/// through the map stays in flight on it for as long as the test wants (a bio-based
+/// multipath map, whose I/O to the path is in flight until the path completes it).
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_grow_whose_suspend_waits_on_a_path_times_out_and_keeps_the_old_table() {
+    use lunkit::dm::{Control, DevId};
+    use lunkit::multipath::{GrownBy, grow};
+    use lunkit::{ErrorKind, Root};
+    use std::time::Instant;
+
+    require_vm();
+    cmd::run("modprobe", &["dm_multipath"]).expect("modprobe dm_multipath");
+    let lo = Loop::new("grow-stuck", 16 * MIB);
+    let path = Dm::create(
+        "lunkit-stuck-path",
+        None,
+        &format!("0 {} linear {} 0", 16 * MIB / 512, lo.dev),
+    );
+    let table = format!(
+        "0 {} multipath 2 queue_mode bio 0 1 1 round-robin 0 1 1 {} 1",
+        8 * MIB / 512,
+        path.number()
+    );
+    let map = Dm::create("lunkit-stuck", Some("mpath-lunkit-stuck"), &table);
+    let node = format!("/dev/{}", map.kernel_name());
+    let root = Root::default();
+    let ctl = Control::open(&root).unwrap();
+    let id = DevId::Name("lunkit-stuck");
+    let live_sectors = |ctl: &Control| ctl.table(&id).unwrap()[0].length;
+
+    // A read through the map, held on the suspended path.
+    cmd::run("dmsetup", &["suspend", &path.0]).expect("suspend the path");
+    let reader = support::child::Running::spawn(std::process::Command::new("dd").args([
+        &format!("if={node}"),
+        "of=/dev/null",
+        "bs=4096",
+        "count=1",
+        "iflag=direct",
+    ]))
+    .unwrap();
+    let inflight = format!("/sys/block/{}/inflight", map.kernel_name());
+    support::wait::until_true(
+        "the read to be in flight on the map",
+        Duration::from_secs(60),
+        || sysfs::attr(&inflight).is_some_and(|s| s.split_whitespace().any(|n| n != "0")),
+    )
+    .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let err = grow(&root, "lunkit-stuck", 16 * MIB, false, deadline).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.to_string().contains("lunkit-stuck"), "{err}");
+    // Still waiting in its suspend: the old table is live, and no grown one waits for it.
+    let info = ctl.info(&id).unwrap();
+    assert!(!info.inactive_table(), "the grown table was left loaded");
+    assert_eq!(live_sectors(&ctl), 8 * MIB / 512);
+
+    // The path completes the read: the suspend returns and the map resumes, old table.
+    cmd::run("dmsetup", &["resume", &path.0]).expect("resume the path");
+    let read = reader.wait(Duration::from_secs(60));
+    assert_eq!(read.code(), Some(0), "{}", read.describe());
+    // A grow now waits for that suspend's thread (one per map), and then grows.
+    let by = grow(
+        &root,
+        "lunkit-stuck",
+        16 * MIB,
+        false,
+        Instant::now() + Duration::from_secs(60),
+    );
+    assert_eq!(by.unwrap(), GrownBy::TableReload);
+    let info = ctl.info(&id).unwrap();
+    assert!(!info.suspended() && !info.inactive_table(), "{info:?}");
+    assert_eq!(live_sectors(&ctl), 16 * MIB / 512);
+    assert_eq!(size(&map.kernel_name()), 16 * MIB);
+}

@@ -365,7 +365,7 @@ impl Family {
 /// 2. the mount tables of the host (`<root>/proc/1/mountinfo`) and of this process: mounts
 ///    by device number, and bind mounts of the devices' nodes (devtmpfs, by mount root);
 /// 3. `/proc/swaps`;
-/// 4. bound loop devices backed by the devices (`LOOP_GET_STATUS64`);
+/// 4. bound loop devices backed by the devices (`LOOP_GET_STATUS64`, given until `deadline`);
 ///
 /// and, only when none of those found a user (a refusal needs one reason, not all):
 ///
@@ -497,7 +497,7 @@ pub fn usage(
         }
     }
     for lo in crate::loopdev::bound(root)? {
-        match crate::loopdev::backing(root, &lo) {
+        match crate::loopdev::backing(root, &lo, deadline) {
             Ok(Some(b)) => {
                 if let Some(d) = b.uses_any(&numbers) {
                     usage.loops.push(LoopUse {

@@ -261,6 +261,14 @@ impl Control {
             .map(|r| r.info())
     }
 
+    /// `DM_TABLE_CLEAR`: drops the table [`Control::load`] put in the inactive slot, so that
+    /// the next resume keeps the live one (some kernels answer `ENXIO` when nothing was
+    /// loaded). It does not wait for a suspend in progress.
+    pub fn clear(&self, id: &DevId<'_>) -> Result<DeviceInfo> {
+        self.call("DM_TABLE_CLEAR", sys::DM_TABLE_CLEAR, &Self::on(id, 0))
+            .map(|r| r.info())
+    }
+
     /// `DM_DEV_REMOVE`: removes the device. An open device is `EBUSY`, unless `deferred`
     /// (`DM_DEFERRED_REMOVE`), in which case the kernel marks it for removal on last close
     /// and this returns [`Removed::Deferred`].

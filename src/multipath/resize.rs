@@ -11,15 +11,20 @@
 //!   failback). A reload behind its back is not done then; if multipathd fails, the caller
 //!   hears why and the map stays as it was.
 //!
-//! Without multipathd the sequence is multipathd's own: suspend without flushing (I/O queued
-//! for lack of a path stays queued), load the table with the new length into the inactive
-//! slot, resume (which swaps it in). A failed load is followed by a resume of the old table,
-//! so the map is never left suspended.
+//! Without multipathd the table with the new length is loaded into the inactive slot first,
+//! while the map serves I/O; then the map is suspended without flushing (I/O queued for lack
+//! of a path stays queued) and without freezing its filesystem, and resumed, which swaps the
+//! new table in. Every one of those ioctls can wait in the kernel, so each runs under the
+//! deadline on a helper thread; a step that fails or is late withdraws the new table, so the
+//! map is never left suspended and keeps its old table (see `reload_with_length`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::dm::{Control, DevId, Suspend, Target};
 use crate::error::{Error, ResizeFailure, Result};
+use crate::helper::{self, Subject};
 use crate::root::Root;
 
 use super::find::read_map;
@@ -32,7 +37,7 @@ pub enum GrownBy {
     Unchanged,
     /// multipathd's `resize map` (checked against device-mapper afterwards).
     Multipathd,
-    /// A table reload with the new length (suspend noflush, load, resume).
+    /// A table reload with the new length (load, suspend noflush, resume).
     TableReload,
 }
 
@@ -61,8 +66,9 @@ impl GrownBy {
 /// - [`Error::NotFound`] when there is no such map.
 /// - [`Error::Resize`] when multipathd answered anything but `ok`
 ///   ([`ResizeFailure::Multipathd`]), or the map's length is not `size` afterwards
-///   ([`ResizeFailure::MapNotGrown`]); [`Error::Ioctl`] when a dm ioctl failed (after a
-///   failed load the old table is resumed).
+///   ([`ResizeFailure::MapNotGrown`]); [`Error::Ioctl`] when a dm ioctl failed, and
+///   [`Error::Timeout`] when one had not returned by `deadline` (either way the map keeps,
+///   or gets back, its old table, resumed).
 pub fn grow(
     root: &Root,
     name: &str,
@@ -78,7 +84,8 @@ pub fn grow(
         ));
     }
     let sectors = size / 512;
-    let ctl = Control::open(root)?;
+    // Shared with the helper threads that run the reload's blocking calls.
+    let ctl = Arc::new(Control::open(root)?);
     let by_name = DevId::Name(name);
     let map = read_map(&ctl, &by_name)?.ok_or_else(|| Error::NotFound {
         what: format!("multipath map {name}"),
@@ -114,7 +121,7 @@ pub fn grow(
             GrownBy::Multipathd
         }
         None => {
-            reload_with_length(&ctl, name, sectors)?;
+            reload_with_length(&ctl, &map, sectors, deadline)?;
             GrownBy::TableReload
         }
     };
@@ -130,17 +137,36 @@ pub fn grow(
     Ok(by)
 }
 
-/// Reloads the single `multipath` target of map `name` with `sectors` as its length:
-/// suspend without flush, load, resume; on a failed load, resume the old table.
-fn reload_with_length(ctl: &Control, name: &str, sectors: u64) -> Result<()> {
-    let by_name = DevId::Name(name);
-    let table = ctl.table(&by_name)?;
+/// Reloads the single `multipath` target of `map` with `sectors` as its length, in the
+/// order that never leaves the map suspended and never freezes a filesystem on it:
+///
+/// 1. `DM_TABLE_LOAD` of the grown table into the inactive slot, while the map goes on
+///    serving I/O. The load opens every path (an open waits while a partition scan holds
+///    the disk) and sets the paths up, so it is bounded by `deadline`.
+/// 2. `DM_DEV_SUSPEND` without flushing and without `lock_fs` (`DM_NOFLUSH_FLAG |
+///    DM_SKIP_LOCKFS_FLAG`), then the resume that swaps the new table in, on one helper
+///    thread. A freeze would sync the filesystem, which waits for its writes, forever on a
+///    map queueing without a path; a longer table needs no frozen image. The suspend still
+///    waits for I/O a path has in flight, for as long as that path takes.
+///
+/// Whatever fails or outlasts `deadline`, the grown table is withdrawn (`DM_TABLE_CLEAR`),
+/// by the caller and, for a call that returns late, by its helper thread before it resumes:
+/// the map goes on (or comes back, once a late suspend returns) with its old table. Only a
+/// suspend that returns as the deadline passes can still swap the new one in.
+fn reload_with_length(
+    ctl: &Arc<Control>,
+    map: &super::Map,
+    sectors: u64,
+    deadline: Instant,
+) -> Result<()> {
+    let name = map.name().to_owned();
+    let table = ctl.table(&DevId::Name(&name))?;
     let target = match table.as_slice() {
         [t] if t.target_type == "multipath" && t.start == 0 => t,
         _ => {
             return Err(Error::invalid(
                 "multipath map",
-                name,
+                &name,
                 "its table is not one multipath target from sector 0",
             ));
         }
@@ -149,17 +175,101 @@ fn reload_with_length(ctl: &Control, name: &str, sectors: u64) -> Result<()> {
         length: sectors,
         ..target.clone()
     };
-    ctl.suspend(
-        &by_name,
-        Suspend {
-            noflush: true,
-            skip_lockfs: false,
-        },
-    )?;
-    if let Err(e) = ctl.load(&by_name, std::slice::from_ref(&grown)) {
-        // The inactive slot stays empty, so this resumes the old table.
-        let _ = ctl.resume(&by_name);
-        return Err(e);
+    let label = map.label();
+    let steps = Reload {
+        ctl: Arc::clone(ctl),
+        name,
+        given_up: Arc::new(AtomicBool::new(false)),
+    };
+    // Both steps are one subject: a later grow of this map waits for a late suspend before
+    // it loads, so that the late call's withdrawal never takes the later call's table.
+    let load = {
+        let steps = steps.clone();
+        helper::bounded(
+            Subject::device("dm-reload", map.info.dev),
+            deadline,
+            &|| format!("DM_TABLE_LOAD of {label} (opening and setting up its paths)"),
+            move || steps.load(&grown),
+        )
+    };
+    let swap = load.and_then(|()| {
+        let steps = steps.clone();
+        helper::bounded(
+            Subject::device("dm-reload", map.info.dev),
+            deadline,
+            &|| {
+                format!(
+                    "suspend of {label} to swap in its grown table (I/O in flight on a path \
+                     has not completed); the grown table is withdrawn, and the map resumes \
+                     with its old one"
+                )
+            },
+            move || steps.swap(),
+        )
+    });
+    if swap.is_err() {
+        steps.give_up();
     }
-    ctl.resume(&by_name).map(drop)
+    swap
+}
+
+/// The blocking steps of [`reload_with_length`], each run by a helper thread, and the flag
+/// that tells one returning after its caller gave up to withdraw the grown table.
+#[derive(Clone)]
+struct Reload {
+    ctl: Arc<Control>,
+    name: String,
+    given_up: Arc<AtomicBool>,
+}
+
+impl Reload {
+    fn id(&self) -> DevId<'_> {
+        DevId::Name(&self.name)
+    }
+
+    /// Loads `grown` into the inactive slot; withdrawn again if the caller gave up meanwhile.
+    fn load(&self, grown: &Target) -> Result<()> {
+        let loaded = self.ctl.load(&self.id(), std::slice::from_ref(grown));
+        self.withdraw_if_given_up();
+        loaded.map(drop)
+    }
+
+    /// Suspends the map (no flush, no freeze) and resumes it, which swaps the loaded table
+    /// in. A resume that fails to swap leaves the map suspended with the old table live, and
+    /// the inactive slot emptied by the kernel: a second resume brings the old one back.
+    fn swap(&self) -> Result<()> {
+        let how = Suspend {
+            noflush: true,
+            skip_lockfs: true,
+        };
+        if let Err(e) = self.ctl.suspend(&self.id(), how) {
+            self.withdraw();
+            return Err(e);
+        }
+        self.withdraw_if_given_up();
+        match self.ctl.resume(&self.id()) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = self.ctl.resume(&self.id());
+                Err(e)
+            }
+        }
+    }
+
+    /// The caller stops waiting: the grown table goes, now and when a late call returns.
+    fn give_up(&self) {
+        self.given_up.store(true, Ordering::SeqCst);
+        self.withdraw();
+    }
+
+    fn withdraw_if_given_up(&self) {
+        if self.given_up.load(Ordering::SeqCst) {
+            self.withdraw();
+        }
+    }
+
+    fn withdraw(&self) {
+        // Nothing loaded is fine; a failure leaves a table that the next load replaces.
+        let _ = self.ctl.clear(&self.id());
+    }
 }

@@ -21,14 +21,18 @@
 //! subsystem at once and the host cannot drop one namespace from it, so while another
 //! namespace of the subsystem is attached through lunkit (marked in the lock directory) or in use, the
 //! controllers it goes through stay, and so does this namespace's device until the array
-//! unmaps it: the report says so.
+//! unmaps it: the report says so. A marked namespace that is not on the node at that moment
+//! keeps every controller of the subsystem.
 //!
 //! With no controller live but one reconnecting (the target unreachable), I/O to the
 //! namespace queues until a path comes back, and a writer's last close may be waiting there
 //! where `/proc` no longer shows it: the detach waits for a path until its deadline, as for a
 //! SCSI map no path can serve, and `force` takes the namespace away, failing what waits.
 //! Attach and detach of one subsystem decide which controllers are needed under one lock
-//! (`nvme-subsys-<NQN>`), and a controller is deleted only while it is still the one that
+//! ([`subsystem_lock_key`]). A detach takes it before it looks at anything it decides on (is
+//! the namespace still the one identified, is it in use, which namespaces are marked), and
+//! holds it until the controllers are deleted or kept: a wait for the lock never leaves it
+//! acting on what it saw before. A controller is deleted only while it is still the one that
 //! was listed (same subsystem and controller id): its name may have been reused.
 
 use std::net::SocketAddr;
@@ -46,7 +50,7 @@ use crate::id::Nqn;
 pub use crate::nvme::NamespaceDevice;
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Connected, Host};
 use crate::root::Root;
-use crate::sysfs::nvme::NvmeNamespace;
+use crate::sysfs::nvme::{NvmeController, NvmeNamespace};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
@@ -143,7 +147,7 @@ pub(super) fn attach(
     let deadline = wait::deadline_from(start, opts.scan.timeout);
     // Held until this namespace is marked attached: a detach of another namespace of the
     // subsystem decides which controllers are needed under the same lock.
-    let _subsys = lock::lock(&subsystem_key(nqn), opts.lock_dir.as_deref(), deadline)?;
+    let _subsys = lock::lock(&subsystem_lock_key(nqn), opts.lock_dir.as_deref(), deadline)?;
     let portals: Vec<SocketAddr> = opts
         .portals
         .iter()
@@ -319,9 +323,14 @@ pub(super) fn detach(
         on_step,
     };
     let name = spec.to_string();
+    // The WWID its device reports, if one is on the node: what the namespace must still be
+    // once the locks are held.
+    let mut seen = None;
     let identity = s.run(StepKind::Identify, &name, || {
-        let devices = namespace_devices(root, nqn, namespace)?;
-        let wwid = devices.first().and_then(|d| d.wwid.clone()).or_else(|| {
+        seen = namespace_devices(root, nqn, namespace)?
+            .first()
+            .and_then(|d| d.wwid.clone());
+        let wwid = seen.clone().or_else(|| {
             opts.lock_dir
                 .as_deref()
                 .and_then(|dir| names::recall(dir, spec))
@@ -338,6 +347,16 @@ pub(super) fn detach(
     let _lock = s.run(StepKind::Lock, &key, || {
         lock::lock(&key, opts.lock_dir.as_deref(), deadline)
     })?;
+    // Everything from here on is decided under the subsystem's lock as well: whether the
+    // namespace is in use, and which controllers another namespace needs. Taking it can take
+    // long (an attach of another namespace holds it through its connects), and what was
+    // looked at before it is stale by then: a mount may have come, another namespace may
+    // have been attached. An attach marks its namespace before it lets go, so no attach is
+    // half-way while this decides.
+    let subsys_key = subsystem_lock_key(nqn);
+    let _subsys = s.run(StepKind::Lock, &subsys_key, || {
+        lock::lock(&subsys_key, opts.lock_dir.as_deref(), deadline)
+    })?;
     let report = |s: Steps<'_>| DetachReport {
         identity: identity.clone(),
         steps: s.steps,
@@ -345,9 +364,24 @@ pub(super) fn detach(
         duration: start.elapsed(),
     };
 
-    // Looked at again under the lock: an attach may have finished meanwhile.
+    // Looked at again under the locks: an attach may have finished meanwhile, and the id may
+    // name another namespace now (unmapped and another mapped in its place).
     let found = selected(root, nqn, namespace)?;
+    if let (Some(was), Some((_, d))) = (&seen, found.first()) {
+        if d.wwid.as_ref() != Some(was) {
+            return Err(Error::WwidMismatch {
+                device: format!(
+                    "{} ({spec}, changed while waiting for its locks)",
+                    d.node.name
+                ),
+                expected: Some(was.clone()),
+                reference: None,
+                actual: d.wwid.clone(),
+            });
+        }
+    }
     let canonical = by_id(nqn, &found);
+    let own = own_selectors(namespace, &found);
     let devices: Vec<NamespaceDevice> = found.into_iter().map(|(_, d)| d).collect();
     if devices.is_empty() {
         s.record(
@@ -485,44 +519,17 @@ pub(super) fn detach(
         }
     }
 
-    // One decision per subsystem at a time: an attach of another namespace of it holds this
-    // lock from its connects until it has marked itself, so it is never counted out here
-    // while it is coming in.
-    let subsys_key = subsystem_key(nqn);
-    let _subsys = lock::lock(&subsys_key, opts.lock_dir.as_deref(), deadline)?;
-
     // Which controllers another namespace still needs.
     let t0 = Instant::now();
-    let mut needed: Vec<(String, String)> = Vec::new(); // (controller, namespace)
-    for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
-        if namespace.matches(&ns) {
-            continue;
-        }
-        let other_spec = VolumeSpec::Nvme {
-            nqn: nqn.clone(),
-            namespace: NamespaceSelector::Id(ns.nsid.unwrap_or_default()),
-        };
-        let marked = opts
-            .lock_dir
-            .as_deref()
-            .is_some_and(|dir| names::is_attached(dir, &other_spec));
-        // Whether it could be checked completely counts too: doubt keeps the controllers.
-        let used = !marked && {
-            let u = block::usage(
-                root,
-                std::slice::from_ref(&other.node),
-                &fabrics_nvme::usage_scope(),
-                deadline,
-            )?;
-            u.has_users() || !u.unchecked.is_empty()
-        };
-        if marked || used {
-            for c in &other.controllers {
-                needed.push((c.clone(), other.node.name.clone()));
-            }
-        }
-    }
     let controllers = fabrics_nvme::controllers_of(root, nqn)?;
+    let needed = needed_by_others(
+        root,
+        nqn,
+        &own,
+        opts.lock_dir.as_deref(),
+        &controllers,
+        deadline,
+    )?;
     let mut deleted_ours = true;
     let mut delete = Vec::new();
     for c in &controllers {
@@ -646,9 +653,125 @@ fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
     }
 }
 
-/// The lock of a subsystem's controllers (see [`detach`]).
-fn subsystem_key(nqn: &Nqn) -> String {
+/// The lock key under which attach and detach of any namespace of subsystem `nqn` decide
+/// which of its controllers are needed: an attach holds it from its connects until its
+/// namespace is marked attached, a detach from before its in-use check until its controllers
+/// are deleted or kept. [`lock::file_path`] names its file in a lock directory; whoever holds
+/// an exclusive `flock(2)` on that file holds both off.
+pub fn subsystem_lock_key(nqn: &Nqn) -> String {
     format!("nvme-subsys-{nqn}")
+}
+
+/// The controllers (of `controllers`, subsystem `nqn`'s) that a namespace other than the one
+/// `own` names still needs, each with that namespace: those a namespace marked attached in
+/// `lock_dir` goes through, or one in use (or that could not be checked completely: doubt
+/// keeps them). A marked namespace that is not on the node now (the array took it away for
+/// a while, or its id is not known here) needs all of them, since which ones it comes back
+/// through is not known. A mark counts whatever the namespace was attached by.
+fn needed_by_others(
+    root: &Root,
+    nqn: &Nqn,
+    own: &[NamespaceSelector],
+    lock_dir: Option<&Path>,
+    controllers: &[NvmeController],
+    deadline: Instant,
+) -> Result<Vec<(String, String)>> {
+    let mut marks: Vec<NamespaceSelector> = match lock_dir {
+        Some(dir) => marked(dir, nqn)?,
+        None => Vec::new(),
+    };
+    marks.retain(|m| !own.contains(m));
+    let mut on_node = vec![false; marks.len()];
+    let mut needed = Vec::new();
+    for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
+        if own.iter().any(|o| o.matches(&ns)) {
+            continue;
+        }
+        let mut is_marked = false;
+        for (m, seen) in marks.iter().zip(&mut on_node) {
+            if m.matches(&ns) {
+                (*seen, is_marked) = (true, true);
+            }
+        }
+        let used = !is_marked && {
+            let u = block::usage(
+                root,
+                std::slice::from_ref(&other.node),
+                &fabrics_nvme::usage_scope(),
+                deadline,
+            )?;
+            u.has_users() || !u.unchecked.is_empty()
+        };
+        if is_marked || used {
+            for c in &other.controllers {
+                needed.push((c.clone(), other.node.name.clone()));
+            }
+        }
+    }
+    for (m, _) in marks.iter().zip(&on_node).filter(|(_, seen)| !**seen) {
+        for c in controllers {
+            needed.push((c.name.clone(), format!("{m} (not on the node now)")));
+        }
+    }
+    Ok(needed)
+}
+
+/// Every selector that names the namespace being detached: the one given, and its id and
+/// NGUID as sysfs shows them in `found`. A mark under any of them is its own.
+fn own_selectors(
+    namespace: &NamespaceSelector,
+    found: &[(NvmeNamespace, NamespaceDevice)],
+) -> Vec<NamespaceSelector> {
+    let mut own = vec![*namespace];
+    for (ns, _) in found {
+        own.extend(ns.nsid.map(NamespaceSelector::Id));
+        own.extend(
+            ns.nguid
+                .as_deref()
+                .and_then(|g| g.parse().ok())
+                .map(NamespaceSelector::Nguid),
+        );
+    }
+    own
+}
+
+/// The namespaces of subsystem `nqn` marked attached in lock directory `dir`, whether their
+/// devices are on the node or not: every mark file in `<dir>/attached/` whose name ends in a
+/// namespace id or NGUID (`…-ns-<id>`, `…-nguid-<NGUID>`) that, asked back through
+/// `names::is_attached` for `nqn`, is marked. The NQN is never parsed out of a file name;
+/// `names` alone knows how it is spelt there.
+fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
+    let path = dir.join("attached");
+    let entries = match std::fs::read_dir(&path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let name = entry.map_err(|e| Error::io(&path, e))?.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let id = name
+            .rsplit_once("-ns-")
+            .and_then(|(_, id)| id.parse().ok())
+            .map(NamespaceSelector::Id);
+        let nguid = name
+            .rsplit_once("-nguid-")
+            .and_then(|(_, g)| g.parse().ok())
+            .map(NamespaceSelector::Nguid);
+        for selector in id.into_iter().chain(nguid) {
+            let spec = VolumeSpec::Nvme {
+                nqn: nqn.clone(),
+                namespace: selector,
+            };
+            if !out.contains(&selector) && names::is_attached(dir, &spec) {
+                out.push(selector);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace.
@@ -918,4 +1041,40 @@ fn sizes(reported: &[(String, u64)]) -> String {
         .map(|(c, s)| format!("{c} {s} bytes"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(nqn: &Nqn, namespace: NamespaceSelector) -> VolumeSpec {
+        VolumeSpec::Nvme {
+            nqn: nqn.clone(),
+            namespace,
+        }
+    }
+
+    #[test]
+    fn every_mark_of_a_subsystem_is_found_and_no_other_subsystems() {
+        let dir = std::env::temp_dir().join(format!("lunkit-nvme-marks-{}", std::process::id()));
+        let a: Nqn = "nqn.2014-08.org.example:a".parse().unwrap();
+        // An NQN that reads as `a` followed by a namespace suffix.
+        let b: Nqn = "nqn.2014-08.org.example:a-ns-1".parse().unwrap();
+        let g: NamespaceSelector =
+            NamespaceSelector::Nguid("0123456789abcdef0123456789abcdef".parse().unwrap());
+        assert_eq!(marked(&dir, &a).unwrap(), Vec::new(), "no directory yet");
+        names::mark_attached(&dir, &spec(&a, NamespaceSelector::Id(2))).unwrap();
+        names::mark_attached(&dir, &spec(&a, g)).unwrap();
+        names::mark_attached(&dir, &spec(&b, NamespaceSelector::Id(5))).unwrap();
+        std::fs::write(dir.join("attached").join("stray"), "").unwrap();
+
+        let mut of_a = marked(&dir, &a).unwrap();
+        of_a.sort_by_key(ToString::to_string);
+        assert_eq!(of_a, vec![NamespaceSelector::Id(2), g]);
+        assert_eq!(marked(&dir, &b).unwrap(), vec![NamespaceSelector::Id(5)]);
+
+        names::unmark_attached(&dir, &spec(&a, g)).unwrap();
+        assert_eq!(marked(&dir, &a).unwrap(), vec![NamespaceSelector::Id(2)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
