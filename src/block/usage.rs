@@ -528,34 +528,17 @@ pub fn usage(
         }
     }
     usage.unchecked.extend(scan.usage.unchecked);
-    usage.helpers = scan
-        .helpers
-        .into_iter()
-        .map(|o| Opener {
-            pid: o.pid,
-            device: family.name_of(o.dev),
-            read_only: o.read_only,
-            comm: o.comm,
-        })
-        .collect();
-    usage.mapped = scan
-        .mapped
-        .into_iter()
-        .map(|o| Opener {
-            pid: o.pid,
-            device: family.name_of(o.dev),
-            read_only: o.read_only,
-            comm: o.comm,
-        })
-        .collect();
+    let opener = |o: OpenFd| Opener {
+        pid: o.pid,
+        device: family.name_of(o.dev),
+        read_only: o.read_only,
+        comm: o.comm,
+    };
+    usage.helpers = scan.helpers.into_iter().map(opener).collect();
+    usage.mapped = scan.mapped.into_iter().map(opener).collect();
     for o in scan.openers {
         let on_path = paths.contains(&o.dev);
-        let opener = Opener {
-            pid: o.pid,
-            device: family.name_of(o.dev),
-            read_only: o.read_only,
-            comm: o.comm,
-        };
+        let opener = opener(o);
         // On a path a manager's descriptor is not a use: multipathd checks every path, and
         // udev probes it. On a map or a partition only a read-only one is (udev's blkid), and
         // it is listed, not ignored: the map's removal still waits for it to close, and a map
