@@ -545,7 +545,13 @@ fn an_in_use_check_whose_loop_device_cannot_be_opened_ends_at_its_deadline() {
 
     // Bound at once; its partition scan then waits on the suspended map, holding the disk.
     let binding = std::process::Command::new("losetup")
-        .args(["-f", "--show", "-P", "--direct-io=on", &format!("/dev/{dm}")])
+        .args([
+            "-f",
+            "--show",
+            "-P",
+            "--direct-io=on",
+            &format!("/dev/{dm}"),
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
