@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
-use crate::id::Wwid;
+use crate::id::{Nqn, Wwid};
 use crate::ops::volume::{self, Identity};
 use crate::ops::{NamespaceSelector, VolumeSpec};
 use crate::root::Root;
@@ -191,6 +191,45 @@ pub(crate) fn is_attached(dir: &Path, spec: &VolumeSpec) -> bool {
     marker(dir, spec).is_some_and(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
 }
 
+/// The namespaces of subsystem `nqn` marked attached in lock directory `dir`, whether their
+/// devices are on the node or not: every mark file in `<dir>/attached/` whose name ends in a
+/// namespace id or NGUID (`…-ns-<id>`, `…-nguid-<NGUID>`) that, asked back through
+/// `is_attached` for `nqn`, is marked. The NQN is never parsed out of a file name;
+/// this module alone knows how it is spelt there.
+pub(crate) fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
+    let path = dir.join("attached");
+    let entries = match std::fs::read_dir(&path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let name = entry.map_err(|e| Error::io(&path, e))?.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let id = name
+            .rsplit_once("-ns-")
+            .and_then(|(_, id)| id.parse().ok())
+            .map(NamespaceSelector::Id);
+        let nguid = name
+            .rsplit_once("-nguid-")
+            .and_then(|(_, g)| g.parse().ok())
+            .map(NamespaceSelector::Nguid);
+        for selector in id.into_iter().chain(nguid) {
+            let spec = VolumeSpec::Nvme {
+                nqn: nqn.clone(),
+                namespace: selector,
+            };
+            if !out.contains(&selector) && is_attached(dir, &spec) {
+                out.push(selector);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The WWID `spec` was last remembered to name, if any (an unreadable or malformed record is
 /// none). Where `spec` has several records (an FC volume's target ports), those found must
 /// agree: two ports remembered for different volumes tell nothing.
@@ -291,6 +330,37 @@ mod tests {
             .filter(|n| n.contains(".tmp-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn spec(nqn: &Nqn, namespace: NamespaceSelector) -> VolumeSpec {
+        VolumeSpec::Nvme {
+            nqn: nqn.clone(),
+            namespace,
+        }
+    }
+
+    #[test]
+    fn every_mark_of_a_subsystem_is_found_and_no_other_subsystems() {
+        let dir = std::env::temp_dir().join(format!("lunkit-nvme-marks-{}", std::process::id()));
+        let a: Nqn = "nqn.2014-08.org.example:a".parse().unwrap();
+        // An NQN that reads as `a` followed by a namespace suffix.
+        let b: Nqn = "nqn.2014-08.org.example:a-ns-1".parse().unwrap();
+        let g: NamespaceSelector =
+            NamespaceSelector::Nguid("0123456789abcdef0123456789abcdef".parse().unwrap());
+        assert_eq!(marked(&dir, &a).unwrap(), Vec::new(), "no directory yet");
+        mark_attached(&dir, &spec(&a, NamespaceSelector::Id(2))).unwrap();
+        mark_attached(&dir, &spec(&a, g)).unwrap();
+        mark_attached(&dir, &spec(&b, NamespaceSelector::Id(5))).unwrap();
+        std::fs::write(dir.join("attached").join("stray"), "").unwrap();
+
+        let mut of_a = marked(&dir, &a).unwrap();
+        of_a.sort_by_key(ToString::to_string);
+        assert_eq!(of_a, vec![NamespaceSelector::Id(2), g]);
+        assert_eq!(marked(&dir, &b).unwrap(), vec![NamespaceSelector::Id(5)]);
+
+        unmark_attached(&dir, &spec(&a, g)).unwrap();
+        assert_eq!(marked(&dir, &a).unwrap(), vec![NamespaceSelector::Id(2)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

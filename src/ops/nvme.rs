@@ -677,7 +677,7 @@ fn needed_by_others(
     deadline: Instant,
 ) -> Result<Vec<(String, String)>> {
     let mut marks: Vec<NamespaceSelector> = match lock_dir {
-        Some(dir) => marked(dir, nqn)?,
+        Some(dir) => names::marked(dir, nqn)?,
         None => Vec::new(),
     };
     marks.retain(|m| !own.contains(m));
@@ -733,45 +733,6 @@ fn own_selectors(
         );
     }
     own
-}
-
-/// The namespaces of subsystem `nqn` marked attached in lock directory `dir`, whether their
-/// devices are on the node or not: every mark file in `<dir>/attached/` whose name ends in a
-/// namespace id or NGUID (`…-ns-<id>`, `…-nguid-<NGUID>`) that, asked back through
-/// `names::is_attached` for `nqn`, is marked. The NQN is never parsed out of a file name;
-/// `names` alone knows how it is spelt there.
-fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
-    let path = dir.join("attached");
-    let entries = match std::fs::read_dir(&path) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(&path, e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let name = entry.map_err(|e| Error::io(&path, e))?.file_name();
-        let Some(name) = name.to_str() else {
-            continue;
-        };
-        let id = name
-            .rsplit_once("-ns-")
-            .and_then(|(_, id)| id.parse().ok())
-            .map(NamespaceSelector::Id);
-        let nguid = name
-            .rsplit_once("-nguid-")
-            .and_then(|(_, g)| g.parse().ok())
-            .map(NamespaceSelector::Nguid);
-        for selector in id.into_iter().chain(nguid) {
-            let spec = VolumeSpec::Nvme {
-                nqn: nqn.clone(),
-                namespace: selector,
-            };
-            if !out.contains(&selector) && names::is_attached(dir, &spec) {
-                out.push(selector);
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace.
@@ -1041,40 +1002,4 @@ fn sizes(reported: &[(String, u64)]) -> String {
         .map(|(c, s)| format!("{c} {s} bytes"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(nqn: &Nqn, namespace: NamespaceSelector) -> VolumeSpec {
-        VolumeSpec::Nvme {
-            nqn: nqn.clone(),
-            namespace,
-        }
-    }
-
-    #[test]
-    fn every_mark_of_a_subsystem_is_found_and_no_other_subsystems() {
-        let dir = std::env::temp_dir().join(format!("lunkit-nvme-marks-{}", std::process::id()));
-        let a: Nqn = "nqn.2014-08.org.example:a".parse().unwrap();
-        // An NQN that reads as `a` followed by a namespace suffix.
-        let b: Nqn = "nqn.2014-08.org.example:a-ns-1".parse().unwrap();
-        let g: NamespaceSelector =
-            NamespaceSelector::Nguid("0123456789abcdef0123456789abcdef".parse().unwrap());
-        assert_eq!(marked(&dir, &a).unwrap(), Vec::new(), "no directory yet");
-        names::mark_attached(&dir, &spec(&a, NamespaceSelector::Id(2))).unwrap();
-        names::mark_attached(&dir, &spec(&a, g)).unwrap();
-        names::mark_attached(&dir, &spec(&b, NamespaceSelector::Id(5))).unwrap();
-        std::fs::write(dir.join("attached").join("stray"), "").unwrap();
-
-        let mut of_a = marked(&dir, &a).unwrap();
-        of_a.sort_by_key(ToString::to_string);
-        assert_eq!(of_a, vec![NamespaceSelector::Id(2), g]);
-        assert_eq!(marked(&dir, &b).unwrap(), vec![NamespaceSelector::Id(5)]);
-
-        names::unmark_attached(&dir, &spec(&a, g)).unwrap();
-        assert_eq!(marked(&dir, &a).unwrap(), vec![NamespaceSelector::Id(2)]);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }
