@@ -448,6 +448,16 @@ pub fn parse_iscsi(
     };
     let iqn = required("iqn")?.to_owned();
     lunkit::iscsi::check_target_name(&iqn).map_err(|e| bad("iqn", e.to_string()))?;
+    // open-iscsi keeps a target's node records in a directory named after the IQN: `.` and
+    // `..` would be the nodes directory itself or its parent.
+    if iqn == "." || iqn == ".." {
+        return Err(bad(
+            "iqn",
+            format!(
+                "{iqn:?} is not a target name (it would be a path component of iscsiadm's node database)"
+            ),
+        ));
+    }
     let lun_text = required("lun")?;
     let lun = lun_number(lun_text)
         .ok_or_else(|| bad("lun", format!("{lun_text:?} is not a LUN number")))?;
@@ -519,7 +529,11 @@ pub fn parse_iscsi(
 
 /// A name iscsiadm gets as one argument: letters, digits and `._-:`, at most 64 bytes.
 fn valid_word(s: &str) -> bool {
+    // `.` and `..` pass the character test, and would be path components (an interface's
+    // file in iscsiadm's `ifaces/`).
     !s.is_empty()
+        && s != "."
+        && s != ".."
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b))
@@ -643,6 +657,10 @@ mod tests {
             ("lun", "4294967296"),
             ("lun", "one"),
             ("iqn", "iqn with space"),
+            ("iqn", "."),
+            ("iqn", ".."),
+            ("iscsiInterface", "."),
+            ("iscsiInterface", ".."),
             ("targetPortal", "10.0.0.1:0"),
             ("targetPortal", "10.0.0.1:99999"),
             ("targetPortal", "fd00::1"),
