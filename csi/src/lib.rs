@@ -33,6 +33,7 @@ pub mod identity;
 pub mod iscsi;
 pub mod mounts;
 pub mod node;
+pub mod paths;
 pub mod proto;
 pub mod server;
 pub mod state;

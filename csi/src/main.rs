@@ -22,7 +22,7 @@ struct Args {
     /// /host in a container that mounts the host there.
     #[arg(long, default_value = "/")]
     root: PathBuf,
-    /// Where stage records are kept; must survive a restart of the plugin.
+    /// Where stage records are kept (made mode 0700); must survive a restart of the plugin.
     #[arg(long, default_value = "/var/lib/lunkit-csi")]
     state_dir: PathBuf,
     /// The plugin name GetPluginInfo reports (the CSIDriver object's name).
@@ -92,6 +92,7 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let path = server::socket_path(&args.endpoint)?;
     let mut config = Config::new(args.nodeid);
     config.root = Root::new(&args.root);
+    lunkit_csi::paths::check_root(&config.root)?;
     config.state_dir = args.state_dir;
     config.max_volumes = args.max_volumes;
     config.stage_timeout = Duration::from_secs(args.timeout);

@@ -61,6 +61,8 @@ impl Plugin {
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         // An empty node: no iSCSI session.
         std::fs::create_dir_all(dir.path().join("root/sys/class/iscsi_session")).unwrap();
+        // The plugin refuses a root without sys/ and dev/ at start.
+        std::fs::create_dir_all(dir.path().join("root/dev")).unwrap();
         let path = format!(
             "{}:{}",
             bin.display(),
