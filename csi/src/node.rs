@@ -354,6 +354,11 @@ impl Inner {
         &self.config.root
     }
 
+    /// The deadline of a publish's or unpublish's mount call: a stage's time, from now.
+    fn mount_deadline(&self) -> Instant {
+        Instant::now() + self.config.stage_timeout
+    }
+
     /// Brings an NVMe namespace onto the node: connects every port through lunkit, finds the
     /// namespace by its UUID when no nsid was given, and waits for its device. Records the
     /// nsid as soon as it is known. Returns the device and the namespace's identity.
@@ -886,7 +891,7 @@ impl Inner {
         if how.readonly {
             mflags |= rustix::mount::MountFlags::RDONLY;
         }
-        mounts::mount_fs(device, staging, fs_type, mflags, &data)
+        mounts::mount_fs(device, staging, fs_type, mflags, &data, deadline)
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
     }
 
@@ -911,9 +916,17 @@ impl Inner {
         }
         if matches!(record.access, Access::Mount { .. }) {
             if let Some(m) = mounts::at(staging)? {
+                // Under `--root /host` mounted with HostToContainer propagation, the node's
+                // mounts show up a second time under the root: those are this same mount
+                // (and the pods' publishes, which show at their own paths too), not others.
+                let mirror = |p: &Path| {
+                    self.root().path() != Path::new("/") && p.starts_with(self.root().path())
+                };
                 let elsewhere: Vec<String> = mounts::table()?
                     .into_iter()
-                    .filter(|o| o.dev == m.dev && o.mount_point != m.mount_point)
+                    .filter(|o| {
+                        o.dev == m.dev && o.mount_point != m.mount_point && !mirror(&o.mount_point)
+                    })
                     .map(|o| o.mount_point.display().to_string())
                     .collect();
                 if !elsewhere.is_empty() {
@@ -922,7 +935,7 @@ impl Inner {
                         elsewhere.join(", ")
                     )));
                 }
-                mounts::unmount_all(staging).map_err(|e| match e {
+                mounts::unmount_all(staging, deadline).map_err(|e| match e {
                     Error::FailedPrecondition(m) => {
                         Error::FailedPrecondition(format!("volume {id}: {m}; nothing was removed"))
                     }
@@ -1104,12 +1117,12 @@ impl Inner {
             fs::create_dir_all(target)
                 .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
         }
-        mounts::bind(&source, target, readonly)
+        mounts::bind(&source, target, readonly, self.mount_deadline())
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
     }
 
     fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
-        mounts::unmount_all(target).map_err(|e| match e {
+        mounts::unmount_all(target, self.mount_deadline()).map_err(|e| match e {
             Error::FailedPrecondition(m) => Error::FailedPrecondition(format!("volume {id}: {m}")),
             other => Error::Internal(format!("volume {id}: {other}")),
         })?;
