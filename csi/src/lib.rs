@@ -25,6 +25,7 @@
 //! The library never spawns a process; the plugin runs exactly the programs [`exec`] lists.
 
 pub mod attrs;
+pub mod authority;
 pub mod client;
 pub mod error;
 pub mod exec;

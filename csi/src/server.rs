@@ -4,9 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 
+use crate::authority;
 use crate::error::{Error, Result};
 use crate::identity::IdentityService;
 use crate::node::NodeService;
@@ -77,6 +79,9 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
     Ok(())
 }
 
+/// The buffer of each direction of a connection's relay.
+const RELAY_BUFFER: usize = 64 << 10;
+
 /// Serves both services on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: UnixListener,
@@ -84,10 +89,19 @@ pub async fn serve(
     node: NodeService,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    // Each connection is relayed through `authority`, so that clients other than grpc-go
+    // (whose `:authority` for a Unix socket h2 refuses) are served too.
+    let incoming = UnixListenerStream::new(listener).map(|conn| {
+        conn.map(|stream| {
+            let (ours, theirs) = tokio::io::duplex(RELAY_BUFFER);
+            tokio::spawn(authority::relay(stream, theirs));
+            ours
+        })
+    });
     Server::builder()
         .add_service(IdentityServer::new(identity))
         .add_service(NodeServer::new(node))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| Error::Internal(format!("the gRPC server failed: {e}")))
 }
