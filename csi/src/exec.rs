@@ -3,13 +3,13 @@
 //! `resize2fs`/`xfs_growfs` to grow a mounted filesystem. Each run is bounded by a deadline:
 //! a program still running then is killed.
 //!
-//! **Secrets.** CHAP passwords reach iscsiadm as `-n node.session.auth.password -v VALUE`: on
-//! its command line, where root on the node can read them in `/proc/PID/cmdline` while it runs
-//! (as with every iscsiadm-based driver; iscsiadm has no other way to take them). Everything
-//! this module writes into a message, the command line it ran and what the program said, is
-//! passed through [`redact`] first: the value after `-v` of every `-n` name that is a
-//! password ([`is_secret_name`]) is replaced by `<redacted>`, on the command line and wherever
-//! it appears in the output.
+//! **Secrets.** No secret is ever put on a command line: `/proc/PID/cmdline` is readable by
+//! every local user (and any hostPID pod) while the program runs. CHAP passwords go into the
+//! node record file instead ([`crate::iscsi::write_secrets`]). As a second line of defence,
+//! everything this module writes into a message, the command line it ran and what the
+//! program said, is passed through [`redact`] first: the value after `-v` of every `-n` name
+//! that is a password ([`is_secret_name`]) is replaced by `<redacted>`, on the command line
+//! and wherever it appears in the output.
 
 use std::io::Read;
 use std::process::{Command, Stdio};

@@ -38,6 +38,10 @@ struct Args {
     /// (topology.kubernetes.io/zone=eu-1a). Keys and values as CSI's Topology wants them.
     #[arg(long, value_name = "KEY=VALUE", value_parser = topology::parse_segment)]
     topology: Vec<(String, String)>,
+    /// open-iscsi's node database, where CHAP secrets are written into the node records
+    /// (never on iscsiadm's command line).
+    #[arg(long, default_value = "/etc/iscsi/nodes")]
+    iscsi_nodes: PathBuf,
 }
 
 async fn shutdown() {
@@ -95,6 +99,7 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     lunkit_csi::paths::check_root(&config.root)?;
     config.state_dir = args.state_dir;
     config.max_volumes = args.max_volumes;
+    config.iscsi_nodes = args.iscsi_nodes;
     config.stage_timeout = Duration::from_secs(args.timeout);
     config.unstage_timeout = Duration::from_secs(args.timeout);
     let constrained = !segments.is_empty();

@@ -46,6 +46,10 @@ pub struct Config {
     /// NodeGetInfo's `accessible_topology` segments; none reported when empty. Checked by
     /// [`crate::topology::segments`] (the binary refuses bad ones at startup).
     pub topology: BTreeMap<String, String>,
+    /// open-iscsi's node database, where CHAP secrets are written into the node records
+    /// (`/etc/iscsi/nodes` on Debian and Ubuntu; `/var/lib/iscsi/nodes` on some others). The
+    /// plugin's own view: iscsiadm runs in the plugin's mount namespace, not under `root`.
+    pub iscsi_nodes: PathBuf,
 }
 
 impl Config {
@@ -60,6 +64,7 @@ impl Config {
             stage_timeout: Duration::from_secs(120),
             unstage_timeout: Duration::from_secs(120),
             topology: BTreeMap::new(),
+            iscsi_nodes: PathBuf::from("/etc/iscsi/nodes"),
         }
     }
 }
@@ -570,6 +575,7 @@ impl Inner {
         let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
         iscsi::login(
             self.root(),
+            &self.config.iscsi_nodes,
             &vol.iqn,
             &vol.portals,
             vol.iface.as_deref(),
