@@ -188,14 +188,16 @@ fn login_one(
 }
 
 /// The node record file of `iqn` through `portal` (`addr:port`, `[v6addr]:port`) on
-/// `iface` in open-iscsi's node database `nodes`: `IQN/ADDR,PORT,TPGT/IFACE` (or the older
-/// flat `IQN/ADDR,PORT,TPGT` file). The portal group tag is whatever `-o new` chose.
+/// `iface` in open-iscsi's node database `nodes`: `IQN/ADDR,PORT,TPGT/IFACE` once the portal
+/// group tag is known, or the flat `IQN/ADDR,PORT` file that `-o new` writes without one
+/// (open-iscsi 2.1.8).
 pub fn record_path(nodes: &Path, iqn: &str, portal: &str, iface: Option<&str>) -> Result<PathBuf> {
     let (addr, port) = portal
         .rsplit_once(':')
         .ok_or_else(|| Error::Internal(format!("portal {portal:?} has no port")))?;
     let addr = addr.trim_start_matches('[').trim_end_matches(']');
-    let prefix = format!("{addr},{port},");
+    let flat = format!("{addr},{port}");
+    let tagged = format!("{flat},");
     let dir = nodes.join(iqn);
     let entries = std::fs::read_dir(&dir).map_err(|e| {
         Error::Internal(format!("open-iscsi's node records {}: {e}", dir.display()))
@@ -204,8 +206,10 @@ pub fn record_path(nodes: &Path, iqn: &str, portal: &str, iface: Option<&str>) -
         .flatten()
         .map(|e| e.path())
         .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n == flat || n.starts_with(&tagged)
+            })
         })
         .ok_or_else(|| {
             Error::Internal(format!(
@@ -415,6 +419,15 @@ node.session.auth.password_in = in\n# END RECORD\n"
         assert_eq!(
             record_path(nodes.path(), iqn, "[fd00::1]:3260", None).unwrap(),
             v6
+        );
+        // The flat file `-o new` writes without a portal group tag (open-iscsi 2.1.8); a
+        // portal whose address only starts the same is not it.
+        let flat = nodes.path().join(iqn).join("10.0.0.1,3260");
+        std::fs::write(nodes.path().join(iqn).join("10.0.0.10,3260"), RECORD).unwrap();
+        std::fs::write(&flat, RECORD).unwrap();
+        assert_eq!(
+            record_path(nodes.path(), iqn, "10.0.0.1:3260", None).unwrap(),
+            flat
         );
     }
 }
