@@ -33,6 +33,7 @@ pub mod fs;
 pub mod identity;
 pub mod iscsi;
 pub mod mounts;
+pub mod mpath;
 pub mod node;
 pub mod paths;
 pub mod proto;

@@ -25,7 +25,7 @@ use crate::proto::volume_capability::access_mode::Mode;
 use crate::proto::volume_capability::{AccessType, MountVolume};
 use crate::proto::*;
 use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
-use crate::{fs as vfs, iscsi, mounts, paths};
+use crate::{fs as vfs, iscsi, mounts, mpath, paths};
 
 /// How the plugin runs: where the node's `/sys`, `/dev` and `/proc` are, where it keeps its
 /// records, and its deadlines.
@@ -641,11 +641,10 @@ impl Inner {
         deadline: Instant,
     ) -> Result<BlockNode> {
         let root = self.root();
-        let multipathd =
+        let mut multipathd =
             lunkit::multipath::Multipathd::connect(root, Instant::now() + Duration::from_secs(2))
                 .ok()
-                .flatten()
-                .is_some();
+                .flatten();
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
         opts.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
@@ -658,16 +657,24 @@ impl Inner {
         record.wwid = wwid.as_ref().map(Wwid::to_multipath);
         self.store.save(record)?;
         let disks: Vec<String> = a.devices().map(|p| p.name.clone()).collect();
-        if multipathd {
+        if let Some(md) = multipathd.as_mut() {
             let wwid = wwid.ok_or_else(|| {
                 Error::FailedPrecondition(format!(
                     "{what}: {} report no WWID (no VPD page 0x83), and multipathd keys its maps by it",
                     disks.join(", ")
                 ))
             })?;
-            let map = wait_map(root, &what, &wwid, &disks, deadline)?;
-            self.record_device(record, &map, true)?;
-            return Ok(map);
+            // Whatever find_multipaths says: never wait for a map multipathd will not build.
+            match mpath::take_wwid(root, md, &wwid, &disks, deadline)? {
+                mpath::Decision::Map => {
+                    let map = wait_map(root, &what, &wwid, &disks, deadline)?;
+                    self.record_device(record, &map, true)?;
+                    return Ok(map);
+                }
+                mpath::Decision::NoMap(why) => {
+                    eprintln!("lunkit-csi: {what}: {why}; the volume is used on its path device");
+                }
+            }
         }
         let first = disks
             .first()
