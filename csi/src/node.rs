@@ -220,9 +220,11 @@ fn expected(attr: Option<&Wwid>, record: &Record) -> Result<Option<Wwid>> {
     if let Some(w) = attr {
         return Ok(Some(w.clone()));
     }
-    // An NVMe record keeps its namespace's WWID, which its attach checks by UUID and id.
+    // An NVMe namespace's identity (`uuid.…`, `eui.…`) is expected when it parses; one in a
+    // form lunkit does not name (`nvme.…`) is still checked by the UUID and the recorded
+    // WWID when the device is looked up.
     if matches!(record.target, Target::Nvme { .. }) {
-        return Ok(None);
+        return Ok(record.wwid.as_deref().and_then(|w| w.parse().ok()));
     }
     record
         .wwid
