@@ -6,79 +6,103 @@
 //! never. Waiting for a map multipathd will not build wastes the whole stage deadline.
 //!
 //! So stage, when multipathd runs, does what `multipath -a` and an administrator's
-//! `multipathd add map` do: it makes sure multipathd knows every path (`add path`), records
-//! the WWID in multipathd's `wwids` file (so that a restart or reconfigure keeps the map),
-//! and asks multipathd for the map of exactly that WWID (`add map WWID`: multipathd builds a
-//! map named by its WWID whatever `find_multipaths` says, since the administrator named it).
-//! multipathd answers when the map is made, so whether it exists is known at once: if it
-//! does not (every path blacklisted, or multipathd refused), the volume is handed out on its
-//! path device, and the stage record says so; the deadline is never waited out.
+//! `multipathd add map` do, and asks again until the map holds every path: it makes sure
+//! multipathd knows every path (`add path`), records the WWID in multipathd's `wwids` file
+//! (so that a restart or reconfigure keeps the map), and asks multipathd for the map of
+//! exactly that WWID (`add map WWID`: multipathd builds a map for it whatever
+//! `find_multipaths` says, since the administrator named it). multipathd may not have the
+//! paths ready yet (it waits for udev to finish with them), so the requests are repeated
+//! every [`ASK_EVERY`] while the map is awaited, within the stage's deadline. A path
+//! multipathd answers `blacklisted` for is the node's policy: when every path is, no map
+//! will ever come, and the volume is handed out on its path device at once, the stage
+//! record saying so.
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use lunkit::block::BlockNode;
 use lunkit::multipath::Multipathd;
 use lunkit::{Root, Wwid};
 
 use crate::error::{Error, Result};
 
-/// What multipathd did with the volume's paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// A map of the WWID exists: wait for it to hold every path.
-    Map,
-    /// multipathd made no map (every path blacklisted, or it refused): use the path device.
-    NoMap(String),
-}
+/// How often multipathd is asked again for the map while it is awaited.
+pub const ASK_EVERY: Duration = Duration::from_secs(2);
 
-/// Has multipathd (`md`) take the WWID `wwid` of the path devices `disks` (kernel names)
-/// and build its map; says whether a map of it exists afterwards.
-pub fn take_wwid(
+/// The volume's map holding every one of `disks` (kernel names), once multipathd (`md`) has
+/// built it at the plugin's request; `None` when multipathd blacklists every path (no map
+/// will come). Waits, asking again every [`ASK_EVERY`], until `deadline`.
+pub fn map_of(
     root: &Root,
     md: &mut Multipathd,
     wwid: &Wwid,
     disks: &[String],
     deadline: Instant,
-) -> Result<Decision> {
+) -> Result<Option<BlockNode>> {
     let key = wwid.to_multipath();
-    let said =
-        |cmd: &str, e: lunkit::Error| Error::lunkit(format!("multipathd's answer to {cmd:?}"), e);
-    let mut blacklisted = Vec::new();
-    for d in disks {
-        let cmd = format!("add path {d}");
-        let reply = md.command(&cmd, deadline).map_err(|e| said(&cmd, e))?;
-        if reply.trim() == "blacklisted" {
-            blacklisted.push(d.as_str());
-        }
-    }
-    if !disks.is_empty() && blacklisted.len() == disks.len() {
-        return Ok(Decision::NoMap(format!(
-            "multipathd blacklists {}",
-            blacklisted.join(", ")
-        )));
-    }
     remember_wwid(&root.etc("multipath/wwids"), &key)?;
-    let cmd = format!("add map {key}");
-    let reply = md.command(&cmd, deadline).map_err(|e| said(&cmd, e))?;
-    if map_exists(root, wwid)? {
-        Ok(Decision::Map)
-    } else {
-        Ok(Decision::NoMap(format!(
-            "multipathd made no map of {key} ({cmd:?} answered {:?})",
-            reply.trim()
-        )))
+    let mut asked = None::<Instant>;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(map) = holding(root, wwid, disks)? {
+            return Ok(Some(map));
+        }
+        if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
+            asked = Some(Instant::now());
+            if ask(md, &key, disks, deadline) == Asked::AllBlacklisted {
+                return Ok(None);
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::DeadlineExceeded(format!(
+                "multipathd built no map of {key} with paths {} in time",
+                disks.join(", ")
+            )));
+        }
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
 
-fn map_exists(root: &Root, wwid: &Wwid) -> Result<bool> {
+#[derive(Debug, PartialEq, Eq)]
+enum Asked {
+    AllBlacklisted,
+    Asked,
+}
+
+/// `add path` for every disk, then `add map KEY`. A command multipathd does not answer is
+/// asked again next time (the map may come anyway).
+fn ask(md: &mut Multipathd, key: &str, disks: &[String], deadline: Instant) -> Asked {
+    let mut blacklisted = 0;
+    for d in disks {
+        if let Ok(reply) = md.command(&format!("add path {d}"), deadline) {
+            if reply.trim() == "blacklisted" {
+                blacklisted += 1;
+            }
+        }
+    }
+    if !disks.is_empty() && blacklisted == disks.len() {
+        return Asked::AllBlacklisted;
+    }
+    let _ = md.command(&format!("add map {key}"), deadline);
+    Asked::Asked
+}
+
+/// A multipath map of `wwid` that holds every one of `disks`.
+fn holding(root: &Root, wwid: &Wwid, disks: &[String]) -> Result<Option<BlockNode>> {
     let id = lunkit::ops::volume::Identity {
         wwid: Some(wwid.clone()),
         addresses: Vec::new(),
     };
-    let state = lunkit::ops::volume::locate(root, &id)
-        .map_err(|e| Error::lunkit(format!("the maps of {}", wwid.to_multipath()), e))?;
-    Ok(!state.maps.is_empty())
+    let maps = lunkit::ops::volume::locate(root, &id)
+        .map_err(|e| Error::lunkit(format!("the maps of {}", wwid.to_multipath()), e))?
+        .maps;
+    Ok(maps.into_iter().map(|m| m.node).find(|node| {
+        let slaves = root.sys(format!("class/block/{}/slaves", node.name));
+        disks.iter().all(|d| slaves.join(d).exists())
+    }))
 }
 
 /// Adds `/WWID/` to multipathd's `wwids` file (`file`), as `multipath -a` does, unless it is

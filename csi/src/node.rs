@@ -253,40 +253,12 @@ fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
     }
 }
 
-/// Waits until a multipath map of `wwid` holds every one of `disks`; returns its device.
-fn wait_map(
-    root: &Root,
-    what: &str,
-    wwid: &Wwid,
-    disks: &[String],
-    deadline: Instant,
-) -> Result<BlockNode> {
-    let id = ops::volume::Identity {
-        wwid: Some(wwid.clone()),
-        addresses: Vec::new(),
-    };
-    let mut pause = Duration::from_millis(5);
-    loop {
-        let maps = ops::volume::locate(root, &id)
-            .map_err(|e| Error::lunkit(what.to_owned(), e))?
-            .maps;
-        for m in maps {
-            let slaves = root.sys(format!("class/block/{}/slaves", m.node.name));
-            let holds = |d: &String| slaves.join(d).exists();
-            if disks.iter().all(holds) {
-                return Ok(m.node);
-            }
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::DeadlineExceeded(format!(
-                "{what}: multipathd built no map of {} with paths {} in time",
-                wwid.to_multipath(),
-                disks.join(", ")
-            )));
-        }
-        std::thread::sleep(pause.min(left));
-        pause = (pause * 2).min(Duration::from_millis(200));
+/// `e` with `what` (`volume pv-1: attach …`) before its message.
+fn prefix(what: &str, e: Error) -> Error {
+    match e {
+        Error::DeadlineExceeded(m) => Error::DeadlineExceeded(format!("{what}: {m}")),
+        Error::Internal(m) => Error::Internal(format!("{what}: {m}")),
+        other => other,
     }
 }
 
@@ -666,16 +638,17 @@ impl Inner {
                     disks.join(", ")
                 ))
             })?;
-            // Whatever find_multipaths says: never wait for a map multipathd will not build.
-            match mpath::take_wwid(root, md, &wwid, &disks, deadline)? {
-                mpath::Decision::Map => {
-                    let map = wait_map(root, &what, &wwid, &disks, deadline)?;
+            // Whatever find_multipaths says: multipathd is asked for the map, and a path it
+            // blacklists is never waited for.
+            match mpath::map_of(root, md, &wwid, &disks, deadline).map_err(|e| prefix(&what, e))? {
+                Some(map) => {
                     self.record_device(record, &map, true)?;
                     return Ok(map);
                 }
-                mpath::Decision::NoMap(why) => {
-                    eprintln!("lunkit-csi: {what}: {why}; the volume is used on its path device");
-                }
+                None => eprintln!(
+                    "lunkit-csi: {what}: multipathd blacklists {}; the volume is used on its path device",
+                    disks.join(", ")
+                ),
             }
         }
         let first = disks
