@@ -12,7 +12,8 @@
 //! exactly that WWID (`add map WWID`: multipathd builds a map for it whatever
 //! `find_multipaths` says, since the administrator named it). multipathd may not have the
 //! paths ready yet (it waits for udev to finish with them), so the requests are repeated
-//! every [`ASK_EVERY`] while the map is awaited, within the stage's deadline. A path
+//! while the map is awaited (after [`ASK_EVERY`], then less and less often), within the
+//! stage's deadline. A path
 //! multipathd answers `blacklisted` for is the node's policy: when every path is, no map
 //! will ever come, and the volume is handed out on its path device at once, the stage
 //! record saying so.
@@ -27,12 +28,18 @@ use lunkit::{Root, Wwid};
 
 use crate::error::{Error, Result};
 
-/// How often multipathd is asked again for the map while it is awaited.
+/// How long after the first request multipathd is asked again for the map; each later wait
+/// is twice the one before, up to [`ASK_AT_MOST_EVERY`], so that many volumes staged at once
+/// do not keep multipathd busy with requests while it works through their uevents.
 pub const ASK_EVERY: Duration = Duration::from_secs(2);
+
+/// The longest wait between two requests.
+pub const ASK_AT_MOST_EVERY: Duration = Duration::from_secs(16);
 
 /// The volume's map holding every one of `disks` (kernel names), once multipathd (`md`) has
 /// built it at the plugin's request; `None` when multipathd blacklists every path (no map
-/// will come). Waits, asking again every [`ASK_EVERY`], until `deadline`.
+/// will come). Waits, asking again after [`ASK_EVERY`], then less and less often, until
+/// `deadline`.
 pub fn map_of(
     root: &Root,
     md: &mut Multipathd,
@@ -42,17 +49,19 @@ pub fn map_of(
 ) -> Result<Option<BlockNode>> {
     let key = wwid.to_multipath();
     remember_wwid(&root.etc("multipath/wwids"), &key)?;
-    let mut asked = None::<Instant>;
+    let mut next_ask = Instant::now();
+    let mut ask_every = ASK_EVERY;
     let mut pause = Duration::from_millis(5);
     loop {
         if let Some(map) = holding(root, wwid, disks)? {
             return Ok(Some(map));
         }
-        if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
-            asked = Some(Instant::now());
+        if Instant::now() >= next_ask {
             if ask(md, &key, disks, deadline) == Asked::AllBlacklisted {
                 return Ok(None);
             }
+            next_ask = Instant::now() + ask_every;
+            ask_every = (ask_every * 2).min(ASK_AT_MOST_EVERY);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
