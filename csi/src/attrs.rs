@@ -77,7 +77,7 @@ pub struct IscsiVolume {
 pub struct Secret(String);
 
 impl Secret {
-    /// The value, for the one place that hands it to iscsiadm.
+    /// The value, for the one place that writes it into the node record.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -125,16 +125,24 @@ impl std::fmt::Debug for Chap {
 }
 
 impl Chap {
-    /// The node-record settings that make iscsiadm log in with these credentials, in the
-    /// order they are set: `(name, value)`.
+    /// The node-record settings without a secret, which iscsiadm's `-o update` sets on its
+    /// command line, in the order they are set: `(name, value)`.
     pub fn settings(&self) -> Vec<(&'static str, &str)> {
         let mut s = vec![
             ("node.session.auth.authmethod", "CHAP"),
             ("node.session.auth.username", self.username.as_str()),
-            ("node.session.auth.password", self.password.expose()),
         ];
-        if let Some((user, password)) = &self.mutual {
+        if let Some((user, _)) = &self.mutual {
             s.push(("node.session.auth.username_in", user.as_str()));
+        }
+        s
+    }
+
+    /// The secret settings, which never go on a command line: they are written into the
+    /// node record itself ([`crate::iscsi::write_secrets`]).
+    pub fn secrets(&self) -> Vec<(&'static str, &str)> {
+        let mut s = vec![("node.session.auth.password", self.password.expose())];
+        if let Some((_, password)) = &self.mutual {
             s.push(("node.session.auth.password_in", password.expose()));
         }
         s
@@ -448,6 +456,16 @@ pub fn parse_iscsi(
     };
     let iqn = required("iqn")?.to_owned();
     lunkit::iscsi::check_target_name(&iqn).map_err(|e| bad("iqn", e.to_string()))?;
+    // open-iscsi keeps a target's node records in a directory named after the IQN: `.` and
+    // `..` would be the nodes directory itself or its parent.
+    if iqn == "." || iqn == ".." {
+        return Err(bad(
+            "iqn",
+            format!(
+                "{iqn:?} is not a target name (it would be a path component of iscsiadm's node database)"
+            ),
+        ));
+    }
     let lun_text = required("lun")?;
     let lun = lun_number(lun_text)
         .ok_or_else(|| bad("lun", format!("{lun_text:?} is not a LUN number")))?;
@@ -519,7 +537,11 @@ pub fn parse_iscsi(
 
 /// A name iscsiadm gets as one argument: letters, digits and `._-:`, at most 64 bytes.
 fn valid_word(s: &str) -> bool {
+    // `.` and `..` pass the character test, and would be path components (an interface's
+    // file in iscsiadm's `ifaces/`).
     !s.is_empty()
+        && s != "."
+        && s != ".."
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b))
@@ -643,6 +665,10 @@ mod tests {
             ("lun", "4294967296"),
             ("lun", "one"),
             ("iqn", "iqn with space"),
+            ("iqn", "."),
+            ("iqn", ".."),
+            ("iscsiInterface", "."),
+            ("iscsiInterface", ".."),
             ("targetPortal", "10.0.0.1:0"),
             ("targetPortal", "10.0.0.1:99999"),
             ("targetPortal", "fd00::1"),
@@ -705,9 +731,9 @@ mod tests {
             [
                 ("node.session.auth.authmethod", "CHAP"),
                 ("node.session.auth.username", "node-user"),
-                ("node.session.auth.password", PASSWORD),
             ]
         );
+        assert_eq!(chap.secrets(), [("node.session.auth.password", PASSWORD)]);
         let dbg = format!("{v:?}", v = chap);
         assert!(!dbg.contains(PASSWORD), "{dbg}");
 
@@ -719,7 +745,14 @@ mod tests {
         let (user_in, password_in) = chap.mutual.clone().expect("mutual CHAP");
         assert_eq!(user_in, "target-user");
         assert_eq!(password_in.expose(), "target-s3cret");
-        assert_eq!(chap.settings().len(), 5);
+        assert_eq!(chap.settings().len(), 3);
+        assert_eq!(
+            chap.secrets(),
+            [
+                ("node.session.auth.password", PASSWORD),
+                ("node.session.auth.password_in", "target-s3cret"),
+            ]
+        );
         let dbg = format!("{chap:?}");
         assert!(
             !dbg.contains("target-s3cret") && !dbg.contains(PASSWORD),

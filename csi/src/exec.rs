@@ -3,13 +3,13 @@
 //! `resize2fs`/`xfs_growfs` to grow a mounted filesystem. Each run is bounded by a deadline:
 //! a program still running then is killed.
 //!
-//! **Secrets.** CHAP passwords reach iscsiadm as `-n node.session.auth.password -v VALUE`: on
-//! its command line, where root on the node can read them in `/proc/PID/cmdline` while it runs
-//! (as with every iscsiadm-based driver; iscsiadm has no other way to take them). Everything
-//! this module writes into a message, the command line it ran and what the program said, is
-//! passed through [`redact`] first: the value after `-v` of every `-n` name that is a
-//! password ([`is_secret_name`]) is replaced by `<redacted>`, on the command line and wherever
-//! it appears in the output.
+//! **Secrets.** No secret is ever put on a command line: `/proc/PID/cmdline` is readable by
+//! every local user (and any hostPID pod) while the program runs. CHAP passwords go into the
+//! node record file instead ([`crate::iscsi::write_secrets`]). As a second line of defence,
+//! everything this module writes into a message, the command line it ran and what the
+//! program said, is passed through [`redact`] first: the value after `-v` of every `-n` name
+//! that is a password ([`is_secret_name`]) is replaced by `<redacted>`, on the command line
+//! and wherever it appears in the output.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -149,62 +149,120 @@ impl Output {
 /// Runs `program` with `args`, no standard input, and waits at most `timeout`. Output is
 /// returned whatever the exit code; failing to start, or running past the deadline, is an
 /// error naming the command.
+///
+/// Every wait here is bounded. A program still running at the deadline is killed, and its
+/// exit waited for at most [`REAP_GRACE`]: one that SIGKILL does not end at once (stuck in
+/// the kernel, in `D` state, as an `mkfs` on a map queueing I/O is) is left to a thread that
+/// reaps it whenever it ends, and the error says so. A program that exits while something it
+/// started still holds its output pipes open is not waited for either: its output is what
+/// came within [`REAP_GRACE`] of its exit.
 pub fn run(program: Program, args: &[&str], timeout: Duration) -> Result<Output> {
-    let shown = || command_line(program, args);
     // The one place the plugin starts a process: `program` is one of the listed ones.
     #[allow(clippy::disallowed_methods)]
-    let mut child = Command::new(program.name())
-        .args(args)
+    let mut cmd = Command::new(program.name());
+    cmd.args(args);
+    run_command(cmd, &command_line(program, args), timeout)
+}
+
+/// How long a killed program's exit, or a finished program's output pipes, are waited for.
+pub const REAP_GRACE: Duration = Duration::from_secs(2);
+
+/// [`run`] of a prepared command, shown in messages as `shown`.
+fn run_command(mut cmd: Command, shown: &str, timeout: Duration) -> Result<Output> {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| Error::Program(format!("cannot run {}: {e}", shown())))?;
+        .map_err(|e| Error::Program(format!("cannot run {shown}: {e}")))?;
     // Drain both pipes on threads so that a chatty program cannot block on a full pipe.
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let out_t = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_end(&mut s);
-        }
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_end(&mut s);
-        }
-        s
-    });
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(2);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::DeadlineExceeded(format!(
-                    "{} did not finish in {:.1}s and was killed",
-                    shown(),
-                    timeout.as_secs_f64()
-                )));
-            }
-            Ok(None) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err(e) => return Err(Error::Program(format!("waiting for {}: {e}", shown()))),
+    let status = match wait_until(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            let _ = child.kill();
+            let reaped = reap_within(child, REAP_GRACE);
+            let what = if reaped {
+                "was killed"
+            } else {
+                "was killed and has not exited (stuck in the kernel?); it is left to end on its own"
+            };
+            return Err(Error::DeadlineExceeded(format!(
+                "{shown} did not finish in {:.1}s and {what}",
+                timeout.as_secs_f64()
+            )));
         }
+        Err(e) => return Err(Error::Program(format!("waiting for {shown}: {e}"))),
     };
-    let stdout = String::from_utf8_lossy(&out_t.join().unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
+    let grace = Instant::now() + REAP_GRACE;
+    let stdout = String::from_utf8_lossy(&collect(out, grace)).into_owned();
+    let stderr = String::from_utf8_lossy(&collect(err, grace)).into_owned();
     Ok(Output {
         code: status.code(),
         stdout,
         stderr,
     })
+}
+
+/// A thread reading `pipe` to its end; what it reads arrives on the receiver as it comes.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Some(mut p) = pipe else { return };
+        let mut buf = vec![0u8; 8192];
+        while let Ok(n) = p.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// What [`drain`] read until the pipe ended, or until `deadline` if it did not (a process
+/// the program started holds it open).
+fn collect(rx: std::sync::mpsc::Receiver<Vec<u8>>, deadline: Instant) -> Vec<u8> {
+    let mut all = Vec::new();
+    while let Ok(chunk) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        all.extend(chunk);
+    }
+    all
+}
+
+/// Polls `child` until it exits or `deadline` passes (`None`).
+fn wait_until(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Waits at most `grace` for `child` to exit; whether it did. One that has not is handed to
+/// a thread that waits for it without limit, so that it is reaped (not left a zombie)
+/// whenever it ends, and the caller goes on.
+pub fn reap_within(mut child: std::process::Child, grace: Duration) -> bool {
+    if let Ok(Some(_)) = wait_until(&mut child, Instant::now() + grace) {
+        return true;
+    }
+    let pid = child.id();
+    std::thread::spawn(move || {
+        let status = child.wait();
+        eprintln!("lunkit-csi: process {pid}, left after its deadline, ended: {status:?}");
+    });
+    false
 }
 
 /// Runs `program` and fails unless it exits 0.
@@ -301,6 +359,76 @@ mod tests {
             said.contains("exited 7: iscsiadm: invalid value <redacted>"),
             "{said}"
         );
+    }
+
+    /// `sh -c SCRIPT` as [`run_command`] runs a program.
+    #[allow(clippy::disallowed_methods)]
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    /// Runs `f` on a thread and fails the test if it has not returned after a minute: a
+    /// guard against a hang (the runs below take a fraction of a second), not a timing.
+    fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the call never returned")
+    }
+
+    #[test]
+    fn a_program_that_hangs_is_killed_at_its_deadline() {
+        let e = returns(|| run_command(sh("exec sleep 1000"), "sleep", Duration::from_millis(200)))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e}");
+        assert!(e.to_string().contains("was killed"), "{e}");
+    }
+
+    #[test]
+    fn output_held_open_by_what_a_program_left_running_is_not_waited_for() {
+        // The program exits at once; the `sleep` it started keeps both pipes open.
+        let out = returns(|| {
+            run_command(
+                sh("sleep 1000 & echo started $!"),
+                "sh",
+                Duration::from_secs(600),
+            )
+        })
+        .unwrap();
+        assert_eq!(out.code, Some(0));
+        let pid: i32 = out
+            .stdout
+            .trim()
+            .strip_prefix("started ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the output that came: {:?}", out.stdout));
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+
+    #[test]
+    fn a_child_that_does_not_exit_is_left_to_a_reaper_not_waited_for() {
+        // A child SIGKILL does not end at once stands in for one stuck in the kernel: this
+        // one is not signalled at all.
+        #[allow(clippy::disallowed_methods)]
+        let child = Command::new("sleep").arg("1000").spawn().unwrap();
+        let pid = child.id();
+        let reaped = returns(move || reap_within(child, Duration::from_millis(100)));
+        assert!(!reaped, "sleep 1000 exited within the grace");
+        // Still there, left running; end it so the reaper thread reaps it.
+        let gone = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        assert!(gone.is_ok(), "the left child was still there: {gone:?}");
+        // One that exits in time is reaped and reported so.
+        #[allow(clippy::disallowed_methods)]
+        let child = Command::new("true").spawn().unwrap();
+        assert!(returns(move || reap_within(child, Duration::from_secs(30))));
     }
 
     #[test]

@@ -42,17 +42,66 @@ pub fn parse_probe(export: &str) -> Signature {
     }
 }
 
-/// Probes `device`.
+/// How much of each end of a device [`check_readable`] reads: where blkid looks for
+/// signatures (superblocks near the start; GPT's backup header, RAID and LVM metadata near
+/// the end).
+pub const READ_SPAN: u64 = 1 << 20;
+
+/// Probes `device`: first reads its start and its end ([`check_readable`]), then asks
+/// `blkid -p`. blkid exits 2 both for "nothing identified" and for "could not read the
+/// device", so its 2 means blank only once the reads have succeeded: a device that fails
+/// reads is an error, never a blank device to format.
 pub fn probe(device: &Path, timeout: Duration) -> Result<Signature> {
+    let deadline = std::time::Instant::now() + timeout;
+    check_readable(device, timeout)?;
     let dev = device.to_string_lossy();
     let args = ["-p", "-o", "export", dev.as_ref()];
-    let out = exec::run(Program::Blkid, &args, timeout)?;
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let out = exec::run(Program::Blkid, &args, left)?;
     match out.code {
         Some(0) => Ok(parse_probe(&out.stdout)),
-        // blkid's "nothing was identified".
+        // blkid's "nothing was identified", on a device just read whole at both ends.
         Some(2) => Ok(Signature::Blank),
         _ => Err(Error::Program(out.describe(Program::Blkid, &args))),
     }
+}
+
+/// Reads the first and the last [`READ_SPAN`] bytes of `device` (all of a smaller one),
+/// within `timeout`. A read that fails is `INTERNAL` naming the device, the offset and the
+/// errno; one still blocked at the deadline (I/O queued on a map with no path) is
+/// `DEADLINE_EXCEEDED`, its thread left to end on its own.
+pub fn check_readable(device: &Path, timeout: Duration) -> Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = device.to_owned();
+    std::thread::spawn(move || {
+        let _ = tx.send(read_ends(&path));
+    });
+    let shown = device.display();
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err((offset, e))) => Err(Error::Internal(format!(
+            "{shown} cannot be read at byte {offset}: {e} (errno {}); it is not probed or formatted",
+            e.raw_os_error().unwrap_or(0)
+        ))),
+        Err(_) => Err(Error::DeadlineExceeded(format!(
+            "reading {shown} has not returned in {:.1}s; it is not probed or formatted",
+            timeout.as_secs_f64()
+        ))),
+    }
+}
+
+/// The reads of [`check_readable`]; an error with the offset it happened at.
+fn read_ends(path: &Path) -> std::result::Result<(), (u64, std::io::Error)> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::FileExt;
+    let mut f = std::fs::File::open(path).map_err(|e| (0, e))?;
+    let size = f.seek(SeekFrom::End(0)).map_err(|e| (0, e))?;
+    let tail = size.saturating_sub(READ_SPAN);
+    let mut buf = vec![0u8; usize::try_from(READ_SPAN.min(size)).unwrap_or(0)];
+    for offset in [0, tail] {
+        f.read_exact_at(&mut buf, offset).map_err(|e| (offset, e))?;
+    }
+    Ok(())
 }
 
 /// Formats the blank `device` with `fs_type`.
@@ -89,6 +138,32 @@ pub fn grow(device: &Path, mount_point: &Path, fs_type: &str, timeout: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_ends_of_a_readable_device_are_read_and_an_unreadable_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        // Smaller than two spans, and larger: both read whole at their ends.
+        for size in [4096, 3 * READ_SPAN + 512] {
+            let f = dir.path().join(format!("dev{size}"));
+            std::fs::File::create(&f).unwrap().set_len(size).unwrap();
+            check_readable(&f, Duration::from_secs(60)).unwrap();
+        }
+        // A directory opens, and every read fails (EISDIR): the error names it and the errno.
+        let e = check_readable(dir.path(), Duration::from_secs(60)).unwrap_err();
+        let said = e.to_string();
+        assert_eq!(e.code(), tonic::Code::Internal, "{said}");
+        assert!(said.contains(&dir.path().display().to_string()), "{said}");
+        assert!(
+            said.contains(&format!(
+                "errno {}",
+                rustix::io::Errno::ISDIR.raw_os_error()
+            )),
+            "{said}"
+        );
+        let e = probe(&dir.path().join("missing"), Duration::from_secs(60)).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+        assert!(e.to_string().contains("errno 2"), "{e}");
+    }
 
     #[test]
     fn reads_blkid_export_output() {

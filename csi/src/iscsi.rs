@@ -5,14 +5,18 @@
 //! record gets `node.session.scan = manual`, so the login scans no LUN (a whole-target scan
 //! brings in every LUN of the target: phantom devices and uevent storms), and
 //! `node.startup = manual`, so iscsid does not log in again at boot behind the plugin's back.
-//! A volume with session CHAP gets its credentials set on the record in the same
-//! `-o update` call (the passwords on iscsiadm's command line: see [`crate::exec`]).
+//! A volume with session CHAP gets its method and user names set in the same `-o update`
+//! call; its passwords never go on a command line (where `/proc/PID/cmdline` shows them to
+//! every local user): iscsiadm takes a value only there, so the plugin writes them into the
+//! node record file itself ([`write_secrets`]), mode 0600, atomically, after `-o new` and
+//! `-o update` made it and before `--login` reads it.
 //!
 //! A login that fails deletes the node record again: `-o new` made it (open-iscsi 2.1
 //! replaces a record that was there), and a record left behind would keep the CHAP secret on
 //! the node with nothing to take it away. Unstage deletes the records of the portals it logs
 //! out of, and of the volume's portals that have no session left.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lunkit::Root;
@@ -82,6 +86,7 @@ enum Failure {
 /// authorization on a portal, `INTERNAL` else.
 pub fn login(
     root: &Root,
+    nodes: &Path,
     iqn: &str,
     portals: &[String],
     iface: Option<&str>,
@@ -99,7 +104,7 @@ pub fn login(
             done.existing.push(portal.clone());
             continue;
         }
-        match login_one(iqn, portal, iface, chap, deadline) {
+        match login_one(nodes, iqn, portal, iface, chap, deadline) {
             Ok(()) => done.new.push(portal.clone()),
             Err(Failure::Refused(why)) => {
                 done.refused.push(portal.clone());
@@ -132,6 +137,7 @@ pub fn login(
 }
 
 fn login_one(
+    nodes: &Path,
     iqn: &str,
     portal: &str,
     iface: Option<&str>,
@@ -158,6 +164,12 @@ fn login_one(
         delete_record(&base, deadline);
         return Err(other(e));
     }
+    if let Some(c) = chap {
+        if let Err(e) = write_secrets(nodes, iqn, portal, iface, &c.secrets()) {
+            delete_record(&base, deadline);
+            return Err(other(e));
+        }
+    }
     let mut login = base.clone();
     login.push("--login");
     let out = exec::run(Program::Iscsiadm, &login, remaining(deadline)).map_err(other)?;
@@ -173,6 +185,115 @@ fn login_one(
             })
         }
     }
+}
+
+/// The node record file of `iqn` through `portal` (`addr:port`, `[v6addr]:port`) on
+/// `iface` in open-iscsi's node database `nodes`: `IQN/ADDR,PORT,TPGT/IFACE` once the portal
+/// group tag is known, or the flat `IQN/ADDR,PORT` file that `-o new` writes without one
+/// (open-iscsi 2.1.8).
+pub fn record_path(nodes: &Path, iqn: &str, portal: &str, iface: Option<&str>) -> Result<PathBuf> {
+    let (addr, port) = portal
+        .rsplit_once(':')
+        .ok_or_else(|| Error::Internal(format!("portal {portal:?} has no port")))?;
+    let addr = addr.trim_start_matches('[').trim_end_matches(']');
+    let flat = format!("{addr},{port}");
+    let tagged = format!("{flat},");
+    let dir = nodes.join(iqn);
+    let entries = std::fs::read_dir(&dir).map_err(|e| {
+        Error::Internal(format!("open-iscsi's node records {}: {e}", dir.display()))
+    })?;
+    let found = entries
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n == flat || n.starts_with(&tagged)
+            })
+        })
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "no node record of {iqn} through {portal} in {} after iscsiadm -o new",
+                dir.display()
+            ))
+        })?;
+    Ok(if found.is_dir() {
+        found.join(iface.unwrap_or("default"))
+    } else {
+        found
+    })
+}
+
+/// Writes the secret `settings` (`node.session.auth.password`...) into the node record of
+/// `iqn` through `portal`, replacing any there: the record's other lines are kept, the new
+/// ones go before its `# END RECORD` line, and the whole is written to a new file of mode
+/// 0600 in the same directory, synced, and renamed over the record. iscsiadm reads the
+/// record at `--login` and hands iscsid the credentials over its socket.
+///
+/// Values were checked by [`crate::attrs`]: no control character (a newline would be a
+/// setting of its own), no spaces at the ends (the record's parser strips them).
+pub fn write_secrets(
+    nodes: &Path,
+    iqn: &str,
+    portal: &str,
+    iface: Option<&str>,
+    settings: &[(&str, &str)],
+) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = record_path(nodes, iqn, portal, iface)?;
+    let fail = |what: &str, e: std::io::Error| {
+        Error::Internal(format!(
+            "{what} the node record {} (its CHAP secrets): {e}",
+            path.display()
+        ))
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| fail("read", e))?;
+    let text = with_settings(&text, settings);
+    let tmp = path.with_file_name(format!(
+        ".{}.lunkit-csi",
+        path.file_name()
+            .map_or_else(Default::default, |n| n.to_string_lossy())
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| fail("create a new", e))?;
+    let written = f
+        .write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail("write", e));
+    }
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// The node record `text` with `settings` in place of any lines of the same names.
+pub fn with_settings(text: &str, settings: &[(&str, &str)]) -> String {
+    let key = |line: &str| line.split_once('=').map(|(k, _)| k.trim().to_owned());
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| !key(l).is_some_and(|k| settings.iter().any(|(n, _)| *n == k)))
+        .map(str::to_owned)
+        .collect();
+    let end = lines
+        .iter()
+        .rposition(|l| l.trim_start().starts_with("# END RECORD"))
+        .unwrap_or(lines.len());
+    for (i, (name, value)) in settings.iter().enumerate() {
+        lines.insert(end + i, format!("{name} = {value}"));
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
 }
 
 /// Deletes the node record `base` names (`-m node -T IQN -p PORTAL [-I IFACE]`), best effort:
@@ -219,4 +340,94 @@ pub fn logout_unused(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORD: &str = "# BEGIN RECORD 2.1.8\nnode.name = iqn.2003-01.org.example:t\n\
+node.session.auth.authmethod = CHAP\nnode.session.auth.username = u\n\
+node.session.auth.password = old\nnode.startup = manual\n# END RECORD\n";
+
+    #[test]
+    fn secrets_replace_their_lines_before_the_end_of_the_record() {
+        let out = with_settings(
+            RECORD,
+            &[
+                ("node.session.auth.password", "n3w secret"),
+                ("node.session.auth.password_in", "in"),
+            ],
+        );
+        assert_eq!(
+            out,
+            "# BEGIN RECORD 2.1.8\nnode.name = iqn.2003-01.org.example:t\n\
+node.session.auth.authmethod = CHAP\nnode.session.auth.username = u\n\
+node.startup = manual\nnode.session.auth.password = n3w secret\n\
+node.session.auth.password_in = in\n# END RECORD\n"
+        );
+        // Without an end marker, at the end; the username (same prefix) is not touched.
+        let out = with_settings(
+            "node.session.auth.username = u\n",
+            &[("node.session.auth.password", "p")],
+        );
+        assert_eq!(
+            out,
+            "node.session.auth.username = u\nnode.session.auth.password = p\n"
+        );
+    }
+
+    #[test]
+    fn the_record_is_found_by_portal_and_rewritten_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let nodes = tempfile::tempdir().unwrap();
+        let iqn = "iqn.2003-01.org.example:t";
+        // A record as iscsiadm -o new leaves it (tpgt -1), and one of another portal.
+        let dir = nodes.path().join(iqn).join("127.0.0.1,3260,-1");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(nodes.path().join(iqn).join("127.0.0.2,3260,1")).unwrap();
+        let rec = dir.join("default");
+        std::fs::write(&rec, RECORD).unwrap();
+        std::fs::set_permissions(&rec, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_secrets(
+            nodes.path(),
+            iqn,
+            "127.0.0.1:3260",
+            None,
+            &[("node.session.auth.password", "s3cret")],
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&rec).unwrap();
+        assert!(
+            text.contains("node.session.auth.password = s3cret\n# END RECORD"),
+            "{text}"
+        );
+        assert!(!text.contains("= old"), "{text}");
+        let mode = std::fs::metadata(&rec).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 1, "no temporary file left: {left:?}");
+        // A portal with no record is an error naming it; IPv6 portals drop their brackets.
+        let e = write_secrets(nodes.path(), iqn, "10.0.0.9:3260", None, &[]).unwrap_err();
+        assert!(e.to_string().contains("10.0.0.9:3260"), "{e}");
+        let v6 = nodes.path().join(iqn).join("fd00::1,3260,1");
+        std::fs::write(&v6, RECORD).unwrap();
+        assert_eq!(
+            record_path(nodes.path(), iqn, "[fd00::1]:3260", None).unwrap(),
+            v6
+        );
+        // The flat file `-o new` writes without a portal group tag (open-iscsi 2.1.8); a
+        // portal whose address only starts the same is not it.
+        let flat = nodes.path().join(iqn).join("10.0.0.1,3260");
+        std::fs::write(nodes.path().join(iqn).join("10.0.0.10,3260"), RECORD).unwrap();
+        std::fs::write(&flat, RECORD).unwrap();
+        assert_eq!(
+            record_path(nodes.path(), iqn, "10.0.0.1:3260", None).unwrap(),
+            flat
+        );
+    }
 }

@@ -25,6 +25,7 @@
 //! The library never spawns a process; the plugin runs exactly the programs [`exec`] lists.
 
 pub mod attrs;
+pub mod authority;
 pub mod client;
 pub mod error;
 pub mod exec;
@@ -32,7 +33,9 @@ pub mod fs;
 pub mod identity;
 pub mod iscsi;
 pub mod mounts;
+pub mod mpath;
 pub mod node;
+pub mod paths;
 pub mod proto;
 pub mod server;
 pub mod state;

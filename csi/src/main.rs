@@ -22,7 +22,7 @@ struct Args {
     /// /host in a container that mounts the host there.
     #[arg(long, default_value = "/")]
     root: PathBuf,
-    /// Where stage records are kept; must survive a restart of the plugin.
+    /// Where stage records are kept (made mode 0700); must survive a restart of the plugin.
     #[arg(long, default_value = "/var/lib/lunkit-csi")]
     state_dir: PathBuf,
     /// The plugin name GetPluginInfo reports (the CSIDriver object's name).
@@ -38,6 +38,10 @@ struct Args {
     /// (topology.kubernetes.io/zone=eu-1a). Keys and values as CSI's Topology wants them.
     #[arg(long, value_name = "KEY=VALUE", value_parser = topology::parse_segment)]
     topology: Vec<(String, String)>,
+    /// open-iscsi's node database, where CHAP secrets are written into the node records
+    /// (never on iscsiadm's command line).
+    #[arg(long, default_value = "/etc/iscsi/nodes")]
+    iscsi_nodes: PathBuf,
 }
 
 async fn shutdown() {
@@ -92,8 +96,10 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let path = server::socket_path(&args.endpoint)?;
     let mut config = Config::new(args.nodeid);
     config.root = Root::new(&args.root);
+    lunkit_csi::paths::check_root(&config.root)?;
     config.state_dir = args.state_dir;
     config.max_volumes = args.max_volumes;
+    config.iscsi_nodes = args.iscsi_nodes;
     config.stage_timeout = Duration::from_secs(args.timeout);
     config.unstage_timeout = Duration::from_secs(args.timeout);
     let constrained = !segments.is_empty();

@@ -3,6 +3,8 @@
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use lunkit::mountinfo::{MountEntry, parse_table};
 use rustix::mount::{MountFlags, UnmountFlags};
@@ -59,68 +61,106 @@ pub fn split_options(options: &[String]) -> Result<(MountFlags, String)> {
     Ok((flags, data.join(",")))
 }
 
-/// Mounts the filesystem on `device` (of type `fs_type`) at `target`.
+/// Runs the system call `f` on a helper thread and waits for it until `deadline`. A mount or
+/// unmount can block as long as the device's I/O does (a map queueing with no path, a dead
+/// transport): past the deadline this returns `DEADLINE_EXCEEDED` and leaves the thread to
+/// finish on its own, so that the volume's call ends and its slot is freed. What the call did
+/// in the end is seen by the next one (every call checks the mount table first).
+pub fn bounded<T: Send + 'static>(
+    what: String,
+    deadline: Instant,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::DeadlineExceeded(format!(
+            "{what} has not returned by its deadline; it is left to finish on its own"
+        ))),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(Error::Internal(format!("{what}: its helper thread failed")))
+        }
+    }
+}
+
+/// Mounts the filesystem on `device` (of type `fs_type`) at `target`, by `deadline`.
 pub fn mount_fs(
     device: &Path,
     target: &Path,
     fs_type: &str,
     flags: MountFlags,
     data: &str,
+    deadline: Instant,
 ) -> Result<()> {
     let data_c = CString::new(data)
         .map_err(|_| Error::InvalidArgument("a mount flag contains a NUL byte".into()))?;
-    rustix::mount::mount(device, target, fs_type, flags, Some(data_c.as_c_str())).map_err(|e| {
-        Error::Internal(format!(
-            "mount {} ({fs_type}) on {}: {e}",
-            device.display(),
-            target.display()
-        ))
+    let what = format!(
+        "mount {} ({fs_type}) on {}",
+        device.display(),
+        target.display()
+    );
+    let (device, target, fs_type) = (device.to_owned(), target.to_owned(), fs_type.to_owned());
+    bounded(what.clone(), deadline, move || {
+        rustix::mount::mount(&device, &target, &fs_type, flags, Some(data_c.as_c_str()))
+            .map_err(|e| Error::Internal(format!("{what}: {e}")))
     })
 }
 
-/// Bind-mounts `source` (a directory, or a device node) on `target`, read-only if asked.
-pub fn bind(source: &Path, target: &Path, readonly: bool) -> Result<()> {
-    rustix::mount::mount_bind(source, target).map_err(|e| {
-        Error::Internal(format!(
-            "bind mount {} on {}: {e}",
-            source.display(),
-            target.display()
-        ))
-    })?;
-    if readonly {
-        // A bind mount takes its read-only flag only from a remount of the bind.
-        if let Err(e) =
-            rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
-        {
-            let _ = unmount(target);
-            return Err(Error::Internal(format!(
-                "make the bind mount on {} read-only: {e}",
-                target.display()
-            )));
+/// Bind-mounts `source` (a directory, or a device node) on `target`, read-only if asked, by
+/// `deadline`.
+pub fn bind(source: &Path, target: &Path, readonly: bool, deadline: Instant) -> Result<()> {
+    let what = format!("bind mount {} on {}", source.display(), target.display());
+    let (source, target) = (source.to_owned(), target.to_owned());
+    bounded(what.clone(), deadline, move || {
+        rustix::mount::mount_bind(&source, &target)
+            .map_err(|e| Error::Internal(format!("{what}: {e}")))?;
+        if readonly {
+            // A bind mount takes its read-only flag only from a remount of the bind.
+            if let Err(e) =
+                rustix::mount::mount_remount(&target, MountFlags::BIND | MountFlags::RDONLY, "")
+            {
+                let _ = rustix::mount::unmount(&target, UnmountFlags::NOFOLLOW);
+                return Err(Error::Internal(format!(
+                    "make the bind mount on {} read-only: {e}",
+                    target.display()
+                )));
+            }
         }
-    }
-    Ok(())
-}
-
-/// Unmounts `target`, never lazily. A busy filesystem is `FAILED_PRECONDITION`.
-pub fn unmount(target: &Path) -> Result<()> {
-    rustix::mount::unmount(target, UnmountFlags::NOFOLLOW).map_err(|e| {
-        let msg = format!("unmount {}: {e}", target.display());
-        if e == rustix::io::Errno::BUSY {
-            Error::FailedPrecondition(msg)
-        } else {
-            Error::Internal(msg)
-        }
+        Ok(())
     })
 }
 
-/// Unmounts everything mounted at `target` (bind mounts can stack); nothing there is fine.
-pub fn unmount_all(target: &Path) -> Result<()> {
+/// Unmounts `target`, never lazily, by `deadline`. A busy filesystem is
+/// `FAILED_PRECONDITION`.
+pub fn unmount(target: &Path, deadline: Instant) -> Result<()> {
+    let target = target.to_owned();
+    bounded(
+        format!("unmount {}", target.display()),
+        deadline,
+        move || {
+            rustix::mount::unmount(&target, UnmountFlags::NOFOLLOW).map_err(|e| {
+                let msg = format!("unmount {}: {e}", target.display());
+                if e == rustix::io::Errno::BUSY {
+                    Error::FailedPrecondition(msg)
+                } else {
+                    Error::Internal(msg)
+                }
+            })
+        },
+    )
+}
+
+/// Unmounts everything mounted at `target` (bind mounts can stack), by `deadline`; nothing
+/// there is fine.
+pub fn unmount_all(target: &Path, deadline: Instant) -> Result<()> {
     for _ in 0..16 {
         if at(target)?.is_none() {
             return Ok(());
         }
-        unmount(target)?;
+        unmount(target, deadline)?;
     }
     Err(Error::Internal(format!(
         "{} is still mounted after 16 unmounts",
@@ -131,6 +171,7 @@ pub fn unmount_all(target: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn generic_flags_become_flags_and_the_rest_data() {
@@ -144,6 +185,36 @@ mod tests {
         assert_eq!(data, "discard,data=ordered");
         let e = split_options(&["bind".to_owned()]).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_system_call_that_hangs_is_left_at_the_deadline_and_one_that_returns_answers() {
+        // A thread that does not return in time stands in for a mount blocked on a device.
+        let (release, hold) = mpsc::channel::<()>();
+        let e = bounded(
+            "mount /dev/stuck on /mnt".into(),
+            Instant::now() + Duration::from_millis(100),
+            move || {
+                let _ = hold.recv();
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e}");
+        assert!(e.to_string().contains("mount /dev/stuck on /mnt"), "{e}");
+        drop(release);
+        let v = bounded(
+            "stat".into(),
+            Instant::now() + Duration::from_secs(60),
+            || Ok(7),
+        );
+        assert_eq!(v.unwrap(), 7);
+        let e = unmount(
+            Path::new("/nonexistent-lunkit-csi"),
+            Instant::now() + Duration::from_secs(60),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("/nonexistent-lunkit-csi"), "{e}");
     }
 
     #[test]

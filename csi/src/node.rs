@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lunkit::Root;
+use lunkit::block::BlockNode;
 use lunkit::ops::{
     self, AttachOptions, DetachOptions, NamespaceSelector, ResizeOptions, VolumeSpec,
 };
+use lunkit::{Root, Wwid};
 use tonic::{Request, Response, Status};
 
 use crate::attrs::{self, FcVolume, IscsiVolume, NvmeVolume, Volume};
@@ -24,7 +25,7 @@ use crate::proto::volume_capability::access_mode::Mode;
 use crate::proto::volume_capability::{AccessType, MountVolume};
 use crate::proto::*;
 use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
-use crate::{fs as vfs, iscsi, mounts};
+use crate::{fs as vfs, iscsi, mounts, mpath, paths};
 
 /// How the plugin runs: where the node's `/sys`, `/dev` and `/proc` are, where it keeps its
 /// records, and its deadlines.
@@ -45,6 +46,10 @@ pub struct Config {
     /// NodeGetInfo's `accessible_topology` segments; none reported when empty. Checked by
     /// [`crate::topology::segments`] (the binary refuses bad ones at startup).
     pub topology: BTreeMap<String, String>,
+    /// open-iscsi's node database, where CHAP secrets are written into the node records
+    /// (`/etc/iscsi/nodes` on Debian and Ubuntu; `/var/lib/iscsi/nodes` on some others). The
+    /// plugin's own view: iscsiadm runs in the plugin's mount namespace, not under `root`.
+    pub iscsi_nodes: PathBuf,
 }
 
 impl Config {
@@ -59,6 +64,7 @@ impl Config {
             stage_timeout: Duration::from_secs(120),
             unstage_timeout: Duration::from_secs(120),
             topology: BTreeMap::new(),
+            iscsi_nodes: PathBuf::from("/etc/iscsi/nodes"),
         }
     }
 }
@@ -190,6 +196,72 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::Internal(format!("{what}: {e}"))
 }
 
+/// The node path of `device` (`/dev/dm-3`), as records keep it: see [`paths`].
+fn node_path(root: &Root, device: &BlockNode) -> PathBuf {
+    paths::to_node(root, &device.path)
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/{}", device.name)))
+}
+
+/// The device number of the block device node at `path` (a raw-block publish target is a
+/// bind mount of one); `None` for anything else.
+fn rdev_of(path: &Path) -> Option<lunkit::DevNum> {
+    let st = rustix::fs::stat(path).ok()?;
+    (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice).then(
+        || lunkit::DevNum {
+            major: rustix::fs::major(st.st_rdev),
+            minor: rustix::fs::minor(st.st_rdev),
+        },
+    )
+}
+
+/// The WWID the volume must have this time: the attributes', else the one an earlier stage
+/// of this volume saw (after a reboot the LUN number may hold another volume).
+fn expected(attr: Option<&Wwid>, record: &Record) -> Result<Option<Wwid>> {
+    if let Some(w) = attr {
+        return Ok(Some(w.clone()));
+    }
+    // An NVMe namespace's identity (`uuid.…`, `eui.…`) is expected when it parses; one in a
+    // form lunkit does not name (`nvme.…`) is still checked by the UUID and the recorded
+    // WWID when the device is looked up.
+    if matches!(record.target, Target::Nvme { .. }) {
+        return Ok(record.wwid.as_deref().and_then(|w| w.parse().ok()));
+    }
+    record
+        .wwid
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))
+}
+
+/// The SCSI addresses with a device now.
+fn scsi_addresses(root: &Root) -> Result<HashSet<lunkit::Hctl>> {
+    Ok(lunkit::sysfs::scsi::devices(root)
+        .map_err(|e| Error::lunkit("reading the SCSI devices", e))?
+        .into_iter()
+        .map(|d| d.hctl)
+        .collect())
+}
+
+/// The WWID of the LUN found at the volume's address when a scan refused it for not being
+/// the volume.
+fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
+    match e {
+        lunkit::Error::WwidMismatch { actual, .. } => actual.as_ref(),
+        lunkit::Error::Step { source, .. } => mismatched_wwid(source),
+        _ => None,
+    }
+}
+
+/// `e` with `what` (`volume pv-1: attach …`) before its message.
+fn prefix(what: &str, e: Error) -> Error {
+    match e {
+        Error::DeadlineExceeded(m) => Error::DeadlineExceeded(format!("{what}: {m}")),
+        Error::Internal(m) => Error::Internal(format!("{what}: {m}")),
+        other => other,
+    }
+}
+
 impl NodeService {
     /// The service for `config`; opens (creates) the state directory.
     pub fn new(config: Config) -> Result<NodeService> {
@@ -261,6 +333,11 @@ impl Inner {
         &self.config.root
     }
 
+    /// The deadline of a publish's or unpublish's mount call: a stage's time, from now.
+    fn mount_deadline(&self) -> Instant {
+        Instant::now() + self.config.stage_timeout
+    }
+
     /// Brings an NVMe namespace onto the node: connects every port through lunkit, finds the
     /// namespace by its UUID when no nsid was given, and waits for its device. Records the
     /// nsid as soon as it is known. Returns the device and the namespace's identity.
@@ -270,7 +347,7 @@ impl Inner {
         vol: &NvmeVolume,
         record: &mut Record,
         deadline: Instant,
-    ) -> Result<(PathBuf, Option<String>)> {
+    ) -> Result<BlockNode> {
         let root = self.root();
         let what = format!("volume {id}: attach NVMe {}", vol.nqn);
         let nsid = match vol.nsid {
@@ -289,7 +366,7 @@ impl Inner {
         };
         let mut opts = AttachOptions::new(root);
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
-        opts.scan.expect_wwid = vol.wwid.clone();
+        opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
         opts.portals = vol.portals.clone();
         let spec = VolumeSpec::Nvme {
             nqn: vol.nqn.clone(),
@@ -301,7 +378,7 @@ impl Inner {
             .nvme
             .as_ref()
             .and_then(|n| n.devices.first())
-            .map(|d| d.path.clone())
+            .cloned()
             .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
         if let Some(uuid) = &vol.device_uuid {
             let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
@@ -316,7 +393,98 @@ impl Inner {
                 )));
             }
         }
-        Ok((device, a.wwid.map(|w| w.to_string())))
+        record.wwid = a.wwid.map(|w| w.to_string());
+        self.record_device(record, &device, false)?;
+        Ok(device)
+    }
+
+    /// Records the device handed out (its node path: see [`paths`]) and whether it is
+    /// multipathd's map.
+    fn record_device(&self, record: &mut Record, device: &BlockNode, map: bool) -> Result<()> {
+        record.device = Some(node_path(self.root(), device));
+        record.map = map;
+        self.store.save(record)
+    }
+
+    /// The volume's device now, found by its identity (a SCSI volume's WWID; an NVMe
+    /// namespace's subsystem, id, UUID and WWID), never by the name recorded: after a reboot
+    /// or a rescan that name may be another disk's. `None` when the volume is not on the node
+    /// (or, staged on a map, only its paths are).
+    fn device_of(&self, record: &Record) -> Result<Option<BlockNode>> {
+        let root = self.root();
+        let what = || {
+            format!(
+                "volume {}: find {}",
+                record.volume_id,
+                record.target.describe()
+            )
+        };
+        if let Target::Nvme {
+            nqn,
+            nsid,
+            device_uuid,
+            ..
+        } = &record.target
+        {
+            let Some(nsid) = nsid else { return Ok(None) };
+            let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
+            let found = lunkit::nvme::namespace_devices(root, &nqn)
+                .map_err(|e| Error::lunkit(what(), e))?
+                .into_iter()
+                .find(|(ns, d)| {
+                    ns.nsid == Some(*nsid)
+                        && device_uuid.as_deref().is_none_or(|u| {
+                            ns.uuid
+                                .as_deref()
+                                .is_some_and(|f| f.eq_ignore_ascii_case(u))
+                        })
+                        && record
+                            .wwid
+                            .as_deref()
+                            .is_none_or(|w| d.wwid.as_ref().is_some_and(|f| f.to_string() == w))
+                });
+            return Ok(found.map(|(_, d)| d.node));
+        }
+        let Some(wwid) = record.wwid.as_deref() else {
+            return Ok(None);
+        };
+        let wwid: Wwid = wwid
+            .parse()
+            .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))?;
+        let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+            .and_then(|i| ops::volume::locate(root, &i))
+            .map_err(|e| Error::lunkit(what(), e))?;
+        if let Some(m) = state.maps.first() {
+            return Ok(Some(m.node.clone()));
+        }
+        if record.map {
+            return Ok(None);
+        }
+        Ok(state.paths.into_iter().find_map(|p| p.disk))
+    }
+
+    /// [`device_of`](Self::device_of), or `NOT_FOUND` naming the volume's identity when no
+    /// device of it is on the node; `FAILED_PRECONDITION` when the record has no identity
+    /// to look for (its stage never learned one).
+    fn device_now(&self, record: &Record, call: &str) -> Result<BlockNode> {
+        let id = &record.volume_id;
+        let known = match &record.target {
+            Target::Nvme { nsid, .. } => nsid.is_some(),
+            _ => record.wwid.is_some(),
+        };
+        if !known {
+            return Err(Error::FailedPrecondition(format!(
+                "{call}: volume {id}: the identity of {} is not known (its stage did not finish)",
+                record.target.describe()
+            )));
+        }
+        self.device_of(record)?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "{call}: volume {id}: no device of {} (WWID {}) is on the node; stage it again",
+                record.target.describe(),
+                record.known_wwid().unwrap_or("not known")
+            ))
+        })
     }
 
     /// Connects every port of `vol` and waits until a namespace of the subsystem reports
@@ -381,6 +549,7 @@ impl Inner {
         let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
         iscsi::login(
             self.root(),
+            &self.config.iscsi_nodes,
             &vol.iqn,
             &vol.portals,
             vol.iface.as_deref(),
@@ -401,16 +570,17 @@ impl Inner {
         &self,
         id: &str,
         vol: &IscsiVolume,
+        record: &mut Record,
         deadline: Instant,
-    ) -> Result<(PathBuf, Option<String>)> {
+    ) -> Result<BlockNode> {
         let spec = VolumeSpec::Iscsi {
             target: vol.iqn.clone(),
             lun: vol.lun,
         };
         let mut opts = AttachOptions::new(self.root());
-        opts.scan.expect_wwid = vol.wwid.clone();
+        opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
         opts.portals = vol.portals.clone();
-        self.attach_scsi(id, &spec, opts, deadline)
+        self.attach_scsi(id, &spec, opts, record, deadline)
     }
 
     /// Brings an FC LUN onto the node: the fabric's logins are the HBA's, so this is the scan
@@ -419,45 +589,112 @@ impl Inner {
         &self,
         id: &str,
         vol: &FcVolume,
+        record: &mut Record,
         deadline: Instant,
-    ) -> Result<(PathBuf, Option<String>)> {
+    ) -> Result<BlockNode> {
         let spec = VolumeSpec::Fc {
             wwpns: vol.wwpns.clone(),
             lun: vol.lun,
         };
         let mut opts = AttachOptions::new(self.root());
-        opts.scan.expect_wwid = vol.wwid.clone();
-        self.attach_scsi(id, &spec, opts, deadline)
+        opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
+        self.attach_scsi(id, &spec, opts, record, deadline)
     }
 
-    /// `ops::attach` of a SCSI LUN on every path, and multipathd's map when multipathd runs;
-    /// returns the device to hand out (the map, or the single path) and the WWID.
+    /// `ops::attach` of a SCSI LUN on every path, then multipathd's map when multipathd
+    /// runs; returns the device to hand out (the map, or the single path). The WWID the
+    /// scan found is recorded before the map is waited for, so that an unstage after a
+    /// timeout there detaches by it. A LUN that reports another WWID than expected is
+    /// refused, and its devices this call brought in are taken out again.
     fn attach_scsi(
         &self,
         id: &str,
         spec: &VolumeSpec,
         mut opts: AttachOptions,
+        record: &mut Record,
         deadline: Instant,
-    ) -> Result<(PathBuf, Option<String>)> {
+    ) -> Result<BlockNode> {
         let root = self.root();
-        let multipathd =
+        let mut multipathd =
             lunkit::multipath::Multipathd::connect(root, Instant::now() + Duration::from_secs(2))
                 .ok()
-                .flatten()
-                .is_some();
+                .flatten();
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
-        opts.wait_map = multipathd;
+        opts.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
-        let a = ops::attach(root, spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
-        let wwid = a.wwid.as_ref().map(|w| w.to_multipath());
-        let device = match (&a.map, a.devices().next()) {
-            (Some(map), _) => map.node.path.clone(),
-            (None, Some(path)) => path.dev_path.clone(),
-            (None, None) => {
-                return Err(Error::NotFound(format!("{what}: no path came")));
-            }
+        let before = scsi_addresses(root)?;
+        let a = match ops::attach(root, spec, &opts) {
+            Ok(a) => a,
+            Err(e) => return Err(self.refused_attach(id, &what, e, &before)),
         };
-        Ok((device, wwid))
+        let wwid = a.wwid.clone();
+        record.wwid = wwid.as_ref().map(Wwid::to_multipath);
+        self.store.save(record)?;
+        let disks: Vec<String> = a.devices().map(|p| p.name.clone()).collect();
+        if let Some(md) = multipathd.as_mut() {
+            let wwid = wwid.ok_or_else(|| {
+                Error::FailedPrecondition(format!(
+                    "{what}: {} report no WWID (no VPD page 0x83), and multipathd keys its maps by it",
+                    disks.join(", ")
+                ))
+            })?;
+            // Whatever find_multipaths says: multipathd is asked for the map, and a path it
+            // blacklists is never waited for.
+            match mpath::map_of(root, md, &wwid, &disks, deadline).map_err(|e| prefix(&what, e))? {
+                Some(map) => {
+                    self.record_device(record, &map, true)?;
+                    return Ok(map);
+                }
+                None => eprintln!(
+                    "lunkit-csi: {what}: multipathd blacklists {}; the volume is used on its path device",
+                    disks.join(", ")
+                ),
+            }
+        }
+        let first = disks
+            .first()
+            .ok_or_else(|| Error::NotFound(format!("{what}: no path came")))?;
+        let device = lunkit::block::by_name(root, first)
+            .map_err(|e| Error::lunkit(what.clone(), e))?
+            .ok_or_else(|| Error::NotFound(format!("{what}: {first} went away")))?;
+        self.record_device(record, &device, false)?;
+        Ok(device)
+    }
+
+    /// The error of an attach that failed. A LUN with another WWID than the volume's is
+    /// `FAILED_PRECONDITION`, and the devices of that WWID are taken out again when every
+    /// one of them came in this call (an address `before` did not have) and no other
+    /// volume of this node is known by that WWID.
+    fn refused_attach(
+        &self,
+        id: &str,
+        what: &str,
+        e: lunkit::Error,
+        before: &HashSet<lunkit::Hctl>,
+    ) -> Error {
+        let Some(actual) = mismatched_wwid(&e).cloned() else {
+            return Error::lunkit(what.to_owned(), e);
+        };
+        let root = self.root();
+        let key = actual.to_multipath();
+        let mut cleanup = String::new();
+        let ours = self.store.all().map(|all| {
+            !all.iter()
+                .any(|r| r.volume_id != id && r.known_wwid() == Some(key.as_str()))
+        });
+        let state = ops::volume::identify(root, &VolumeSpec::Wwid(actual.clone()))
+            .and_then(|i| ops::volume::locate(root, &i));
+        match (ours, state) {
+            (Ok(true), Ok(s)) if s.paths.iter().all(|p| !before.contains(&p.hctl)) => {
+                let opts = DetachOptions::new(root);
+                cleanup = match ops::detach(root, &VolumeSpec::Wwid(actual), &opts) {
+                    Ok(_) => "; its devices that this stage brought in were taken out".into(),
+                    Err(d) => format!("; taking its devices out again failed: {d}"),
+                };
+            }
+            _ => cleanup.push_str("; its devices were there before this stage and are left"),
+        }
+        Error::FailedPrecondition(format!("{what}: refused: {e}{cleanup}"))
     }
 
     fn stage(
@@ -470,28 +707,37 @@ impl Inner {
         let id = req.volume_id.as_str();
         let staging = PathBuf::from(&req.staging_target_path);
         let deadline = Instant::now() + self.config.stage_timeout;
-        let target = match &vol {
-            Volume::Iscsi(v) => Target::Iscsi {
-                iqn: v.iqn.clone(),
-                portals: v.portals.clone(),
-                iface: v.iface.clone(),
-                lun: v.lun,
-            },
-            Volume::Nvme(v) => Target::Nvme {
-                nqn: v.nqn.to_string(),
-                portals: v.portals.clone(),
-                nsid: v.nsid,
-                device_uuid: v.device_uuid.clone(),
-            },
-            Volume::Fc(v) => Target::Fc {
-                wwpns: v.wwpns.iter().map(ToString::to_string).collect(),
-                lun: v.lun,
-            },
+        let (target, expected_wwid) = match &vol {
+            Volume::Iscsi(v) => (
+                Target::Iscsi {
+                    iqn: v.iqn.clone(),
+                    portals: v.portals.clone(),
+                    iface: v.iface.clone(),
+                    lun: v.lun,
+                },
+                v.wwid.as_ref().map(Wwid::to_multipath),
+            ),
+            Volume::Nvme(v) => (
+                Target::Nvme {
+                    nqn: v.nqn.to_string(),
+                    portals: v.portals.clone(),
+                    nsid: v.nsid,
+                    device_uuid: v.device_uuid.clone(),
+                },
+                v.wwid.as_ref().map(ToString::to_string),
+            ),
+            Volume::Fc(v) => (
+                Target::Fc {
+                    wwpns: v.wwpns.iter().map(ToString::to_string).collect(),
+                    lun: v.lun,
+                },
+                v.wwid.as_ref().map(Wwid::to_multipath),
+            ),
         };
         let earlier = self.store.load(id)?;
         let first = earlier.is_none();
         let mut record = match earlier {
-            Some(r) => {
+            Some(mut r) => {
                 if r.staging_path != staging
                     || !same_volume(&r.target, &target)
                     || r.access != access
@@ -503,7 +749,7 @@ impl Inner {
                         r.target
                     )));
                 }
-                if r.phase == Phase::Staged && self.stage_in_place(&r)? {
+                if r.phase == Phase::Staged && self.stage_in_place(&mut r)? {
                     return Ok(());
                 }
                 r
@@ -516,13 +762,15 @@ impl Inner {
                 target,
                 access: access.clone(),
                 wwid: None,
+                expected_wwid,
                 device: None,
+                map: false,
             },
         };
         // Written before anything is done, so that an unstage after a crash knows what to undo.
         record.phase = Phase::Attaching;
         self.store.save(&record)?;
-        let (device, wwid) = match &vol {
+        let device = match &vol {
             Volume::Iscsi(v) => {
                 if let Err(e) = self.login_iscsi(id, v, deadline) {
                     // Every portal's login failed (those are the errors login gives then), so
@@ -534,14 +782,11 @@ impl Inner {
                     }
                     return Err(e);
                 }
-                self.attach_iscsi(id, v, deadline)?
+                self.attach_iscsi(id, v, &mut record, deadline)?
             }
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
-            Volume::Fc(v) => self.attach_fc(id, v, deadline)?,
+            Volume::Fc(v) => self.attach_fc(id, v, &mut record, deadline)?,
         };
-        record.wwid = wwid;
-        record.device = Some(device.clone());
-        self.store.save(&record)?;
         if let (Access::Mount { fs_type }, Some(AccessType::Mount(m))) = (
             &access,
             req.volume_capability
@@ -559,37 +804,40 @@ impl Inner {
         self.store.save(&record)
     }
 
-    /// Whether a staged volume is still in place (its device there, mounted at the staging
-    /// path for mount access).
-    fn stage_in_place(&self, r: &Record) -> Result<bool> {
-        let Some(device) = &r.device else {
+    /// Whether a staged volume is still in place: its device, found by identity, is on the
+    /// node (and, for mount access, is what is mounted at the staging path). The recorded
+    /// name is brought up to date when the device has another one now.
+    fn stage_in_place(&self, r: &mut Record) -> Result<bool> {
+        let Some(device) = self.device_of(r)? else {
             return Ok(false);
         };
-        if !device.exists() {
-            return Ok(false);
+        if let Access::Mount { .. } = r.access {
+            match mounts::at(&r.staging_path)? {
+                Some(m) if m.dev == device.dev => {}
+                _ => return Ok(false),
+            }
         }
-        match r.access {
-            Access::Block => Ok(true),
-            Access::Mount { .. } => Ok(mounts::at(&r.staging_path)?.is_some()),
+        let map = r.map;
+        if r.device.as_deref() != Some(node_path(self.root(), &device).as_path()) {
+            self.record_device(r, &device, map)?;
         }
+        Ok(true)
     }
 
     fn mount_staging(
         &self,
         id: &str,
-        device: &Path,
+        dev: &BlockNode,
         staging: &Path,
         how: &MountHow<'_>,
         deadline: Instant,
     ) -> Result<()> {
         let fs_type = how.fs_type;
+        let device = dev.path.as_path();
         fs::create_dir_all(staging).map_err(io_err(format!(
             "volume {id}: create staging path {}",
             staging.display()
         )))?;
-        let dev = lunkit::block::resolve(self.root(), &device.to_string_lossy())
-            .map_err(|e| Error::lunkit(format!("volume {id}: {}", device.display()), e))?
-            .ok_or_else(|| Error::NotFound(format!("volume {id}: {} is gone", device.display())))?;
         if let Some(m) = mounts::at(staging)? {
             if m.dev == dev.dev {
                 return Ok(());
@@ -631,7 +879,7 @@ impl Inner {
         if how.readonly {
             mflags |= rustix::mount::MountFlags::RDONLY;
         }
-        mounts::mount_fs(device, staging, fs_type, mflags, &data)
+        mounts::mount_fs(device, staging, fs_type, mflags, &data, deadline)
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
     }
 
@@ -656,9 +904,17 @@ impl Inner {
         }
         if matches!(record.access, Access::Mount { .. }) {
             if let Some(m) = mounts::at(staging)? {
+                // Under `--root /host` mounted with HostToContainer propagation, the node's
+                // mounts show up a second time under the root: those are this same mount
+                // (and the pods' publishes, which show at their own paths too), not others.
+                let mirror = |p: &Path| {
+                    self.root().path() != Path::new("/") && p.starts_with(self.root().path())
+                };
                 let elsewhere: Vec<String> = mounts::table()?
                     .into_iter()
-                    .filter(|o| o.dev == m.dev && o.mount_point != m.mount_point)
+                    .filter(|o| {
+                        o.dev == m.dev && o.mount_point != m.mount_point && !mirror(&o.mount_point)
+                    })
                     .map(|o| o.mount_point.display().to_string())
                     .collect();
                 if !elsewhere.is_empty() {
@@ -667,7 +923,7 @@ impl Inner {
                         elsewhere.join(", ")
                     )));
                 }
-                mounts::unmount_all(staging).map_err(|e| match e {
+                mounts::unmount_all(staging, deadline).map_err(|e| match e {
                     Error::FailedPrecondition(m) => {
                         Error::FailedPrecondition(format!("volume {id}: {m}; nothing was removed"))
                     }
@@ -694,7 +950,8 @@ impl Inner {
                 iface,
                 lun,
             } => {
-                let spec = match record.wwid.as_deref().map(str::parse) {
+                // By identity whenever it is known: the address may hold another volume now.
+                let spec = match record.known_wwid().map(str::parse) {
                     Some(Ok(w)) => VolumeSpec::Wwid(w),
                     _ => VolumeSpec::Iscsi {
                         target: iqn.clone(),
@@ -715,7 +972,8 @@ impl Inner {
             }
             // No session to log out of: the HBAs' logins to the fabric are nobody's to end.
             Target::Fc { wwpns, lun } => {
-                let spec = match record.wwid.as_deref().map(str::parse) {
+                // By identity whenever it is known: the address may hold another volume now.
+                let spec = match record.known_wwid().map(str::parse) {
                     Some(Ok(w)) => VolumeSpec::Wwid(w),
                     _ => VolumeSpec::Fc {
                         wwpns: wwpns
@@ -786,29 +1044,51 @@ impl Inner {
             )));
         }
         let target = Path::new(&req.target_path);
+        // The device found by identity now, whatever name the record has: a reboot may
+        // have given that name to another disk.
+        let device = self.device_now(&record, "NodePublishVolume")?;
         let source = if block {
-            record.device.clone().ok_or_else(|| {
-                Error::Internal(format!("volume {id}: its record names no device"))
-            })?
+            device.path.clone()
         } else {
-            record.staging_path.clone()
+            match mounts::at(&record.staging_path)? {
+                Some(m) if m.dev == device.dev => record.staging_path.clone(),
+                _ => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {id}: its device {} is not what is mounted at the staging path {}; stage it again",
+                        node_path(self.root(), &device).display(),
+                        record.staging_path.display()
+                    )));
+                }
+            }
         };
         if let Some(m) = mounts::at(target)? {
             // Published here already: the same source is success, another is a conflict.
             let same = if block {
-                m.device_node()
-                    .is_some_and(|n| source.ends_with(n.strip_prefix("/").unwrap_or(n)))
+                rdev_of(target) == Some(device.dev)
             } else {
-                mounts::at(&record.staging_path)?.is_some_and(|s| s.dev == m.dev)
+                m.dev == device.dev
             };
-            if same {
-                return Ok(());
+            if !same {
+                return Err(Error::AlreadyExists(format!(
+                    "volume {id}: {} has something else mounted ({})",
+                    target.display(),
+                    m.source.to_string_lossy()
+                )));
             }
-            return Err(Error::AlreadyExists(format!(
-                "volume {id}: {} has something else mounted ({})",
-                target.display(),
-                m.source.to_string_lossy()
-            )));
+            let was_readonly = m.options.split(',').any(|o| o == "ro");
+            if was_readonly != readonly {
+                return Err(Error::AlreadyExists(format!(
+                    "volume {id}: published at {} {}, and this request asks for {}",
+                    target.display(),
+                    if was_readonly {
+                        "read-only"
+                    } else {
+                        "read-write"
+                    },
+                    if readonly { "read-only" } else { "read-write" }
+                )));
+            }
+            return Ok(());
         }
         if block {
             if let Some(parent) = target.parent() {
@@ -825,12 +1105,12 @@ impl Inner {
             fs::create_dir_all(target)
                 .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
         }
-        mounts::bind(&source, target, readonly)
+        mounts::bind(&source, target, readonly, self.mount_deadline())
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
     }
 
     fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
-        mounts::unmount_all(target).map_err(|e| match e {
+        mounts::unmount_all(target, self.mount_deadline()).map_err(|e| match e {
             Error::FailedPrecondition(m) => Error::FailedPrecondition(format!("volume {id}: {m}")),
             other => Error::Internal(format!("volume {id}: {other}")),
         })?;
@@ -854,6 +1134,8 @@ impl Inner {
             .store
             .load(id)?
             .ok_or_else(|| Error::NotFound(format!("volume {id} is not staged on this node")))?;
+        let device = self.device_now(&record, "NodeGetVolumeStats")?;
+        self.check_volume_path(&record, &device, path)?;
         let mut usage = Vec::new();
         match record.access {
             Access::Mount { .. } => {
@@ -880,7 +1162,8 @@ impl Inner {
                 });
             }
             Access::Block => {
-                let size = self.device_size(id, &record)?;
+                let size = lunkit::block::size(&device)
+                    .map_err(|e| Error::lunkit(format!("volume {id}: size of {device}"), e))?;
                 usage.push(VolumeUsage {
                     total: i64::try_from(size).unwrap_or(i64::MAX),
                     available: 0,
@@ -895,15 +1178,26 @@ impl Inner {
         })
     }
 
-    fn device_size(&self, id: &str, record: &Record) -> Result<u64> {
-        let device = record
-            .device
-            .as_ref()
-            .ok_or_else(|| Error::Internal(format!("volume {id}: its record names no device")))?;
-        let node = lunkit::block::resolve(self.root(), &device.to_string_lossy())
-            .map_err(|e| Error::lunkit(format!("volume {id}: {}", device.display()), e))?
-            .ok_or_else(|| Error::NotFound(format!("volume {id}: {} is gone", device.display())))?;
-        lunkit::block::size(&node).map_err(|e| Error::lunkit(format!("volume {id}: size"), e))
+    /// Checks that `path` is where the volume is: the staging path, a mount of its
+    /// filesystem, or its device node (raw block); `NOT_FOUND` otherwise.
+    fn check_volume_path(&self, record: &Record, device: &BlockNode, path: &Path) -> Result<()> {
+        if path == record.staging_path {
+            return Ok(());
+        }
+        let ok = match record.access {
+            Access::Mount { .. } => mounts::at(path)?.is_some_and(|m| m.dev == device.dev),
+            Access::Block => rdev_of(path) == Some(device.dev),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(Error::NotFound(format!(
+            "volume {}: {} is not where the volume is (its device is {}, staged at {})",
+            record.volume_id,
+            path.display(),
+            node_path(self.root(), device).display(),
+            record.staging_path.display()
+        )))
     }
 
     /// Abnormal when a path is not running, or no path is left.
@@ -967,7 +1261,30 @@ impl Inner {
     }
 
     fn expand(&self, id: &str, path: &Path, required: i64) -> Result<i64> {
-        let record = self.staged(id, "NodeExpandVolume")?;
+        let record = match self.store.load(id)? {
+            None => {
+                return Err(Error::NotFound(format!(
+                    "NodeExpandVolume: volume {id} is not known on this node"
+                )));
+            }
+            Some(r) if r.phase != Phase::Staged => {
+                return Err(Error::FailedPrecondition(format!(
+                    "NodeExpandVolume: volume {id} is not staged on this node (its stage did not finish)"
+                )));
+            }
+            Some(r) => r,
+        };
+        let device = self.device_now(&record, "NodeExpandVolume")?;
+        self.check_volume_path(&record, &device, path)?;
+        let size = lunkit::block::size(&device)
+            .map_err(|e| Error::lunkit(format!("volume {id}: size of {device}"), e))?;
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        // Nothing asked, or the device is that large already: no rescan, no wait. A
+        // filesystem smaller than its device (an earlier expand cut short) is still grown.
+        if required == 0 || u64::try_from(required).is_ok_and(|r| r <= size) {
+            self.grow_fs(&record, &device, path)?;
+            return Ok(clamp(size));
+        }
         let spec = match (&record.target, record.wwid.as_deref().map(str::parse)) {
             // The namespace by its id: its controllers say what it is now.
             (Target::Nvme { nqn, nsid, .. }, _) => {
@@ -997,14 +1314,21 @@ impl Inner {
         }
         let resized = ops::resize(root, &spec, &opts)
             .map_err(|e| Error::lunkit(format!("volume {id}: resize"), e))?;
-        if let Access::Mount { fs_type } = &record.access {
-            let device = record.device.as_ref().ok_or_else(|| {
-                Error::Internal(format!("volume {id}: its record names no device"))
-            })?;
-            vfs::grow(device, path, fs_type, self.config.stage_timeout)
-                .map_err(|e| Error::Program(format!("volume {id}: grow the filesystem: {e}")))?;
-        }
-        Ok(i64::try_from(resized.size()).unwrap_or(i64::MAX))
+        self.grow_fs(&record, &device, path)?;
+        Ok(clamp(resized.size()))
+    }
+
+    /// Grows a mounted filesystem volume's filesystem to its device (nothing for raw block).
+    fn grow_fs(&self, record: &Record, device: &BlockNode, path: &Path) -> Result<()> {
+        let Access::Mount { fs_type } = &record.access else {
+            return Ok(());
+        };
+        vfs::grow(&device.path, path, fs_type, self.config.stage_timeout).map_err(|e| {
+            Error::Program(format!(
+                "volume {}: grow the filesystem: {e}",
+                record.volume_id
+            ))
+        })
     }
 }
 

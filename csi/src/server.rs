@@ -4,9 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 
+use crate::authority;
 use crate::error::{Error, Result};
 use crate::identity::IdentityService;
 use crate::node::NodeService;
@@ -47,8 +49,38 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::Internal(format!("create {}: {e}", dir.display())))?;
     }
-    UnixListener::bind(path).map_err(|e| Error::Internal(format!("bind {}: {e}", path.display())))
+    // The socket is made with mode 0600 (the umask, process-wide, is changed only while it is
+    // bound: nothing else runs yet), then opened to the group (0660): kubelet runs as root,
+    // and a group the operator picks may be let in; other users never.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    let listener = bound.map_err(|e| Error::Internal(format!("bind {}: {e}", path.display())))?;
+    set_mode(path, SOCKET_MODE)?;
+    Ok(listener)
 }
+
+/// The socket's mode: owner and group may connect, nobody else.
+pub const SOCKET_MODE: u32 = 0o660;
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |e: std::io::Error| {
+        Error::Internal(format!("make {} mode {mode:04o}: {e}", path.display()))
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(fail)?;
+    let now = std::fs::metadata(path).map_err(fail)?.permissions().mode() & 0o7777;
+    if now != mode {
+        return Err(Error::Internal(format!(
+            "{} is mode {now:04o} after chmod {mode:04o}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The buffer of each direction of a connection's relay.
+const RELAY_BUFFER: usize = 64 << 10;
 
 /// Serves both services on `listener` until `shutdown` completes.
 pub async fn serve(
@@ -57,10 +89,19 @@ pub async fn serve(
     node: NodeService,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    // Each connection is relayed through `authority`, so that clients other than grpc-go
+    // (whose `:authority` for a Unix socket h2 refuses) are served too.
+    let incoming = UnixListenerStream::new(listener).map(|conn| {
+        conn.map(|stream| {
+            let (ours, theirs) = tokio::io::duplex(RELAY_BUFFER);
+            tokio::spawn(authority::relay(stream, theirs));
+            ours
+        })
+    });
     Server::builder()
         .add_service(IdentityServer::new(identity))
         .add_service(NodeServer::new(node))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| Error::Internal(format!("the gRPC server failed: {e}")))
 }

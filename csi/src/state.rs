@@ -124,10 +124,30 @@ pub struct Record {
     pub target: Target,
     /// How it is used.
     pub access: Access,
-    /// The WWID the volume's paths reported (multipath form, `36…`), once known.
+    /// The WWID the volume's paths reported (multipath form, `36…`; an NVMe namespace's
+    /// `uuid.…`/`eui.…`), recorded as soon as the scan saw it, before anything else is done.
     pub wwid: Option<String>,
-    /// The device staging handed out: `/dev/dm-N` of the map, or of the single path.
+    /// The WWID the volume attributes said it must have (`wwid`), recorded before anything
+    /// is done to the node: unstage detaches by it when no WWID was seen yet, never by the
+    /// target and LUN (which may hold another volume by then).
+    #[serde(default)]
+    pub expected_wwid: Option<String>,
+    /// The node path (`/dev/dm-N`, `/dev/sdX`, `/dev/nvmeNnM`, never under `--root`) of the
+    /// device stage last handed out. A cache for messages only: kernel names are reused
+    /// after a reboot or a rescan, so every call finds the device again by identity.
     pub device: Option<PathBuf>,
+    /// Whether the device handed out was multipathd's map (not a single path): a volume
+    /// staged on a map is not in place while only its paths are there.
+    #[serde(default)]
+    pub map: bool,
+}
+
+impl Record {
+    /// The WWID the volume is known by: the one its paths reported, else the one its
+    /// attributes named.
+    pub fn known_wwid(&self) -> Option<&str> {
+        self.wwid.as_deref().or(self.expected_wwid.as_deref())
+    }
 }
 
 /// The records in a state directory.
@@ -137,7 +157,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// The records under `<state_dir>/volumes`, which is created (mode 0700) if missing.
+    /// The records under `<state_dir>/volumes`. Both directories are created if missing and
+    /// made mode 0700 whatever they were: the records name targets and devices, which no
+    /// other user of the node need read.
     pub fn open(state_dir: &Path) -> Result<Store> {
         let dir = state_dir.join("volumes");
         fs::create_dir_all(&dir).map_err(|e| {
@@ -146,6 +168,9 @@ impl Store {
                 dir.display()
             ))
         })?;
+        for d in [state_dir, dir.as_path()] {
+            owner_only(d)?;
+        }
         Ok(Store { dir })
     }
 
@@ -250,6 +275,26 @@ impl Store {
     }
 }
 
+/// Makes the directory `dir` mode 0700, and checks that it is.
+fn owner_only(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |e: std::io::Error| {
+        Error::Internal(format!(
+            "cannot make state directory {} mode 0700: {e}",
+            dir.display()
+        ))
+    };
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    let mode = fs::metadata(dir).map_err(fail)?.permissions().mode() & 0o7777;
+    if mode != 0o700 {
+        return Err(Error::Internal(format!(
+            "state directory {} is mode {mode:04o} after chmod 0700",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
@@ -291,8 +336,38 @@ mod tests {
                 fs_type: "ext4".into(),
             },
             wwid: None,
+            expected_wwid: None,
             device: None,
+            map: false,
         }
+    }
+
+    #[test]
+    fn the_state_directories_are_made_owner_only_whatever_they_were() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        fs::create_dir_all(state.join("volumes")).unwrap();
+        for d in [&state, &state.join("volumes")] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Store::open(&state).unwrap();
+        for d in [&state, &state.join("volumes")] {
+            let mode = fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_layout_without_the_identity_fields_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut v = serde_json::to_value(record("pv-1")).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("expected_wwid");
+        o.remove("map");
+        fs::write(store.path("pv-1"), serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(store.load("pv-1").unwrap(), Some(record("pv-1")));
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Session CHAP through the plugin binary, with a stand-in `iscsiadm` first on its `PATH`: the
-//! stand-in logs every call and refuses every login as a target refuses bad credentials
-//! (exit 24, `ISCSI_ERR_LOGIN_AUTH_FAILED`), printing its whole command line, password and
-//! all, to standard error. The answer must be PERMISSION_DENIED naming the volume and the
-//! portal, with the password nowhere: not in the status, not in the plugin's log, not on
-//! disk; and nothing may be left: the node record deleted, no stage record. (The real login
-//! against a CHAP-protected LIO target is `tests/vm_csi.rs`.)
+//! stand-in logs every call, keeps node records where `--iscsi-nodes` says, and refuses every
+//! login as a target refuses bad credentials (exit 24, `ISCSI_ERR_LOGIN_AUTH_FAILED`),
+//! printing its whole command line to standard error. No password may be on any command line
+//! (the plugin writes it into the node record, mode 0600, which the stand-in copies at
+//! login); the answer must be PERMISSION_DENIED naming the volume and the portal, with the
+//! password nowhere else: not in the status, not in the plugin's log, not on disk after; and
+//! nothing may be left: the node record deleted, no stage record. (The real login against a
+//! CHAP-protected LIO target is `tests/vm_csi.rs`.)
 
 // The test starts the plugin binary; the plugin itself runs programs only through exec.rs.
 #![allow(clippy::disallowed_methods)]
@@ -28,16 +30,36 @@ const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:chap";
 
 const FAKE_ISCSIADM: &str = r#"#!/bin/sh
 echo "$*" >> "$FAKE_ISCSIADM_LOG"
-case " $* " in
+# The node record of -T IQN -p ADDR:PORT, where open-iscsi keeps it (tpgt -1, as -o new).
+T=; P=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -T) T="$2"; shift ;;
+    -p) P="$2"; shift ;;
+  esac
+  shift
+done
+REC="$FAKE_ISCSIADM_NODES/$T/$(echo "$P" | tr : ,),-1"
+case " $(tail -n 1 "$FAKE_ISCSIADM_LOG") " in
+  *" -o new "*)
+    mkdir -p "$REC"
+    printf '# BEGIN RECORD 2.1.8
+node.name = %s
+node.session.auth.password = 
+# END RECORD
+' "$T" > "$REC/default"
+    chmod 600 "$REC/default" ;;
+  *" -o delete "*)
+    rm -rf "$REC" ;;
   *" -o update "*)
     if [ -n "$FAKE_ISCSIADM_FAIL_UPDATE" ]; then
-      echo "iscsiadm: cannot update with $*" >&2
+      echo "iscsiadm: cannot update with $(tail -n 1 "$FAKE_ISCSIADM_LOG")" >&2
       exit 7
     fi ;;
-esac
-case " $* " in
   *" --login "*)
-    echo "iscsiadm: Could not login with $*" >&2
+    # What iscsiadm would read and hand iscsid: the record, and its mode.
+    { stat -c %a "$REC/default"; cat "$REC/default"; } > "$FAKE_ISCSIADM_LOG.login-$P"
+    echo "iscsiadm: Could not login with $(tail -n 1 "$FAKE_ISCSIADM_LOG")" >&2
     echo "iscsiadm: initiator reported error (24 - iSCSI login failed due to authorization failure)" >&2
     exit 24 ;;
 esac
@@ -61,6 +83,8 @@ impl Plugin {
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         // An empty node: no iSCSI session.
         std::fs::create_dir_all(dir.path().join("root/sys/class/iscsi_session")).unwrap();
+        // The plugin refuses a root without sys/ and dev/ at start.
+        std::fs::create_dir_all(dir.path().join("root/dev")).unwrap();
         let path = format!(
             "{}:{}",
             bin.display(),
@@ -76,7 +100,10 @@ impl Plugin {
             .arg(dir.path().join("root"))
             .arg("--state-dir")
             .arg(dir.path().join("state"))
+            .arg("--iscsi-nodes")
+            .arg(dir.path().join("nodes"))
             .env("PATH", path)
+            .env("FAKE_ISCSIADM_NODES", dir.path().join("nodes"))
             .env("FAKE_ISCSIADM_LOG", dir.path().join("iscsiadm.log"))
             .env(
                 "FAKE_ISCSIADM_FAIL_UPDATE",
@@ -221,20 +248,42 @@ fn a_refused_chap_login_is_permission_denied_and_leaves_nothing_and_no_password(
             .collect();
         assert_eq!(ops.len(), 4, "{portal}: {calls}");
         assert_eq!(ops[0], "-o new");
+        // No password on any command line: /proc/PID/cmdline is world-readable.
         assert_eq!(
             ops[1],
-            format!(
-                "-o update -n node.session.scan -v manual -n node.startup -v manual \
-                 -n node.session.auth.authmethod -v CHAP \
-                 -n node.session.auth.username -v node-a-user \
-                 -n node.session.auth.password -v {PASSWORD} \
-                 -n node.session.auth.username_in -v target-user \
-                 -n node.session.auth.password_in -v {MUTUAL}"
-            )
+            "-o update -n node.session.scan -v manual -n node.startup -v manual \
+             -n node.session.auth.authmethod -v CHAP \
+             -n node.session.auth.username -v node-a-user \
+             -n node.session.auth.username_in -v target-user"
         );
         assert_eq!(ops[2], "--login");
         assert_eq!(ops[3], "-o delete", "the record goes after the refusal");
+        // The passwords were in the node record iscsiadm read at login, owner-only.
+        let at_login =
+            std::fs::read_to_string(dir.path().join(format!("iscsiadm.log.login-{portal}")))
+                .unwrap();
+        let (mode, record) = at_login.split_once('\n').unwrap();
+        assert_eq!(mode, "600", "{at_login}");
+        assert!(
+            record.contains(&format!("node.session.auth.password = {PASSWORD}\n"))
+                && record.contains(&format!("node.session.auth.password_in = {MUTUAL}\n"))
+                && record.ends_with("# END RECORD\n"),
+            "{record}"
+        );
+        assert_eq!(
+            record.matches("node.session.auth.password =").count(),
+            1,
+            "the empty password line was replaced: {record}"
+        );
     }
+    for secret in [PASSWORD, MUTUAL] {
+        assert!(
+            !calls.contains(secret),
+            "a password in iscsiadm's argv: {calls}"
+        );
+    }
+    // The refused login's records are gone, and their secrets with them.
+    assert_eq!(files_under(&dir.path().join("nodes")), Vec::new());
 
     // No stage record left, and no password in anything the plugin wrote to its state.
     let state = files_under(&dir.path().join("state"));
@@ -293,12 +342,9 @@ fn a_failing_iscsiadm_update_is_reported_without_the_password() {
     let m = status.message();
     assert_eq!(status.code(), Code::Internal, "{m}");
     assert!(m.starts_with("volume pv-chap: "), "{m}");
-    // iscsiadm echoed its arguments: they are in the message, the passwords are not.
-    assert!(
-        m.contains("-n node.session.auth.password -v <redacted>"),
-        "{m}"
-    );
+    // iscsiadm echoed its arguments: they are in the message, and no password was among them.
     assert!(m.contains("cannot update with"), "{m}");
+    assert!(!m.contains("auth.password"), "{m}");
     for secret in [PASSWORD, MUTUAL] {
         assert!(!m.contains(secret), "{m}");
         assert!(!log.contains(secret), "{log}");

@@ -86,3 +86,27 @@ fn the_topology_given_is_what_node_get_info_reports() {
     assert_eq!(segments["topology.kubernetes.io/zone"], "eu-1a");
     assert_eq!(segments["topology.kubernetes.io/region"], "eu-1");
 }
+
+/// A `--root` that is not there (or is not a node's root: no `sys/`, `dev/`) is refused at
+/// start, naming it, before a socket or a state directory is made: every call would fail
+/// `NOT_FOUND` otherwise.
+#[test]
+fn a_root_that_does_not_exist_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-root");
+    let out = plugin(dir.path(), &[])
+        .arg("--root")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--root") && err.contains("no-such-root"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("csi.sock").exists() && !dir.path().join("state").exists(),
+        "the plugin started: {err}"
+    );
+}

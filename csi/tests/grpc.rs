@@ -446,7 +446,8 @@ async fn bad_publish_unpublish_unstage_stats_and_expand_requests() {
         })
         .await
         .unwrap_err();
-    assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
+    // The spec's code for a volume the node does not know.
+    assert_eq!(s.code(), Code::NotFound, "{}", s.message());
     p.stop().await;
 }
 
@@ -456,6 +457,14 @@ async fn a_stale_socket_is_replaced_and_a_file_is_not() {
     let sock = dir.path().join("csi.sock");
     drop(server::bind(&sock).unwrap());
     assert!(sock.exists(), "the listener leaves its socket file behind");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(
+            mode, 0o660,
+            "the socket is open to its owner and group only"
+        );
+    }
     drop(server::bind(&sock).unwrap());
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
@@ -492,7 +501,9 @@ fn staged_record(dir: &Path, access: lunkit_csi::state::Access) -> lunkit_csi::s
         },
         access,
         wwid: Some("36001405a1b2c3d4e5f60718293a4b5c6".into()),
+        expected_wwid: None,
         device: Some("/dev/lunkit-csi-test-no-such-device".into()),
+        map: false,
     }
 }
 
