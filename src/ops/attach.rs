@@ -128,6 +128,7 @@ pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<At
     }
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.scan.timeout);
+    check_address(spec)?;
     let (mut locks, key) = lock(root, spec, opts, deadline)?;
     // The scan gets what the lock wait left of the deadline.
     let mut scan_opts = opts.clone();
@@ -205,6 +206,16 @@ fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanRepo
         VolumeSpec::Wwid(w) => Err(no_address(&w.to_string())),
         // Attached by `super::nvme`, never scanned.
         VolumeSpec::Nvme { .. } => Err(no_address(&spec.to_string())),
+    }
+}
+
+/// Refuses, before anything is looked up, a spec that says what a volume is rather than where
+/// to scan for it: a WWID, or a device that is not an H:C:T:L.
+fn check_address(spec: &VolumeSpec) -> Result<()> {
+    match spec {
+        VolumeSpec::Device(d) if d.parse::<Hctl>().is_err() => Err(no_address(d)),
+        VolumeSpec::Wwid(w) => Err(no_address(&w.to_string())),
+        _ => Ok(()),
     }
 }
 
