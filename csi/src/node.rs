@@ -933,6 +933,22 @@ impl Inner {
             record.phase = Phase::Attaching;
             self.store.save(&record)?;
         }
+        // Another volume's record names the same identity: what is on the node is that
+        // volume's, and this unstage only forgets its own record. (Two such records unstaged
+        // at once may both leave the devices: a leak, never a removal under the other.)
+        if let Some(other) = self
+            .store
+            .all()?
+            .into_iter()
+            .find(|r| record.same_volume_as(r))
+        {
+            eprintln!(
+                "lunkit-csi: volume {id}: volume {} names the same volume (WWID {}); its devices are left to it",
+                other.volume_id,
+                record.known_wwid().unwrap_or("not known")
+            );
+            return self.store.remove(id);
+        }
         let root = self.root();
         let others = |store: &Store| -> Result<bool> {
             Ok(store
@@ -990,6 +1006,10 @@ impl Inner {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
                 match nsid {
                     // Deletes the controllers no other attached or used namespace needs.
+                    Some(n) if self.nsid_reassigned(&record, &nqn, *n)? => eprintln!(
+                        "lunkit-csi: volume {id}: namespace {n} of {nqn} reports another identity than its WWID {}; left as it is",
+                        record.wwid.as_deref().unwrap_or("")
+                    ),
                     Some(n) => {
                         let spec = VolumeSpec::Nvme {
                             nqn,
@@ -1015,6 +1035,21 @@ impl Inner {
         }
         // Idempotent: the branches above that decide on a logout removed it under the lock.
         self.store.remove(id)
+    }
+
+    /// Whether namespace `nsid` of `nqn` is on the node with another identity than the WWID
+    /// `record` saw at stage: the target gave the nsid to another namespace since, and
+    /// detaching "namespace `nsid`" would take that one.
+    fn nsid_reassigned(&self, record: &Record, nqn: &lunkit::Nqn, nsid: u32) -> Result<bool> {
+        let Some(ours) = record.wwid.as_deref() else {
+            return Ok(false);
+        };
+        let what = format!("volume {}: find {nqn} namespace {nsid}", record.volume_id);
+        Ok(lunkit::nvme::namespace_devices(self.root(), nqn)
+            .map_err(|e| Error::lunkit(what, e))?
+            .into_iter()
+            .filter(|(ns, _)| ns.nsid == Some(nsid))
+            .any(|(_, d)| d.wwid.as_ref().is_some_and(|w| w.to_string() != ours)))
     }
 
     fn staged(&self, id: &str, call: &str) -> Result<Record> {

@@ -148,6 +148,33 @@ impl Record {
     pub fn known_wwid(&self) -> Option<&str> {
         self.wwid.as_deref().or(self.expected_wwid.as_deref())
     }
+
+    /// Whether `other`, another volume's record, names the same volume: the same known WWID,
+    /// or the same NVMe subsystem and namespace. Two PVs can (one whose `wwid` attribute is
+    /// wrong, or one whose stage was refused because its LUN now serves another volume), and
+    /// then one's unstage must not take away what the other staged.
+    pub fn same_volume_as(&self, other: &Record) -> bool {
+        if self.volume_id == other.volume_id {
+            return false;
+        }
+        let wwid = matches!((self.known_wwid(), other.known_wwid()), (Some(a), Some(b)) if a == b);
+        let namespace = match (&self.target, &other.target) {
+            (
+                Target::Nvme {
+                    nqn: a,
+                    nsid: Some(x),
+                    ..
+                },
+                Target::Nvme {
+                    nqn: b,
+                    nsid: Some(y),
+                    ..
+                },
+            ) => a == b && x == y,
+            _ => false,
+        };
+        wwid || namespace
+    }
 }
 
 /// The records in a state directory.
@@ -340,6 +367,38 @@ mod tests {
             device: None,
             map: false,
         }
+    }
+
+    #[test]
+    fn two_records_name_one_volume_by_a_known_wwid_or_an_nvme_namespace() {
+        let w = "36001405a1b2c3d4e5f60718293a4b5c6";
+        let (mut a, mut b) = (record("pv-a"), record("pv-b"));
+        assert!(!a.same_volume_as(&b), "no identity known: not the same");
+        a.wwid = Some(w.into());
+        b.expected_wwid = Some(w.into());
+        assert!(a.same_volume_as(&b) && b.same_volume_as(&a));
+        assert!(
+            !a.same_volume_as(&a.clone()),
+            "a record is not another volume"
+        );
+        b.expected_wwid = Some("36001405ffffffffffffffffffffffff0".into());
+        assert!(!a.same_volume_as(&b));
+        let nvme = |nsid| Target::Nvme {
+            nqn: "nqn.2014-08.org.lunkit:csi".into(),
+            portals: vec!["127.0.0.1:4420".into()],
+            nsid,
+            device_uuid: None,
+        };
+        let (mut c, mut d) = (record("pv-c"), record("pv-d"));
+        (c.target, d.target) = (nvme(Some(1)), nvme(Some(1)));
+        assert!(c.same_volume_as(&d));
+        d.target = nvme(Some(2));
+        assert!(!c.same_volume_as(&d));
+        d.target = nvme(None);
+        assert!(
+            !c.same_volume_as(&d),
+            "a namespace not found yet names none"
+        );
     }
 
     #[test]
