@@ -310,13 +310,16 @@ fn detach_is_lossless_leaves_nothing_and_repeats() {
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
 }
 
+/// Attach, write and detach one 2-path volume twenty times, each of the five ways to name it
+/// taking four turns: every cycle's data is on the target and nothing is left. (It ran fifty
+/// cycles until CI's 45 minutes ran short: 376 s of them.)
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn fifty_attach_write_detach_cycles_end_clean() {
+fn twenty_attach_write_detach_cycles_end_clean() {
     require_vm();
     let lab = lab(vec![], 4, true);
     let mut times = Vec::new();
-    for cycle in 0..50u64 {
+    for cycle in 0..20u64 {
         let cycle_start = Instant::now();
         let (vol, map) = attach(&lab, 2);
         let data = random(256 << 10, cycle + 100);
@@ -346,8 +349,8 @@ fn fifty_attach_write_detach_cycles_end_clean() {
     }
     times.sort();
     eprintln!(
-        "50 detaches: min {:?} median {:?} max {:?}",
-        times[0], times[25], times[49]
+        "20 detaches: min {:?} median {:?} max {:?}",
+        times[0], times[10], times[19]
     );
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
 }

@@ -14,8 +14,9 @@ use crate::vm::Boot;
 use crate::{Result, host, paths};
 
 /// How long one VM test may run in the guest before it is killed and counted as failed. The
-/// longest test (vm_detach's fifty cycles) took 935 s on a 2-core machine shared with another
-/// TCG guest, about three times its time alone; a hang costs at most this much CI time.
+/// longest test (vm_detach's cycles, then fifty of them) took 935 s on a 2-core machine shared
+/// with another TCG guest, about three times its time alone; a hang costs at most this much
+/// CI time.
 pub const TEST_LIMIT: Duration = Duration::from_secs(1800);
 
 /// The prefix of every line the guest runner reports in.
