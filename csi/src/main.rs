@@ -39,9 +39,10 @@ struct Args {
     #[arg(long, value_name = "KEY=VALUE", value_parser = topology::parse_segment)]
     topology: Vec<(String, String)>,
     /// open-iscsi's node database, where CHAP secrets are written into the node records
-    /// (never on iscsiadm's command line).
-    #[arg(long, default_value = "/etc/iscsi/nodes")]
-    iscsi_nodes: PathBuf,
+    /// (never on iscsiadm's command line) [default: <root>/etc/iscsi/nodes, the host's under
+    /// `--root /host`, which the host's iscsiadm and iscsid read].
+    #[arg(long)]
+    iscsi_nodes: Option<PathBuf>,
 }
 
 async fn shutdown() {
@@ -99,7 +100,9 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     lunkit_csi::paths::check_root(&config.root)?;
     config.state_dir = args.state_dir;
     config.max_volumes = args.max_volumes;
-    config.iscsi_nodes = args.iscsi_nodes;
+    config.iscsi_nodes = args
+        .iscsi_nodes
+        .unwrap_or_else(|| config.root.path().join("etc/iscsi/nodes"));
     config.stage_timeout = Duration::from_secs(args.timeout);
     config.unstage_timeout = Duration::from_secs(args.timeout);
     let constrained = !segments.is_empty();
