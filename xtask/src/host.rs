@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::guest::SCENARIOS;
 use crate::process::{self, cargo};
 use crate::vm::Boot;
-use crate::{Result, checks, paths, provision, vmtests};
+use crate::{Result, checks, image, paths, provision, vmtests};
 
 /// `xtask vm [--timeout S] -- CMD...`
 pub fn vm(args: &[String]) -> Result<u8> {
@@ -152,6 +152,12 @@ pub fn test(args: &[String]) -> Result<u8> {
     }
     // The VM tests run both binaries: `lunkit` (LUNKIT_BIN) and the CSI plugin beside it.
     process::run(cargo().args(["build", "-p", "lunkit-cli", "-p", "lunkit-csi"]))?;
+    if !vm_only {
+        // The image builds from this checkout and its programs start in it; with the dev
+        // binaries just built (a release build would double the compile time of the run).
+        let built = image::build("dev", &paths::target_dir().join("image/lunkit-csi.oci.tar"))?;
+        println!("{built}");
+    }
     let bins = vm_test_binaries()?;
     if bins.is_empty() {
         return Err("no VM test binaries (tests/vm_*.rs) were built".into());

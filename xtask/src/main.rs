@@ -9,6 +9,7 @@ mod capture;
 mod checks;
 mod guest;
 mod host;
+mod image;
 mod jit;
 mod labstate;
 mod overlay;
@@ -45,6 +46,9 @@ usage: cargo xtask <command>
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)
   provision               install what the VM needs (root on Debian) or say what is missing
+  image [--profile P] [--out FILE]
+                          the lunkit-csi image from Debian's packages (mmdebstrap,
+                          buildah), as an OCI archive in target/image/
 ";
 
 fn main() -> ExitCode {
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         "bench" => bench::main(rest),
         "capture-sysfs" => capture::main(rest),
         "provision" => provision::ensure().map(|_| 0),
+        "image" => image::main(rest),
         "guest" => guest::main(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");

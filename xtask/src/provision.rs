@@ -70,7 +70,7 @@ pub fn ensure() -> Result<Lab> {
         if kernel.is_none() && !want.contains(&"linux-image-amd64") {
             want.push("linux-image-amd64");
         }
-        if !(is_root() && is_debian()) {
+        if !may_install() {
             return Err(format!(
                 "the QEMU lab needs packages that are missing ({}). As root on Debian, run:\n  \
                  apt-get update && apt-get install -y {}",
@@ -80,13 +80,7 @@ pub fn ensure() -> Result<Lab> {
             .into());
         }
         eprintln!("xtask: installing {} with apt-get", want.join(", "));
-        process::run(Command::new("apt-get").arg("update"))?;
-        process::run(
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends"])
-                .args(APT_PACKAGES)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
+        apt_install(APT_PACKAGES)?;
         let still = missing_packages();
         if !still.is_empty() {
             return Err(
@@ -102,6 +96,22 @@ pub fn ensure() -> Result<Lab> {
         kernel_version,
         venv_bin,
     })
+}
+
+/// Whether this process may install Debian packages: root on Debian.
+pub fn may_install() -> bool {
+    is_root() && is_debian()
+}
+
+/// `apt-get update`, then `apt-get install -y --no-install-recommends PACKAGES`.
+pub fn apt_install(packages: &[&str]) -> Result<()> {
+    process::run(Command::new("apt-get").arg("update"))?;
+    process::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 fn missing_packages() -> Vec<&'static str> {
