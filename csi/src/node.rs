@@ -213,12 +213,29 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
 }
 
 /// Whether `ns` is the namespace the attributes named by UUID or kernel identity (either
-/// may be absent: then only the other, or nothing, is checked).
+/// may be absent: then only the other, or nothing, is checked). An `eui.…` identity is the
+/// namespace's NGUID or EUI-64 whichever form the kernel's `wwid` took: a namespace that
+/// also reports a UUID shows `uuid.…` there, and its `nguid` and `eui` attributes still
+/// carry the ids csi-driver-nvmf's `deviceEUI` names.
 fn names_namespace(uuid: Option<&str>, wwid: Option<&str>, ns: &lunkit::NvmeNamespace) -> bool {
     let same = |want: Option<&str>, got: Option<&str>| {
         want.is_none_or(|w| got.is_some_and(|g| g.eq_ignore_ascii_case(w)))
     };
-    same(uuid, ns.uuid.as_deref()) && same(wwid, ns.wwid.as_deref())
+    let hex = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_hexdigit)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let by_eui = |w: &str| {
+        w.strip_prefix("eui.").is_some_and(|e| {
+            [ns.nguid.as_deref(), ns.eui.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|id| hex(id) == e && hex(id).bytes().any(|b| b != b'0'))
+        })
+    };
+    same(uuid, ns.uuid.as_deref()) && (same(wwid, ns.wwid.as_deref()) || wwid.is_some_and(by_eui))
 }
 
 fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -1653,5 +1670,50 @@ impl Node for NodeService {
                 segments: self.inner.config.topology.clone().into_iter().collect(),
             }),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_namespace;
+
+    fn namespace() -> lunkit::NvmeNamespace {
+        lunkit::NvmeNamespace {
+            name: "nvme0n1".into(),
+            nsid: Some(1),
+            wwid: Some("uuid.58668891-c3e4-45d0-b90e-824525c16080".into()),
+            uuid: Some("58668891-c3e4-45d0-b90e-824525c16080".into()),
+            nguid: Some("00000000-0000-0000-0042-aa42aa42aa42".into()),
+            eui: Some("00 00 00 00 00 00 00 00".into()),
+            size_bytes: None,
+            paths: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_namespace_is_named_by_its_uuid_its_wwid_or_its_nguid() {
+        let ns = namespace();
+        let uuid = "58668891-c3e4-45d0-b90e-824525c16080";
+        assert!(names_namespace(Some(uuid), None, &ns));
+        assert!(names_namespace(None, Some(&format!("uuid.{uuid}")), &ns));
+        // The kernel's wwid is the UUID form, and the NGUID still names it (deviceEUI).
+        assert!(names_namespace(
+            None,
+            Some("eui.00000000000000000042aa42aa42aa42"),
+            &ns
+        ));
+        assert!(!names_namespace(
+            None,
+            Some("eui.00000000000000000042aa42aa42aa43"),
+            &ns
+        ));
+        // An all-zero EUI-64 is "not reported", never an identity.
+        assert!(!names_namespace(None, Some("eui.0000000000000000"), &ns));
+        assert!(!names_namespace(
+            Some("58668891-c3e4-45d0-b90e-824525c16081"),
+            None,
+            &ns
+        ));
+        assert!(names_namespace(None, None, &ns));
     }
 }
