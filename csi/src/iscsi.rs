@@ -378,12 +378,7 @@ fn discover_one(
     chap: Option<&Chap>,
     deadline: Instant,
 ) -> std::result::Result<String, (Option<i32>, String)> {
-    let fail = |e: Error| (None, e.to_string());
-    let mut base = vec!["-m", "discoverydb", "-t", "sendtargets", "-p", portal];
-    if let Some(i) = iface {
-        base.extend(["-I", i]);
-    }
-    let Some(c) = chap else {
+    let Some(chap) = chap else {
         // No record needed: iscsiadm's plain discovery mode takes iscsid.conf's settings.
         let mut args = vec!["-m", "discovery", "-t", "sendtargets", "-p", portal];
         if let Some(i) = iface {
@@ -392,27 +387,45 @@ fn discover_one(
         args.extend(["-o", "nonpersistent"]);
         return listing(&args, deadline);
     };
+    let mut base = vec!["-m", "discoverydb", "-t", "sendtargets", "-p", portal];
+    if let Some(i) = iface {
+        base.extend(["-I", i]);
+    }
     let mut new = base.clone();
     new.extend(["-o", "new"]);
-    exec::run_ok(Program::Iscsiadm, &new, remaining(deadline)).map_err(fail)?;
-    let result = (|| {
-        let mut update = base.clone();
-        update.extend(["-o", "update"]);
-        let settings = c.settings();
-        for (name, value) in &settings {
-            update.extend(["-n", name, "-v", value]);
-        }
-        exec::run_ok(Program::Iscsiadm, &update, remaining(deadline)).map_err(fail)?;
-        let path = discovery_record_path(nodes, portal).map_err(fail)?;
-        rewrite_record(&path, &c.secrets()).map_err(fail)?;
-        let mut run = base.clone();
-        run.extend(["--discover", "-o", "nonpersistent"]);
-        listing(&run, deadline)
-    })();
+    exec::run_ok(Program::Iscsiadm, &new, remaining(deadline))
+        .map_err(|e| (None, e.to_string()))?;
+    let found = discover_with_chap(nodes, portal, &base, chap, deadline);
+    // Whatever happened: the record holds the secret.
     let mut delete = base.clone();
     delete.extend(["-o", "delete"]);
     let _ = exec::run(Program::Iscsiadm, &delete, remaining(deadline));
-    result
+    found
+}
+
+/// The discovery through the record `base` names (`-m discoverydb -t sendtargets -p PORTAL
+/// [-I IFACE]`), which `-o new` made: CHAP's method and user names set by iscsiadm, its
+/// passwords written into the record ([`rewrite_record`]), then `--discover`.
+fn discover_with_chap(
+    nodes: &Path,
+    portal: &str,
+    base: &[&str],
+    chap: &Chap,
+    deadline: Instant,
+) -> std::result::Result<String, (Option<i32>, String)> {
+    let fail = |e: Error| (None, e.to_string());
+    let mut update = base.to_vec();
+    update.extend(["-o", "update"]);
+    let settings = chap.settings();
+    for (name, value) in &settings {
+        update.extend(["-n", name, "-v", value]);
+    }
+    exec::run_ok(Program::Iscsiadm, &update, remaining(deadline)).map_err(fail)?;
+    let path = discovery_record_path(nodes, portal).map_err(fail)?;
+    rewrite_record(&path, &chap.secrets()).map_err(fail)?;
+    let mut run = base.to_vec();
+    run.extend(["--discover", "-o", "nonpersistent"]);
+    listing(&run, deadline)
 }
 
 /// Runs an iscsiadm discovery and returns what it printed.
