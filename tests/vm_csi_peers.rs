@@ -324,7 +324,7 @@ fn node_initiator_name() -> String {
 /// is refused with nothing done; a wrong discovery secret fails the stage with no session and
 /// no record; the right one finds both portals from the one named, logs in to both (one
 /// multipath map over two paths), and leaves no discovery record and no file with the
-/// secret; unstage logs out of both and leaves nothing.
+/// secret; unstage logs out of both and leaves nothing. Then the same without discovery CHAP.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn csi_driver_iscsi_example_pv_discovers_both_portals_with_discovery_chap() {
@@ -439,6 +439,30 @@ fn csi_driver_iscsi_example_pv_discovers_both_portals_with_discovery_chap() {
         "node records left"
     );
     assert!(stage_records().is_empty(), "stage records left");
+
+    // Without discovery CHAP (the target no longer asks for it): iscsiadm's plain discovery
+    // mode, the same two portals, no record of any kind left after unstage.
+    fs::write(format!("{DISCOVERY_AUTH}/enforce_discovery_auth"), "0").unwrap();
+    let mut plain = stage_req("pv-iscsi-plain-discovery", &attrs);
+    plain
+        .volume_context
+        .insert("discoveryCHAPAuth".into(), "false".into());
+    c.node_stage_volume(plain.clone())
+        .expect("stage with plain discovery");
+    assert_eq!(
+        our_sessions(),
+        PORTALS.to_vec(),
+        "a session through each portal"
+    );
+    c.node_unstage_volume(unstage_req(&plain)).expect("unstage");
+    assert_eq!(our_sessions(), Vec::<String>::new(), "sessions left");
+    let send_targets: Vec<_> = fs::read_dir("/etc/iscsi/send_targets")
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        send_targets.is_empty(),
+        "discovery records left: {send_targets:?}"
+    );
     drop(lab);
 }
 
