@@ -11,7 +11,9 @@
 //! | `lun` | the LUN number |
 //! | `iscsiInterface` | the open-iscsi interface (`iscsiadm -I`), `default` when left out |
 //! | `sessionCHAPAuth` | `true`: log in with CHAP, credentials from the request's secrets ([`Chap`]) |
-//! | `discoveryCHAPAuth` | accepted and not needed: the plugin runs no SendTargets discovery |
+//! | `discovery` | `true`: ask the portals for the target's other portals (SendTargets) and log in to them too |
+//! | `discoveryCHAPAuth` | with `discovery`: the discovery login uses CHAP, credentials from the request's secrets (`discovery.sendtargets.auth.*`, [`ChapScope::Discovery`]) |
+//! | `initiatorName` | must be the node's initiator name; another is refused ([`crate::iscsi::check_initiator`]) |
 //! | `wwid` | lunkit's own, optional: the WWID the LUN must report; a different one is refused |
 //!
 //! NVMe over TCP volumes use the keys of kubernetes-csi's `csi-driver-nvmf`, and lunkit's own
@@ -23,8 +25,11 @@
 //! | `targetTrPort` | its TCP port (4420 when left out) |
 //! | `targetTrType` | the transport: `tcp` (others are refused) |
 //! | `nqn` | the subsystem NQN |
-//! | `deviceUUID` | the namespace's UUID; the namespace is found by it after connecting |
-//! | `nsid` | lunkit's own: the namespace id, instead of (or checked against) `deviceUUID` |
+//! | `deviceID` | the namespace's identity as `/sys/block/nvme*/wwid` shows it: `uuid.…`, `eui.…` (NGUID or EUI-64), `nvme.…`; found by it after connecting |
+//! | `deviceUUID` | the namespace's UUID (`deviceID: uuid.…`) |
+//! | `deviceEUI` | its NGUID or EUI-64 (`deviceID: eui.…`) |
+//! | `nsid` | lunkit's own: the namespace id, instead of (or checked against) the above |
+//! | `hostNqn`, `hostId` | the host identity this volume's connects present, instead of the node's |
 //! | `portals` | lunkit's own: more ports, a JSON array of `addr:port` strings |
 //! | `wwid` | as for iSCSI: the identity the namespace must report (`uuid.…`, `eui.…`) |
 //!
@@ -70,6 +75,14 @@ pub struct IscsiVolume {
     pub wwid: Option<Wwid>,
     /// Session CHAP, when `sessionCHAPAuth` is `true`.
     pub chap: Option<Chap>,
+    /// `discovery: true`: ask the portals for the target's other portals (SendTargets)
+    /// before logging in, and log in to those too.
+    pub discovery: bool,
+    /// Discovery CHAP, when `discovery` and `discoveryCHAPAuth` are both `true`.
+    pub discovery_chap: Option<Chap>,
+    /// The initiator name the volume's logins must present (`initiatorName`), when given:
+    /// staging checks it is the node's own ([`crate::iscsi::check_initiator`]).
+    pub initiator_name: Option<String>,
 }
 
 /// A secret value (a CHAP password): never shown by `Debug`, and with no `Display`.
@@ -89,7 +102,64 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// Session CHAP credentials, from NodeStageVolume's `secrets`:
+/// Which login CHAP authenticates, and so which keys name its credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChapScope {
+    /// The session's login (`sessionCHAPAuth`): keys `node.session.auth.*`, set in the
+    /// target's node record.
+    Session,
+    /// The SendTargets discovery session's login (`discoveryCHAPAuth` with `discovery`): keys
+    /// `discovery.sendtargets.auth.*` (those of Kubernetes' `kubernetes.io/iscsi-chap`
+    /// Secrets), set in the portal's discovery record.
+    Discovery,
+}
+
+/// The five setting names of one [`ChapScope`], which are also its secret keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChapKeys {
+    /// `….authmethod`.
+    pub authmethod: &'static str,
+    /// `….username`.
+    pub username: &'static str,
+    /// `….password`.
+    pub password: &'static str,
+    /// `….username_in`.
+    pub username_in: &'static str,
+    /// `….password_in`.
+    pub password_in: &'static str,
+}
+
+impl ChapScope {
+    /// The setting names (and secret keys) of this scope.
+    pub fn keys(self) -> ChapKeys {
+        match self {
+            ChapScope::Session => ChapKeys {
+                authmethod: CHAP_AUTHMETHOD,
+                username: CHAP_USERNAME,
+                password: CHAP_PASSWORD,
+                username_in: CHAP_USERNAME_IN,
+                password_in: CHAP_PASSWORD_IN,
+            },
+            ChapScope::Discovery => ChapKeys {
+                authmethod: "discovery.sendtargets.auth.authmethod",
+                username: "discovery.sendtargets.auth.username",
+                password: "discovery.sendtargets.auth.password",
+                username_in: "discovery.sendtargets.auth.username_in",
+                password_in: "discovery.sendtargets.auth.password_in",
+            },
+        }
+    }
+
+    /// The attribute that asks for it, for messages.
+    fn attribute(self) -> &'static str {
+        match self {
+            ChapScope::Session => "sessionCHAPAuth",
+            ChapScope::Discovery => "discoveryCHAPAuth",
+        }
+    }
+}
+
+/// CHAP credentials, from NodeStageVolume's `secrets`. Session CHAP's keys:
 ///
 /// | secret key | meaning |
 /// |---|---|
@@ -99,13 +169,14 @@ impl std::fmt::Debug for Secret {
 /// | `node.session.auth.password_in` | mutual CHAP: the target's secret |
 /// | `node.session.auth.authmethod` | optional; `CHAP` if given |
 ///
+/// Discovery CHAP's are the same under `discovery.sendtargets.auth.` ([`ChapScope`]).
 /// `username_in` and `password_in` come together or not at all. Every value must be 1 to 255
 /// bytes ([`MAX_CHAP_LEN`]), without control characters, without spaces at either end (the
-/// node record's parser strips them) and not starting with `-`. Keys of discovery CHAP
-/// (`discovery.sendtargets.auth.*`, csi-driver-iscsi's `node.sendtargets.auth.*`) are not
-/// read: the plugin runs no discovery.
+/// record's parser strips them) and not starting with `-`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Chap {
+    /// Which login the credentials are for.
+    pub scope: ChapScope,
     /// `node.session.auth.username`.
     pub username: String,
     /// `node.session.auth.password`.
@@ -117,6 +188,7 @@ pub struct Chap {
 impl std::fmt::Debug for Chap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Chap")
+            .field("scope", &self.scope)
             .field("username", &self.username)
             .field("password", &self.password)
             .field("mutual", &self.mutual)
@@ -128,22 +200,21 @@ impl Chap {
     /// The node-record settings without a secret, which iscsiadm's `-o update` sets on its
     /// command line, in the order they are set: `(name, value)`.
     pub fn settings(&self) -> Vec<(&'static str, &str)> {
-        let mut s = vec![
-            ("node.session.auth.authmethod", "CHAP"),
-            ("node.session.auth.username", self.username.as_str()),
-        ];
+        let k = self.scope.keys();
+        let mut s = vec![(k.authmethod, "CHAP"), (k.username, self.username.as_str())];
         if let Some((user, _)) = &self.mutual {
-            s.push(("node.session.auth.username_in", user.as_str()));
+            s.push((k.username_in, user.as_str()));
         }
         s
     }
 
     /// The secret settings, which never go on a command line: they are written into the
-    /// node record itself ([`crate::iscsi::write_secrets`]).
+    /// node or discovery record itself ([`crate::iscsi::write_secrets`]).
     pub fn secrets(&self) -> Vec<(&'static str, &str)> {
-        let mut s = vec![("node.session.auth.password", self.password.expose())];
+        let k = self.scope.keys();
+        let mut s = vec![(k.password, self.password.expose())];
         if let Some((_, password)) = &self.mutual {
-            s.push(("node.session.auth.password_in", password.expose()));
+            s.push((k.password_in, password.expose()));
         }
         s
     }
@@ -168,9 +239,20 @@ pub const CHAP_AUTHMETHOD: &str = "node.session.auth.authmethod";
 /// Reads session CHAP credentials from a request's secrets. Every problem is
 /// `INVALID_ARGUMENT` naming the volume and the key, never the value.
 pub fn chap(volume_id: &str, secrets: &HashMap<String, String>) -> Result<Chap> {
+    chap_of(ChapScope::Session, volume_id, secrets)
+}
+
+/// Reads the CHAP credentials of `scope` from a request's secrets (see [`chap`]).
+pub fn chap_of(
+    scope: ChapScope,
+    volume_id: &str,
+    secrets: &HashMap<String, String>,
+) -> Result<Chap> {
+    let keys = scope.keys();
     let bad = |key: &str, why: &str| {
         Error::InvalidArgument(format!(
-            "volume {volume_id}: secret {key}: {why} (sessionCHAPAuth is true)"
+            "volume {volume_id}: secret {key}: {why} ({} is true)",
+            scope.attribute()
         ))
     };
     let value = |key: &str| -> Result<Option<String>> {
@@ -212,33 +294,34 @@ pub fn chap(volume_id: &str, secrets: &HashMap<String, String>) -> Result<Chap> 
     let need = |key: &str| -> Result<String> {
         value(key)?.ok_or_else(|| bad(key, "missing from the request's secrets"))
     };
-    if let Some(m) = value(CHAP_AUTHMETHOD)? {
+    if let Some(m) = value(keys.authmethod)? {
         if !m.eq_ignore_ascii_case("CHAP") {
             return Err(bad(
-                CHAP_AUTHMETHOD,
+                keys.authmethod,
                 "must be CHAP when given (the secret names another method)",
             ));
         }
     }
-    let username = need(CHAP_USERNAME)?;
-    let password = Secret(need(CHAP_PASSWORD)?);
-    let mutual = match (value(CHAP_USERNAME_IN)?, value(CHAP_PASSWORD_IN)?) {
+    let username = need(keys.username)?;
+    let password = Secret(need(keys.password)?);
+    let mutual = match (value(keys.username_in)?, value(keys.password_in)?) {
         (None, None) => None,
         (Some(u), Some(p)) => Some((u, Secret(p))),
         (Some(_), None) => {
             return Err(bad(
-                CHAP_PASSWORD_IN,
+                keys.password_in,
                 "missing: mutual CHAP needs both username_in and password_in",
             ));
         }
         (None, Some(_)) => {
             return Err(bad(
-                CHAP_USERNAME_IN,
+                keys.username_in,
                 "missing: mutual CHAP needs both username_in and password_in",
             ));
         }
     };
     Ok(Chap {
+        scope,
         username,
         password,
         mutual,
@@ -257,10 +340,92 @@ pub struct NvmeVolume {
     pub portals: Vec<String>,
     /// The namespace id, when given.
     pub nsid: Option<u32>,
-    /// The namespace UUID (lower case), when given.
+    /// The namespace UUID (lower case), when given (`deviceUUID`, or `deviceID: uuid.…`).
     pub device_uuid: Option<String>,
+    /// The namespace's kernel identity (`eui.…`, `nvme.…`, lower case) when given instead
+    /// of a UUID (`deviceEUI`, or `deviceID`): the namespace is found by it after connecting.
+    pub device_wwid: Option<String>,
     /// The identity the namespace must report.
     pub wwid: Option<Wwid>,
+    /// The host NQN to connect as (`hostNqn`), instead of the node's.
+    pub host_nqn: Option<lunkit::Nqn>,
+    /// The host id to connect with (`hostId`), instead of the node's.
+    pub host_id: Option<lunkit::id::Uuid>,
+}
+
+/// How the attributes name a namespace beside (or instead of) its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DeviceId {
+    /// The namespace UUID, lower case.
+    Uuid(String),
+    /// The kernel's `wwid` of the namespace (`eui.…`, `nvme.…`), lower case.
+    Wwid(String),
+}
+
+/// csi-driver-nvmf's `deviceID`, `deviceUUID` and `deviceEUI`. That driver waits for
+/// `/dev/disk/by-id/nvme-<deviceID>`, a link udev names after the namespace's `wwid`
+/// (`uuid.…`, `eui.…` for an NGUID or EUI-64, `nvme.…` when the namespace reports neither)
+/// or after the subsystem's model and serial; `deviceUUID: X` is `deviceID: uuid.X` and
+/// `deviceEUI: X` is `deviceID: eui.X`. lunkit-csi takes the `wwid` forms, which name one
+/// namespace, and refuses the model-and-serial forms, which name a subsystem (with or
+/// without a namespace id that may be reused). Given more than once, they must agree.
+fn device_id(
+    ctx: &HashMap<String, String>,
+) -> std::result::Result<Option<DeviceId>, (&'static str, String)> {
+    let get = |key: &str| ctx.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let hex = |s: &str, lens: &[usize]| {
+        lens.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    let mut named: Vec<(&'static str, DeviceId)> = Vec::new();
+    if let Some(id) = get("deviceID") {
+        let lower = id.to_ascii_lowercase();
+        let eui = lower
+            .strip_prefix("eui.")
+            .is_some_and(|e| hex(e, &[16, 32]));
+        let nvme = lower.strip_prefix("nvme.").is_some_and(|n| {
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        });
+        let parsed = if let Some(u) = lower.strip_prefix("uuid.").filter(|u| is_uuid(u)) {
+            DeviceId::Uuid(u.to_owned())
+        } else if eui || nvme {
+            DeviceId::Wwid(lower)
+        } else {
+            return Err((
+                "deviceID",
+                format!(
+                    "{id:?} is not a namespace identity (uuid.…, eui.… or nvme.…, as \
+                     /sys/block/nvme*/wwid shows it); a udev model-and-serial name names the \
+                     subsystem, not the namespace: give deviceUUID, deviceEUI or nsid"
+                ),
+            ));
+        };
+        named.push(("deviceID", parsed));
+    }
+    if let Some(u) = get("deviceUUID") {
+        if !is_uuid(u) {
+            return Err(("deviceUUID", format!("{u:?} is not a UUID")));
+        }
+        named.push(("deviceUUID", DeviceId::Uuid(u.to_ascii_lowercase())));
+    }
+    if let Some(e) = get("deviceEUI") {
+        if !hex(e, &[16, 32]) {
+            return Err((
+                "deviceEUI",
+                format!("{e:?} is not an EUI-64 or NGUID (16 or 32 hex digits)"),
+            ));
+        }
+        named.push((
+            "deviceEUI",
+            DeviceId::Wwid(format!("eui.{}", e.to_ascii_lowercase())),
+        ));
+    }
+    match named.as_slice() {
+        [] => Ok(None),
+        [(_, first), rest @ ..] => match rest.iter().find(|(_, d)| d != first) {
+            Some((key, _)) => Err((key, format!("names another namespace than {}", named[0].0))),
+            None => Ok(Some(first.clone())),
+        },
+    }
 }
 
 /// A Fibre Channel LUN, as its attributes name it.
@@ -406,24 +571,44 @@ pub fn parse_nvme(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Nvme
                 .ok_or_else(|| bad("nsid", format!("{n:?} is not a namespace id")))?,
         ),
     };
-    let device_uuid = match get("deviceUUID") {
-        None => None,
-        Some(u) if is_uuid(u) => Some(u.to_ascii_lowercase()),
-        Some(u) => return Err(bad("deviceUUID", format!("{u:?} is not a UUID"))),
+    let (device_uuid, device_wwid) = match device_id(ctx).map_err(|(k, why)| bad(k, why))? {
+        None => (None, None),
+        Some(DeviceId::Uuid(u)) => (Some(u), None),
+        Some(DeviceId::Wwid(w)) => (None, Some(w)),
     };
-    if nsid.is_none() && device_uuid.is_none() {
-        return Err(bad("deviceUUID", "missing (or give nsid)".into()));
+    if nsid.is_none() && device_uuid.is_none() && device_wwid.is_none() {
+        return Err(bad(
+            "deviceID",
+            "missing (give deviceID, deviceUUID, deviceEUI or nsid)".into(),
+        ));
     }
     let wwid = match get("wwid") {
         None => None,
         Some(w) => Some(w.parse::<Wwid>().map_err(|e| bad("wwid", e.to_string()))?),
+    };
+    let host_nqn = match get("hostNqn") {
+        None => None,
+        Some(n) => Some(
+            n.parse::<lunkit::Nqn>()
+                .map_err(|e| bad("hostNqn", e.to_string()))?,
+        ),
+    };
+    let host_id = match get("hostId") {
+        None => None,
+        Some(i) => Some(
+            i.parse::<lunkit::id::Uuid>()
+                .map_err(|e| bad("hostId", e.to_string()))?,
+        ),
     };
     Ok(NvmeVolume {
         nqn,
         portals,
         nsid,
         device_uuid,
+        device_wwid,
         wwid,
+        host_nqn,
+        host_id,
     })
 }
 
@@ -492,10 +677,10 @@ pub fn parse_iscsi(
                 .into(),
         ));
     }
-    let mut flags = [false; 2];
+    let mut flags = [false; 3];
     for (flag, key) in flags
         .iter_mut()
-        .zip(["discoveryCHAPAuth", "sessionCHAPAuth"])
+        .zip(["discovery", "discoveryCHAPAuth", "sessionCHAPAuth"])
     {
         *flag = match ctx.get(key).map(|v| v.trim()) {
             None | Some("") | Some("false") => false,
@@ -503,13 +688,30 @@ pub fn parse_iscsi(
             Some(v) => return Err(bad(key, format!("{v:?} is neither true nor false"))),
         };
     }
-    // Discovery CHAP authenticates a SendTargets discovery session, and the plugin never opens
-    // one (it writes static node records for the portals the attributes name): accepted, and
-    // nothing to do.
-    let chap = if flags[1] {
+    let [discovery, discovery_chap, session_chap] = flags;
+    let chap = if session_chap {
         Some(chap(volume_id, secrets)?)
     } else {
         None
+    };
+    // Discovery CHAP authenticates the SendTargets session only: without `discovery` none is
+    // opened, and there is nothing to authenticate (as in csi-lib-iscsi, which reads it only
+    // when it discovers).
+    let discovery_chap = if discovery && discovery_chap {
+        Some(chap_of(ChapScope::Discovery, volume_id, secrets)?)
+    } else {
+        None
+    };
+    let initiator_name = match ctx
+        .get("initiatorName")
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+    {
+        None => None,
+        Some(n) => {
+            lunkit::iscsi::check_target_name(n).map_err(|e| bad("initiatorName", e.to_string()))?;
+            Some(n.to_owned())
+        }
     };
     let iface = match ctx.get("iscsiInterface").map(|v| v.trim()) {
         None | Some("") | Some("default") => None,
@@ -532,6 +734,9 @@ pub fn parse_iscsi(
         iface,
         wwid,
         chap,
+        discovery,
+        discovery_chap,
+        initiator_name,
     })
 }
 
@@ -979,7 +1184,184 @@ mod tests {
         let mut m = ctx(&base);
         m.remove("nsid");
         let e = parse("pv-n", &m, &HashMap::new()).unwrap_err();
-        assert!(e.to_string().contains("deviceUUID: missing"), "{e}");
+        assert!(e.to_string().contains("deviceID: missing"), "{e}");
+    }
+
+    /// csi-driver-nvmf's example PVs (examples/kubernetes/*/pv.yaml), with the forms their
+    /// comments offer.
+    #[test]
+    fn reads_csi_driver_nvmf_example_pvs_device_ids_and_host_identity() {
+        let base = [
+            ("targetTrAddr", "192.168.122.18"),
+            ("targetTrPort", "49153"),
+            ("targetTrType", "tcp"),
+            ("nqn", "nqn.2022-08.org.test-nvmf.example"),
+        ];
+        let with = |extra: &[(&str, &str)]| {
+            let mut m = ctx(&base);
+            m.extend(ctx(extra));
+            match parse("pv", &m, &HashMap::new()) {
+                Ok(Volume::Nvme(v)) => Ok(v),
+                Ok(other) => panic!("not NVMe: {other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let uuid = "58668891-c3e4-45d0-b90e-824525c16080";
+        for attrs in [
+            &[("deviceID", "uuid.58668891-c3e4-45d0-b90e-824525c16080")][..],
+            &[("deviceUUID", uuid)],
+            &[
+                ("deviceID", "uuid.58668891-C3E4-45d0-b90e-824525c16080"),
+                ("deviceUUID", uuid),
+            ],
+        ] {
+            let v = with(attrs).unwrap();
+            assert_eq!(v.device_uuid.as_deref(), Some(uuid), "{attrs:?}");
+            assert_eq!((v.device_wwid, v.nsid), (None, None));
+            assert_eq!(v.portals, ["192.168.122.18:49153"]);
+        }
+        // An NGUID and an EUI-64 both show as eui.…; the kernel's own nvme.… form too.
+        for (attrs, wwid) in [
+            (
+                &[("deviceEUI", "00000000000000000042AA42AA42AA42")][..],
+                "eui.00000000000000000042aa42aa42aa42",
+            ),
+            (
+                &[("deviceID", "eui.00000000000000000042aa42aa42aa42")],
+                "eui.00000000000000000042aa42aa42aa42",
+            ),
+            (
+                &[("deviceID", "eui.0025384c41a0b2c1")],
+                "eui.0025384c41a0b2c1",
+            ),
+            (
+                &[("deviceID", "nvme.1b36-6c756e6b6974-51454d55-00000001")],
+                "nvme.1b36-6c756e6b6974-51454d55-00000001",
+            ),
+        ] {
+            let v = with(attrs).unwrap();
+            assert_eq!(v.device_wwid.as_deref(), Some(wwid), "{attrs:?}");
+            assert_eq!(v.device_uuid, None);
+        }
+        // udev's model-and-serial names, a malformed id, and two that disagree are refused,
+        // naming the key.
+        for (attrs, key) in [
+            (
+                &[("deviceID", "INTEL_SSDPF2KX038T9N_PHAB2261050P3P9EGN")][..],
+                "deviceID",
+            ),
+            (
+                &[("deviceID", "Pure_Storage_FlashArray_AA00000000000AAA_42")],
+                "deviceID",
+            ),
+            (&[("deviceID", "eui.12345")], "deviceID"),
+            (&[("deviceEUI", "xyz")], "deviceEUI"),
+            (
+                &[
+                    ("deviceID", "uuid.58668891-c3e4-45d0-b90e-824525c16080"),
+                    ("deviceEUI", "0025384c41a0b2c1"),
+                ],
+                "deviceEUI",
+            ),
+            (&[("nsid", "1"), ("hostNqn", "not an nqn")], "hostNqn"),
+            (&[("nsid", "1"), ("hostId", "1234")], "hostId"),
+        ] {
+            let e = with(attrs).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{attrs:?}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("volume pv: volume attribute {key}: ")),
+                "{attrs:?}: {e}"
+            );
+        }
+        let v = with(&[
+            ("deviceUUID", uuid),
+            (
+                "hostNqn",
+                "nqn.2014-08.org.nvmexpress:uuid:0f8fad5b-d9cb-469f-a165-70867728950e",
+            ),
+            ("hostId", "0F8FAD5B-D9CB-469F-A165-70867728950E"),
+        ])
+        .unwrap();
+        assert_eq!(
+            v.host_nqn.map(|n| n.to_string()).as_deref(),
+            Some("nqn.2014-08.org.nvmexpress:uuid:0f8fad5b-d9cb-469f-a165-70867728950e")
+        );
+        assert_eq!(
+            v.host_id.map(|i| i.to_string()).as_deref(),
+            Some("0f8fad5b-d9cb-469f-a165-70867728950e")
+        );
+    }
+
+    /// csi-driver-iscsi's example PV (examples/pv.yaml): SendTargets discovery, discovery
+    /// CHAP from the stage secrets.
+    #[test]
+    fn reads_csi_driver_iscsi_example_pv_with_discovery() {
+        let m = ctx(&[
+            ("targetPortal", "192.168.0.107:3260"),
+            ("portals", "[]"),
+            ("iqn", "iqn.2015-06.com.example.test:target1"),
+            ("lun", "0"),
+            ("iscsiInterface", "default"),
+            ("discovery", "true"),
+            ("discoveryCHAPAuth", "true"),
+            ("sessionCHAPAuth", "false"),
+            ("initiatorName", "iqn.2016-04.com.example:node-1"),
+        ]);
+        let s = secrets(&[
+            ("discovery.sendtargets.auth.username", "disc-user"),
+            ("discovery.sendtargets.auth.password", PASSWORD),
+        ]);
+        let v = parse_iscsi("pv", &m, &s).unwrap();
+        assert!(v.discovery);
+        assert_eq!(v.portals, ["192.168.0.107:3260"]);
+        assert_eq!(v.chap, None);
+        assert_eq!(
+            v.initiator_name.as_deref(),
+            Some("iqn.2016-04.com.example:node-1")
+        );
+        let c = v.discovery_chap.expect("discovery CHAP");
+        assert_eq!(c.scope, ChapScope::Discovery);
+        assert_eq!(
+            c.settings(),
+            [
+                ("discovery.sendtargets.auth.authmethod", "CHAP"),
+                ("discovery.sendtargets.auth.username", "disc-user"),
+            ]
+        );
+        assert_eq!(
+            c.secrets(),
+            [("discovery.sendtargets.auth.password", PASSWORD)]
+        );
+        // Without its secrets, the key is named; session CHAP's keys are not taken for it.
+        let e = parse_iscsi(
+            "pv",
+            &m,
+            &secrets(&[(CHAP_USERNAME, "u"), (CHAP_PASSWORD, PASSWORD)]),
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(
+            e.to_string()
+                .starts_with("volume pv: secret discovery.sendtargets.auth.username: missing")
+                && e.to_string().contains("discoveryCHAPAuth is true"),
+            "{e}"
+        );
+        // discoveryCHAPAuth without discovery opens no discovery session: nothing is read.
+        let mut m2 = m.clone();
+        m2.insert("discovery".into(), "false".into());
+        let v = parse_iscsi("pv", &m2, &HashMap::new()).unwrap();
+        assert!(!v.discovery && v.discovery_chap.is_none());
+        for (k, bad) in [("discovery", "yes"), ("initiatorName", "iqn with space")] {
+            let mut m3 = m.clone();
+            m3.insert(k.into(), bad.into());
+            let e = parse_iscsi("pv", &m3, &s).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("volume pv: volume attribute {k}: ")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -239,16 +239,21 @@ pub fn write_secrets(
     iface: Option<&str>,
     settings: &[(&str, &str)],
 ) -> Result<()> {
+    rewrite_record(&record_path(nodes, iqn, portal, iface)?, settings)
+}
+
+/// Writes `settings` into the open-iscsi record file at `path` (a node record, or a
+/// discovery record), as [`write_secrets`] describes.
+pub fn rewrite_record(path: &Path, settings: &[(&str, &str)]) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = record_path(nodes, iqn, portal, iface)?;
     let fail = |what: &str, e: std::io::Error| {
         Error::Internal(format!(
-            "{what} the node record {} (its CHAP secrets): {e}",
+            "{what} the record {} (its CHAP secrets): {e}",
             path.display()
         ))
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| fail("read", e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| fail("read", e))?;
     let text = with_settings(&text, settings);
     let tmp = path.with_file_name(format!(
         ".{}.lunkit-csi",
@@ -265,7 +270,7 @@ pub fn write_secrets(
     let written = f
         .write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, &path));
+        .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(fail("write", e));
@@ -274,6 +279,214 @@ pub fn write_secrets(
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }
     Ok(())
+}
+
+/// The SendTargets discovery record of `portal` (`addr:port`, `[v6addr]:port`) in the
+/// open-iscsi database whose node records are in `nodes`: `../send_targets/ADDR,PORT/st_config`
+/// (idbm.c's `ST_CONFIG_DIR` and `ST_CONFIG_NAME`).
+pub fn discovery_record_path(nodes: &Path, portal: &str) -> Result<PathBuf> {
+    let (addr, port) = portal
+        .rsplit_once(':')
+        .ok_or_else(|| Error::Internal(format!("portal {portal:?} has no port")))?;
+    let addr = addr.trim_start_matches('[').trim_end_matches(']');
+    let db = nodes.parent().unwrap_or(nodes);
+    Ok(db
+        .join("send_targets")
+        .join(format!("{addr},{port}"))
+        .join("st_config"))
+}
+
+/// The portals of `iqn` in iscsiadm's flat listing of discovered targets (`-o
+/// nonpersistent`): one `ADDR:PORT,TPGT IQN` or `[V6ADDR]:PORT,TPGT IQN` line each, in the
+/// order given, each once. Other targets' lines and lines of another form are skipped.
+pub fn portals_of(listing: &str, iqn: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in listing.lines() {
+        let Some((address, name)) = line.trim().split_once(' ') else {
+            continue;
+        };
+        if name.trim() != iqn {
+            continue;
+        }
+        let Some((portal, _tpgt)) = address.rsplit_once(',') else {
+            continue;
+        };
+        if let Ok(p) = crate::attrs::portal(portal) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Asks each of `portals` for the target's portals (SendTargets), through `iface`, with
+/// discovery CHAP when `chap` is given; returns the portals of `iqn` any of them
+/// advertised, in the order found, each once. Nothing is left in open-iscsi's database: the
+/// discovery runs with `-o nonpersistent` (no node records for the targets found, which
+/// would be every target of the array with `node.startup` from iscsid.conf), and the
+/// discovery record that carries the CHAP secret is deleted after. A portal that does not
+/// answer is passed over; none answering fails, `PERMISSION_DENIED` when a portal refused
+/// the discovery login ([`LOGIN_AUTH_FAILED`]).
+pub fn discover(
+    nodes: &Path,
+    iqn: &str,
+    portals: &[String],
+    iface: Option<&str>,
+    chap: Option<&Chap>,
+    deadline: Instant,
+) -> Result<Vec<String>> {
+    let mut found: Vec<String> = Vec::new();
+    let mut failed = Vec::new();
+    let mut refused = false;
+    for portal in portals {
+        match discover_one(nodes, portal, iface, chap, deadline) {
+            Ok(listing) => {
+                for p in portals_of(&listing, iqn) {
+                    if !found.contains(&p) {
+                        found.push(p);
+                    }
+                }
+            }
+            Err((code, why)) => {
+                refused |= code == Some(LOGIN_AUTH_FAILED);
+                failed.push(format!("{portal}: {why}"));
+            }
+        }
+    }
+    if failed.len() == portals.len() {
+        let why = format!(
+            "SendTargets discovery of {iqn} failed on every portal: {}",
+            failed.join("; ")
+        );
+        return Err(if refused {
+            Error::PermissionDenied(format!(
+                "{why} (the discovery login was refused: check the discovery CHAP secret)"
+            ))
+        } else {
+            Error::Program(why)
+        });
+    }
+    Ok(found)
+}
+
+/// One portal's SendTargets listing, or iscsiadm's exit code and words.
+fn discover_one(
+    nodes: &Path,
+    portal: &str,
+    iface: Option<&str>,
+    chap: Option<&Chap>,
+    deadline: Instant,
+) -> std::result::Result<String, (Option<i32>, String)> {
+    let Some(chap) = chap else {
+        // No record needed: iscsiadm's plain discovery mode takes iscsid.conf's settings.
+        let mut args = vec!["-m", "discovery", "-t", "sendtargets", "-p", portal];
+        if let Some(i) = iface {
+            args.extend(["-I", i]);
+        }
+        args.extend(["-o", "nonpersistent"]);
+        return listing(&args, deadline);
+    };
+    let mut base = vec!["-m", "discoverydb", "-t", "sendtargets", "-p", portal];
+    if let Some(i) = iface {
+        base.extend(["-I", i]);
+    }
+    let mut new = base.clone();
+    new.extend(["-o", "new"]);
+    exec::run_ok(Program::Iscsiadm, &new, remaining(deadline))
+        .map_err(|e| (None, e.to_string()))?;
+    let found = discover_with_chap(nodes, portal, &base, chap, deadline);
+    // Whatever happened: the record holds the secret.
+    let mut delete = base.clone();
+    delete.extend(["-o", "delete"]);
+    let _ = exec::run(Program::Iscsiadm, &delete, remaining(deadline));
+    found
+}
+
+/// The discovery through the record `base` names (`-m discoverydb -t sendtargets -p PORTAL
+/// [-I IFACE]`), which `-o new` made: CHAP's method and user names set by iscsiadm, its
+/// passwords written into the record ([`rewrite_record`]), then `--discover`.
+fn discover_with_chap(
+    nodes: &Path,
+    portal: &str,
+    base: &[&str],
+    chap: &Chap,
+    deadline: Instant,
+) -> std::result::Result<String, (Option<i32>, String)> {
+    let fail = |e: Error| (None, e.to_string());
+    let mut update = base.to_vec();
+    update.extend(["-o", "update"]);
+    let settings = chap.settings();
+    for (name, value) in &settings {
+        update.extend(["-n", name, "-v", value]);
+    }
+    exec::run_ok(Program::Iscsiadm, &update, remaining(deadline)).map_err(fail)?;
+    let path = discovery_record_path(nodes, portal).map_err(fail)?;
+    rewrite_record(&path, &chap.secrets()).map_err(fail)?;
+    let mut run = base.to_vec();
+    run.extend(["--discover", "-o", "nonpersistent"]);
+    listing(&run, deadline)
+}
+
+/// Runs an iscsiadm discovery and returns what it printed.
+fn listing(args: &[&str], deadline: Instant) -> std::result::Result<String, (Option<i32>, String)> {
+    let out = exec::run(Program::Iscsiadm, args, remaining(deadline))
+        .map_err(|e| (None, e.to_string()))?;
+    if out.code == Some(0) {
+        Ok(out.stdout)
+    } else {
+        Err((out.code, out.describe(Program::Iscsiadm, args)))
+    }
+}
+
+/// The node's initiator name: `InitiatorName=` in `<root>/etc/iscsi/initiatorname.iscsi`,
+/// which iscsid reads at start; `None` when the file is not there or names none.
+pub fn node_initiator_name(root: &Root) -> Result<Option<String>> {
+    let path = root.etc("iscsi/initiatorname.iscsi");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Internal(format!("{}: {e}", path.display()))),
+    };
+    Ok(initiator_name_in(&text))
+}
+
+/// The `InitiatorName=` of an `initiatorname.iscsi` file's text (comments skipped).
+pub fn initiator_name_in(text: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix("InitiatorName="))
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+}
+
+/// Checks a volume's `initiatorName` against the node's. lunkit-csi logs in with the
+/// node's name only: open-iscsi keeps one session per target, portal and iface, a LUN
+/// number means what the target's ACL for the initiator name maps it to, and lunkit's scan
+/// of a volume's LUN goes through every session to the target through its portals. A second
+/// initiator name (an iface with its own `iface.initiatorname`, as Kubernetes' in-tree plugin
+/// makes) would put two sessions through one portal, each seeing its own LUN behind the same
+/// number, and the scan would mix them. So another name is refused, `FAILED_PRECONDITION`
+/// naming both, before anything is done; the node's own name (or none) goes ahead.
+pub fn check_initiator(root: &Root, volume_id: &str, wanted: &str) -> Result<()> {
+    let node = node_initiator_name(root)?;
+    if node
+        .as_deref()
+        .is_some_and(|n| n.eq_ignore_ascii_case(wanted))
+    {
+        return Ok(());
+    }
+    Err(Error::FailedPrecondition(format!(
+        "volume {volume_id}: volume attribute initiatorName {wanted:?} is not this node's \
+         initiator name ({}, from {}): lunkit-csi logs in as the node only (a LUN number means \
+         what the target maps it to for each initiator name, and two names' sessions through \
+         one portal would mix); leave initiatorName out or set it to the node's name, and \
+         give the target's ACL the node's name",
+        node.as_deref()
+            .map_or("none set".to_owned(), |n| format!("{n:?}")),
+        root.etc("iscsi/initiatorname.iscsi").display()
+    )))
 }
 
 /// The node record `text` with `settings` in place of any lines of the same names.
@@ -374,6 +587,46 @@ node.session.auth.password_in = in\n# END RECORD\n"
         assert_eq!(
             out,
             "node.session.auth.username = u\nnode.session.auth.password = p\n"
+        );
+    }
+
+    #[test]
+    fn sendtargets_listings_give_the_targets_portals_once_each() {
+        let listing = "127.0.0.1:3260,1 iqn.2003-01.org.example:t\n\
+127.0.0.2:3260,1 iqn.2003-01.org.example:t\n\
+127.0.0.1:3260,1 iqn.2003-01.org.example:other\n\
+[fd00::1]:3260,2 iqn.2003-01.org.example:t\n\
+127.0.0.2:3260,1 iqn.2003-01.org.example:t\n\
+iscsiadm: some warning\n";
+        assert_eq!(
+            portals_of(listing, "iqn.2003-01.org.example:t"),
+            ["127.0.0.1:3260", "127.0.0.2:3260", "[fd00::1]:3260"]
+        );
+        assert!(portals_of(listing, "iqn.2003-01.org.example:none").is_empty());
+        assert_eq!(
+            discovery_record_path(Path::new("/etc/iscsi/nodes"), "[fd00::1]:3260").unwrap(),
+            Path::new("/etc/iscsi/send_targets/fd00::1,3260/st_config")
+        );
+    }
+
+    #[test]
+    fn the_initiator_name_is_read_past_comments() {
+        let text = "## DO NOT EDIT\n#InitiatorName=iqn.old:x\nInitiatorName=iqn.1993-08.org.debian:01:abc\n";
+        assert_eq!(
+            initiator_name_in(text).as_deref(),
+            Some("iqn.1993-08.org.debian:01:abc")
+        );
+        assert_eq!(initiator_name_in("# none\nInitiatorName=\n"), None);
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("etc/iscsi")).unwrap();
+        std::fs::write(root.path().join("etc/iscsi/initiatorname.iscsi"), text).unwrap();
+        let r = Root::new(root.path());
+        check_initiator(&r, "pv", "iqn.1993-08.org.debian:01:abc").unwrap();
+        let e = check_initiator(&r, "pv", "iqn.2016-04.com.example:other").unwrap_err();
+        assert!(matches!(e, Error::FailedPrecondition(_)), "{e}");
+        assert!(
+            e.to_string().contains("iqn.1993-08.org.debian:01:abc"),
+            "{e}"
         );
     }
 

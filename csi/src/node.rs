@@ -180,16 +180,62 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 portals: pa,
                 nsid: na,
                 device_uuid: ua,
+                device_wwid: wa,
             },
             Target::Nvme {
                 nqn: b,
                 portals: pb,
                 nsid: nb,
                 device_uuid: ub,
+                device_wwid: wb,
             },
-        ) => a == b && pa == pb && ua == ub && (nb.is_none() || na == nb),
+        ) => a == b && pa == pb && ua == ub && wa == wb && (nb.is_none() || na == nb),
+        // The portals discovery found are what the array advertised then, not what the
+        // request names.
+        (
+            Target::Iscsi {
+                iqn: a,
+                portals: pa,
+                iface: fa,
+                lun: la,
+                ..
+            },
+            Target::Iscsi {
+                iqn: b,
+                portals: pb,
+                iface: fb,
+                lun: lb,
+                ..
+            },
+        ) => a == b && pa == pb && fa == fb && la == lb,
         _ => recorded == asked,
     }
+}
+
+/// Whether `ns` is the namespace the attributes named by UUID or kernel identity (either
+/// may be absent: then only the other, or nothing, is checked). An `eui.…` identity is the
+/// namespace's NGUID or EUI-64 whichever form the kernel's `wwid` took: a namespace that
+/// also reports a UUID shows `uuid.…` there, and its `nguid` and `eui` attributes still
+/// carry the ids csi-driver-nvmf's `deviceEUI` names.
+fn names_namespace(uuid: Option<&str>, wwid: Option<&str>, ns: &lunkit::NvmeNamespace) -> bool {
+    let same = |want: Option<&str>, got: Option<&str>| {
+        want.is_none_or(|w| got.is_some_and(|g| g.eq_ignore_ascii_case(w)))
+    };
+    let hex = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_hexdigit)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let by_eui = |w: &str| {
+        w.strip_prefix("eui.").is_some_and(|e| {
+            [ns.nguid.as_deref(), ns.eui.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|id| hex(id) == e && hex(id).bytes().any(|b| b != b'0'))
+        })
+    };
+    same(uuid, ns.uuid.as_deref()) && (same(wwid, ns.wwid.as_deref()) || wwid.is_some_and(by_eui))
 }
 
 fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -350,13 +396,11 @@ impl Inner {
     ) -> Result<BlockNode> {
         let root = self.root();
         let what = format!("volume {id}: attach NVMe {}", vol.nqn);
+        let host = self.nvme_host(&what, vol)?;
         let nsid = match vol.nsid {
             Some(n) => n,
             None => {
-                let uuid = vol.device_uuid.clone().ok_or_else(|| {
-                    Error::InvalidArgument(format!("{what}: neither nsid nor deviceUUID"))
-                })?;
-                let n = self.nsid_by_uuid(&what, vol, &uuid, deadline)?;
+                let n = self.nsid_by_identity(&what, vol, host.as_ref(), deadline)?;
                 if let Target::Nvme { nsid, .. } = &mut record.target {
                     *nsid = Some(n);
                 }
@@ -368,6 +412,7 @@ impl Inner {
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
         opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
         opts.portals = vol.portals.clone();
+        opts.nvme_host = host;
         let spec = VolumeSpec::Nvme {
             nqn: vol.nqn.clone(),
             namespace: NamespaceSelector::Id(nsid),
@@ -380,16 +425,25 @@ impl Inner {
             .and_then(|n| n.devices.first())
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
-        if let Some(uuid) = &vol.device_uuid {
+        if vol.device_uuid.is_some() || vol.device_wwid.is_some() {
             let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
                 .map_err(|e| Error::lunkit(what.clone(), e))?
                 .into_iter()
                 .find(|(ns, _)| ns.nsid == Some(nsid))
-                .and_then(|(ns, _)| ns.uuid);
-            if found.as_deref().map(str::to_ascii_lowercase).as_deref() != Some(uuid.as_str()) {
+                .map(|(ns, _)| ns);
+            let (uuid, wwid) = (vol.device_uuid.as_deref(), vol.device_wwid.as_deref());
+            if !found
+                .as_ref()
+                .is_some_and(|ns| names_namespace(uuid, wwid, ns))
+            {
+                let said =
+                    |v: Option<&String>| v.map_or_else(|| "not reported".to_owned(), Clone::clone);
                 return Err(Error::FailedPrecondition(format!(
-                    "{what}: the namespace's UUID is {}, not the deviceUUID {uuid}",
-                    found.as_deref().unwrap_or("not reported")
+                    "{what}: the namespace reports UUID {} and identity {}, not the {} the \
+                     volume attributes name",
+                    said(found.as_ref().and_then(|n| n.uuid.as_ref())),
+                    said(found.as_ref().and_then(|n| n.wwid.as_ref())),
+                    uuid.or(wwid).unwrap_or_default()
                 )));
             }
         }
@@ -423,6 +477,7 @@ impl Inner {
             nqn,
             nsid,
             device_uuid,
+            device_wwid,
             ..
         } = &record.target
         {
@@ -433,11 +488,7 @@ impl Inner {
                 .into_iter()
                 .find(|(ns, d)| {
                     ns.nsid == Some(*nsid)
-                        && device_uuid.as_deref().is_none_or(|u| {
-                            ns.uuid
-                                .as_deref()
-                                .is_some_and(|f| f.eq_ignore_ascii_case(u))
-                        })
+                        && names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns)
                         && record
                             .wwid
                             .as_deref()
@@ -487,15 +538,56 @@ impl Inner {
         })
     }
 
-    /// Connects every port of `vol` and waits until a namespace of the subsystem reports
-    /// `uuid`; returns its nsid.
-    fn nsid_by_uuid(
+    /// The host identity a volume's connects present: the node's (`None`: lunkit reads
+    /// `/etc/nvme` under the root), or the volume's `hostNqn`/`hostId`. A volume that names
+    /// only one of the two gets the other as csi-driver-nvmf and nvme-cli give it: the
+    /// node's host NQN with its `hostId`; with its `hostNqn`, the UUID in that NQN
+    /// (`nqn.2014-08.org.nvmexpress:uuid:<id>`, nvme-cli's rule) or else the node's host id.
+    fn nvme_host(&self, what: &str, vol: &NvmeVolume) -> Result<Option<lunkit::nvme::Host>> {
+        if vol.host_nqn.is_none() && vol.host_id.is_none() {
+            return Ok(None);
+        }
+        let node = || {
+            lunkit::nvme::Host::from_node(self.root()).map_err(|e| {
+                Error::lunkit(
+                    format!("{what}: the node's host identity (for hostNqn or hostId)"),
+                    e,
+                )
+            })
+        };
+        let nqn = match &vol.host_nqn {
+            Some(n) => n.clone(),
+            None => node()?.nqn,
+        };
+        let id = match vol.host_id {
+            Some(i) => Some(i),
+            None => match nqn
+                .to_string()
+                .rsplit_once(":uuid:")
+                .and_then(|(_, u)| u.parse().ok())
+            {
+                Some(u) => Some(u),
+                None => node()?.id,
+            },
+        };
+        Ok(Some(lunkit::nvme::Host { nqn, id }))
+    }
+
+    /// Connects every port of `vol` (as `host`, when given) and waits until a namespace of
+    /// the subsystem is the one its `deviceUUID`/`deviceID` names; returns its nsid.
+    fn nsid_by_identity(
         &self,
         what: &str,
         vol: &NvmeVolume,
-        uuid: &str,
+        host: Option<&lunkit::nvme::Host>,
         deadline: Instant,
     ) -> Result<u32> {
+        let (uuid, wwid) = (vol.device_uuid.as_deref(), vol.device_wwid.as_deref());
+        let Some(named) = uuid.or(wwid) else {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: neither nsid nor deviceID"
+            )));
+        };
         let root = self.root();
         let mut connected = 0;
         let mut failures = Vec::new();
@@ -504,6 +596,7 @@ impl Inner {
                 .parse()
                 .map_err(|_| Error::InvalidArgument(format!("{what}: port {portal:?}")))?;
             let mut c = lunkit::nvme::ConnectOptions::new(sa.ip(), sa.port(), vol.nqn.clone());
+            c.host = host.cloned();
             c.timeout = deadline
                 .saturating_duration_since(Instant::now())
                 .min(c.timeout);
@@ -523,23 +616,65 @@ impl Inner {
             let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
                 .map_err(|e| Error::lunkit(what.to_owned(), e))?
                 .into_iter()
-                .find(|(ns, _)| {
-                    ns.uuid
-                        .as_deref()
-                        .is_some_and(|u| u.eq_ignore_ascii_case(uuid))
-                })
+                .find(|(ns, _)| names_namespace(uuid, wwid, ns))
                 .and_then(|(ns, _)| ns.nsid);
             if let Some(n) = found {
                 return Ok(n);
             }
             if Instant::now() >= deadline {
                 return Err(Error::NotFound(format!(
-                    "{what}: no namespace with UUID {uuid} appeared in the subsystem"
+                    "{what}: no namespace {named} appeared in the subsystem"
                 )));
             }
             std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
             pause = (pause * 2).min(Duration::from_millis(200));
         }
+    }
+
+    /// The volume with the portals SendTargets discovery found added (`discovery: true`),
+    /// recorded before any is logged in to; the volume as it is otherwise. Checks its
+    /// `initiatorName` first ([`iscsi::check_initiator`]).
+    fn discover_iscsi(
+        &self,
+        id: &str,
+        vol: &IscsiVolume,
+        record: &mut Record,
+        deadline: Instant,
+    ) -> Result<IscsiVolume> {
+        if let Some(name) = &vol.initiator_name {
+            iscsi::check_initiator(self.root(), id, name)?;
+        }
+        if !vol.discovery {
+            return Ok(vol.clone());
+        }
+        let found = iscsi::discover(
+            &self.config.iscsi_nodes,
+            &vol.iqn,
+            &vol.portals,
+            vol.iface.as_deref(),
+            vol.discovery_chap.as_ref(),
+            deadline,
+        )
+        .map_err(|e| match e {
+            Error::Program(m) => Error::Program(format!("volume {id}: {m}")),
+            Error::PermissionDenied(m) => Error::PermissionDenied(format!("volume {id}: {m}")),
+            other => other,
+        })?;
+        let mut all = vol.clone();
+        let new: Vec<String> = found
+            .into_iter()
+            .filter(|p| !vol.portals.contains(p))
+            .collect();
+        all.portals.extend(new.iter().cloned());
+        if let Target::Iscsi { discovered, .. } = &mut record.target {
+            for p in new {
+                if !discovered.contains(&p) {
+                    discovered.push(p);
+                }
+            }
+        }
+        self.store.save(record)?;
+        Ok(all)
     }
 
     /// Logs in to the volume's portals that have no session yet (with session CHAP when the
@@ -714,6 +849,7 @@ impl Inner {
                     portals: v.portals.clone(),
                     iface: v.iface.clone(),
                     lun: v.lun,
+                    discovered: Vec::new(),
                 },
                 v.wwid.as_ref().map(Wwid::to_multipath),
             ),
@@ -723,6 +859,7 @@ impl Inner {
                     portals: v.portals.clone(),
                     nsid: v.nsid,
                     device_uuid: v.device_uuid.clone(),
+                    device_wwid: v.device_wwid.clone(),
                 },
                 v.wwid.as_ref().map(ToString::to_string),
             ),
@@ -772,17 +909,31 @@ impl Inner {
         self.store.save(&record)?;
         let device = match &vol {
             Volume::Iscsi(v) => {
-                if let Err(e) = self.login_iscsi(id, v, deadline) {
-                    // Every portal's login failed (those are the errors login gives then), so
-                    // no portal has a session and nothing of the volume is on the node: a
-                    // record this call made would only wait for an unstage that a CO need
-                    // not send after a stage that failed this way.
-                    if first && matches!(e, Error::PermissionDenied(_) | Error::Program(_)) {
-                        self.store.remove(id)?;
+                // A refused initiatorName, a discovery that failed on every portal, or every
+                // portal's login failed (those are the errors these give then): no portal
+                // has a session and nothing of the volume is on the node, so a record this
+                // call made would only wait for an unstage that a CO need not send after a
+                // stage that failed this way.
+                let logged_in = self
+                    .discover_iscsi(id, v, &mut record, deadline)
+                    .and_then(|v| self.login_iscsi(id, &v, deadline).map(|()| v));
+                let v = match logged_in {
+                    Ok(v) => v,
+                    Err(e) => {
+                        if first
+                            && matches!(
+                                e,
+                                Error::PermissionDenied(_)
+                                    | Error::Program(_)
+                                    | Error::FailedPrecondition(_)
+                            )
+                        {
+                            self.store.remove(id)?;
+                        }
+                        return Err(e);
                     }
-                    return Err(e);
-                }
-                self.attach_iscsi(id, v, &mut record, deadline)?
+                };
+                self.attach_iscsi(id, &v, &mut record, deadline)?
             }
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
             Volume::Fc(v) => self.attach_fc(id, v, &mut record, deadline)?,
@@ -965,6 +1116,7 @@ impl Inner {
                 portals,
                 iface,
                 lun,
+                discovered,
             } => {
                 // By identity whenever it is known: the address may hold another volume now.
                 let spec = match record.known_wwid().map(str::parse) {
@@ -978,7 +1130,9 @@ impl Inner {
                 let lock = self.target_lock(iqn);
                 let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
                 if !others(&self.store)? {
-                    iscsi::logout_unused(root, iqn, portals, iface.as_deref(), deadline)
+                    let mut all = portals.clone();
+                    all.extend(discovered.iter().filter(|p| !portals.contains(p)).cloned());
+                    iscsi::logout_unused(root, iqn, &all, iface.as_deref(), deadline)
                         .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
                 }
                 // Gone from the records before the lock is let go: two volumes of one target
@@ -1516,5 +1670,50 @@ impl Node for NodeService {
                 segments: self.inner.config.topology.clone().into_iter().collect(),
             }),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_namespace;
+
+    fn namespace() -> lunkit::NvmeNamespace {
+        lunkit::NvmeNamespace {
+            name: "nvme0n1".into(),
+            nsid: Some(1),
+            wwid: Some("uuid.58668891-c3e4-45d0-b90e-824525c16080".into()),
+            uuid: Some("58668891-c3e4-45d0-b90e-824525c16080".into()),
+            nguid: Some("00000000-0000-0000-0042-aa42aa42aa42".into()),
+            eui: Some("00 00 00 00 00 00 00 00".into()),
+            size_bytes: None,
+            paths: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_namespace_is_named_by_its_uuid_its_wwid_or_its_nguid() {
+        let ns = namespace();
+        let uuid = "58668891-c3e4-45d0-b90e-824525c16080";
+        assert!(names_namespace(Some(uuid), None, &ns));
+        assert!(names_namespace(None, Some(&format!("uuid.{uuid}")), &ns));
+        // The kernel's wwid is the UUID form, and the NGUID still names it (deviceEUI).
+        assert!(names_namespace(
+            None,
+            Some("eui.00000000000000000042aa42aa42aa42"),
+            &ns
+        ));
+        assert!(!names_namespace(
+            None,
+            Some("eui.00000000000000000042aa42aa42aa43"),
+            &ns
+        ));
+        // An all-zero EUI-64 is "not reported", never an identity.
+        assert!(!names_namespace(None, Some("eui.0000000000000000"), &ns));
+        assert!(!names_namespace(
+            Some("58668891-c3e4-45d0-b90e-824525c16081"),
+            None,
+            &ns
+        ));
+        assert!(names_namespace(None, None, &ns));
     }
 }

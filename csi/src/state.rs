@@ -56,6 +56,10 @@ pub enum Target {
         iface: Option<String>,
         /// The LUN.
         lun: u64,
+        /// The target's other portals SendTargets discovery found (`discovery: true`),
+        /// logged in to like `portals` and logged out of at unstage.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        discovered: Vec<String>,
     },
     /// An NVMe/TCP namespace.
     Nvme {
@@ -67,6 +71,10 @@ pub enum Target {
         nsid: Option<u32>,
         /// The namespace UUID the volume attributes named.
         device_uuid: Option<String>,
+        /// The namespace's kernel identity the attributes named instead of a UUID
+        /// (`eui.…`, `nvme.…`: csi-driver-nvmf's `deviceID`, `deviceEUI`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device_wwid: Option<String>,
     },
     /// A Fibre Channel LUN.
     Fc {
@@ -90,6 +98,11 @@ impl Target {
                 device_uuid: Some(u),
                 ..
             } => format!("NVMe {nqn} namespace uuid {u}"),
+            Target::Nvme {
+                nqn,
+                device_wwid: Some(w),
+                ..
+            } => format!("NVMe {nqn} namespace {w}"),
             Target::Nvme { nqn, .. } => format!("NVMe {nqn}"),
             Target::Fc { wwpns, lun } => format!("FC {} LUN {lun}", wwpns.join(", ")),
         }
@@ -358,6 +371,7 @@ mod tests {
                 portals: vec!["127.0.0.1:3260".into(), "127.0.0.2:3260".into()],
                 iface: None,
                 lun: 3,
+                discovered: Vec::new(),
             },
             access: Access::Mount {
                 fs_type: "ext4".into(),
@@ -388,6 +402,7 @@ mod tests {
             portals: vec!["127.0.0.1:4420".into()],
             nsid,
             device_uuid: None,
+            device_wwid: None,
         };
         let (mut c, mut d) = (record("pv-c"), record("pv-d"));
         (c.target, d.target) = (nvme(Some(1)), nvme(Some(1)));

@@ -498,6 +498,7 @@ fn staged_record(dir: &Path, access: lunkit_csi::state::Access) -> lunkit_csi::s
             portals: vec!["127.0.0.1:3260".into()],
             iface: None,
             lun: 0,
+            discovered: Vec::new(),
         },
         access,
         wwid: Some("36001405a1b2c3d4e5f60718293a4b5c6".into()),
@@ -595,6 +596,7 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
         portals: vec!["127.0.0.1:4420".into()],
         nsid: Some(1),
         device_uuid: None,
+        device_wwid: None,
     };
     seed(dir, r);
     let s = node
@@ -619,6 +621,7 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
         portals: vec!["127.0.0.1:4420".into()],
         nsid: None,
         device_uuid: Some("963dcb64-5e7a-4000-8000-000000000001".into()),
+        device_wwid: None,
     };
     seed(dir, r);
     let s = node

@@ -1,9 +1,11 @@
 //! The host steps of `xtask test`, before any VM boots: formatting, clippy, the library docs,
-//! a check at the declared MSRV, and the host tests. Each one fails the run.
+//! a check at the declared MSRV, the `deploy/` manifests against the Kubernetes schemas, and
+//! the host tests. Each one fails the run.
 
 use std::path::Path;
 use std::process::Command;
 
+use crate::manifests;
 use crate::process::{self, Counts, cargo};
 use crate::{Result, paths};
 
@@ -20,6 +22,7 @@ pub fn run() -> Result<Counts> {
     ]))?;
     docs()?;
     msrv()?;
+    manifests::validate()?;
     let (status, lines) = process::run_tee(cargo().args(["test", "--workspace"]), None)?;
     let counts = Counts::from_lines(&lines);
     if !status.success() {

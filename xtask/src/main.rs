@@ -12,6 +12,7 @@ mod host;
 mod image;
 mod jit;
 mod labstate;
+mod manifests;
 mod overlay;
 mod paths;
 mod process;
@@ -27,7 +28,8 @@ usage: cargo xtask <command>
 
   test [--host-only | --vm-only] [--repeat N] [FILTER]
                           fmt check, clippy, docs (rustdoc warnings denied), cargo
-                          check at the declared rust-version, host tests, then the
+                          check at the declared rust-version, the deploy/ manifests
+                          against the Kubernetes schemas, host tests, then the
                           VM tests (names containing FILTER, or a part of it
                           split at |), each alone with a checked lab reset
                           between them, a fresh boot when the reset cannot
@@ -45,6 +47,7 @@ usage: cargo xtask <command>
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)
+  manifests               validate deploy/ against the Kubernetes schemas (offline)
   provision               install what the VM needs (root on Debian) or say what is missing
   image [--profile P] [--out FILE]
                           the lunkit-csi image from Debian's packages (mmdebstrap,
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         "fixtures" => host::fixtures(rest),
         "bench" => bench::main(rest),
         "capture-sysfs" => capture::main(rest),
+        "manifests" => manifests::validate().map(|()| 0),
         "provision" => provision::ensure().map(|_| 0),
         "image" => image::main(rest),
         "guest" => guest::main(rest),
