@@ -2,7 +2,9 @@
 //! mount table. Unmounts are never lazy: a busy filesystem is reported, not hidden.
 
 use std::ffi::CString;
+use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -110,27 +112,72 @@ pub fn mount_fs(
 }
 
 /// Bind-mounts `source` (a directory, or a device node) on `target`, read-only if asked, by
-/// `deadline`.
-pub fn bind(source: &Path, target: &Path, readonly: bool, deadline: Instant) -> Result<()> {
+/// `deadline`. `scratch` is a private directory of the plugin's (in its state directory)
+/// where a read-only bind is made first: see [`bind_readonly`].
+pub fn bind(
+    source: &Path,
+    target: &Path,
+    readonly: bool,
+    scratch: &Path,
+    deadline: Instant,
+) -> Result<()> {
     let what = format!("bind mount {} on {}", source.display(), target.display());
-    let (source, target) = (source.to_owned(), target.to_owned());
+    let (source, target, scratch) = (source.to_owned(), target.to_owned(), scratch.to_owned());
     bounded(what.clone(), deadline, move || {
-        rustix::mount::mount_bind(&source, &target)
-            .map_err(|e| Error::Internal(format!("{what}: {e}")))?;
         if readonly {
-            // A bind mount takes its read-only flag only from a remount of the bind.
-            if let Err(e) =
-                rustix::mount::mount_remount(&target, MountFlags::BIND | MountFlags::RDONLY, "")
-            {
-                let _ = rustix::mount::unmount(&target, UnmountFlags::NOFOLLOW);
-                return Err(Error::Internal(format!(
-                    "make the bind mount on {} read-only: {e}",
-                    target.display()
-                )));
-            }
+            return bind_readonly(&source, &target, &scratch)
+                .map_err(|e| Error::Internal(format!("{what} read-only: {e}")));
         }
-        Ok(())
+        rustix::mount::mount_bind(&source, &target)
+            .map_err(|e| Error::Internal(format!("{what}: {e}")))
     })
+}
+
+/// A read-only bind of `source` on `target` whose every copy is read-only too.
+///
+/// A bind mount becomes read-only only by a remount, and a remount changes that one mount:
+/// the copies that mount propagation already made of the bind in other mount namespaces
+/// stay writable. A plugin in a container publishes under kubelet's directory with
+/// Bidirectional propagation, so kubelet and the pod would get a writable copy of a
+/// read-only publish. So the bind is made at a place of `scratch` first and made read-only
+/// there; `target` gets a bind of that read-only mount, which carries its flag into every
+/// copy from the start; the place is unmounted and removed.
+fn bind_readonly(source: &Path, target: &Path, scratch: &Path) -> std::io::Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    fs::create_dir_all(scratch)?;
+    let place = scratch.join(format!(
+        "ro-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    if fs::metadata(source)?.is_dir() {
+        fs::create_dir(&place)?;
+    } else {
+        fs::File::create_new(&place)?;
+    }
+    let bound = rustix::mount::mount_bind(source, &place).map_err(std::io::Error::from);
+    let done = bound.and_then(|()| {
+        let ro = rustix::mount::mount_remount(&place, MountFlags::BIND | MountFlags::RDONLY, "")
+            .and_then(|()| rustix::mount::mount_bind(&place, target));
+        let _ = rustix::mount::unmount(&place, UnmountFlags::NOFOLLOW);
+        ro.map_err(std::io::Error::from)
+    });
+    let _ = fs::remove_dir(&place).or_else(|_| fs::remove_file(&place));
+    done
+}
+
+/// Unmounts and removes whatever [`bind_readonly`] left in `scratch` (a crash between its
+/// steps), by `deadline`; a missing `scratch` is fine.
+pub fn clear_scratch(scratch: &Path, deadline: Instant) -> Result<()> {
+    let Ok(entries) = fs::read_dir(scratch) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let place = e.path();
+        unmount_all(&place, deadline)?;
+        let _ = fs::remove_dir(&place).or_else(|_| fs::remove_file(&place));
+    }
+    Ok(())
 }
 
 /// Unmounts `target`, never lazily, by `deadline`. A busy filesystem is

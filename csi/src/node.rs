@@ -27,6 +27,10 @@ use crate::proto::*;
 use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
 use crate::{fs as vfs, iscsi, mounts, mpath, paths};
 
+/// The directory of the state directory where read-only binds are made before they are
+/// bound at the publish path ([`mounts::bind`]).
+const SCRATCH: &str = "binds";
+
 /// How the plugin runs: where the node's `/sys`, `/dev` and `/proc` are, where it keeps its
 /// records, and its deadlines.
 #[derive(Debug, Clone)]
@@ -312,6 +316,11 @@ impl NodeService {
     /// The service for `config`; opens (creates) the state directory.
     pub fn new(config: Config) -> Result<NodeService> {
         let store = Store::open(&config.state_dir)?;
+        // A read-only publish that a crash cut short leaves its first bind here.
+        mounts::clear_scratch(
+            &config.state_dir.join(SCRATCH),
+            Instant::now() + Duration::from_secs(10),
+        )?;
         Ok(NodeService {
             inner: Arc::new(Inner {
                 config,
@@ -1294,7 +1303,8 @@ impl Inner {
             fs::create_dir_all(target)
                 .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
         }
-        mounts::bind(&source, target, readonly, self.mount_deadline())
+        let scratch = self.config.state_dir.join(SCRATCH);
+        mounts::bind(&source, target, readonly, &scratch, self.mount_deadline())
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
     }
 
