@@ -59,6 +59,8 @@ struct Lab {
     /// The host's `/` bound at a second place, the plugin run with `--root` there (as a
     /// DaemonSet runs it with `--root /host`); `None`: `--root /`.
     host_root: Option<HostRoot>,
+    /// The plugin runs in its image ([`Container`]) instead of from `LUNKIT_CSI_BIN`.
+    container: Option<Container>,
 }
 
 impl Lab {
@@ -115,6 +117,7 @@ impl Lab {
             fcoe: None,
             made_etc_nvme,
             host_root: None,
+            container: None,
         };
         lab.start_plugin();
         lab
@@ -140,6 +143,7 @@ impl Lab {
             fcoe: Some(fc),
             made_etc_nvme: false,
             host_root: None,
+            container: None,
         };
         lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
         lab.start_plugin();
@@ -160,6 +164,7 @@ impl Lab {
             fcoe: None,
             made_etc_nvme: false,
             host_root: None,
+            container: None,
         };
         lab.started_iscsid = iscsi::ensure_iscsid().expect("iscsid");
         if multipathd {
@@ -176,30 +181,39 @@ impl Lab {
     /// Starts the plugin (again) and waits until it answers a probe.
     fn start_plugin(&mut self) {
         assert!(self.plugin.is_none(), "the plugin runs already");
-        let bin =
-            std::env::var("LUNKIT_CSI_BIN").expect("LUNKIT_CSI_BIN is set by cargo xtask test");
         let root = self
             .host_root
             .as_ref()
             .map_or_else(|| "/".to_owned(), |r| r.path.display().to_string());
-        let plugin = Running::spawn(Command::new(bin).args([
+        let endpoint = format!("unix://{}", Lab::socket().display());
+        let state = format!("{BASE}/state");
+        let args = [
             "--endpoint",
-            &format!("unix://{}", Lab::socket().display()),
+            &endpoint,
             "--nodeid",
             "vm",
             "--state-dir",
-            &format!("{BASE}/state"),
-            "--root",
-            &root,
+            &state,
             // multipathd builds a map slowly under TCG; the plugin's own deadline, not the test's.
             "--timeout",
             "600",
-        ]))
-        .expect("start lunkit-csi");
+        ];
+        let mut cmd = match &self.container {
+            Some(c) => c.command(),
+            None => {
+                let bin = std::env::var("LUNKIT_CSI_BIN")
+                    .expect("LUNKIT_CSI_BIN is set by cargo xtask test");
+                let mut cmd = Command::new(bin);
+                cmd.args(["--root", &root]);
+                cmd
+            }
+        };
+        let plugin = Running::spawn(cmd.args(args)).expect("start lunkit-csi");
         self.plugin = Some(plugin);
         wait::until(
             "the plugin to answer a probe",
-            Duration::from_secs(60),
+            // A container's start takes tens of seconds under TCG.
+            Duration::from_secs(300),
             || {
                 Ok(Client::connect(&Lab::socket())
                     .ok()
@@ -236,6 +250,77 @@ impl Lab {
         self.stop_plugin("TERM");
         self.host_root = root;
         self.start_plugin();
+    }
+}
+
+/// The plugin in its image, as `deploy/base/node.yaml` runs it: podman with the image from `cargo
+/// xtask image` (`LUNKIT_IMAGE` in the read-only store `LUNKIT_IMAGE_STORE`), privileged, the
+/// host's network and pids, `/dev`, `/sys` and `/lib/modules` from the host, the host's `/`
+/// at `/host` (HostToContainer: `rslave`) with `--root /host`, and kubelet's directory, here
+/// [`BASE`], shared both ways (Bidirectional: `rshared`). The container's writable layer and
+/// podman's state live under [`Container::DIR`], removed on drop.
+struct Container {
+    image: String,
+    conf: PathBuf,
+}
+
+impl Container {
+    const DIR: &str = "/tmp/lunkit-csi-podman";
+
+    fn new() -> Container {
+        let store = std::env::var("LUNKIT_IMAGE_STORE")
+            .expect("LUNKIT_IMAGE_STORE is set by cargo xtask test");
+        let image = std::env::var("LUNKIT_IMAGE").expect("LUNKIT_IMAGE is set by cargo xtask test");
+        let dir = Path::new(Container::DIR);
+        fs::create_dir_all(dir).unwrap();
+        let conf = dir.join("storage.conf");
+        fs::write(
+            &conf,
+            format!(
+                "[storage]\ndriver = \"overlay\"\nrunroot = \"{d}/run\"\ngraphroot = \"{d}/root\"\n\
+                 [storage.options]\nadditionalimagestores = [\"{store}\"]\n",
+                d = Container::DIR
+            ),
+        )
+        .unwrap();
+        // Bidirectional propagation needs a shared mount at kubelet's directory.
+        cmd::run("mount", &["--bind", BASE, BASE]).expect("bind BASE");
+        cmd::run("mount", &["--make-rshared", BASE]).expect("make BASE shared");
+        Container { image, conf }
+    }
+
+    /// `podman run ... IMAGE --root /host`, to which the plugin's other arguments are added.
+    fn command(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_STORAGE_CONF", &self.conf)
+            .args(["--cgroup-manager", "cgroupfs", "--events-backend", "none"])
+            .args(["run", "--rm", "--name", "lunkit-csi-vm", "--privileged"])
+            // readOnlyRootFilesystem, and the emptyDir at /tmp.
+            .args(["--read-only", "--tmpfs", "/tmp"])
+            .args(["--network", "host", "--pid", "host"])
+            .args(["-v", "/dev:/dev", "-v", "/sys:/sys"])
+            .args(["-v", "/lib/modules:/lib/modules:ro", "-v", "/:/host:rslave"])
+            .args(["-v", &format!("{BASE}:{BASE}:rshared")])
+            .arg(&self.image)
+            .args(["--root", "/host"]);
+        c
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let conf = self.conf.display().to_string();
+        cmd::run_ignoring_failure(
+            "env",
+            &[
+                &format!("CONTAINERS_STORAGE_CONF={conf}"),
+                "podman",
+                "rm",
+                "--force",
+                "lunkit-csi-vm",
+            ],
+        );
+        let _ = fs::remove_dir_all(Container::DIR);
     }
 }
 
@@ -416,7 +501,12 @@ fn assert_node_clean() {
         .unwrap_or_default();
     assert!(records.is_empty(), "stage records left: {records:?}");
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let ours: Vec<&str> = mounts.lines().filter(|l| l.contains(BASE)).collect();
+    // The bind of BASE onto itself that a container test makes (kubelet's directory, shared)
+    // is the lab's, not the plugin's.
+    let ours: Vec<&str> = mounts
+        .lines()
+        .filter(|l| l.contains(BASE) && l.split(' ').nth(4) != Some(BASE))
+        .collect();
     assert!(ours.is_empty(), "mounts left: {ours:?}");
 }
 
@@ -2333,5 +2423,24 @@ fn a_wwid_mismatch_is_cleaned_up_and_its_unstage_touches_no_other_volume() {
     image.read_exact(&mut back).unwrap();
     assert!(back == data, "b's data is on the target");
     drop(c);
+    drop(lab);
+}
+
+/// The plugin as a cluster runs it: its image from `cargo xtask image`, in podman with the
+/// DaemonSet's privileges, namespaces and mounts (`--root /host`), driven through its socket
+/// by kubelet's raw-block and filesystem sequences on the LIO target with multipathd. The
+/// image's `iscsiadm` is the host's, through chroot: the plugin logs in and out with it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_plugins_image_serves_kubelets_sequences_as_the_daemonset_runs_it() {
+    require_vm();
+    let mut lab = Lab::build();
+    lab.stop_plugin("TERM");
+    lab.container = Some(Container::new());
+    lab.start_plugin();
+    block_sequence(&mut lab.client(), 81);
+    filesystem_sequence(&mut lab.client(), 82);
+    let done = lab.stop_plugin("TERM").expect("the plugin ran");
+    assert!(done.code() == Some(0), "{}", done.describe());
     drop(lab);
 }

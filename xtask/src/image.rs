@@ -42,7 +42,14 @@ const PROGRAMS: &[&str] = &[
 ];
 
 /// The Debian packages this command runs, installed with apt-get as root on Debian.
-const TOOLS: &[(&str, &str)] = &[("mmdebstrap", "mmdebstrap"), ("buildah", "buildah")];
+const TOOLS: &[(&str, &str)] = &[
+    ("mmdebstrap", "mmdebstrap"),
+    ("buildah", "buildah"),
+    ("podman", "podman"),
+];
+
+/// The image's name in [`STORE`], whatever its version: what the VM tests run.
+pub const LAB_TAG: &str = "localhost/lunkit-csi:lab";
 
 pub fn main(args: &[String]) -> Result<u8> {
     let mut profile = "release".to_owned();
@@ -70,8 +77,8 @@ pub fn main(args: &[String]) -> Result<u8> {
 pub struct Built {
     pub archive: PathBuf,
     pub tag: String,
-    /// Seconds per phase: binaries, rootfs (near 0 when cached), image, check.
-    pub phases: [(&'static str, f64); 4],
+    /// Seconds per phase: binaries, rootfs (near 0 when cached), image, check, store.
+    pub phases: [(&'static str, f64); 5],
 }
 
 impl std::fmt::Display for Built {
@@ -96,6 +103,13 @@ fn dir() -> PathBuf {
     paths::target_dir().join("image")
 }
 
+/// podman's image store (overlay) holding the last image built, as [`LAB_TAG`]: the VM
+/// tests' guest reads it as an additional, read-only image store, so that no test pays for
+/// unpacking the image under TCG.
+pub fn store_dir() -> PathBuf {
+    dir().join("store")
+}
+
 /// Builds the image into the OCI archive `out`.
 pub fn build(profile: &str, out: &Path) -> Result<Built> {
     ensure_tools()?;
@@ -112,6 +126,9 @@ pub fn build(profile: &str, out: &Path) -> Result<Built> {
     let image_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     check(out)?;
+    let check_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    store(out)?;
     Ok(Built {
         archive: out.to_path_buf(),
         tag,
@@ -119,7 +136,8 @@ pub fn build(profile: &str, out: &Path) -> Result<Built> {
             ("binaries", binaries_s),
             ("rootfs", rootfs_s),
             ("image", image_s),
-            ("check", t.elapsed().as_secs_f64()),
+            ("check", check_s),
+            ("store", t.elapsed().as_secs_f64()),
         ],
     })
 }
@@ -343,6 +361,37 @@ fn assemble(rootfs: &Path, bins: &[PathBuf; 2], tag: &str, out: &Path) -> Result
     fs::remove_dir_all(&ctx)?;
     pushed?;
     removed
+}
+
+/// Loads the archive into [`store_dir`] as [`LAB_TAG`], replacing what the store held.
+fn store(archive: &Path) -> Result<()> {
+    let podman = || {
+        let mut c = Command::new("podman");
+        c.arg("--root")
+            .arg(store_dir())
+            .arg("--runroot")
+            .arg(dir().join("podman-run"))
+            .args(["--storage-driver", "overlay"]);
+        c
+    };
+    // A new store each time: nothing of an older image or podman configuration is left.
+    for d in [store_dir(), dir().join("podman-run")] {
+        if d.exists() {
+            fs::remove_dir_all(&d)?;
+        }
+    }
+    let out = podman().arg("load").arg("-i").arg(archive).output()?;
+    let loaded = String::from_utf8_lossy(&out.stdout);
+    let name = loaded
+        .lines()
+        .find_map(|l| l.strip_prefix("Loaded image: "))
+        .ok_or_else(|| {
+            format!(
+                "podman load printed no image: {loaded}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    process::run(podman().args(["tag", name.trim(), LAB_TAG]))
 }
 
 /// Checks the archive as a runtime would see it: its manifest's layers unpacked in order

@@ -148,6 +148,9 @@ fn run_one(lunkit: &Path, test: &VmTest) -> Result<(), String> {
     .env("LUNKIT_BIN", lunkit)
     // The CSI plugin is built beside it (`cargo build -p lunkit-csi`).
     .env("LUNKIT_CSI_BIN", lunkit.with_file_name("lunkit-csi"))
+    // The plugin's image, in podman's store beside (`cargo xtask image`), and its name there.
+    .env("LUNKIT_IMAGE_STORE", crate::image::store_dir())
+    .env("LUNKIT_IMAGE", crate::image::LAB_TAG)
     // cargo runs tests from the package root; do the same.
     .current_dir(paths::root());
     let tee = process::tee(
