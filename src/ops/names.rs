@@ -18,11 +18,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::spec::{NamespaceSelector, VolumeSpec};
 use crate::error::{Error, Result};
 use crate::id::{Nqn, Wwid};
-use crate::ops::volume::{self, Identity};
-use crate::ops::{NamespaceSelector, VolumeSpec};
-use crate::root::Root;
 
 /// The record files of `spec` below `dir`; none for a spec that is not an address.
 ///
@@ -61,41 +59,6 @@ fn encode(s: &str) -> String {
         }
     }
     out
-}
-
-/// The volume's identity, as [`volume::identify`] finds it, with what `lock_dir` remembers
-/// of the name: a WWID found at a target and LUN is remembered; with none found there
-/// (every path gone), the remembered one is used, but only for a volume of which no path is
-/// left anywhere. The LUN number may name another volume by now, whose paths are elsewhere,
-/// and the record then says nothing about what the address held. Attach and detach both
-/// take their lock by its key, so that they name one volume alike.
-pub(crate) fn identify(
-    root: &Root,
-    spec: &VolumeSpec,
-    lock_dir: Option<&Path>,
-) -> Result<Identity> {
-    let mut id = volume::identify(root, spec)?;
-    let Some(dir) = lock_dir.filter(|_| spec.is_address()) else {
-        return Ok(id);
-    };
-    match &id.wwid {
-        // Failing to write the record loses a hint for a later call, not this one.
-        Some(w) => {
-            let _ = remember(dir, spec, w);
-        }
-        None => {
-            if let Some(w) = recall(dir, spec) {
-                let by_wwid = Identity {
-                    wwid: Some(w),
-                    addresses: id.addresses.clone(),
-                };
-                if volume::locate(root, &by_wwid)?.paths.is_empty() {
-                    id = by_wwid;
-                }
-            }
-        }
-    }
-    Ok(id)
 }
 
 /// Remembers that `spec` named the volume `wwid`. The file is written whole and renamed into

@@ -3,13 +3,15 @@
 
 use std::time::Instant;
 
+use super::Stop;
 use super::run::Run;
-use super::{Outcome, StepKind, Stop, step_error};
 use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
 use crate::multipath;
-use crate::ops::volume::{MapDevice, VolumePath, VolumeState};
+use crate::ops::report::{MapDevice, Outcome, StepKind};
+use crate::ops::scsi::locate::{VolumePath, VolumeState};
+use crate::ops::steps::step_error;
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
 
@@ -60,7 +62,7 @@ impl Run<'_> {
         let (usage, reach) = match checked {
             Ok(v) => v,
             Err(e) => {
-                self.record(
+                self.log.record(
                     StepKind::CheckInUse,
                     &target,
                     Outcome::Failed(e.to_string()),
@@ -76,19 +78,21 @@ impl Run<'_> {
                     Ok(c) => c,
                     Err(e) => {
                         let failed = Outcome::Failed(format!("{e} (taken since the check)"));
-                        self.record(StepKind::CheckInUse, &target, failed, t0.elapsed());
+                        self.log
+                            .record(StepKind::CheckInUse, &target, failed, t0.elapsed());
                         return Err(Stop::Again(e));
                     }
                 };
                 *busy_since = None;
-                self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
+                self.log
+                    .record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
                 return Ok((unreachable, claims));
             }
             // Nobody uses it, but it may hold writes no path can take: wait for one to come
             // back (the transport recovers on its own), then flush as usual.
             let since = *busy_since.get_or_insert(t0);
             let what = format!("a path to come back: {}", stuck.join("; "));
-            self.record(
+            self.log.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Failed(format!("waiting for {what}")),
@@ -100,7 +104,7 @@ impl Run<'_> {
             }));
         };
         if force {
-            self.record(
+            self.log.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Skipped(format!("forced past: {err}")),
@@ -111,7 +115,7 @@ impl Run<'_> {
         // Processes alone may be udev's probes, which let go by themselves: wait a little.
         let since = *busy_since.get_or_insert(t0);
         if usage.only_openers() && t0 - since < OPENER_GRACE && t0 < deadline {
-            self.record(
+            self.log.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Failed(format!("{usage} (waiting for it to close)")),
@@ -119,7 +123,7 @@ impl Run<'_> {
             );
             return Err(Stop::Again(err));
         }
-        self.record(
+        self.log.record(
             StepKind::CheckInUse,
             &target,
             Outcome::Failed(err.to_string()),
