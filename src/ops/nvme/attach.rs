@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::helper;
 use crate::id::Nqn;
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Host};
 use crate::root::Root;
@@ -55,27 +56,20 @@ pub(in crate::ops) fn attach(
     };
     // Subscribed before any connect, so the namespace's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
-    let connects: Vec<PortalConnect> = std::thread::scope(|s| {
-        let workers: Vec<_> = portals
-            .iter()
-            .map(|&p| {
-                let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
-                o.host = host.clone();
-                o.timeout = deadline.saturating_duration_since(Instant::now());
-                (p, s.spawn(move || fabrics_nvme::connect(root, &o)))
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|(p, w)| PortalConnect {
-                portal: p.to_string(),
-                result: match w.join() {
-                    Ok(r) => r.map_err(|e| e.to_string()),
-                    Err(_) => Err("the connect worker panicked".to_owned()),
-                },
-            })
-            .collect()
+    let results = helper::fan_out("lunkit-nvme-connect", &portals, |p| {
+        let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
+        o.host = host.clone();
+        o.timeout = deadline.saturating_duration_since(Instant::now());
+        fabrics_nvme::connect(root, &o)
     });
+    let connects: Vec<PortalConnect> = portals
+        .iter()
+        .zip(results)
+        .map(|(p, r)| PortalConnect {
+            portal: p.to_string(),
+            result: r.map_err(|e| e.to_string()),
+        })
+        .collect();
     let what = || {
         let said: Vec<String> = connects.iter().map(ToString::to_string).collect();
         format!(

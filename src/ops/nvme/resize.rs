@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use crate::error::{Error, ResizeFailure, Result};
+use crate::helper;
 use crate::id::Nqn;
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
@@ -26,37 +27,19 @@ fn identify_all(
     nsid: u32,
     deadline: Instant,
 ) -> Result<Vec<(String, u64)>> {
-    let answers: Vec<(String, Result<u64>)> = std::thread::scope(|s| {
-        let workers: Vec<_> = names
-            .iter()
-            .map(|&c| {
-                let w = s.spawn(move || {
-                    let id = fabrics_nvme::identify_namespace(root, c, nsid, deadline)?;
-                    id.size_bytes().ok_or_else(|| Error::Invalid {
-                        kind: "Identify Namespace data",
-                        input: format!("{} blocks of {} bytes", id.blocks, id.block_bytes),
-                        reason: "the namespace's size does not fit in 64 bits",
-                    })
-                });
-                (c, w)
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|(c, w)| {
-                let r = w.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        what: format!("the worker identifying through {c} panicked"),
-                    })
-                });
-                (c.to_owned(), r)
-            })
-            .collect()
+    let answers = helper::fan_out("lunkit-nvme-identify", names, |&c| {
+        let id = fabrics_nvme::identify_namespace(root, c, nsid, deadline)?;
+        id.size_bytes().ok_or_else(|| Error::Invalid {
+            kind: "Identify Namespace data",
+            input: format!("{} blocks of {} bytes", id.blocks, id.block_bytes),
+            reason: "the namespace's size does not fit in 64 bits",
+        })
     });
-    answers
-        .into_iter()
-        .map(|(c, r)| {
-            r.map(|s| (c.clone(), s)).map_err(|e| Error::Step {
+    names
+        .iter()
+        .zip(answers)
+        .map(|(&c, r)| {
+            r.map(|s| (c.to_owned(), s)).map_err(|e| Error::Step {
                 step: "identify",
                 target: format!("controller {c}"),
                 source: Box::new(e),

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use crate::error::{Error, ResizeFailure, Result};
+use crate::helper;
 use crate::multipath::{self, GrownBy};
 use crate::root::Root;
 use crate::sysfs::block as sysblock;
@@ -213,35 +214,10 @@ fn rescan_until(
 /// Writes `rescan` on the paths `which` of `paths` at once, one worker each; the first
 /// failure is returned as a `rescan` step naming its path.
 fn rescan_all(root: &Root, paths: &[PathSize], which: &[usize], deadline: Instant) -> Result<()> {
-    let results: Vec<(usize, Result<()>)> = std::thread::scope(|s| {
-        let workers: Vec<_> = which
-            .iter()
-            .map(|&i| {
-                let hctl = paths[i].hctl;
-                (
-                    i,
-                    std::thread::Builder::new()
-                        .name("lunkit-rescan".into())
-                        .spawn_scoped(s, move || crate::scsi::rescan(root, hctl, deadline)),
-                )
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|(i, w)| {
-                let r = match w {
-                    Ok(h) => h.join().unwrap_or_else(|_| {
-                        Err(Error::Internal {
-                            what: "a rescan worker panicked".into(),
-                        })
-                    }),
-                    Err(e) => Err(Error::io("(rescan worker thread)", e)),
-                };
-                (i, r)
-            })
-            .collect()
+    let results = helper::fan_out("lunkit-rescan", which, |&i| {
+        crate::scsi::rescan(root, paths[i].hctl, deadline)
     });
-    for (i, r) in results {
+    for (&i, r) in which.iter().zip(results) {
         r.map_err(|e| Error::Step {
             step: "rescan",
             target: paths[i].device.clone(),

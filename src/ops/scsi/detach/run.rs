@@ -7,6 +7,7 @@ use super::Stop;
 use crate::block;
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
+use crate::helper;
 use crate::id::DevNum;
 use crate::multipath::{self, RemoveOptions};
 use crate::ops::options::DetachOptions;
@@ -260,28 +261,10 @@ impl Run<'_> {
             };
             (flush_time, flushed, t1.elapsed(), deleted)
         };
-        let results: Vec<PathResult> = std::thread::scope(|s| {
-            // The last path is done on this thread, which would only wait otherwise.
-            let Some((last, others)) = paths.split_last() else {
-                return Vec::new();
-            };
-            let one = &one;
-            let handles: Vec<_> = others.iter().map(|p| s.spawn(move || one(p))).collect();
-            let here = one(last);
-            handles
-                .into_iter()
-                .map(|h| {
-                    // Its flush may or may not have run; its delete did not finish.
-                    h.join().unwrap_or_else(|_| {
-                        let e = Error::Internal {
-                            what: "the thread flushing and deleting this path panicked".into(),
-                        };
-                        (Duration::ZERO, Err(e), Duration::ZERO, None)
-                    })
-                })
-                .chain([here])
-                .collect()
-        });
+        // Its flush may or may not have run when its worker failed; its delete did not finish.
+        let results = helper::fan_out("lunkit-delete-path", paths, |p| Ok(one(p)))
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|e| (Duration::ZERO, Err(e), Duration::ZERO, None)));
         let mut first_err = None;
         for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
             let target = p.to_string();
