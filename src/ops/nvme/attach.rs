@@ -2,13 +2,15 @@
 //! awaited with a path through every live controller.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::helper;
-use crate::id::Nqn;
+use crate::id::{Nqn, Wwid};
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Host};
 use crate::root::Root;
+use crate::sysfs::nvme::NvmeNamespace;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
@@ -56,70 +58,16 @@ pub(in crate::ops) fn attach(
     };
     // Subscribed before any connect, so the namespace's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
-    let results = helper::fan_out("lunkit-nvme-connect", &portals, |p| {
-        let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
-        o.host = host.clone();
-        o.timeout = deadline.saturating_duration_since(Instant::now());
-        fabrics_nvme::connect(root, &o)
-    });
-    let connects: Vec<PortalConnect> = portals
-        .iter()
-        .zip(results)
-        .map(|(p, r)| PortalConnect {
-            portal: p.to_string(),
-            result: r.map_err(|e| e.to_string()),
-        })
-        .collect();
-    let what = || {
-        let said: Vec<String> = connects.iter().map(ToString::to_string).collect();
-        format!(
-            "{spec} on every live controller of the subsystem{}",
-            if said.is_empty() {
-                String::new()
-            } else {
-                format!(" (portals: {})", said.join("; "))
-            }
-        )
-    };
-    let relevant = |ev: &Uevent| {
-        matches!(
-            ev.subsystem.as_deref(),
-            Some("block" | "nvme" | "nvme-subsystem")
-        )
-    };
+    let connects = connect_all(root, nqn, &portals, host.as_ref(), deadline);
     let min = opts.scan.min_paths.max(1);
-    // Every live controller's path, then at the deadline whatever came if it is enough.
-    let found = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        let devices = selected(root, nqn, namespace)?;
-        let live: Vec<String> = fabrics_nvme::controllers_of(root, nqn)?
-            .into_iter()
-            .filter(|c| c.state.as_deref() == Some("live"))
-            .map(|c| c.name)
-            .collect();
-        let reached: Vec<&String> = devices.iter().flat_map(|(_, d)| &d.controllers).collect();
-        let complete = !live.is_empty() && live.iter().all(|c| reached.contains(&c));
-        Ok((complete && reached.len() >= min).then_some(devices))
-    });
-    let devices = match found {
-        Ok(d) => d,
-        Err(Error::Timeout { what, waited }) => {
-            let devices = selected(root, nqn, namespace)?;
-            let reached = devices
-                .iter()
-                .map(|(_, d)| d.controllers.len())
-                .sum::<usize>();
-            if devices.is_empty() || reached < min {
-                let e = if devices.is_empty() && connects.iter().all(|c| c.result.is_err()) {
-                    Error::NotFound { what: what.clone() }
-                } else {
-                    Error::Timeout { what, waited }
-                };
-                return Err(e);
-            }
-            devices
-        }
-        Err(e) => return Err(e),
+    let wait = Wait {
+        root,
+        spec,
+        nqn,
+        namespace,
+        min,
     };
+    let devices = wait.for_paths(monitor.as_mut(), &connects, deadline)?;
     let canonical = by_id(nqn, &devices);
     let devices: Vec<NamespaceDevice> = devices.into_iter().map(|(_, d)| d).collect();
     let wwid = devices.first().and_then(|d| d.wwid.clone());
@@ -134,15 +82,7 @@ pub(in crate::ops) fn attach(
         }
     }
     if let Some(dir) = &opts.lock_dir {
-        // Hints for a later detach; failing to write them does not undo the attach.
-        let canonical = canonical.as_ref().unwrap_or(spec);
-        if let Some(w) = &wwid {
-            let _ = names::remember(dir, spec, w);
-            if canonical != spec {
-                let _ = names::remember(dir, canonical, w);
-            }
-        }
-        let _ = names::mark_attached(dir, canonical);
+        remember(dir, spec, canonical.as_ref(), wwid.as_ref());
     }
     let mut controllers: Vec<String> = devices.iter().flat_map(|d| d.controllers.clone()).collect();
     controllers.sort();
@@ -159,4 +99,117 @@ pub(in crate::ops) fn attach(
         scan_elapsed: start.elapsed(),
         elapsed: start.elapsed(),
     })
+}
+
+/// Connects every portal of `portals` side by side, each with what is left of `deadline`,
+/// and says how each went.
+fn connect_all(
+    root: &Root,
+    nqn: &Nqn,
+    portals: &[SocketAddr],
+    host: Option<&Host>,
+    deadline: Instant,
+) -> Vec<PortalConnect> {
+    let results = helper::fan_out("lunkit-nvme-connect", portals, |p| {
+        let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
+        o.host = host.cloned();
+        o.timeout = deadline.saturating_duration_since(Instant::now());
+        fabrics_nvme::connect(root, &o)
+    });
+    portals
+        .iter()
+        .zip(results)
+        .map(|(p, r)| PortalConnect {
+            portal: p.to_string(),
+            result: r.map_err(|e| e.to_string()),
+        })
+        .collect()
+}
+
+/// The wait of an attach for the namespace's devices.
+struct Wait<'a> {
+    root: &'a Root,
+    spec: &'a VolumeSpec,
+    nqn: &'a Nqn,
+    namespace: &'a NamespaceSelector,
+    /// How many controller paths must come at least.
+    min: usize,
+}
+
+impl Wait<'_> {
+    /// The namespace's devices once they have a path through every live controller of the
+    /// subsystem, or at the deadline whatever came if that is at least `min` paths. Nothing
+    /// at all, with every connect failed, is [`Error::NotFound`]; too few is
+    /// [`Error::Timeout`], naming each portal's connect.
+    fn for_paths(
+        &self,
+        monitor: Option<&mut Monitor>,
+        connects: &[PortalConnect],
+        deadline: Instant,
+    ) -> Result<Vec<(NvmeNamespace, NamespaceDevice)>> {
+        let (root, nqn, namespace, min) = (self.root, self.nqn, self.namespace, self.min);
+        let what = || {
+            let said: Vec<String> = connects.iter().map(ToString::to_string).collect();
+            format!(
+                "{} on every live controller of the subsystem{}",
+                self.spec,
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (portals: {})", said.join("; "))
+                }
+            )
+        };
+        let relevant = |ev: &Uevent| {
+            matches!(
+                ev.subsystem.as_deref(),
+                Some("block" | "nvme" | "nvme-subsystem")
+            )
+        };
+        let found = wait::until(monitor, deadline, &what, &relevant, || {
+            let devices = selected(root, nqn, namespace)?;
+            let live: Vec<String> = fabrics_nvme::controllers_of(root, nqn)?
+                .into_iter()
+                .filter(|c| c.state.as_deref() == Some("live"))
+                .map(|c| c.name)
+                .collect();
+            let reached: Vec<&String> = devices.iter().flat_map(|(_, d)| &d.controllers).collect();
+            let complete = !live.is_empty() && live.iter().all(|c| reached.contains(&c));
+            Ok((complete && reached.len() >= min).then_some(devices))
+        });
+        match found {
+            Err(Error::Timeout { what, waited }) => {
+                let devices = selected(root, nqn, namespace)?;
+                let reached = devices
+                    .iter()
+                    .map(|(_, d)| d.controllers.len())
+                    .sum::<usize>();
+                if !devices.is_empty() && reached >= min {
+                    return Ok(devices);
+                }
+                Err(
+                    if devices.is_empty() && connects.iter().all(|c| c.result.is_err()) {
+                        Error::NotFound { what }
+                    } else {
+                        Error::Timeout { what, waited }
+                    },
+                )
+            }
+            found => found,
+        }
+    }
+}
+
+/// Hints for a later detach, under the name given and the namespace's id: the WWID found,
+/// and the mark that the namespace is attached. Failing to write them does not undo the
+/// attach.
+fn remember(dir: &Path, spec: &VolumeSpec, canonical: Option<&VolumeSpec>, wwid: Option<&Wwid>) {
+    let canonical = canonical.unwrap_or(spec);
+    if let Some(w) = wwid {
+        let _ = names::remember(dir, spec, w);
+        if canonical != spec {
+            let _ = names::remember(dir, canonical, w);
+        }
+    }
+    let _ = names::mark_attached(dir, canonical);
 }

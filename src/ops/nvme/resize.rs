@@ -127,61 +127,17 @@ pub(in crate::ops) fn resize(
         .collect::<Result<Vec<_>>>()?;
     let names: Vec<&str> = controllers.iter().map(|c| c.name.as_str()).collect();
 
-    // What the controllers say the namespace is, until each says enough.
     let rescan_start = Instant::now();
     let mut monitor = Monitor::open().ok();
-    let mut reported = identify_all(root, &names, nsid, deadline)?;
-    if let Some(expect) = opts.expect_size {
-        let mut asked = Instant::now();
-        let what = || {
-            format!(
-                "every controller of {spec} to report at least {expect} bytes (they report {}); \
-                 has the namespace grown on the array?",
-                sizes(&reported)
-            )
-        };
-        let relevant = |ev: &Uevent| matches!(ev.subsystem.as_deref(), Some("block" | "nvme"));
-        let mut latest = reported.clone();
-        wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-            if latest.iter().all(|(_, s)| *s >= expect) {
-                return Ok(Some(()));
-            }
-            if asked.elapsed() >= RESCAN_INTERVAL {
-                latest = identify_all(root, &names, nsid, deadline)?;
-                asked = Instant::now();
-            }
-            Ok(None)
-        })
-        .map_err(|e| match e {
-            // Name what they last said, not what they said first.
-            Error::Timeout { waited, .. } => Error::Timeout {
-                what: format!(
-                    "every controller of {spec} to report at least {expect} bytes (they \
-                     report {}); has the namespace grown on the array?",
-                    sizes(&latest)
-                ),
-                waited,
-            },
-            e => e,
-        })?;
-        reported = latest;
-    }
-    let size = reported.first().map_or(0, |(_, s)| *s);
-    if reported.iter().any(|(_, s)| *s != size) {
-        return Err(refuse(ResizeFailure::SizesDiffer {
-            sizes: reported
-                .iter()
-                .map(|(c, s)| (format!("controller {c}"), *s))
-                .collect(),
-        }));
-    }
-    if let Some(d) = devices.iter().find(|d| d.before > size) {
-        return Err(refuse(ResizeFailure::Shrunk {
-            device: d.device.clone(),
-            from: d.before,
-            to: size,
-        }));
-    }
+    let ask = Ask {
+        root,
+        spec,
+        names: &names,
+        nsid,
+        deadline,
+    };
+    let reported = ask.until_enough(monitor.as_mut(), opts.expect_size)?;
+    let size = agreed_size(&reported, &devices).map_err(refuse)?;
     let rescanned = devices.iter().any(|d| d.before != size);
     if rescanned {
         fabrics_nvme::rescan(
@@ -189,37 +145,7 @@ pub(in crate::ops) fn resize(
             nqn,
             deadline.saturating_duration_since(Instant::now()),
         )?;
-        let what = || {
-            let now: Vec<String> = devices
-                .iter()
-                .map(|d| match sysblock::size_of(root, &d.device) {
-                    Ok(s) => format!("{} {s} bytes", d.device),
-                    Err(_) => format!("{} gone", d.device),
-                })
-                .collect();
-            format!(
-                "{} bytes on {} after the controllers' rescan (now: {})",
-                size,
-                volume,
-                now.join(", ")
-            )
-        };
-        // `set_capacity_and_notify` sends the device's `change` (RESIZE=1).
-        let relevant = |ev: &Uevent| {
-            ev.action == Action::Change
-                && ev
-                    .devname
-                    .as_deref()
-                    .is_some_and(|n| devices.iter().any(|d| d.device == n))
-        };
-        wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-            for d in &devices {
-                if sysblock::size_of(root, &d.device)? != size {
-                    return Ok(None);
-                }
-            }
-            Ok(Some(()))
-        })?;
+        wait_for_size(root, monitor.as_mut(), &devices, size, &volume, deadline)?;
     }
     for d in &mut devices {
         d.after = sysblock::size_of(root, &d.device)?;
@@ -244,4 +170,126 @@ fn sizes(reported: &[(String, u64)]) -> String {
         .map(|(c, s)| format!("{c} {s} bytes"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Identify Namespace `nsid` through every controller of `names`, for the resize of `spec`.
+struct Ask<'a> {
+    root: &'a Root,
+    spec: &'a VolumeSpec,
+    names: &'a [&'a str],
+    nsid: u32,
+    deadline: Instant,
+}
+
+impl Ask<'_> {
+    /// What the controllers say the namespace is, asked again every [`RESCAN_INTERVAL`] (or
+    /// when the namespace changes) until each says at least `expect`.
+    fn until_enough(
+        &self,
+        monitor: Option<&mut Monitor>,
+        expect: Option<u64>,
+    ) -> Result<Vec<(String, u64)>> {
+        let reported = identify_all(self.root, self.names, self.nsid, self.deadline)?;
+        let Some(expect) = expect else {
+            return Ok(reported);
+        };
+        let spec = self.spec;
+        let waiting_for = |said: &[(String, u64)]| {
+            format!(
+                "every controller of {spec} to report at least {expect} bytes (they report {}); \
+                 has the namespace grown on the array?",
+                sizes(said)
+            )
+        };
+        let mut asked = Instant::now();
+        let what = || waiting_for(&reported);
+        let relevant = |ev: &Uevent| matches!(ev.subsystem.as_deref(), Some("block" | "nvme"));
+        let mut latest = reported.clone();
+        wait::until(monitor, self.deadline, &what, &relevant, || {
+            if latest.iter().all(|(_, s)| *s >= expect) {
+                return Ok(Some(()));
+            }
+            if asked.elapsed() >= RESCAN_INTERVAL {
+                latest = identify_all(self.root, self.names, self.nsid, self.deadline)?;
+                asked = Instant::now();
+            }
+            Ok(None)
+        })
+        .map_err(|e| match e {
+            // Name what they last said, not what they said first.
+            Error::Timeout { waited, .. } => Error::Timeout {
+                what: waiting_for(&latest),
+                waited,
+            },
+            e => e,
+        })?;
+        Ok(latest)
+    }
+}
+
+/// The size every controller reported, which must be one ([`ResizeFailure::SizesDiffer`])
+/// and not below a device's ([`ResizeFailure::Shrunk`]).
+fn agreed_size(
+    reported: &[(String, u64)],
+    devices: &[NamespaceSize],
+) -> std::result::Result<u64, ResizeFailure> {
+    let size = reported.first().map_or(0, |(_, s)| *s);
+    if reported.iter().any(|(_, s)| *s != size) {
+        return Err(ResizeFailure::SizesDiffer {
+            sizes: reported
+                .iter()
+                .map(|(c, s)| (format!("controller {c}"), *s))
+                .collect(),
+        });
+    }
+    if let Some(d) = devices.iter().find(|d| d.before > size) {
+        return Err(ResizeFailure::Shrunk {
+            device: d.device.clone(),
+            from: d.before,
+            to: size,
+        });
+    }
+    Ok(size)
+}
+
+/// Waits until every device of `devices` has `size`, after the controllers' rescan.
+fn wait_for_size(
+    root: &Root,
+    monitor: Option<&mut Monitor>,
+    devices: &[NamespaceSize],
+    size: u64,
+    volume: &str,
+    deadline: Instant,
+) -> Result<()> {
+    let what = || {
+        let now: Vec<String> = devices
+            .iter()
+            .map(|d| match sysblock::size_of(root, &d.device) {
+                Ok(s) => format!("{} {s} bytes", d.device),
+                Err(_) => format!("{} gone", d.device),
+            })
+            .collect();
+        format!(
+            "{} bytes on {} after the controllers' rescan (now: {})",
+            size,
+            volume,
+            now.join(", ")
+        )
+    };
+    // `set_capacity_and_notify` sends the device's `change` (RESIZE=1).
+    let relevant = |ev: &Uevent| {
+        ev.action == Action::Change
+            && ev
+                .devname
+                .as_deref()
+                .is_some_and(|n| devices.iter().any(|d| d.device == n))
+    };
+    wait::until(monitor, deadline, &what, &relevant, || {
+        for d in devices {
+            if sysblock::size_of(root, &d.device)? != size {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
 }

@@ -318,20 +318,7 @@ fn map_by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
 pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
     let mut read = Reads::new(root);
     let mut state = VolumeState::default();
-    let mut hctls: Vec<Hctl> = Vec::new();
-    for &h in &id.addresses {
-        if !sysscsi::exists(root, h) {
-            continue;
-        }
-        match (&id.wwid, read.wwid(h)) {
-            (Some(want), Some(have)) if *want == have => hctls.push(h),
-            // A device without a readable WWID at an address of a volume that has one may be
-            // anything (another LUN scanned there, its VPD read failing): never counted in.
-            // If it is a path of the volume's map, the map brings it in below.
-            (Some(_), _) => state.strangers.push(h),
-            (None, _) => hctls.push(h),
-        }
-    }
+    let mut hctls = named_paths(&mut read, id, &mut state.strangers)?;
     if let Some(want) = &id.wwid {
         for h in sysscsi::addresses(root)? {
             if read.wwid(h).as_ref() == Some(want) {
@@ -339,11 +326,70 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
             }
         }
     }
+    let (named, mut foreign) = maps_over(&mut read, id, &hctls)?;
+    for dm in named {
+        match named_map(&mut read, id, &dm)? {
+            Named::Gone => {}
+            Named::Mixed => foreign.push(dm),
+            Named::Own(map, paths) => {
+                hctls.extend(paths);
+                state.maps.push(map);
+            }
+        }
+    }
+    for dm in foreign {
+        if let Some(map) = foreign_map(&mut read, &dm)? {
+            state.foreign_maps.push(map);
+        }
+    }
+    hctls.sort();
+    hctls.dedup();
+    state.strangers.retain(|h| !hctls.contains(h));
+    for h in hctls {
+        if let Some(p) = volume_path(&mut read, h)? {
+            state.paths.push(p);
+        }
+    }
+    Ok(state)
+}
 
-    // Maps: a map is the volume's only when its uuid names the volume's WWID
-    // (`mpath-<wwid>`) and none of its paths reports another. Any other multipath map over
-    // one of the paths, and a map named for the volume that also holds another volume's
-    // path, is foreign: reported, never taken as the volume's, and its paths not counted in.
+/// The devices at the addresses the caller named that are the volume's (or any, for a
+/// volume whose WWID is not known); the others go to `strangers`.
+fn named_paths(
+    read: &mut Reads<'_>,
+    id: &Identity,
+    strangers: &mut Vec<Hctl>,
+) -> Result<Vec<Hctl>> {
+    let mut hctls = Vec::new();
+    for &h in &id.addresses {
+        if !sysscsi::exists(read.root, h) {
+            continue;
+        }
+        match (&id.wwid, read.wwid(h)) {
+            (Some(want), Some(have)) if *want == have => hctls.push(h),
+            // A device without a readable WWID at an address of a volume that has one may be
+            // anything (another LUN scanned there, its VPD read failing): never counted in.
+            // If it is a path of the volume's map, the map brings it in below.
+            (Some(_), _) => strangers.push(h),
+            (None, _) => hctls.push(h),
+        }
+    }
+    Ok(hctls)
+}
+
+/// The dm devices whose uuid names the volume's WWID, and the other multipath maps over one
+/// of `hctls`.
+///
+/// A map is the volume's only when its uuid names the volume's WWID (`mpath-<wwid>`) and
+/// none of its paths reports another ([`named_map`]). Any other multipath map over one of the
+/// paths, and a map named for the volume that also holds another volume's path, is foreign:
+/// reported, never taken as the volume's, and its paths not counted in.
+fn maps_over(
+    read: &mut Reads<'_>,
+    id: &Identity,
+    hctls: &[Hctl],
+) -> Result<(Vec<String>, Vec<String>)> {
+    let root = read.root;
     let uuid = id
         .wwid
         .as_ref()
@@ -356,7 +402,7 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
         }
     }
     let mut foreign: Vec<String> = Vec::new();
-    for &h in &hctls.clone() {
+    for &h in hctls {
         if let Some(disk) = read.disk(h)? {
             for holder in sysblock::holders(root, &disk.name)? {
                 let mpath = read
@@ -368,70 +414,87 @@ pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
             }
         }
     }
-    for dm in named {
-        let Some(node) = block::by_name(root, &dm)? else {
-            continue;
-        };
-        let slaves = map_paths(&mut read, &dm)?;
-        // A path whose WWID cannot be read is still the map's: the map proves it is the
-        // volume's path. One that reports another WWID proves the map mixes two volumes.
-        if slaves.iter().any(|s| s.wwid.is_some() && s.wwid != id.wwid) {
-            foreign.push(dm);
-            continue;
-        }
-        hctls.extend(slaves.iter().filter_map(|s| s.hctl));
-        let map_uuid = read.uuid(&dm).unwrap_or_default();
-        let mut partitions = Vec::new();
-        for holder in sysblock::holders(root, &dm)? {
-            let hu = read.uuid(&holder);
-            if hu.is_some_and(|u| multipath::is_partition_uuid(&u, &map_uuid)) {
-                partitions.push(holder);
-            }
-        }
-        state.maps.push(MapDevice {
-            name: sysblock::dm_name(root, &dm).unwrap_or_else(|| dm.clone()),
-            node,
-            partitions,
-        });
-    }
-    for dm in foreign {
-        let Some(node) = block::by_name(root, &dm)? else {
-            continue;
-        };
-        let wwid = read
-            .uuid(&dm)
-            .and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned));
-        let paths = map_paths(&mut read, &dm)?
-            .into_iter()
-            .map(|s| (s.name, s.wwid))
-            .collect();
-        state.foreign_maps.push(ForeignMap {
-            name: sysblock::dm_name(root, &dm).unwrap_or_else(|| dm.clone()),
-            node,
-            wwid,
-            paths,
-        });
-    }
+    Ok((named, foreign))
+}
 
-    hctls.sort();
-    hctls.dedup();
-    state.strangers.retain(|h| !hctls.contains(h));
-    for h in hctls {
-        if !sysscsi::exists(root, h) {
-            continue;
-        }
-        // The identity takes the disk as its `block/` entry names it, even one whose device
-        // number cannot be read (as `PathIdentity::of` would).
-        let name = read.disk_name(h)?;
-        let wwid = read.wwid(h);
-        state.paths.push(VolumePath {
-            hctl: h,
-            identity: PathIdentity::with(root, h, name.as_deref(), wwid),
-            disk: read.disk(h)?,
-            state: sysscsi::state(root, h),
-        });
+/// What a map named for the volume turned out to be.
+enum Named {
+    /// No longer on the node.
+    Gone,
+    /// A path of it reports another WWID: it mixes two volumes.
+    Mixed,
+    /// The volume's map, with the addresses of its paths.
+    Own(MapDevice, Vec<Hctl>),
+}
+
+/// The map `dm`, whose uuid names the volume's WWID. A path whose WWID cannot be read is
+/// still the map's: the map proves it is the volume's path. One that reports another WWID
+/// proves the map mixes two volumes.
+fn named_map(read: &mut Reads<'_>, id: &Identity, dm: &str) -> Result<Named> {
+    let root = read.root;
+    let Some(node) = block::by_name(root, dm)? else {
+        return Ok(Named::Gone);
+    };
+    let slaves = map_paths(read, dm)?;
+    if slaves.iter().any(|s| s.wwid.is_some() && s.wwid != id.wwid) {
+        return Ok(Named::Mixed);
     }
-    Ok(state)
+    let map_uuid = read.uuid(dm).unwrap_or_default();
+    let mut partitions = Vec::new();
+    for holder in sysblock::holders(root, dm)? {
+        let hu = read.uuid(&holder);
+        if hu.is_some_and(|u| multipath::is_partition_uuid(&u, &map_uuid)) {
+            partitions.push(holder);
+        }
+    }
+    let map = MapDevice {
+        name: sysblock::dm_name(root, dm).unwrap_or_else(|| dm.to_owned()),
+        node,
+        partitions,
+    };
+    Ok(Named::Own(
+        map,
+        slaves.iter().filter_map(|s| s.hctl).collect(),
+    ))
+}
+
+/// The foreign map `dm` with what each of its paths reports, if it is still on the node.
+fn foreign_map(read: &mut Reads<'_>, dm: &str) -> Result<Option<ForeignMap>> {
+    let root = read.root;
+    let Some(node) = block::by_name(root, dm)? else {
+        return Ok(None);
+    };
+    let wwid = read
+        .uuid(dm)
+        .and_then(|u| multipath::uuid_wwid(&u).map(str::to_owned));
+    let paths = map_paths(read, dm)?
+        .into_iter()
+        .map(|s| (s.name, s.wwid))
+        .collect();
+    Ok(Some(ForeignMap {
+        name: sysblock::dm_name(root, dm).unwrap_or_else(|| dm.to_owned()),
+        node,
+        wwid,
+        paths,
+    }))
+}
+
+/// The path at `h`, if a scsi_device is there.
+fn volume_path(read: &mut Reads<'_>, h: Hctl) -> Result<Option<VolumePath>> {
+    let root = read.root;
+    if !sysscsi::exists(root, h) {
+        return Ok(None);
+    }
+    // The identity takes the disk as its `block/` entry names it, even one whose device
+    // number cannot be read (as `PathIdentity::of` would).
+    let name = read.disk_name(h)?;
+    let wwid = read.wwid(h);
+    Ok(Some(VolumePath {
+        hctl: h,
+        identity: PathIdentity::with(root, h, name.as_deref(), wwid),
+        disk: read.disk(h)?,
+        state: sysscsi::state(root, h),
+    }))
 }
 
 /// One path device of a map: its kernel name, and, for a SCSI disk, its address and WWID.

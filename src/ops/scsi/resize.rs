@@ -11,7 +11,7 @@ use crate::sysfs::block as sysblock;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
-use super::locate::{identify, locate};
+use super::locate::{VolumePath, identify, locate};
 use crate::ops::lock;
 use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
 use crate::ops::report::{MapSize, PathSize, Resized};
@@ -51,8 +51,67 @@ pub(in crate::ops) fn resize(
     };
 
     // Every path up and with a disk, before anything is written.
-    let mut paths: Vec<PathSize> = Vec::with_capacity(state.paths.len());
-    for p in &state.paths {
+    let mut paths = paths_up(root, spec, &state.paths, refuse)?;
+    paths.sort_by_key(|p| p.hctl);
+    let map_before = match &map {
+        Some(m) => Some(sysblock::size_of(root, &m.node.name)?),
+        None => None,
+    };
+
+    // Every device of one size, and that size enough: nothing to learn, nothing to grow.
+    let already = opts.expect_size.is_some_and(|e| {
+        let size = map_before.unwrap_or(paths[0].before);
+        size >= e && paths.iter().all(|p| p.before == size)
+    });
+    let rescan_start = Instant::now();
+    if !already {
+        rescan_until(root, &mut paths, opts.expect_size, deadline)?;
+    }
+    let rescan_elapsed = rescan_start.elapsed();
+
+    let size = agreed_size(&paths, map_before, &volume).map_err(refuse)?;
+    let map_start = Instant::now();
+    let map = match (map, map_before) {
+        (Some(m), Some(before)) => {
+            // A map already of the paths' size needs no device-mapper call at all.
+            let by = if size == before {
+                GrownBy::Unchanged
+            } else {
+                multipath::grow(root, &m.name, size, opts.use_multipathd, deadline)?
+            };
+            Some(MapSize {
+                after: sysblock::size_of(root, &m.node.name)?,
+                device: format!("{} ({})", m.name, m.node.name),
+                name: m.name,
+                before,
+                by,
+            })
+        }
+        _ => None,
+    };
+    Ok(Resized {
+        wwid: id.wwid,
+        paths,
+        map,
+        nvme: None,
+        rescanned: !already,
+        rescan_elapsed,
+        map_elapsed: map_start.elapsed(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Every path of the volume with its size now. Every path must be `running` with a disk
+/// ([`ResizeFailure::PathDown`], made an error by `refuse`), and there must be one
+/// ([`Error::NotFound`]).
+fn paths_up(
+    root: &Root,
+    spec: &VolumeSpec,
+    found: &[VolumePath],
+    refuse: impl Fn(ResizeFailure) -> Error,
+) -> Result<Vec<PathSize>> {
+    let mut paths: Vec<PathSize> = Vec::with_capacity(found.len());
+    for p in found {
         let disk = p.disk.as_ref().map(|d| d.name.clone());
         let up = p.state.as_deref() == Some("running");
         match (disk, up) {
@@ -83,66 +142,32 @@ pub(in crate::ops) fn resize(
             what: format!("paths of {spec}"),
         });
     }
-    paths.sort_by_key(|p| p.hctl);
-    let map_before = match &map {
-        Some(m) => Some(sysblock::size_of(root, &m.node.name)?),
-        None => None,
-    };
+    Ok(paths)
+}
 
-    // Every device of one size, and that size enough: nothing to learn, nothing to grow.
-    let already = opts.expect_size.is_some_and(|e| {
-        let size = map_before.unwrap_or(paths[0].before);
-        size >= e && paths.iter().all(|p| p.before == size)
-    });
-    let rescan_start = Instant::now();
-    if !already {
-        rescan_until(root, &mut paths, opts.expect_size, deadline)?;
-    }
-    let rescan_elapsed = rescan_start.elapsed();
-
+/// The size every path reports after the rescans, which must be one
+/// ([`ResizeFailure::SizesDiffer`]) and not below the map's, or the paths' before
+/// ([`ResizeFailure::Shrunk`], naming `volume`).
+fn agreed_size(
+    paths: &[PathSize],
+    map_before: Option<u64>,
+    volume: &str,
+) -> std::result::Result<u64, ResizeFailure> {
     let size = paths[0].after;
     if paths.iter().any(|p| p.after != size) {
-        return Err(refuse(ResizeFailure::SizesDiffer {
+        return Err(ResizeFailure::SizesDiffer {
             sizes: paths.iter().map(|p| (p.device.clone(), p.after)).collect(),
-        }));
+        });
     }
     let shrunk_from = map_before.unwrap_or(paths[0].before);
     if size < shrunk_from {
-        return Err(refuse(ResizeFailure::Shrunk {
-            device: volume.clone(),
+        return Err(ResizeFailure::Shrunk {
+            device: volume.to_owned(),
             from: shrunk_from,
             to: size,
-        }));
+        });
     }
-    let map_start = Instant::now();
-    let map = match (map, map_before) {
-        (Some(m), Some(before)) => {
-            // A map already of the paths' size needs no device-mapper call at all.
-            let by = if size == before {
-                GrownBy::Unchanged
-            } else {
-                multipath::grow(root, &m.name, size, opts.use_multipathd, deadline)?
-            };
-            Some(MapSize {
-                after: sysblock::size_of(root, &m.node.name)?,
-                device: format!("{} ({})", m.name, m.node.name),
-                name: m.name,
-                before,
-                by,
-            })
-        }
-        _ => None,
-    };
-    Ok(Resized {
-        wwid: id.wwid,
-        paths,
-        map,
-        nvme: None,
-        rescanned: !already,
-        rescan_elapsed,
-        map_elapsed: map_start.elapsed(),
-        elapsed: start.elapsed(),
-    })
+    Ok(size)
 }
 
 /// Rescans every path at once, then (with `expect`) waits until each reports `expect` or more,

@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::multipath;
 use crate::ops::report::{MapDevice, Outcome, StepKind};
 use crate::ops::scsi::locate::{VolumePath, VolumeState};
-use crate::ops::steps::step_error;
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
 
@@ -34,42 +33,13 @@ impl Run<'_> {
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
     ) -> std::result::Result<(Vec<Option<String>>, Vec<block::Claim>), Stop> {
-        let root = self.root;
-        let own = state.own_dm();
-        let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
-        devices.extend(state.paths.iter().filter_map(|p| p.disk.clone()));
         let target = state.describe();
         let force = self.opts.force;
         let deadline = self.deadline;
         let t0 = Instant::now();
-        let checked = block::usage(
-            root,
-            &devices,
-            &UsageScope {
-                own: &own,
-                ignore_openers: PATH_MANAGERS,
-            },
-            deadline,
-        )
-        .and_then(|usage| {
-            let reach = state
-                .maps
-                .iter()
-                .map(|m| map_reach(root, m, &state.paths))
-                .collect::<Result<Vec<_>>>()?;
-            Ok((usage, reach))
-        });
-        let (usage, reach) = match checked {
+        let (usage, reach) = match self.usage_and_reach(state) {
             Ok(v) => v,
-            Err(e) => {
-                self.log.record(
-                    StepKind::CheckInUse,
-                    &target,
-                    Outcome::Failed(e.to_string()),
-                    t0.elapsed(),
-                );
-                return Err(step_error(StepKind::CheckInUse, &target, e).into());
-            }
+            Err(e) => return Err(self.log.fail(StepKind::CheckInUse, &target, e, t0).into()),
         };
         let (unreachable, stuck) = self.unreachable_maps(state, &usage, reach);
         let Some(err) = usage.refusal(&target) else {
@@ -130,6 +100,25 @@ impl Run<'_> {
             t0.elapsed(),
         );
         Err(Stop::Fail(err))
+    }
+
+    /// Who uses the volume's maps and disks, and whether each map can still reach its
+    /// storage.
+    fn usage_and_reach(&self, state: &VolumeState) -> Result<(block::Usage, Vec<Reach>)> {
+        let own = state.own_dm();
+        let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
+        devices.extend(state.paths.iter().filter_map(|p| p.disk.clone()));
+        let scope = UsageScope {
+            own: &own,
+            ignore_openers: PATH_MANAGERS,
+        };
+        let usage = block::usage(self.root, &devices, &scope, self.deadline)?;
+        let reach = state
+            .maps
+            .iter()
+            .map(|m| map_reach(self.root, m, &state.paths))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((usage, reach))
     }
 
     /// Claims the disks of a volume that has no map: every path is a lone disk, which

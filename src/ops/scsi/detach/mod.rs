@@ -62,26 +62,10 @@ pub(in crate::ops) fn detach(
         if state.is_empty() && rounds == 0 && identity.wwid.is_none() && spec.is_address() {
             // Nothing at the address, and no WWID to look further with: a map whose paths
             // are all gone may be this volume's, and "nothing left" would leave it behind.
-            let orphans = locate::orphan_maps(root)?;
-            if !orphans.is_empty() {
-                let list: Vec<String> = orphans.iter().map(ToString::to_string).collect();
-                let e = Error::Unverified {
-                    device: spec.to_string(),
-                    reason: format!(
-                        "no device is at its address and its WWID is not known (none was \
-                         remembered by an attach or detach of this name), but {} with no \
-                         path left {} on the node and may be its: detach it by its WWID",
-                        list.join(", "),
-                        if orphans.len() == 1 { "is" } else { "are" }
-                    ),
-                    usage: None,
-                };
-                run.log.record(
-                    StepKind::Verify,
-                    &spec.to_string(),
-                    Outcome::Failed(e.to_string()),
-                    Duration::ZERO,
-                );
+            if let Err(e) = refuse_orphans(root, spec) {
+                let failed = Outcome::Failed(e.to_string());
+                run.log
+                    .record(StepKind::Verify, &spec.to_string(), failed, Duration::ZERO);
                 return Err(e);
             }
         }
@@ -162,4 +146,26 @@ fn retryable(e: &Error) -> bool {
         Error::NotFound { .. } | Error::Replaced { .. } => true,
         _ => false,
     }
+}
+
+/// For a volume named by an address with nothing there and no WWID to look further with:
+/// [`Error::Unverified`] when a multipath map with no path left is on the node, which may be
+/// this volume's, and "nothing left" would leave it behind.
+fn refuse_orphans(root: &Root, spec: &VolumeSpec) -> Result<()> {
+    let orphans = locate::orphan_maps(root)?;
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = orphans.iter().map(ToString::to_string).collect();
+    Err(Error::Unverified {
+        device: spec.to_string(),
+        reason: format!(
+            "no device is at its address and its WWID is not known (none was \
+             remembered by an attach or detach of this name), but {} with no \
+             path left {} on the node and may be its: detach it by its WWID",
+            list.join(", "),
+            if orphans.len() == 1 { "is" } else { "are" }
+        ),
+        usage: None,
+    })
 }
