@@ -3,10 +3,14 @@
 
 use std::fmt;
 
-use crate::id::{Hctl, Nguid, Nqn, Wwid, Wwn};
+use crate::id::{Hctl, Nguid, Nqn, Uuid, Wwid, Wwn};
 
 /// How a caller names a volume.
+///
+/// `#[non_exhaustive]`: another transport may be added without a major release; a `match`
+/// outside this crate needs a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VolumeSpec {
     /// A device: a `/dev` path (`/dev/sdc`, `/dev/mapper/mpatha`, `/dev/dm-0`, a by-id link),
     /// a kernel name (`sdc`, `dm-0`), a multipath map name, or an H:C:T:L.
@@ -33,7 +37,7 @@ pub enum VolumeSpec {
     Nvme {
         /// The subsystem NQN.
         nqn: Nqn,
-        /// Which of its namespaces: by id, or by NGUID.
+        /// Which of its namespaces: by id, by NGUID or by UUID.
         namespace: NamespaceSelector,
     },
 }
@@ -41,16 +45,20 @@ pub enum VolumeSpec {
 /// Which namespace of an NVMe subsystem a volume is.
 ///
 /// The namespace id is what the array's mapping says (LUN-like, and reusable once a namespace
-/// is deleted); the NGUID is the namespace's own, globally unique identity, so naming a
-/// volume by it can never reach another volume that took over the id. The NGUID can only be
-/// matched once the namespace is on the node: until then, an attach by NGUID waits for a
-/// namespace of the subsystem that reports it.
+/// is deleted); the NGUID and the UUID are the namespace's own, globally unique identity, so
+/// naming a volume by one of them can never reach another volume that took over the id. They
+/// can only be matched once the namespace is on the node: until then, an attach by NGUID or
+/// UUID waits for a namespace of the subsystem that reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NamespaceSelector {
     /// The namespace id (1 to 0xFFFFFFFE).
     Id(u32),
     /// The namespace's NGUID.
     Nguid(Nguid),
+    /// The namespace's UUID (its Namespace Identification Descriptor; sysfs `uuid`). A CSI
+    /// volume handle often carries it. The nil UUID, which sysfs shows for a namespace
+    /// without one, is refused.
+    Uuid(Uuid),
 }
 
 impl NamespaceSelector {
@@ -64,6 +72,11 @@ impl NamespaceSelector {
                 .as_deref()
                 .and_then(|s| s.parse::<Nguid>().ok())
                 .is_some_and(|n| n == *g),
+            NamespaceSelector::Uuid(u) => ns
+                .uuid
+                .as_deref()
+                .and_then(|s| s.parse::<Uuid>().ok())
+                .is_some_and(|n| n == *u),
         }
     }
 }
@@ -80,11 +93,18 @@ impl From<Nguid> for NamespaceSelector {
     }
 }
 
+impl From<Uuid> for NamespaceSelector {
+    fn from(uuid: Uuid) -> Self {
+        NamespaceSelector::Uuid(uuid)
+    }
+}
+
 impl fmt::Display for NamespaceSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NamespaceSelector::Id(id) => write!(f, "namespace {id}"),
             NamespaceSelector::Nguid(g) => write!(f, "namespace NGUID {g}"),
+            NamespaceSelector::Uuid(u) => write!(f, "namespace UUID {u}"),
         }
     }
 }
@@ -134,5 +154,42 @@ impl Identity {
                 format!("hctl-{}", a.join(","))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sysfs::nvme::NvmeNamespace;
+
+    fn namespace(nsid: u32, nguid: Option<&str>, uuid: Option<&str>) -> NvmeNamespace {
+        NvmeNamespace {
+            name: format!("nvme0n{nsid}"),
+            nsid: Some(nsid),
+            wwid: None,
+            uuid: uuid.map(str::to_owned),
+            nguid: nguid.map(str::to_owned),
+            eui: None,
+            size_bytes: None,
+            paths: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_selector_matches_its_namespace_only() {
+        let uuid = "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80";
+        let nguid = "0123456789abcdef0123456789abcdef";
+        let ns = namespace(3, Some(nguid), Some(uuid));
+        let other = namespace(4, Some("00000000000000000000000000000001"), None);
+        let by_uuid = NamespaceSelector::Uuid(uuid.parse().unwrap());
+        let by_nguid = NamespaceSelector::Nguid(nguid.parse().unwrap());
+        for s in [NamespaceSelector::Id(3), by_nguid, by_uuid] {
+            assert!(s.matches(&ns), "{s} should match {}", ns.name);
+            assert!(!s.matches(&other), "{s} should not match {}", other.name);
+        }
+        // sysfs's UUID in upper case is the same UUID; a malformed one matches nothing.
+        assert!(by_uuid.matches(&namespace(3, None, Some(&uuid.to_uppercase()))));
+        assert!(!by_uuid.matches(&namespace(3, None, Some("not-a-uuid"))));
+        assert_eq!(by_uuid.to_string(), format!("namespace UUID {uuid}"));
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::helper;
-use crate::id::{Nqn, Wwid};
+use crate::id::{Nqn, Uuid, Wwid};
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
 use crate::sysfs::nvme::{NvmeController, NvmeNamespace};
@@ -466,6 +466,13 @@ fn own_selectors(
                 .as_deref()
                 .and_then(|g| g.parse().ok())
                 .map(NamespaceSelector::Nguid),
+        );
+        own.extend(
+            ns.uuid
+                .as_deref()
+                .and_then(|u| u.parse::<Uuid>().ok())
+                .filter(|u| u.bytes() != [0; 16])
+                .map(NamespaceSelector::Uuid),
         );
     }
     own

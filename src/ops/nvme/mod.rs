@@ -97,6 +97,7 @@ fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
     match namespace {
         NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
         NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
+        NamespaceSelector::Uuid(u) => format!("nvme-{nqn}-uuid-{u}"),
     }
 }
 
@@ -109,10 +110,19 @@ pub fn subsystem_lock_key(nqn: &Nqn) -> String {
     format!("nvme-subsys-{nqn}")
 }
 
-/// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace.
+/// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace. The
+/// nil UUID is what sysfs shows for a namespace that has none: it names no namespace.
 fn check_selector(namespace: &NamespaceSelector) -> Result<()> {
-    let NamespaceSelector::Id(nsid) = *namespace else {
-        return Ok(());
+    let nsid = match *namespace {
+        NamespaceSelector::Id(nsid) => nsid,
+        NamespaceSelector::Uuid(u) if u.bytes() == [0; 16] => {
+            return Err(Error::invalid(
+                "namespace UUID",
+                &u.to_string(),
+                "the nil UUID names no namespace (sysfs shows it for one without a UUID)",
+            ));
+        }
+        NamespaceSelector::Nguid(_) | NamespaceSelector::Uuid(_) => return Ok(()),
     };
     if nsid == 0 || nsid == u32::MAX {
         return Err(Error::invalid(
@@ -145,4 +155,31 @@ pub(in crate::ops) fn identify(
             .and_then(|d| d.wwid.clone()),
         addresses: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_that_name_no_namespace_are_refused() {
+        let nil = NamespaceSelector::Uuid("00000000-0000-0000-0000-000000000000".parse().unwrap());
+        for bad in [
+            NamespaceSelector::Id(0),
+            NamespaceSelector::Id(u32::MAX),
+            nil,
+        ] {
+            let e = check_selector(&bad).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Invalid, "{bad}: {e}");
+        }
+        let uuid = NamespaceSelector::Uuid("6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80".parse().unwrap());
+        for good in [NamespaceSelector::Id(1), uuid] {
+            check_selector(&good).unwrap();
+        }
+        let nqn: Nqn = "nqn.2014-08.org.example:a".parse().unwrap();
+        assert_eq!(
+            lock_key(&nqn, &uuid),
+            "nvme-nqn.2014-08.org.example:a-uuid-6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80"
+        );
+    }
 }
