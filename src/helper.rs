@@ -376,6 +376,50 @@ pub(crate) fn held() -> Vec<(RawFd, DevNum)> {
     lock(&HELD).clone()
 }
 
+/// Runs `work` on every item of `items` side by side and returns each item's result, in
+/// order: the one fan-out of the workflows (a volume's paths deleted or rescanned, an NVMe
+/// subsystem's controllers connected, identified or deleted).
+///
+/// Every item but the last gets a scoped thread named `name`; the calling thread does the
+/// last itself, since it would only wait otherwise. A worker that could not be started, or
+/// that panicked, gives [`Error::Internal`] (or the spawn's [`Error::Io`]) for its item, never
+/// a panic here. Each `work` must bound itself by the caller's deadline: this waits for every
+/// worker (they are scoped), so it is meant for calls that already run under one, or that
+/// hand their blocking part to [`bounded`].
+pub(crate) fn fan_out<I: Sync, T: Send>(
+    name: &str,
+    items: &[I],
+    work: impl Fn(&I) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    let Some((last, others)) = items.split_last() else {
+        return Vec::new();
+    };
+    let work = &work;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = others
+            .iter()
+            .map(|item| {
+                std::thread::Builder::new()
+                    .name(name.to_owned())
+                    .spawn_scoped(s, move || work(item))
+            })
+            .collect();
+        let here = work(last);
+        workers
+            .into_iter()
+            .map(|w| match w {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::Internal {
+                        what: format!("a {name} worker panicked"),
+                    })
+                }),
+                Err(e) => Err(Error::io(format!("({name} worker thread)"), e)),
+            })
+            .chain([here])
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -255,52 +255,88 @@ pub(crate) fn scan_paths(
     none: &dyn Fn() -> Error,
     opts: &ScanOptions,
 ) -> Result<ScanReport> {
-    // Nothing to write to, before any wait: the transport's own "no session/port" error when
-    // it knows no path at all; when it knows paths but none can be scanned now (every FC
-    // port Blocked, every session in recovery), each of them with why, so that the caller
-    // sees which paths exist and what keeps them out.
-    if !candidates
+    let scans = candidates
         .iter()
-        .any(|c| matches!(c, Candidate::Scan { .. }))
-    {
-        if candidates.is_empty() {
-            return Err(none());
-        }
-        complete_names(&mut candidates, namer);
-        let paths = candidates
-            .into_iter()
-            .filter_map(|c| match c {
-                Candidate::Skip { via, hctl, why } => Some(PathScan {
-                    via,
-                    hctl,
-                    outcome: PathOutcome::Skipped(why),
-                    timing: PathTiming::default(),
-                }),
-                Candidate::Scan { .. } => None,
-            })
-            .collect();
-        return Err(Error::MissingPaths {
-            what: what.to_owned(),
-            found: 0,
-            wanted: opts.min_paths.max(1),
-            paths,
-        });
+        .filter(|c| matches!(c, Candidate::Scan { .. }))
+        .count();
+    if scans == 0 {
+        return Err(nothing_to_scan(what, candidates, namer, none, opts));
     }
     let deadline = wait::deadline_from(start, opts.timeout);
     // Subscribe before acting so no block device's `add` can slip past.
     let mut monitor = Monitor::open().ok();
-    let expect = opts.expect_wwid.as_ref();
-
-    crate::helper::prewarm(
-        candidates
-            .iter()
-            .filter(|c| matches!(c, Candidate::Scan { .. }))
-            .count(),
+    crate::helper::prewarm(scans);
+    let started = start_writes(
+        root,
+        &candidates,
+        start,
+        opts.expect_wwid.as_ref(),
+        deadline,
     );
-    // Every write at once: each path's checks here, its write handed to a helper thread
-    // (`helper::start`), then each waited for. A write stuck in the kernel is left to its
-    // helper at the deadline (see `helper::bounded`), so this returns on time.
-    let started: Vec<Option<(Result<scsi::TriggerPending>, Duration)>> = candidates
+    complete_names(&mut candidates, namer);
+    let triggered = finish_writes(started, start, deadline);
+    let (mut paths, pending) = outcomes(candidates, triggered);
+    wait_ready(root, monitor.as_mut(), &mut paths, pending, start, deadline)?;
+    let report = ScanReport {
+        paths,
+        elapsed: start.elapsed(),
+    };
+    check_wwids(&report, opts.expect_wwid.as_ref())?;
+    let found = report.devices().count();
+    if found >= opts.min_paths.max(1) {
+        return Ok(report);
+    }
+    Err(too_few(what, report, opts.min_paths.max(1)))
+}
+
+/// Nothing to write to, before any wait: the transport's own "no session/port" error
+/// (`none`) when it knows no path at all; when it knows paths but none can be scanned now
+/// (every FC port Blocked, every session in recovery), [`Error::MissingPaths`] with each of
+/// them and why, so that the caller sees which paths exist and what keeps them out.
+fn nothing_to_scan(
+    what: &str,
+    mut candidates: Vec<Candidate>,
+    namer: Namer<'_>,
+    none: &dyn Fn() -> Error,
+    opts: &ScanOptions,
+) -> Error {
+    if candidates.is_empty() {
+        return none();
+    }
+    complete_names(&mut candidates, namer);
+    let paths = candidates
+        .into_iter()
+        .filter_map(|c| match c {
+            Candidate::Skip { via, hctl, why } => Some(PathScan {
+                via,
+                hctl,
+                outcome: PathOutcome::Skipped(why),
+                timing: PathTiming::default(),
+            }),
+            Candidate::Scan { .. } => None,
+        })
+        .collect();
+    Error::MissingPaths {
+        what: what.to_owned(),
+        found: 0,
+        wanted: opts.min_paths.max(1),
+        paths,
+    }
+}
+
+/// A path's write in flight, and when it began (from the transport's call).
+type Started = Option<(Result<scsi::TriggerPending>, Duration)>;
+
+/// Every write at once: each path's checks here, its write handed to a helper thread
+/// (`helper::start`); `None` for a skipped candidate.
+fn start_writes(
+    root: &Root,
+    candidates: &[Candidate],
+    start: Instant,
+    expect: Option<&Wwid>,
+    deadline: Instant,
+) -> Vec<Started> {
+    candidates
         .iter()
         .map(|c| match c {
             Candidate::Scan { target, .. } => {
@@ -312,9 +348,17 @@ pub(crate) fn scan_paths(
             }
             Candidate::Skip { .. } => None,
         })
-        .collect();
-    complete_names(&mut candidates, namer);
-    let triggered: Vec<Option<(Result<Triggered>, PathTiming)>> = started
+        .collect()
+}
+
+/// Each write waited for. A write stuck in the kernel is left to its helper at the deadline
+/// (see `helper::bounded`), so this returns on time.
+fn finish_writes(
+    started: Vec<Started>,
+    start: Instant,
+    deadline: Instant,
+) -> Vec<Option<(Result<Triggered>, PathTiming)>> {
+    started
         .into_iter()
         .map(|s| {
             s.map(|(pending, write_start)| {
@@ -332,8 +376,15 @@ pub(crate) fn scan_paths(
                 (result.map(|(t, _)| t), timing)
             })
         })
-        .collect();
+        .collect()
+}
 
+/// Every path with what its write found, and the indices of those whose device is present,
+/// which wait for their disk to open (until then `TimedOut`).
+fn outcomes(
+    candidates: Vec<Candidate>,
+    triggered: Vec<Option<(Result<Triggered>, PathTiming)>>,
+) -> (Vec<PathScan>, Vec<usize>) {
     let mut paths: Vec<PathScan> = Vec::with_capacity(candidates.len());
     let mut pending: Vec<usize> = Vec::new();
     for (c, t) in candidates.into_iter().zip(triggered) {
@@ -373,62 +424,64 @@ pub(crate) fn scan_paths(
             timing,
         });
     }
+    (paths, pending)
+}
 
-    // The `sd` probes run asynchronously after the writes: wait for every pending path's
-    // disk to appear and open. A path still pending at the deadline stays `TimedOut`. Each
-    // open runs on a helper thread: start those now, while the kernel probes.
+/// The `sd` probes run asynchronously after the writes: waits for every pending path's disk
+/// to appear and open. A path still pending at the deadline stays `TimedOut`. Each open
+/// runs on a helper thread: those are started now, while the kernel probes.
+fn wait_ready(
+    root: &Root,
+    monitor: Option<&mut Monitor>,
+    paths: &mut [PathScan],
+    mut pending: Vec<usize>,
+    start: Instant,
+    deadline: Instant,
+) -> Result<()> {
     crate::helper::prewarm(pending.len());
-    if !pending.is_empty() {
-        let hctls: Vec<Hctl> = pending.iter().filter_map(|&i| paths[i].hctl).collect();
-        let what = || {
-            let list: Vec<String> = hctls.iter().map(ToString::to_string).collect();
-            format!("block device of {} to appear and open", list.join(", "))
-        };
-        let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
-        let waited = wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-            // Every pending path's open first, then each waited for: the opens overlap.
-            let opening: Vec<(usize, Result<Option<scsi::ReadyPending>>)> = pending
-                .iter()
-                .filter_map(|&i| paths[i].hctl.map(|h| (i, scsi::ready_start(root, h))))
-                .collect();
-            pending.clear();
-            for (i, started) in opening {
-                match started.and_then(|o| o.map_or(Ok(None), |o| o.finish(deadline))) {
-                    Ok(Some((dev, opened))) => {
-                        paths[i].outcome = PathOutcome::Found(dev);
-                        // When its own open returned, not when it was waited for here.
-                        paths[i].timing.ready = Some(opened.saturating_duration_since(start));
-                    }
-                    Ok(None) => pending.push(i),
-                    // The open was still blocked at the deadline: stays `TimedOut`.
-                    Err(e) if e.kind() == ErrorKind::Timeout => pending.push(i),
-                    Err(e) => paths[i].outcome = PathOutcome::Failed(e),
-                }
-            }
-            Ok(pending.is_empty().then_some(()))
-        });
-        match waited {
-            Ok(()) => {}
-            Err(Error::Timeout { waited, .. }) => {
-                for i in pending {
-                    if let Some(h) = paths[i].hctl {
-                        paths[i].outcome = PathOutcome::TimedOut(disk_timeout(h, waited));
-                    }
-                }
-            }
-            Err(e) => return Err(e),
-        }
+    if pending.is_empty() {
+        return Ok(());
     }
-    let report = ScanReport {
-        paths,
-        elapsed: start.elapsed(),
+    let hctls: Vec<Hctl> = pending.iter().filter_map(|&i| paths[i].hctl).collect();
+    let what = || {
+        let list: Vec<String> = hctls.iter().map(ToString::to_string).collect();
+        format!("block device of {} to appear and open", list.join(", "))
     };
-    check_wwids(&report, opts.expect_wwid.as_ref())?;
-    let found = report.devices().count();
-    if found >= opts.min_paths.max(1) {
-        return Ok(report);
+    let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
+    let waited = wait::until(monitor, deadline, &what, &relevant, || {
+        // Every pending path's open first, then each waited for: the opens overlap.
+        let opening: Vec<(usize, Result<Option<scsi::ReadyPending>>)> = pending
+            .iter()
+            .filter_map(|&i| paths[i].hctl.map(|h| (i, scsi::ready_start(root, h))))
+            .collect();
+        pending.clear();
+        for (i, started) in opening {
+            match started.and_then(|o| o.map_or(Ok(None), |o| o.finish(deadline))) {
+                Ok(Some((dev, opened))) => {
+                    paths[i].outcome = PathOutcome::Found(dev);
+                    // When its own open returned, not when it was waited for here.
+                    paths[i].timing.ready = Some(opened.saturating_duration_since(start));
+                }
+                Ok(None) => pending.push(i),
+                // The open was still blocked at the deadline: stays `TimedOut`.
+                Err(e) if e.kind() == ErrorKind::Timeout => pending.push(i),
+                Err(e) => paths[i].outcome = PathOutcome::Failed(e),
+            }
+        }
+        Ok(pending.is_empty().then_some(()))
+    });
+    match waited {
+        Ok(()) => Ok(()),
+        Err(Error::Timeout { waited, .. }) => {
+            for i in pending {
+                if let Some(h) = paths[i].hctl {
+                    paths[i].outcome = PathOutcome::TimedOut(disk_timeout(h, waited));
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
-    Err(too_few(what, report, opts.min_paths.max(1)))
 }
 
 /// The timeout of a path whose disk did not come.

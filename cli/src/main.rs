@@ -31,7 +31,7 @@ mod exit {
 #[command(
     name = "lunkit",
     version,
-    about = "Scan, flush and remove SCSI LUNs and multipath maps without shelling out"
+    about = "Attach, detach and resize SCSI LUNs (iSCSI, FC, H:C:T:L) and NVMe/TCP namespaces, with their multipath maps, without shelling out"
 )]
 struct Cli {
     /// Directory that stands for / (where sys/, dev/, proc/, etc/ and run/ are); /host in a container
@@ -54,15 +54,17 @@ enum Command {
     },
     /// Bring a volume in: scan its LUN on every path at once (an iSCSI target and LUN, an FC
     /// target and LUN, or an H:C:T:L), list every path's outcome, optionally wait for its
-    /// multipath map. Exit 0 when at least --min-paths came, 3 when fewer (none reported it),
+    /// multipath map; or connect an NVMe subsystem's portals and wait for its namespace. Exit 0 when at least --min-paths came, 3 when fewer (none reported it),
     /// 5 when a path timed out.
     Attach(attach::Attach),
     /// Take a whole volume off the node: check nobody uses it, flush and remove its multipath
     /// map, flush and delete every path, verify nothing is left; retried until the deadline.
+    /// An NVMe namespace is flushed and the controllers no other namespace needs deleted.
     /// Exit 0 done (or nothing was there), 4 refused (in use), 5 deadline passed.
     Detach(teardown::Detach),
     /// Grow an attached volume online: rescan every path at once, check they agree, then grow
-    /// its multipath map (through multipathd when it runs). The filesystem is the caller's to
+    /// its multipath map (through multipathd when it runs); an NVMe namespace's controllers
+    /// are asked its size and told to rescan. The filesystem is the caller's to
     /// grow. Exit 0 resized (or already the size), 1 refused (a path down, paths that
     /// disagree, a volume that shrank), 3 no such volume, 5 --expect-size not reached.
     Resize(resize::Resize),

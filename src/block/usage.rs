@@ -413,107 +413,16 @@ pub fn usage(
     let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
     let walk = Walk::start(root, &proc_fd, &seen, deadline)?;
 
-    // Every device whose users count: the devices, their partitions, and foreign stacks on
-    // them; plus the volume's own devices, whose mounts and openers count too.
-    let mut family: BTreeSet<BlockNode> = BTreeSet::new();
-    let mut todo: Vec<BlockNode> = devices.to_vec();
-    for own in scope.own {
-        if let Some(n) = by_name(root, own)? {
-            todo.push(n);
-        }
-    }
-    let mut foreign_holders = BTreeSet::new();
-    while let Some(n) = todo.pop() {
-        if family.len() > 4096 || !family.insert(n.clone()) {
-            continue;
-        }
-        for sub in sysblock::partitions(root, &n.name)? {
-            if let Some(p) = by_name(root, &sub)? {
-                todo.push(p);
-            }
-        }
-        for h in sysblock::holders(root, &n.name)? {
-            if !scope.own.contains(&h) {
-                foreign_holders.insert(h.clone());
-            }
-            if let Some(hn) = by_name(root, &h)? {
-                todo.push(hn);
-            }
-        }
-    }
-    usage.holders = foreign_holders.into_iter().collect();
-    let family = Family {
-        nodes: family.into_iter().collect(),
-    };
+    let (family, holders) = family_of(root, devices, scope.own)?;
+    usage.holders = holders;
     let numbers = family.numbers();
-    // The devices the path-manager rule applies to: SCSI disks asked about, not maps (a
-    // `dm/` directory), partitions, or an NVMe namespace head (the device users open, like
-    // a map: only a manager's read-only open of it, udev's probe, is not a use).
-    let paths: Vec<DevNum> = devices
-        .iter()
-        .filter(|n| {
-            !sysblock::is_dm(root, &n.name)
-                && !sysblock::is_partition(root, &n.name)
-                && sysblock::scsi_address(root, &n.name).is_some()
-        })
-        .map(|n| n.dev)
-        .collect();
-
-    // The host's mount table, then this process's if it is another namespace.
-    match mountinfo::read_of(root, 1) {
-        // Already claimed: the walk reached the host's namespace through another process
-        // first (pid 1's `ns/mnt` could not be read, so it was not claimed ahead), and
-        // matches that table itself.
-        Ok(table) if !lock_seen(&seen).claim_table(&table) => {}
-        Ok(table) => {
-            let ns = MountNamespace {
-                inode: host_ns,
-                pid: Some(1),
-            };
-            family.mounts_in(root, &table, ns, &mut usage);
-        }
-        // A tree without pid 1 (a fixture): this process's table stands for it.
-        Err(e) if e.is_gone() => {}
-        Err(e) => usage.unchecked.push(Unchecked {
-            what: "the mount table of pid 1".into(),
-            reason: e.to_string(),
-        }),
-    }
-    if read_self {
-        let table = mountinfo::read(root)?;
-        if lock_seen(&seen).claim_table(&table) {
-            let ns = MountNamespace {
-                inode: self_ns,
-                pid: None,
-            };
-            family.mounts_in(root, &table, ns, &mut usage);
-        }
-    }
-    for s in swaps(root)? {
-        if let Some(d) = node_number(root, &s) {
-            if numbers.contains(&d) {
-                usage.swaps.push(family.name_of(d));
-            }
-        }
-    }
-    for lo in crate::loopdev::bound(root)? {
-        match crate::loopdev::backing(root, &lo, deadline) {
-            Ok(Some(b)) => {
-                if let Some(d) = b.uses_any(&numbers) {
-                    usage.loops.push(LoopUse {
-                        loop_device: lo.node.name.clone(),
-                        backing_file: lo.backing_file.clone(),
-                        device: family.name_of(d),
-                    });
-                }
-            }
-            Ok(None) => {}
-            Err(e) => usage.unchecked.push(Unchecked {
-                what: format!("loop device {}", lo.node.name),
-                reason: format!("its backing {}: {e}", lo.backing_file.display()),
-            }),
-        }
-    }
+    let namespaces = OwnNamespaces {
+        host: host_ns,
+        this: self_ns,
+        read_self,
+    };
+    namespaces.mounts(root, &family, &seen, &mut usage)?;
+    swaps_and_loops(root, &family, &numbers, deadline, &mut usage)?;
     // Users found already: the refusal needs no more. The walk's shares finish on their own.
     if usage.has_users() {
         return Ok(usage);
@@ -536,6 +445,7 @@ pub fn usage(
     };
     usage.helpers = scan.helpers.into_iter().map(opener).collect();
     usage.mapped = scan.mapped.into_iter().map(opener).collect();
+    let paths = path_numbers(root, devices);
     for o in scan.openers {
         let on_path = paths.contains(&o.dev);
         let opener = opener(o);
@@ -552,10 +462,157 @@ pub fn usage(
             usage.openers.push(opener);
         }
     }
-    // The probe explains nothing by itself, so only ask it about devices nothing above
-    // accounts for: tops of stacks that are not mounted or swap. A claim is an open, so a map
-    // device-mapper counts no opener of cannot be claimed: its count is one ioctl, where the
-    // probe is a thread and an open.
+    probe_claims(root, &family, deadline, &mut usage)?;
+    Ok(usage)
+}
+
+/// Every device whose users count: `devices`, their partitions, and foreign stacks on them;
+/// plus the volume's own devices (`own`, kernel names), whose mounts and openers count too.
+/// Also returns the holders that are not `own`, sorted.
+fn family_of(root: &Root, devices: &[BlockNode], own: &[String]) -> Result<(Family, Vec<String>)> {
+    let mut family: BTreeSet<BlockNode> = BTreeSet::new();
+    let mut todo: Vec<BlockNode> = devices.to_vec();
+    for o in own {
+        if let Some(n) = by_name(root, o)? {
+            todo.push(n);
+        }
+    }
+    let mut foreign_holders = BTreeSet::new();
+    while let Some(n) = todo.pop() {
+        if family.len() > 4096 || !family.insert(n.clone()) {
+            continue;
+        }
+        for sub in sysblock::partitions(root, &n.name)? {
+            if let Some(p) = by_name(root, &sub)? {
+                todo.push(p);
+            }
+        }
+        for h in sysblock::holders(root, &n.name)? {
+            if !own.contains(&h) {
+                foreign_holders.insert(h.clone());
+            }
+            if let Some(hn) = by_name(root, &h)? {
+                todo.push(hn);
+            }
+        }
+    }
+    let family = Family {
+        nodes: family.into_iter().collect(),
+    };
+    Ok((family, foreign_holders.into_iter().collect()))
+}
+
+/// The devices the path-manager rule applies to: SCSI disks asked about, not maps (a `dm/`
+/// directory), partitions, or an NVMe namespace head (the device users open, like a map:
+/// only a manager's read-only open of it, udev's probe, is not a use).
+fn path_numbers(root: &Root, devices: &[BlockNode]) -> Vec<DevNum> {
+    devices
+        .iter()
+        .filter(|n| {
+            !sysblock::is_dm(root, &n.name)
+                && !sysblock::is_partition(root, &n.name)
+                && sysblock::scsi_address(root, &n.name).is_some()
+        })
+        .map(|n| n.dev)
+        .collect()
+}
+
+/// The host's mount namespace and this process's, which [`usage`] reads itself rather than
+/// leaving them to the walk.
+struct OwnNamespaces {
+    /// Pid 1's `ns/mnt` inode, when readable.
+    host: Option<u64>,
+    /// This process's, when readable.
+    this: Option<u64>,
+    /// Whether this process's table is read here (its namespace was not claimed before).
+    read_self: bool,
+}
+
+impl OwnNamespaces {
+    /// The host's mount table, then this process's if it is another namespace: the family's
+    /// mounts in them go to `usage`.
+    fn mounts(
+        &self,
+        root: &Root,
+        family: &Family,
+        seen: &std::sync::Mutex<SeenNamespaces>,
+        usage: &mut Usage,
+    ) -> Result<()> {
+        match mountinfo::read_of(root, 1) {
+            // Already claimed: the walk reached the host's namespace through another process
+            // first (pid 1's `ns/mnt` could not be read, so it was not claimed ahead), and
+            // matches that table itself.
+            Ok(table) if !lock_seen(seen).claim_table(&table) => {}
+            Ok(table) => {
+                let ns = MountNamespace {
+                    inode: self.host,
+                    pid: Some(1),
+                };
+                family.mounts_in(root, &table, ns, usage);
+            }
+            // A tree without pid 1 (a fixture): this process's table stands for it.
+            Err(e) if e.is_gone() => {}
+            Err(e) => usage.unchecked.push(Unchecked {
+                what: "the mount table of pid 1".into(),
+                reason: e.to_string(),
+            }),
+        }
+        if self.read_self {
+            let table = mountinfo::read(root)?;
+            if lock_seen(seen).claim_table(&table) {
+                let ns = MountNamespace {
+                    inode: self.this,
+                    pid: None,
+                };
+                family.mounts_in(root, &table, ns, usage);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The family's devices used as swap, or backing a loop device (a loop device whose backing
+/// cannot be read is unchecked).
+fn swaps_and_loops(
+    root: &Root,
+    family: &Family,
+    numbers: &[DevNum],
+    deadline: Instant,
+    usage: &mut Usage,
+) -> Result<()> {
+    for s in swaps(root)? {
+        if let Some(d) = node_number(root, &s) {
+            if numbers.contains(&d) {
+                usage.swaps.push(family.name_of(d));
+            }
+        }
+    }
+    for lo in crate::loopdev::bound(root)? {
+        match crate::loopdev::backing(root, &lo, deadline) {
+            Ok(Some(b)) => {
+                if let Some(d) = b.uses_any(numbers) {
+                    usage.loops.push(LoopUse {
+                        loop_device: lo.node.name.clone(),
+                        backing_file: lo.backing_file.clone(),
+                        device: family.name_of(d),
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => usage.unchecked.push(Unchecked {
+                what: format!("loop device {}", lo.node.name),
+                reason: format!("its backing {}: {e}", lo.backing_file.display()),
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// The `O_EXCL` probe. It explains nothing by itself, so only devices nothing else accounts
+/// for are asked: tops of stacks that are not mounted or swap. A claim is an open, so a map
+/// device-mapper counts no opener of cannot be claimed: its count is one ioctl, where the
+/// probe is a thread and an open.
+fn probe_claims(root: &Root, family: &Family, deadline: Instant, usage: &mut Usage) -> Result<()> {
     let mut dm: Option<Option<Control>> = None;
     for n in &family.nodes {
         let top = sysblock::holders(root, &n.name)?.is_empty();
@@ -579,7 +636,7 @@ pub fn usage(
             usage.claimed.push(n.name.clone());
         }
     }
-    Ok(usage)
+    Ok(())
 }
 
 /// The inode number of the initial pid namespace's `ns/pid` link (`PROC_PID_INIT_INO` in the

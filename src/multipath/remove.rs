@@ -104,88 +104,12 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     // to the next map created (multipathd building another volume's map), at once.
     let sys_object = crate::sysfs::block::object_of_number(root, map.info.dev);
     let name = map.info.name.clone();
-    let by_name = DevId::Name(&name);
     let queues = map.table.queue_if_no_path();
-    let mut report_resumed = Vec::new();
     let parts = partition_maps(&ctl, &map)?;
-    // A map left suspended (a removal killed between its suspend and its remove) holds every
-    // I/O, udev's probes' and the flush's, and cannot be suspended again: resume it, and its
-    // partition maps, so the sequence below starts from a map that serves I/O.
-    let devs = std::iter::once(map.info.dev).chain(parts.iter().map(|p| p.dev));
-    for dev in devs {
-        match ctl.info(&DevId::Dev(dev)) {
-            Ok(i) if i.suspended() => {
-                ctl.resume(&DevId::Dev(dev))?;
-                report_resumed.push(i.name);
-            }
-            Ok(_) => {}
-            Err(e) if e.is_gone() => {}
-            Err(e) => return Err(e),
-        }
-    }
-
-    let status = ctl.status(&by_name)?;
-    let status = match status.as_slice() {
-        [t] if t.target_type == "multipath" => Status::parse(&t.params)?,
-        _ => {
-            return Err(Error::invalid(
-                "multipath map",
-                &name,
-                "its status is not one multipath target",
-            ));
-        }
-    };
-    let mut queue_disabled = false;
-    if queues && status.active_paths() == 0 {
-        if !opts.force {
-            return Err(Error::Busy {
-                device: map.label(),
-                reason: "no path is active and queue_if_no_path is set: queued and dirty data \
-                         cannot reach the storage; refusing (force fails that I/O)"
-                    .into(),
-                usage: None,
-            });
-        }
-        // Fail the queued I/O now, so that writers stuck on it (a close that syncs) let go
-        // of the map before the busy check.
-        ctl.message(&by_name, 0, "fail_if_no_path")?;
-        queue_disabled = true;
-    }
-
+    let report_resumed = resume_suspended(&ctl, &map, &parts)?;
+    let queue_disabled = fail_queue_if_pathless(&ctl, &map, queues, opts.force)?;
     if !opts.deferred {
-        // Failed I/O gets until the deadline to unwind. Otherwise only a map held by nothing
-        // but processes is waited for, briefly: udev probes a map after every reload.
-        let until = if queue_disabled {
-            deadline
-        } else {
-            crate::wait::deadline_after(block::OPENER_GRACE).min(deadline)
-        };
-        let mut last = None;
-        let settled = crate::wait::until(
-            None,
-            until,
-            &|| format!("{} to be released", map.label()),
-            &|_| false,
-            || {
-                last = busy_reason(&ctl, root, &map, &parts, deadline)?;
-                Ok(match &last {
-                    Some(b) if queue_disabled || b.transient => None,
-                    _ => Some(()),
-                })
-            },
-        );
-        match settled {
-            Ok(()) | Err(Error::Timeout { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        if let Some(Busy { reason, .. }) = last {
-            restore_queueing(&ctl, &by_name, queue_disabled);
-            return Err(Error::Busy {
-                device: map.label(),
-                reason,
-                usage: None,
-            });
-        }
+        wait_released(&ctl, root, &map, &parts, queue_disabled, deadline)?;
     }
 
     let kernel_name = map.info.kernel_name();
@@ -224,20 +148,13 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     }
 
     if report.outcome == Removed::Now {
-        let dev = map.info.dev;
-        crate::wait::until(
+        wait_gone(
+            root,
             monitor.as_mut(),
+            map.info.dev,
+            sys_object,
+            &kernel_name,
             deadline,
-            &|| format!("removal of {kernel_name}"),
-            &|ev| ev.action == Action::Remove && ev.devname.as_deref() == Some(&kernel_name),
-            || {
-                let now = crate::sysfs::block::object_of_number(root, dev);
-                let gone = match sys_object {
-                    Some(id) => now != Some(id),
-                    None => now.is_none(),
-                };
-                Ok(gone.then_some(()))
-            },
         )?;
     }
     Ok(report)
@@ -264,6 +181,133 @@ fn ask_multipathd(root: &Root, name: &str, deadline: Instant) -> std::result::Re
         )),
         Err(e) => Err(format!("multipathd: {e}")),
     }
+}
+
+/// Resumes the map and its partition maps where they were left suspended (a removal killed
+/// between its suspend and its remove), and names them. A suspended map holds every I/O,
+/// udev's probes' and the flush's, and cannot be suspended again: the sequence starts from a
+/// map that serves I/O.
+fn resume_suspended(ctl: &Control, map: &Map, parts: &[PartitionMap]) -> Result<Vec<String>> {
+    let mut resumed = Vec::new();
+    let devs = std::iter::once(map.info.dev).chain(parts.iter().map(|p| p.dev));
+    for dev in devs {
+        match ctl.info(&DevId::Dev(dev)) {
+            Ok(i) if i.suspended() => {
+                ctl.resume(&DevId::Dev(dev))?;
+                resumed.push(i.name);
+            }
+            Ok(_) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(resumed)
+}
+
+/// For a map that queues (`queues`) with no active path: queued and dirty data cannot reach
+/// the storage, which is [`Error::Busy`] unless `force`; forced, the queued I/O is failed now
+/// (`fail_if_no_path`), so that writers stuck on it (a close that syncs) let go of the map
+/// before the busy check. Returns whether queueing was disabled.
+fn fail_queue_if_pathless(ctl: &Control, map: &Map, queues: bool, force: bool) -> Result<bool> {
+    let name = &map.info.name;
+    let by_name = DevId::Name(name);
+    let status = ctl.status(&by_name)?;
+    let status = match status.as_slice() {
+        [t] if t.target_type == "multipath" => Status::parse(&t.params)?,
+        _ => {
+            return Err(Error::invalid(
+                "multipath map",
+                name,
+                "its status is not one multipath target",
+            ));
+        }
+    };
+    if !queues || status.active_paths() != 0 {
+        return Ok(false);
+    }
+    if !force {
+        return Err(Error::Busy {
+            device: map.label(),
+            reason: "no path is active and queue_if_no_path is set: queued and dirty data \
+                     cannot reach the storage; refusing (force fails that I/O)"
+                .into(),
+            usage: None,
+        });
+    }
+    ctl.message(&by_name, 0, "fail_if_no_path")?;
+    Ok(true)
+}
+
+/// Waits for the map to be released: failed I/O gets until the deadline to unwind; otherwise
+/// only a map held by nothing but processes is waited for, briefly (udev probes a map after
+/// every reload). Still held is [`Error::Busy`], with queueing restored.
+fn wait_released(
+    ctl: &Control,
+    root: &Root,
+    map: &Map,
+    parts: &[PartitionMap],
+    queue_disabled: bool,
+    deadline: Instant,
+) -> Result<()> {
+    let until = if queue_disabled {
+        deadline
+    } else {
+        crate::wait::deadline_after(block::OPENER_GRACE).min(deadline)
+    };
+    let mut last = None;
+    let settled = crate::wait::until(
+        None,
+        until,
+        &|| format!("{} to be released", map.label()),
+        &|_| false,
+        || {
+            last = busy_reason(ctl, root, map, parts, deadline)?;
+            Ok(match &last {
+                Some(b) if queue_disabled || b.transient => None,
+                _ => Some(()),
+            })
+        },
+    );
+    match settled {
+        Ok(()) | Err(Error::Timeout { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    if let Some(Busy { reason, .. }) = last {
+        restore_queueing(ctl, &DevId::Name(&map.info.name), queue_disabled);
+        return Err(Error::Busy {
+            device: map.label(),
+            reason,
+            usage: None,
+        });
+    }
+    Ok(())
+}
+
+/// Waits until the map's kernel object is gone: its remove uevent, or sysfs showing another
+/// object (or none) at its number. The object, not `M:m`, is watched: device-mapper hands the
+/// freed minor to the next map created at once.
+fn wait_gone(
+    root: &Root,
+    monitor: Option<&mut Monitor>,
+    dev: DevNum,
+    sys_object: Option<crate::sysfs::ObjectId>,
+    kernel_name: &str,
+    deadline: Instant,
+) -> Result<()> {
+    crate::wait::until(
+        monitor,
+        deadline,
+        &|| format!("removal of {kernel_name}"),
+        &|ev| ev.action == Action::Remove && ev.devname.as_deref() == Some(kernel_name),
+        || {
+            let now = crate::sysfs::block::object_of_number(root, dev);
+            let gone = match sys_object {
+                Some(id) => now != Some(id),
+                None => now.is_none(),
+            };
+            Ok(gone.then_some(()))
+        },
+    )
 }
 
 /// The local `_dm_flush_map` sequence (steps 4 and on of [`remove`]).
@@ -296,21 +340,7 @@ fn flush_and_remove(
         e
     };
 
-    let mut removed = Vec::new();
-    for p in parts {
-        match ctl.remove(&DevId::Name(&p.name), opts.deferred) {
-            Ok(_) => removed.push(p.name.clone()),
-            Err(e) if e.is_gone() => {}
-            Err(e) if e.errno() == Some(libc::EBUSY) => {
-                return Err(fail(Error::Busy {
-                    device: format!("{} ({})", map.label(), p.name),
-                    reason: "its partition map is open".into(),
-                    usage: None,
-                }));
-            }
-            Err(e) => return Err(fail(e)),
-        }
-    }
+    let removed = remove_partition_maps(ctl, map, parts, opts.deferred).map_err(fail)?;
 
     let removing_since = Instant::now();
     let mut backoff =
@@ -368,6 +398,32 @@ fn flush_and_remove(
         }
         backoff.sleep(deadline);
     }
+}
+
+/// Removes the map's partition maps (deferred with `deferred`), and names those removed. One
+/// still open is [`Error::Busy`].
+fn remove_partition_maps(
+    ctl: &Control,
+    map: &Map,
+    parts: &[PartitionMap],
+    deferred: bool,
+) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for p in parts {
+        match ctl.remove(&DevId::Name(&p.name), deferred) {
+            Ok(_) => removed.push(p.name.clone()),
+            Err(e) if e.is_gone() => {}
+            Err(e) if e.errno() == Some(libc::EBUSY) => {
+                return Err(Error::Busy {
+                    device: format!("{} ({})", map.label(), p.name),
+                    reason: "its partition map is open".into(),
+                    usage: None,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
 }
 
 /// Re-enables queueing if this call disabled it (best effort: the map may be gone).

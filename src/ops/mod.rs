@@ -16,24 +16,233 @@
 //! # Ok::<(), lunkit::Error>(())
 //! ```
 
-pub mod attach;
-pub mod detach;
+//!
+//! # Layout
+//!
+//! The shared parts are in their own files: how a volume is named ([`VolumeSpec`], `spec.rs`),
+//! the option structs (`options.rs`), the reports (`report.rs`), the step log of a detach
+//! (`steps.rs`), the per-volume locks ([`lock`]) and the names remembered beside them
+//! (`names.rs`). Each protocol family has its own folder: `scsi/` (attach, detach in rounds,
+//! resize, and `locate`, which finds a volume's paths and maps) and `nvme/` ([`nvme`]). The two
+//! never import each other, and each public verb below is one `match` on the spec that hands
+//! it to its family.
+
 pub mod lock;
 mod names;
 pub mod nvme;
-pub mod resize;
+mod options;
+mod report;
+mod scsi;
+mod spec;
+mod steps;
 pub mod volume;
 
-pub use attach::{AttachOptions, Attachment, attach};
-pub use detach::{
-    DEFAULT_DETACH_TIMEOUT, DetachOptions, DetachReport, Outcome, Step, StepKind, detach,
-    detach_with,
+pub use nvme::NamespaceDevice;
+pub use options::{
+    AttachOptions, DEFAULT_DETACH_TIMEOUT, DEFAULT_RESIZE_TIMEOUT, DetachOptions, RESCAN_INTERVAL,
+    ResizeOptions,
 };
-pub use nvme::{NamespaceDevice, NvmeAttachment, PortalConnect};
-pub use resize::{
-    DEFAULT_RESIZE_TIMEOUT, MapSize, NamespaceSize, NvmeResize, PathSize, ResizeOptions, Resized,
-    resize,
+pub use report::{
+    Attachment, DetachReport, MapDevice, MapSize, NamespaceSize, NvmeAttachment, NvmeResize,
+    Outcome, PathSize, PortalConnect, Resized, Step, StepKind,
 };
-pub use volume::{
-    ForeignMap, Identity, MapDevice, NamespaceSelector, OrphanMap, VolumeSpec, VolumeState,
-};
+pub use spec::{Identity, NamespaceSelector, VolumeSpec};
+pub use volume::{ForeignMap, OrphanMap, VolumeState};
+
+use crate::error::Result;
+use crate::root::Root;
+
+/// Bringing a volume onto the node: scan its LUN on every path at once, check that every
+/// path is the same volume, and optionally wait for multipathd's map over all of them.
+///
+/// The counterpart of [`crate::ops::detach()`], named the same way ([`VolumeSpec`]). A volume is
+/// attached through an address: an iSCSI target and LUN, an FC target and LUN, or an
+/// H:C:T:L. A WWID or a device name says what a volume is, not where to scan for it, and is
+/// refused.
+///
+/// multipathd, not lunkit, builds the map (it owns the multipath configuration, and the node
+/// has one multipath policy). [`AttachOptions::wait_map`] waits for it: a map whose uuid is
+/// `mpath-<WWID>` with every path that came among its slaves, within the same deadline as the
+/// scan.
+///
+/// ```no_run
+/// use lunkit::Root;
+/// use lunkit::ops::{AttachOptions, VolumeSpec, attach};
+///
+/// let root = Root::default();
+/// let spec = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+/// let mut opts = AttachOptions::new(&root);
+/// opts.wait_map = true;
+/// let volume = attach(&root, &spec, &opts)?;
+/// for path in &volume.paths {
+///     println!("{path}");
+/// }
+/// if let Some(map) = &volume.map {
+///     println!("/dev/mapper/{} ({})", map.name, map.node.name);
+/// }
+/// # Ok::<(), lunkit::Error>(())
+/// ```
+///
+/// Scans the volume's LUN on every path at once and returns every path's outcome, with the
+/// multipath map when [`AttachOptions::wait_map`] is set.
+///
+/// It holds the volume's lock throughout, the one [`detach()`] and
+/// [`resize()`] take (in this process, and across processes through
+/// [`AttachOptions::lock_dir`]): named by the expected WWID, or by what a detach of the same
+/// name would find, and once the scan has found the WWID, by it too. The lock wait counts
+/// against the scan's timeout.
+///
+/// Errors: [`crate::Error::Invalid`] for a spec that names no address (a WWID, a device path), and
+/// the scan's ([`crate::scan`]): [`crate::Error::MissingPaths`] when fewer than
+/// [`crate::ScanOptions::min_paths`] came, [`crate::Error::WwidMismatch`] when a path is another volume,
+/// [`crate::Error::Timeout`] when the map did not come with every path by the deadline.
+pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<Attachment> {
+    match spec {
+        VolumeSpec::Nvme { nqn, namespace } => nvme::attach(root, spec, nqn, namespace, opts),
+        VolumeSpec::Device(_)
+        | VolumeSpec::Wwid(_)
+        | VolumeSpec::Iscsi { .. }
+        | VolumeSpec::Fc { .. } => scsi::attach::attach(root, spec, opts),
+    }
+}
+
+/// Takes the volume `spec` off the node (see [`detach_with`]), with the default step sink.
+pub fn detach(root: &Root, spec: &VolumeSpec, opts: &DetachOptions) -> Result<DetachReport> {
+    detach_with(root, spec, opts, &mut |_| {})
+}
+
+/// Taking a volume off the node: what a CSI driver's NodeUnstage does after the unmount.
+///
+/// One round is: check nobody uses the volume, flush the multipath map, remove it (the
+/// `multipath -f` sequence of [`crate::multipath::remove`]), then flush and delete every path
+/// (in parallel: each delete waits for its own SYNCHRONIZE CACHE). Rounds repeat, each starting
+/// from a fresh look at sysfs, until nothing of the volume is left or the deadline passes: a
+/// map that multipathd re-creates, a path that reappears or a removal that races with udev is
+/// taken down by the next round. Every step boundary is a valid state to stop and start again
+/// from, so a detach killed halfway is finished by the next one; a map it left suspended
+/// (killed between the removal's suspend and remove) is resumed first (`resume-map`).
+///
+/// # When no path can serve the map
+///
+/// With the target unreachable, every path is blocked (the transport is recovering) or
+/// failed, and a map that queues I/O holds whatever is sent to it. udev probes the map on
+/// every change (blkid), and such a probe's read then blocks and keeps the map open.
+/// `multipath -f` refuses such a map ("map in use") until multipathd's `no_path_retry` runs
+/// out and fails the queue. A detach tells the cases apart instead:
+///
+/// - a user holds it (a mount, a loop device, a holder, any process that is not a verified
+///   udev worker with the map open read-only): refused, as any volume in use (an opener
+///   that lets go within [`OPENER_GRACE`](crate::block::OPENER_GRACE) is waited for);
+/// - nothing has it open: its last close wrote back what it could, so it has nothing to
+///   write. The detach disables queueing (`disable-queueing`), deletes the paths, and removes
+///   the map unflushed;
+/// - udev's read-only probes, or something `/proc` does not show (a writer's last close
+///   writing back, a partition map held the same way), have it open: data may be cached in
+///   it, since a writer that closed while a probe held the map did not write back (its close
+///   was not the last). Only a path can take that data, so the detach waits, round after
+///   round, for one to come back (the probe's read then ends too), and then flushes as
+///   usual. At the deadline it fails with [`crate::Error::Timeout`] naming the map and its probes;
+///   nothing was changed. `force` fails the queued I/O instead: deletes the paths (which
+///   fails the reads a blocked path holds), then removes the map, and what it cached is
+///   lost.
+///
+/// Someone else may fail the queue while the detach waits: multipathd turns queueing off
+/// when the map's `no_path_retry` runs out (LIO's default is 12 checker intervals, about
+/// 60 s), and what waited in the map fails with EIO. The map then closes with still no
+/// path; the detach takes it down as one that nothing had open, and its `flush-map` step
+/// says that the writes which waited in it are lost, since they were.
+///
+/// A udev worker counts as one only when `/proc` confirms it (root, udevd's executable or
+/// udevd as parent; see [`crate::block::UsageScope::ignore_openers`]), not by its command name.
+///
+/// `on_step` is called as each step ends (for progress output, and so that a caller who gets
+/// an error still knows what was done).
+///
+/// An NVMe namespace ([`VolumeSpec::Nvme`]) is taken off as [`nvme`] describes: checked,
+/// flushed, and its controllers deleted unless another namespace needs them.
+pub fn detach_with(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &DetachOptions,
+    on_step: &mut dyn FnMut(&Step),
+) -> Result<DetachReport> {
+    match spec {
+        VolumeSpec::Nvme { nqn, namespace } => {
+            nvme::detach(root, spec, nqn, namespace, opts, on_step)
+        }
+        VolumeSpec::Device(_)
+        | VolumeSpec::Wwid(_)
+        | VolumeSpec::Iscsi { .. }
+        | VolumeSpec::Fc { .. } => scsi::detach::detach(root, spec, opts, on_step),
+    }
+}
+
+/// Growing an attached volume online (CSI's NodeExpandVolume): every path learns the new
+/// size, the paths must agree, then the multipath map grows to it. The caller grows its
+/// filesystem afterwards (`resize2fs`, `xfs_growfs`); the library never does.
+///
+/// 1. The volume is identified and locked as [`detach()`] does, under the same lock,
+///    so a resize and a detach of one volume never interleave.
+/// 2. Every path must be `running` with a disk, before anything is written: a path that is
+///    down cannot learn the size, and the map must not outgrow a path it may fail back to
+///    ([`crate::ResizeFailure::PathDown`]).
+/// 3. `1` is written to every path's `rescan`, all at once, each write bounded by the
+///    deadline (a path's rescan waits out its commands' timeouts). `sd` re-reads the capacity
+///    before the write returns. With [`ResizeOptions::expect_size`] the wait goes on until
+///    every path reports at least that size: a path's `change` uevent, or its `scsi_device` event for
+///    the target's "capacity data has changed" unit attention, wakes it, and a path still
+///    short is rescanned again at most every [`RESCAN_INTERVAL`] (the array may grow the LUN
+///    a moment after it said it did).
+/// 4. The paths must agree ([`crate::ResizeFailure::SizesDiffer`]) and must not have shrunk below
+///    the map ([`crate::ResizeFailure::Shrunk`]). Until here the map is untouched.
+/// 5. The map grows ([`crate::multipath::grow`]): through multipathd when it runs, else by a
+///    table reload; its length is read back either way.
+///
+/// An NVMe namespace ([`VolumeSpec::Nvme`]) goes its own way: its controllers are asked
+/// what it is (Identify Namespace), they must agree, and, unless its device already has
+/// that size, they are told to rescan and the resize waits for the device to have it
+/// ([`crate::ops::nvme`]).
+///
+/// A volume whose map and paths already have one size of at least
+/// [`ResizeOptions::expect_size`] is left alone: nothing is written. Resizing again when the array did not grow rescans the paths and changes nothing.
+///
+/// ```no_run
+/// use lunkit::Root;
+/// use lunkit::ops::{ResizeOptions, VolumeSpec, resize};
+///
+/// let root = Root::default();
+/// let spec = VolumeSpec::Device("/dev/mapper/mpatha".into());
+/// let mut opts = ResizeOptions::new(&root);
+/// opts.expect_size = Some(20 << 30);
+/// let resized = resize(&root, &spec, &opts)?;
+/// for p in &resized.paths {
+///     println!("{}: {} -> {} bytes", p.device, p.before, p.after);
+/// }
+/// if let Some(map) = &resized.map {
+///     println!("{}: {} -> {} bytes ({})", map.device, map.before, map.after, map.by.as_str());
+/// }
+/// // Now grow the filesystem on it: resize2fs /dev/mapper/mpatha.
+/// # Ok::<(), lunkit::Error>(())
+/// ```
+///
+/// Grows the volume `spec` to the size its storage now has, on every path and its map.
+///
+/// # Errors (SCSI)
+///
+/// - [`crate::Error::NotFound`] when no path of the volume is on the node.
+/// - [`crate::Error::Resize`] for every refusal ([`crate::ResizeFailure`]: a path down, paths that disagree,
+///   a volume that shrank) and for a map that did not grow.
+/// - [`crate::Error::Timeout`] when [`ResizeOptions::expect_size`] was not reached by every path by
+///   the deadline, naming what each one reports; the map is untouched then.
+/// - [`crate::Error::Step`] (`rescan`) naming the path whose rescan failed.
+/// - [`crate::Error::Busy`] when a multipath map holding the volume's paths is not its alone
+///   ([`VolumeState::foreign_maps`](VolumeState::foreign_maps)); nothing is written.
+pub fn resize(root: &Root, spec: &VolumeSpec, opts: &ResizeOptions) -> Result<Resized> {
+    match spec {
+        VolumeSpec::Nvme { nqn, namespace } => nvme::resize(root, spec, nqn, namespace, opts),
+        VolumeSpec::Device(_)
+        | VolumeSpec::Wwid(_)
+        | VolumeSpec::Iscsi { .. }
+        | VolumeSpec::Fc { .. } => scsi::resize::resize(root, spec, opts),
+    }
+}

@@ -18,11 +18,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::spec::{NamespaceSelector, VolumeSpec};
 use crate::error::{Error, Result};
 use crate::id::{Nqn, Wwid};
-use crate::ops::volume::{self, Identity};
-use crate::ops::{NamespaceSelector, VolumeSpec};
-use crate::root::Root;
 
 /// The record files of `spec` below `dir`; none for a spec that is not an address.
 ///
@@ -39,6 +37,7 @@ fn records(dir: &Path, spec: &VolumeSpec) -> Vec<PathBuf> {
             vec![match namespace {
                 NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
                 NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
+                NamespaceSelector::Uuid(u) => format!("nvme-{nqn}-uuid-{u}"),
             }]
         }
         VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => Vec::new(),
@@ -61,41 +60,6 @@ fn encode(s: &str) -> String {
         }
     }
     out
-}
-
-/// The volume's identity, as [`volume::identify`] finds it, with what `lock_dir` remembers
-/// of the name: a WWID found at a target and LUN is remembered; with none found there
-/// (every path gone), the remembered one is used, but only for a volume of which no path is
-/// left anywhere. The LUN number may name another volume by now, whose paths are elsewhere,
-/// and the record then says nothing about what the address held. Attach and detach both
-/// take their lock by its key, so that they name one volume alike.
-pub(crate) fn identify(
-    root: &Root,
-    spec: &VolumeSpec,
-    lock_dir: Option<&Path>,
-) -> Result<Identity> {
-    let mut id = volume::identify(root, spec)?;
-    let Some(dir) = lock_dir.filter(|_| spec.is_address()) else {
-        return Ok(id);
-    };
-    match &id.wwid {
-        // Failing to write the record loses a hint for a later call, not this one.
-        Some(w) => {
-            let _ = remember(dir, spec, w);
-        }
-        None => {
-            if let Some(w) = recall(dir, spec) {
-                let by_wwid = Identity {
-                    wwid: Some(w),
-                    addresses: id.addresses.clone(),
-                };
-                if volume::locate(root, &by_wwid)?.paths.is_empty() {
-                    id = by_wwid;
-                }
-            }
-        }
-    }
-    Ok(id)
 }
 
 /// Remembers that `spec` named the volume `wwid`. The file is written whole and renamed into
@@ -193,7 +157,7 @@ pub(crate) fn is_attached(dir: &Path, spec: &VolumeSpec) -> bool {
 
 /// The namespaces of subsystem `nqn` marked attached in lock directory `dir`, whether their
 /// devices are on the node or not: every mark file in `<dir>/attached/` whose name ends in a
-/// namespace id or NGUID (`…-ns-<id>`, `…-nguid-<NGUID>`) that, asked back through
+/// namespace id, NGUID or UUID (`…-ns-<id>`, `…-nguid-<NGUID>`, `…-uuid-<UUID>`) that, asked back through
 /// `is_attached` for `nqn`, is marked. The NQN is never parsed out of a file name;
 /// this module alone knows how it is spelt there.
 pub(crate) fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
@@ -217,7 +181,11 @@ pub(crate) fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
             .rsplit_once("-nguid-")
             .and_then(|(_, g)| g.parse().ok())
             .map(NamespaceSelector::Nguid);
-        for selector in id.into_iter().chain(nguid) {
+        let uuid = name
+            .rsplit_once("-uuid-")
+            .and_then(|(_, u)| u.parse().ok())
+            .map(NamespaceSelector::Uuid);
+        for selector in id.into_iter().chain(nguid).chain(uuid) {
             let spec = VolumeSpec::Nvme {
                 nqn: nqn.clone(),
                 namespace: selector,
@@ -350,14 +318,19 @@ mod tests {
             NamespaceSelector::Nguid("0123456789abcdef0123456789abcdef".parse().unwrap());
         assert_eq!(marked(&dir, &a).unwrap(), Vec::new(), "no directory yet");
         mark_attached(&dir, &spec(&a, NamespaceSelector::Id(2))).unwrap();
+        let u: NamespaceSelector =
+            NamespaceSelector::Uuid("6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80".parse().unwrap());
         mark_attached(&dir, &spec(&a, g)).unwrap();
         mark_attached(&dir, &spec(&b, NamespaceSelector::Id(5))).unwrap();
+        mark_attached(&dir, &spec(&b, u)).unwrap();
         std::fs::write(dir.join("attached").join("stray"), "").unwrap();
 
         let mut of_a = marked(&dir, &a).unwrap();
         of_a.sort_by_key(ToString::to_string);
         assert_eq!(of_a, vec![NamespaceSelector::Id(2), g]);
-        assert_eq!(marked(&dir, &b).unwrap(), vec![NamespaceSelector::Id(5)]);
+        let mut of_b = marked(&dir, &b).unwrap();
+        of_b.sort_by_key(ToString::to_string);
+        assert_eq!(of_b, vec![NamespaceSelector::Id(5), u]);
 
         unmark_attached(&dir, &spec(&a, g)).unwrap();
         assert_eq!(marked(&dir, &a).unwrap(), vec![NamespaceSelector::Id(2)]);

@@ -159,6 +159,13 @@ pub(crate) fn size_bytes(root: &Root, name: &str) -> Option<u64> {
     attr_parse::<u64>(&class_dir(root, name), "size").and_then(|s| s.checked_mul(512))
 }
 
+/// [`size_bytes`], or [`Error::NotFound`](crate::Error::NotFound) naming the device.
+pub(crate) fn size_of(root: &Root, name: &str) -> crate::Result<u64> {
+    size_bytes(root, name).ok_or_else(|| crate::Error::NotFound {
+        what: format!("size of block device {name}"),
+    })
+}
+
 /// Whether `name` is a partition (`<name>/partition` exists).
 pub(crate) fn is_partition(root: &Root, name: &str) -> bool {
     class_dir(root, name).join("partition").exists()

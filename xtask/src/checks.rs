@@ -1,5 +1,6 @@
 //! The host steps of `xtask test`, before any VM boots: formatting, clippy, the library docs,
-//! a check at the declared MSRV, the `deploy/` manifests against the Kubernetes schemas, and
+//! the examples, the crates as they would be published, a check at the declared MSRV, the
+//! `deploy/` manifests against the Kubernetes schemas, and
 //! the host tests. Each one fails the run.
 
 use std::path::Path;
@@ -21,6 +22,8 @@ pub fn run() -> Result<Counts> {
         "warnings",
     ]))?;
     docs()?;
+    process::run(cargo().args(["build", "--examples"]))?;
+    package()?;
     msrv()?;
     manifests::validate()?;
     let (status, lines) = process::run_tee(cargo().args(["test", "--workspace"]), None)?;
@@ -50,6 +53,42 @@ fn docs() -> Result<()> {
         }
         cmd.args(features);
         process::run(&mut cmd)?;
+    }
+    Ok(())
+}
+
+/// The published crates: the largest a `.crate` file may be.
+const MAX_CRATE_BYTES: u64 = 1 << 20;
+
+/// `cargo package` of lunkit-sys and lunkit, each built from its packaged sources, as
+/// crates.io would get them. Their `include` lists keep the tests' fixture trees out; a
+/// `.crate` over [`MAX_CRATE_BYTES`] fails the step. lunkit finds the unpublished lunkit-sys
+/// in cargo's local overlay of the packages made in the same call. `--offline`: the steps
+/// before have fetched every dependency; `--allow-dirty`: this is a check, not a publish.
+fn package() -> Result<()> {
+    process::run(cargo().args([
+        "package",
+        "-p",
+        "lunkit-sys",
+        "-p",
+        "lunkit",
+        "--allow-dirty",
+        "--offline",
+    ]))?;
+    let dir = paths::target_dir().join("package");
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "crate") {
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            if len > MAX_CRATE_BYTES {
+                return Err(format!(
+                    "{} is {len} bytes, over {MAX_CRATE_BYTES}: a fixture got into the package?",
+                    path.display()
+                )
+                .into());
+            }
+        }
     }
     Ok(())
 }

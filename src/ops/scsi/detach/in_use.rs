@@ -3,13 +3,14 @@
 
 use std::time::Instant;
 
+use super::Stop;
 use super::run::Run;
-use super::{Outcome, StepKind, Stop, step_error};
 use crate::block::{self, OPENER_GRACE, UsageScope};
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
 use crate::multipath;
-use crate::ops::volume::{MapDevice, VolumePath, VolumeState};
+use crate::ops::report::{MapDevice, Outcome, StepKind};
+use crate::ops::scsi::locate::{VolumePath, VolumeState};
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
 
@@ -32,42 +33,13 @@ impl Run<'_> {
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
     ) -> std::result::Result<(Vec<Option<String>>, Vec<block::Claim>), Stop> {
-        let root = self.root;
-        let own = state.own_dm();
-        let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
-        devices.extend(state.paths.iter().filter_map(|p| p.disk.clone()));
         let target = state.describe();
         let force = self.opts.force;
         let deadline = self.deadline;
         let t0 = Instant::now();
-        let checked = block::usage(
-            root,
-            &devices,
-            &UsageScope {
-                own: &own,
-                ignore_openers: PATH_MANAGERS,
-            },
-            deadline,
-        )
-        .and_then(|usage| {
-            let reach = state
-                .maps
-                .iter()
-                .map(|m| map_reach(root, m, &state.paths))
-                .collect::<Result<Vec<_>>>()?;
-            Ok((usage, reach))
-        });
-        let (usage, reach) = match checked {
+        let (usage, reach) = match self.usage_and_reach(state) {
             Ok(v) => v,
-            Err(e) => {
-                self.record(
-                    StepKind::CheckInUse,
-                    &target,
-                    Outcome::Failed(e.to_string()),
-                    t0.elapsed(),
-                );
-                return Err(step_error(StepKind::CheckInUse, &target, e).into());
-            }
+            Err(e) => return Err(self.log.fail(StepKind::CheckInUse, &target, e, t0).into()),
         };
         let (unreachable, stuck) = self.unreachable_maps(state, &usage, reach);
         let Some(err) = usage.refusal(&target) else {
@@ -76,19 +48,21 @@ impl Run<'_> {
                     Ok(c) => c,
                     Err(e) => {
                         let failed = Outcome::Failed(format!("{e} (taken since the check)"));
-                        self.record(StepKind::CheckInUse, &target, failed, t0.elapsed());
+                        self.log
+                            .record(StepKind::CheckInUse, &target, failed, t0.elapsed());
                         return Err(Stop::Again(e));
                     }
                 };
                 *busy_since = None;
-                self.record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
+                self.log
+                    .record(StepKind::CheckInUse, &target, Outcome::Done, t0.elapsed());
                 return Ok((unreachable, claims));
             }
             // Nobody uses it, but it may hold writes no path can take: wait for one to come
             // back (the transport recovers on its own), then flush as usual.
             let since = *busy_since.get_or_insert(t0);
             let what = format!("a path to come back: {}", stuck.join("; "));
-            self.record(
+            self.log.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Failed(format!("waiting for {what}")),
@@ -100,7 +74,7 @@ impl Run<'_> {
             }));
         };
         if force {
-            self.record(
+            self.log.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Skipped(format!("forced past: {err}")),
@@ -111,7 +85,7 @@ impl Run<'_> {
         // Processes alone may be udev's probes, which let go by themselves: wait a little.
         let since = *busy_since.get_or_insert(t0);
         if usage.only_openers() && t0 - since < OPENER_GRACE && t0 < deadline {
-            self.record(
+            self.log.record(
                 StepKind::CheckInUse,
                 &target,
                 Outcome::Failed(format!("{usage} (waiting for it to close)")),
@@ -119,13 +93,32 @@ impl Run<'_> {
             );
             return Err(Stop::Again(err));
         }
-        self.record(
+        self.log.record(
             StepKind::CheckInUse,
             &target,
             Outcome::Failed(err.to_string()),
             t0.elapsed(),
         );
         Err(Stop::Fail(err))
+    }
+
+    /// Who uses the volume's maps and disks, and whether each map can still reach its
+    /// storage.
+    fn usage_and_reach(&self, state: &VolumeState) -> Result<(block::Usage, Vec<Reach>)> {
+        let own = state.own_dm();
+        let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
+        devices.extend(state.paths.iter().filter_map(|p| p.disk.clone()));
+        let scope = UsageScope {
+            own: &own,
+            ignore_openers: PATH_MANAGERS,
+        };
+        let usage = block::usage(self.root, &devices, &scope, self.deadline)?;
+        let reach = state
+            .maps
+            .iter()
+            .map(|m| map_reach(self.root, m, &state.paths))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((usage, reach))
     }
 
     /// Claims the disks of a volume that has no map: every path is a lone disk, which

@@ -3,13 +3,17 @@
 
 use std::time::{Duration, Instant};
 
-use super::{DetachOptions, Outcome, Step, StepKind, Stop, step_error};
+use super::Stop;
 use crate::block;
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
+use crate::helper;
 use crate::id::DevNum;
 use crate::multipath::{self, RemoveOptions};
-use crate::ops::volume::{MapDevice, VolumePath, VolumeState};
+use crate::ops::options::DetachOptions;
+use crate::ops::report::{MapDevice, Outcome, StepKind};
+use crate::ops::scsi::locate::{VolumePath, VolumeState};
+use crate::ops::steps::{StepLog, step_error};
 use crate::root::Root;
 use crate::scsi::{self, Deleted};
 
@@ -18,8 +22,7 @@ pub(super) struct Run<'a> {
     pub(super) root: &'a Root,
     pub(super) opts: &'a DetachOptions,
     pub(super) deadline: Instant,
-    pub(super) steps: Vec<Step>,
-    pub(super) on_step: &'a mut dyn FnMut(&Step),
+    pub(super) log: StepLog<'a>,
     /// Maps this detach waited on for a path to come back (open, no path, queueing).
     pub(super) waited_on: Vec<String>,
     /// Of those, the ones found later closed with their queued I/O failed by someone else.
@@ -27,64 +30,6 @@ pub(super) struct Run<'a> {
 }
 
 impl Run<'_> {
-    pub(super) fn record(
-        &mut self,
-        kind: StepKind,
-        target: &str,
-        outcome: Outcome,
-        duration: Duration,
-    ) {
-        let step = Step {
-            kind,
-            target: target.to_owned(),
-            outcome,
-            duration,
-        };
-        (self.on_step)(&step);
-        self.steps.push(step);
-    }
-
-    /// Runs `f` as one step; an error is recorded as `Failed` and returned.
-    pub(super) fn step<T>(
-        &mut self,
-        kind: StepKind,
-        target: &str,
-        f: impl FnOnce() -> Result<(T, Outcome)>,
-    ) -> Result<T> {
-        let t0 = Instant::now();
-        match f() {
-            Ok((v, outcome)) => {
-                self.record(kind, target, outcome, t0.elapsed());
-                Ok(v)
-            }
-            Err(e) => {
-                self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
-                Err(step_error(kind, target, e))
-            }
-        }
-    }
-
-    /// Like [`Run::step`], but when forced a failure is recorded as `Skipped` and the detach
-    /// goes on.
-    fn step_or_force(
-        &mut self,
-        kind: StepKind,
-        target: &str,
-        f: impl FnOnce() -> Result<Outcome>,
-    ) -> Result<()> {
-        let t0 = Instant::now();
-        let outcome = match f() {
-            Ok(o) => o,
-            Err(e) if self.opts.force => Outcome::Skipped(format!("forced past: {e}")),
-            Err(e) => {
-                self.record(kind, target, Outcome::Failed(e.to_string()), t0.elapsed());
-                return Err(step_error(kind, target, e));
-            }
-        };
-        self.record(kind, target, outcome, t0.elapsed());
-        Ok(())
-    }
-
     /// One take-down round over what `state` found.
     ///
     /// Normally the maps go first, then the paths (a path deleted under a map that queues
@@ -148,7 +93,8 @@ impl Run<'_> {
                     Err(e) => {
                         let target = format!("{} ({})", map.name, map.node.name);
                         let failed = Outcome::Failed(e.to_string());
-                        self.record(StepKind::ResumeMap, &target, failed, Duration::ZERO);
+                        self.log
+                            .record(StepKind::ResumeMap, &target, failed, Duration::ZERO);
                         return Err(step_error(StepKind::ResumeMap, &target, e).into());
                     }
                 };
@@ -156,7 +102,7 @@ impl Run<'_> {
                     continue;
                 }
                 let label = format!("{} ({})", info.name, info.kernel_name());
-                self.step(StepKind::ResumeMap, &label, || {
+                self.log.run(StepKind::ResumeMap, &label, || {
                     match ctl.resume(&DevId::Dev(dev)) {
                         Ok(_) => Ok(((), Outcome::Done)),
                         Err(e) if e.is_gone() => Ok(((), Outcome::AlreadyGone)),
@@ -178,25 +124,26 @@ impl Run<'_> {
         let deadline = self.deadline;
         let use_multipathd = self.opts.use_multipathd;
         let name = map.name.clone();
-        self.step_or_force(StepKind::DisableQueueing, &label, || {
-            if use_multipathd {
-                // Best effort, with half the time left: the dm message below does the job
-                // whatever multipathd answers, and a multipathd that is not running, not
-                // answering, not root, or not knowing the map ("fail") changes nothing.
-                let now = Instant::now();
-                let theirs = now + deadline.saturating_duration_since(now) / 2;
-                if let Ok(Some(mut d)) = multipath::Multipathd::connect(root, theirs) {
-                    let _ = d.command(&format!("disablequeueing map {name}"), theirs);
+        self.log
+            .run_or_force(self.opts.force, StepKind::DisableQueueing, &label, || {
+                if use_multipathd {
+                    // Best effort, with half the time left: the dm message below does the job
+                    // whatever multipathd answers, and a multipathd that is not running, not
+                    // answering, not root, or not knowing the map ("fail") changes nothing.
+                    let now = Instant::now();
+                    let theirs = now + deadline.saturating_duration_since(now) / 2;
+                    if let Ok(Some(mut d)) = multipath::Multipathd::connect(root, theirs) {
+                        let _ = d.command(&format!("disablequeueing map {name}"), theirs);
+                    }
                 }
-            }
-            let ctl = Control::open(root)?;
-            match ctl.message(&DevId::Name(&name), 0, "fail_if_no_path") {
-                Ok(_) => Ok(Outcome::Done),
-                Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
-                Err(e) => Err(e),
-            }
-        })
-        .map_err(Stop::from)
+                let ctl = Control::open(root)?;
+                match ctl.message(&DevId::Name(&name), 0, "fail_if_no_path") {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
+                    Err(e) => Err(e),
+                }
+            })
+            .map_err(Stop::from)
     }
 
     /// Flushes and removes one map. `unreachable` says why no path can serve it: then it
@@ -223,7 +170,7 @@ impl Run<'_> {
             } else {
                 format!("no path can take I/O ({why}); nothing had it open, so nothing waits")
             };
-            self.record(
+            self.log.record(
                 StepKind::FlushMap,
                 &label,
                 Outcome::Skipped(outcome),
@@ -231,13 +178,17 @@ impl Run<'_> {
             );
         } else {
             let root = self.root;
-            self.step_or_force(StepKind::FlushMap, &label, || {
-                match block::flush(&node, deadline) {
-                    Ok(()) => Ok(Outcome::Done),
-                    Err(e) if flush_found_it_gone(root, &node, &e) => Ok(Outcome::AlreadyGone),
-                    Err(e) => Err(e),
-                }
-            })?;
+            self.log
+                .run_or_force(
+                    self.opts.force,
+                    StepKind::FlushMap,
+                    &label,
+                    || match block::flush(&node, deadline) {
+                        Ok(()) => Ok(Outcome::Done),
+                        Err(e) if flush_found_it_gone(root, &node, &e) => Ok(Outcome::AlreadyGone),
+                        Err(e) => Err(e),
+                    },
+                )?;
         }
         let root = self.root;
         let mut opts = RemoveOptions::default();
@@ -247,19 +198,23 @@ impl Run<'_> {
         opts.force = self.opts.force || unreachable.is_some();
         opts.use_multipathd = self.opts.use_multipathd;
         let name = map.name.clone();
-        self.step_or_force(StepKind::RemoveMap, &label, || {
-            match multipath::remove(root, &name, &opts) {
-                Ok(_) => Ok(Outcome::Done),
-                Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
-                Err(e) => Err(e),
-            }
-        })
-        .map_err(|e| match e {
-            // The check above found it free, so this is an opener of a moment (udev probing
-            // the map after its flush): another round retries.
-            Error::Busy { .. } => Stop::Again(e),
-            e => e.into(),
-        })
+        self.log
+            .run_or_force(
+                self.opts.force,
+                StepKind::RemoveMap,
+                &label,
+                || match multipath::remove(root, &name, &opts) {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if e.is_gone() => Ok(Outcome::AlreadyGone),
+                    Err(e) => Err(e),
+                },
+            )
+            .map_err(|e| match e {
+                // The check above found it free, so this is an opener of a moment (udev probing
+                // the map after its flush): another round retries.
+                Error::Busy { .. } => Stop::Again(e),
+                e => e.into(),
+            })
     }
 
     /// Flushes and deletes every path, side by side. Each disk is claimed exclusively
@@ -306,42 +261,24 @@ impl Run<'_> {
             };
             (flush_time, flushed, t1.elapsed(), deleted)
         };
-        let results: Vec<PathResult> = std::thread::scope(|s| {
-            // The last path is done on this thread, which would only wait otherwise.
-            let Some((last, others)) = paths.split_last() else {
-                return Vec::new();
-            };
-            let one = &one;
-            let handles: Vec<_> = others.iter().map(|p| s.spawn(move || one(p))).collect();
-            let here = one(last);
-            handles
-                .into_iter()
-                .map(|h| {
-                    // Its flush may or may not have run; its delete did not finish.
-                    h.join().unwrap_or_else(|_| {
-                        let e = Error::Internal {
-                            what: "the thread flushing and deleting this path panicked".into(),
-                        };
-                        (Duration::ZERO, Err(e), Duration::ZERO, None)
-                    })
-                })
-                .chain([here])
-                .collect()
-        });
+        // Its flush may or may not have run when its worker failed; its delete did not finish.
+        let results = helper::fan_out("lunkit-delete-path", paths, |p| Ok(one(p)))
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|e| (Duration::ZERO, Err(e), Duration::ZERO, None)));
         let mut first_err = None;
         for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
             let target = p.to_string();
             let flush_failed = flushed.is_err();
             match flushed {
-                Ok(o) => self.record(StepKind::FlushPath, &target, o, ft),
-                Err(e) if force => self.record(
+                Ok(o) => self.log.record(StepKind::FlushPath, &target, o, ft),
+                Err(e) if force => self.log.record(
                     StepKind::FlushPath,
                     &target,
                     Outcome::Skipped(format!("forced past: {e}")),
                     ft,
                 ),
                 Err(e) => {
-                    self.record(
+                    self.log.record(
                         StepKind::FlushPath,
                         &target,
                         Outcome::Failed(e.to_string()),
@@ -356,11 +293,11 @@ impl Run<'_> {
             match deleted {
                 // Not attempted: its flush failed (recorded above).
                 None => {}
-                Some(Ok(o)) => self.record(StepKind::DeletePath, &target, o, dt),
+                Some(Ok(o)) => self.log.record(StepKind::DeletePath, &target, o, dt),
                 // Another device at the address since this round checked it: left alone, and
                 // the next round looks at what is there now.
                 Some(Err(e @ Error::Replaced { .. })) => {
-                    self.record(
+                    self.log.record(
                         StepKind::DeletePath,
                         &target,
                         Outcome::Skipped(format!("{e}; looking again")),
@@ -369,7 +306,7 @@ impl Run<'_> {
                     first_err.get_or_insert(e);
                 }
                 Some(Err(e)) => {
-                    self.record(
+                    self.log.record(
                         StepKind::DeletePath,
                         &target,
                         Outcome::Failed(e.to_string()),

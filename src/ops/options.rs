@@ -1,0 +1,133 @@
+//! How the workflows behave: one option struct per verb, shared by both families.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::id::Wwn;
+use crate::root::Root;
+use crate::scan::ScanOptions;
+
+/// Default time a resize may take, rescans and the map included.
+pub const DEFAULT_RESIZE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// While waiting for [`ResizeOptions::expect_size`], a path still short of it is rescanned
+/// again after this long: the target announces a new capacity only to an initiator that
+/// sends it a command, so without a new rescan a path would never learn it.
+pub const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How [`resize`](super::resize()) behaves. [`ResizeOptions::new`] locks in `<root>/run/lunkit/locks`, as
+/// detach does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResizeOptions {
+    /// How long the whole resize may take.
+    pub timeout: Duration,
+    /// The size in bytes the volume must reach at least (CSI's `required_bytes`): wait until
+    /// every path reports that much, or fail at the deadline naming what each one reports.
+    /// `None` takes what the paths report after one rescan.
+    pub expect_size: Option<u64>,
+    /// Grow the map through multipathd when it runs (the default); `false` always reloads
+    /// the table directly (only for nodes whose maps multipathd does not manage).
+    pub use_multipathd: bool,
+    /// The directory of the per-volume lock files, shared with detach; `None` locks within
+    /// this process only.
+    pub lock_dir: Option<PathBuf>,
+}
+
+impl Default for ResizeOptions {
+    fn default() -> Self {
+        ResizeOptions {
+            timeout: DEFAULT_RESIZE_TIMEOUT,
+            expect_size: None,
+            use_multipathd: true,
+            lock_dir: None,
+        }
+    }
+}
+
+impl ResizeOptions {
+    /// The defaults, locking in `<root>/run/lunkit/locks` like
+    /// [`crate::ops::DetachOptions::new`].
+    pub fn new(root: &Root) -> ResizeOptions {
+        ResizeOptions {
+            lock_dir: Some(root.run("lunkit/locks")),
+            ..ResizeOptions::default()
+        }
+    }
+}
+
+/// Default time a detach may take.
+pub const DEFAULT_DETACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How [`detach`](super::detach()) behaves. Made with [`DetachOptions::new`], which puts the lock files under
+/// the root; then set what differs:
+///
+/// ```
+/// let root = lunkit::Root::default();
+/// let mut opts = lunkit::ops::DetachOptions::new(&root);
+/// opts.timeout = std::time::Duration::from_secs(20);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DetachOptions {
+    /// How long the whole detach may take, lock wait included.
+    pub timeout: Duration,
+    /// Go on past refusals and errors: a volume in use is taken away anyway (its I/O fails),
+    /// queued I/O of a map no path can serve is failed (and what it held is lost), a flush
+    /// that fails is passed over. Every step skipped this way is in the report.
+    pub force: bool,
+    /// Where the cross-process lock files go; `None` locks within this process only.
+    pub lock_dir: Option<PathBuf>,
+    /// Ask multipathd to remove the map when it runs (so it does not re-create it).
+    pub use_multipathd: bool,
+}
+
+impl DetachOptions {
+    /// The defaults for `root`: 60 s, not forced, locks in `<root>/run/lunkit/locks`,
+    /// multipathd used when it runs.
+    pub fn new(root: &Root) -> DetachOptions {
+        DetachOptions {
+            timeout: DEFAULT_DETACH_TIMEOUT,
+            force: false,
+            lock_dir: Some(root.run("lunkit/locks")),
+            use_multipathd: true,
+        }
+    }
+}
+
+/// How [`attach`](super::attach()) behaves. [`AttachOptions::new`] remembers names in the lock directory
+/// under the root, as detach expects; the default remembers nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct AttachOptions {
+    /// The scan: its deadline (which also bounds the map wait), the expected WWID and how
+    /// many paths must come.
+    pub scan: ScanOptions,
+    /// iSCSI: only sessions through these portals (`addr:port`); empty for every session.
+    /// NVMe: connect these portals (`addr:port`, `[v6addr]:port`) that are not connected
+    /// yet; empty to use the controllers already connected.
+    pub portals: Vec<String>,
+    /// FC: only through these local ports (initiator WWPNs); empty for every port.
+    pub initiators: Vec<Wwn>,
+    /// Also wait until multipathd has built the volume's map with every path that came.
+    pub wait_map: bool,
+    /// The directory of detach's lock files ([`crate::ops::DetachOptions::lock_dir`]). Attach
+    /// remembers there which WWID an iSCSI or FC target and LUN named, so that a later detach
+    /// by the same name finds the volume's multipath map even once every path is gone. `None`
+    /// (the default) remembers nothing; the CLI uses `<root>/run/lunkit/locks`.
+    pub lock_dir: Option<std::path::PathBuf>,
+    /// NVMe: this node's identity for the connects; `None` reads `/etc/nvme/hostnqn` and
+    /// `/etc/nvme/hostid` under the root ([`crate::nvme::Host::from_node`]).
+    pub nvme_host: Option<crate::nvme::Host>,
+}
+
+impl AttachOptions {
+    /// The defaults, remembering names in `<root>/run/lunkit/locks`, where
+    /// [`crate::ops::DetachOptions::new`] puts its lock files.
+    pub fn new(root: &Root) -> AttachOptions {
+        AttachOptions {
+            lock_dir: Some(root.run("lunkit/locks")),
+            ..AttachOptions::default()
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! What the workflows report: an attach ([`Attachment`]), a detach ([`DetachReport`], made
+//! of [`Step`]s) and a resize ([`Resized`]), for both families.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::block::BlockNode;
+use crate::id::{Hctl, Wwid};
+use crate::multipath::GrownBy;
+use crate::nvme::Connected;
+use crate::scan::PathScan;
+
+use super::spec::Identity;
+
+/// What an NVMe attach did, in [`Attachment::nvme`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeAttachment {
+    /// The namespace's block devices (one head under native multipath).
+    pub devices: Vec<BlockNode>,
+    /// The controllers through which the namespace came.
+    pub controllers: Vec<String>,
+    /// Every portal asked for, with how its connect went.
+    pub portals: Vec<PortalConnect>,
+}
+
+/// One portal's connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortalConnect {
+    /// `addr:port`.
+    pub portal: String,
+    /// The controller made or found, or why there is none.
+    pub result: std::result::Result<Connected, String>,
+}
+
+impl std::fmt::Display for PortalConnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.result {
+            Ok(c) if c.existing => {
+                write!(f, "{}: {} (already connected)", self.portal, c.controller)
+            }
+            Ok(c) => write!(f, "{}: {} (connected)", self.portal, c.controller),
+            Err(e) => write!(f, "{}: failed: {e}", self.portal),
+        }
+    }
+}
+
+/// One path's size before and after its rescan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathSize {
+    /// Its SCSI address.
+    pub hctl: Hctl,
+    /// Its disk's kernel name (`sdc`).
+    pub disk: String,
+    /// `7:0:0:1 (sdc)`, for messages.
+    pub device: String,
+    /// Size in bytes before.
+    pub before: u64,
+    /// Size in bytes after.
+    pub after: u64,
+}
+
+/// The multipath map's size before and after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapSize {
+    /// The map name (`mpatha`).
+    pub name: String,
+    /// `mpatha (dm-0)`, for messages.
+    pub device: String,
+    /// Size in bytes before.
+    pub before: u64,
+    /// Size in bytes after.
+    pub after: u64,
+    /// How it grew ([`GrownBy::Unchanged`] when it already had the paths' size).
+    pub by: GrownBy,
+}
+
+/// An NVMe namespace's block device in a resize.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceSize {
+    /// Its kernel name (`nvme0n1`: the native-multipath head, or, without native multipath,
+    /// one controller's own device).
+    pub device: String,
+    /// Size in bytes before.
+    pub before: u64,
+    /// Size in bytes after.
+    pub after: u64,
+}
+
+/// What a resize of an NVMe namespace saw and did, in [`Resized::nvme`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmeResize {
+    /// The namespace's block devices.
+    pub devices: Vec<NamespaceSize>,
+    /// What each controller of the subsystem answered to Identify Namespace, in bytes: the
+    /// size the devices were brought to.
+    pub reported: Vec<(String, u64)>,
+}
+
+/// What [`resize`](super::resize()) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    /// The volume's WWID, when it has one.
+    pub wwid: Option<Wwid>,
+    /// Every path, in address order (SCSI; empty for an NVMe namespace).
+    pub paths: Vec<PathSize>,
+    /// The multipath map, when the volume has one.
+    pub map: Option<MapSize>,
+    /// The namespace, for a volume named [`super::VolumeSpec::Nvme`].
+    pub nvme: Option<NvmeResize>,
+    /// Whether any path (or NVMe controller) was rescanned: not when the volume already had
+    /// the expected size.
+    pub rescanned: bool,
+    /// How long the rescans took, the wait for [`super::ResizeOptions::expect_size`] included.
+    pub rescan_elapsed: Duration,
+    /// How long growing the map took (multipathd's `resize map` or the table reload).
+    pub map_elapsed: Duration,
+    /// How long the whole resize took.
+    pub elapsed: Duration,
+}
+
+impl Resized {
+    /// The volume's size now, in bytes: the map's, or the paths' without one, or the NVMe
+    /// namespace device's.
+    pub fn size(&self) -> u64 {
+        if let Some(n) = &self.nvme {
+            return n.devices.first().map_or(0, |d| d.after);
+        }
+        match &self.map {
+            Some(m) => m.after,
+            None => self.paths.first().map_or(0, |p| p.after),
+        }
+    }
+
+    /// Whether any device changed size.
+    pub fn changed(&self) -> bool {
+        self.paths.iter().any(|p| p.before != p.after)
+            || self.map.as_ref().is_some_and(|m| m.before != m.after)
+            || self
+                .nvme
+                .as_ref()
+                .is_some_and(|n| n.devices.iter().any(|d| d.before != d.after))
+    }
+}
+
+/// A step of a detach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepKind {
+    /// Turn the caller's name for the volume into its identity.
+    Identify,
+    /// Take the volume's lock.
+    Lock,
+    /// Resume a map of the volume found suspended. A suspended map holds every I/O sent to
+    /// it, a flush's included, until it is resumed; a detach or a table reload killed between
+    /// its suspend and its resume leaves one so.
+    ResumeMap,
+    /// Check that nothing uses the volume.
+    CheckInUse,
+    /// Make a map that no path can serve fail its I/O instead of queueing it (multipathd's
+    /// `disablequeueing`, dm's `fail_if_no_path`), so readers stuck on it let go.
+    DisableQueueing,
+    /// Flush the multipath map.
+    FlushMap,
+    /// Remove the multipath map.
+    RemoveMap,
+    /// Flush a path's disk.
+    FlushPath,
+    /// Delete a path's SCSI device.
+    DeletePath,
+    /// Flush an NVMe namespace's device.
+    FlushNamespace,
+    /// Delete an NVMe controller (`delete_controller`).
+    DeleteController,
+    /// Check that nothing of the volume is left.
+    Verify,
+}
+
+impl StepKind {
+    /// Its name in reports: `check-in-use`, `remove-map`...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Identify => "identify",
+            StepKind::Lock => "lock",
+            StepKind::ResumeMap => "resume-map",
+            StepKind::CheckInUse => "check-in-use",
+            StepKind::DisableQueueing => "disable-queueing",
+            StepKind::FlushMap => "flush-map",
+            StepKind::RemoveMap => "remove-map",
+            StepKind::FlushPath => "flush-path",
+            StepKind::DeletePath => "delete-path",
+            StepKind::FlushNamespace => "flush-namespace",
+            StepKind::DeleteController => "delete-controller",
+            StepKind::Verify => "verify",
+        }
+    }
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did its work.
+    Done,
+    /// There was nothing to do: already gone.
+    AlreadyGone,
+    /// It failed or refused and the detach went on (forced, or the failure cannot lose data);
+    /// the text says why.
+    Skipped(String),
+    /// It failed; the detach retries or ends with the error.
+    Failed(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Done => f.write_str("done"),
+            Outcome::AlreadyGone => f.write_str("already gone"),
+            Outcome::Skipped(why) => write!(f, "skipped: {why}"),
+            Outcome::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+/// One step as it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// What it was.
+    pub kind: StepKind,
+    /// What it acted on (`mpatha (dm-0)`, `7:0:0:1 (sdc)`).
+    pub target: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// What [`detach`](super::detach()) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachReport {
+    /// The volume's identity.
+    pub identity: Identity,
+    /// Every step, in order.
+    pub steps: Vec<Step>,
+    /// How many take-down rounds ran (0: there was nothing to take down).
+    pub rounds: u32,
+    /// The whole detach.
+    pub duration: Duration,
+}
+
+/// A volume brought onto the node.
+#[derive(Debug)]
+pub struct Attachment {
+    /// Its WWID, as its paths report it (they all agree).
+    pub wwid: Option<Wwid>,
+    /// Every path, scanned or skipped, with its outcome.
+    pub paths: Vec<PathScan>,
+    /// Its multipath map, when [`super::AttachOptions::wait_map`] asked for it.
+    pub map: Option<MapDevice>,
+    /// For an NVMe namespace, its devices, controllers and each portal's connect (`paths`
+    /// is empty then).
+    pub nvme: Option<NvmeAttachment>,
+    /// How long the scan took.
+    pub scan_elapsed: Duration,
+    /// How long the whole attach took, the map wait included.
+    pub elapsed: Duration,
+}
+
+impl Attachment {
+    /// The path devices that came, in path order.
+    pub fn devices(&self) -> impl Iterator<Item = &crate::scsi::PathDevice> {
+        self.paths.iter().filter_map(PathScan::device)
+    }
+}
+
+/// A multipath map of the volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapDevice {
+    /// The map name (`mpatha`).
+    pub name: String,
+    /// Its block device (`dm-0`).
+    pub node: BlockNode,
+    /// Its partition maps (`dm-1`...), kernel names.
+    pub partitions: Vec<String>,
+}

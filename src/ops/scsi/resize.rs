@@ -1,0 +1,253 @@
+//! The SCSI resize: every path rescanned at once, then the map grown. What it does is told at
+//! [`crate::ops::resize()`].
+
+use std::time::Instant;
+
+use crate::error::{Error, ResizeFailure, Result};
+use crate::helper;
+use crate::multipath::{self, GrownBy};
+use crate::root::Root;
+use crate::sysfs::block as sysblock;
+use crate::uevent::{Action, Monitor, Uevent};
+use crate::wait;
+
+use super::locate::{VolumePath, identify, locate};
+use crate::ops::lock;
+use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
+use crate::ops::report::{MapSize, PathSize, Resized};
+use crate::ops::spec::VolumeSpec;
+
+/// Grows the volume `spec`, named by SCSI, on every path and its map
+/// ([`crate::ops::resize()`]).
+pub(in crate::ops) fn resize(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &ResizeOptions,
+) -> Result<Resized> {
+    let start = Instant::now();
+    let deadline = wait::deadline_from(start, opts.timeout);
+    let id = identify(root, spec)?;
+    let _lock = lock::lock(&id.key(), opts.lock_dir.as_deref(), deadline)?;
+    let state = locate(root, &id)?;
+    state.refuse_foreign_maps(&spec.to_string())?;
+    let map = match state.maps.as_slice() {
+        [] => None,
+        [m] => Some(m.clone()),
+        [a, b, ..] => {
+            return Err(Error::Invalid {
+                kind: "volume",
+                input: format!("{spec}: {} and {}", a.name, b.name),
+                reason: "two multipath maps claim this volume; remove the stale one first",
+            });
+        }
+    };
+    let volume = map.as_ref().map_or_else(
+        || spec.to_string(),
+        |m| format!("{} ({})", m.name, m.node.name),
+    );
+    let refuse = |reason| Error::Resize {
+        volume: volume.clone(),
+        reason,
+    };
+
+    // Every path up and with a disk, before anything is written.
+    let mut paths = paths_up(root, spec, &state.paths, refuse)?;
+    paths.sort_by_key(|p| p.hctl);
+    let map_before = match &map {
+        Some(m) => Some(sysblock::size_of(root, &m.node.name)?),
+        None => None,
+    };
+
+    // Every device of one size, and that size enough: nothing to learn, nothing to grow.
+    let already = opts.expect_size.is_some_and(|e| {
+        let size = map_before.unwrap_or(paths[0].before);
+        size >= e && paths.iter().all(|p| p.before == size)
+    });
+    let rescan_start = Instant::now();
+    if !already {
+        rescan_until(root, &mut paths, opts.expect_size, deadline)?;
+    }
+    let rescan_elapsed = rescan_start.elapsed();
+
+    let size = agreed_size(&paths, map_before, &volume).map_err(refuse)?;
+    let map_start = Instant::now();
+    let map = match (map, map_before) {
+        (Some(m), Some(before)) => {
+            // A map already of the paths' size needs no device-mapper call at all.
+            let by = if size == before {
+                GrownBy::Unchanged
+            } else {
+                multipath::grow(root, &m.name, size, opts.use_multipathd, deadline)?
+            };
+            Some(MapSize {
+                after: sysblock::size_of(root, &m.node.name)?,
+                device: format!("{} ({})", m.name, m.node.name),
+                name: m.name,
+                before,
+                by,
+            })
+        }
+        _ => None,
+    };
+    Ok(Resized {
+        wwid: id.wwid,
+        paths,
+        map,
+        nvme: None,
+        rescanned: !already,
+        rescan_elapsed,
+        map_elapsed: map_start.elapsed(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Every path of the volume with its size now. Every path must be `running` with a disk
+/// ([`ResizeFailure::PathDown`], made an error by `refuse`), and there must be one
+/// ([`Error::NotFound`]).
+fn paths_up(
+    root: &Root,
+    spec: &VolumeSpec,
+    found: &[VolumePath],
+    refuse: impl Fn(ResizeFailure) -> Error,
+) -> Result<Vec<PathSize>> {
+    let mut paths: Vec<PathSize> = Vec::with_capacity(found.len());
+    for p in found {
+        let disk = p.disk.as_ref().map(|d| d.name.clone());
+        let up = p.state.as_deref() == Some("running");
+        match (disk, up) {
+            (Some(disk), true) => {
+                let before = sysblock::size_of(root, &disk)?;
+                paths.push(PathSize {
+                    hctl: p.hctl,
+                    device: format!("{} ({disk})", p.hctl),
+                    disk,
+                    before,
+                    after: before,
+                });
+            }
+            (disk, _) => {
+                return Err(refuse(ResizeFailure::PathDown {
+                    path: p.to_string(),
+                    state: match (disk, &p.state) {
+                        (None, _) => "without a disk".to_owned(),
+                        (Some(_), Some(s)) => s.clone(),
+                        (Some(_), None) => "in an unknown state".to_owned(),
+                    },
+                }));
+            }
+        }
+    }
+    if paths.is_empty() {
+        return Err(Error::NotFound {
+            what: format!("paths of {spec}"),
+        });
+    }
+    Ok(paths)
+}
+
+/// The size every path reports after the rescans, which must be one
+/// ([`ResizeFailure::SizesDiffer`]) and not below the map's, or the paths' before
+/// ([`ResizeFailure::Shrunk`], naming `volume`).
+fn agreed_size(
+    paths: &[PathSize],
+    map_before: Option<u64>,
+    volume: &str,
+) -> std::result::Result<u64, ResizeFailure> {
+    let size = paths[0].after;
+    if paths.iter().any(|p| p.after != size) {
+        return Err(ResizeFailure::SizesDiffer {
+            sizes: paths.iter().map(|p| (p.device.clone(), p.after)).collect(),
+        });
+    }
+    let shrunk_from = map_before.unwrap_or(paths[0].before);
+    if size < shrunk_from {
+        return Err(ResizeFailure::Shrunk {
+            device: volume.to_owned(),
+            from: shrunk_from,
+            to: size,
+        });
+    }
+    Ok(size)
+}
+
+/// Rescans every path at once, then (with `expect`) waits until each reports `expect` or more,
+/// rescanning a path that is still short every [`RESCAN_INTERVAL`]. Fills in `after`.
+fn rescan_until(
+    root: &Root,
+    paths: &mut [PathSize],
+    expect: Option<u64>,
+    deadline: Instant,
+) -> Result<()> {
+    // Subscribed before the first write, so no `change` slips past.
+    let mut monitor = Monitor::open().ok();
+    let disks: Vec<String> = paths.iter().map(|p| p.disk.clone()).collect();
+    let hctls: Vec<String> = paths.iter().map(|p| p.hctl.to_string()).collect();
+    let short = |root: &Root| -> Vec<usize> {
+        (0..disks.len())
+            .filter(|&i| {
+                expect.is_some_and(|e| sysblock::size_bytes(root, &disks[i]).is_none_or(|s| s < e))
+            })
+            .collect()
+    };
+    let all: Vec<usize> = (0..paths.len()).collect();
+    rescan_all(root, paths, &all, deadline)?;
+    let mut last_rescan = Instant::now();
+    let what = || {
+        let now: Vec<String> = paths
+            .iter()
+            .map(|p| match sysblock::size_bytes(root, &p.disk) {
+                Some(s) => format!("{} {s} bytes", p.device),
+                None => format!("{} gone", p.device),
+            })
+            .collect();
+        format!(
+            "at least {} bytes on every path (they report: {}); has the volume grown on the \
+             array?",
+            expect.unwrap_or_default(),
+            now.join(", ")
+        )
+    };
+    // A disk's `change` (`RESIZE=1` from `set_capacity_and_notify`), or a path's
+    // `SDEV_UA=CAPACITY_DATA_HAS_CHANGED`, the target's unit attention.
+    let relevant = |ev: &Uevent| {
+        ev.action == Action::Change
+            && (ev
+                .devname
+                .as_deref()
+                .is_some_and(|n| disks.iter().any(|d| d == n))
+                || (ev.get("SDEV_UA") == Some("CAPACITY_DATA_HAS_CHANGED")
+                    && hctls.iter().any(|h| ev.devpath.ends_with(h.as_str()))))
+    };
+    wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
+        let lagging = short(root);
+        if lagging.is_empty() {
+            return Ok(Some(()));
+        }
+        if last_rescan.elapsed() >= RESCAN_INTERVAL {
+            // Errors of a repeated rescan end the wait, naming the path.
+            rescan_all(root, paths, &lagging, deadline)?;
+            last_rescan = Instant::now();
+        }
+        Ok(None)
+    })?;
+    for p in paths.iter_mut() {
+        p.after = sysblock::size_of(root, &p.disk)?;
+    }
+    Ok(())
+}
+
+/// Writes `rescan` on the paths `which` of `paths` at once, one worker each; the first
+/// failure is returned as a `rescan` step naming its path.
+fn rescan_all(root: &Root, paths: &[PathSize], which: &[usize], deadline: Instant) -> Result<()> {
+    let results = helper::fan_out("lunkit-rescan", which, |&i| {
+        crate::scsi::rescan(root, paths[i].hctl, deadline)
+    });
+    for (&i, r) in which.iter().zip(results) {
+        r.map_err(|e| Error::Step {
+            step: "rescan",
+            target: paths[i].device.clone(),
+            source: Box::new(e),
+        })?;
+    }
+    Ok(())
+}
