@@ -97,7 +97,27 @@ impl Lab {
     fn build_nvme_with(namespaces: usize) -> Lab {
         let _ = fs::remove_dir_all(BASE);
         fs::create_dir_all(BASE).unwrap();
-        let made_etc_nvme = !Path::new("/etc/nvme").exists();
+        let mut lab = Lab {
+            plugin: None,
+            multipathd: None,
+            started_iscsid: false,
+            target: None,
+            growable: None,
+            nvmet: None,
+            fcoe: None,
+            made_etc_nvme: false,
+            host_root: None,
+            container: None,
+        };
+        lab.add_nvme(namespaces);
+        lab.start_plugin();
+        lab
+    }
+
+    /// The nvmet subsystem [`NVME_NQN`] with `namespaces` namespaces of 32 MiB on the two lab
+    /// ports, and this node's NVMe host identity in `/etc/nvme` (where the plugin reads it).
+    fn add_nvme(&mut self, namespaces: usize) {
+        self.made_etc_nvme = !Path::new("/etc/nvme").exists();
         fs::create_dir_all("/etc/nvme").unwrap();
         fs::write("/etc/nvme/hostnqn", format!("{HOSTNQN}\n")).unwrap();
         fs::write("/etc/nvme/hostid", format!("{HOSTID}\n")).unwrap();
@@ -107,20 +127,14 @@ impl Lab {
             })
             .build()
             .expect("the nvmet target");
-        let mut lab = Lab {
-            plugin: None,
-            multipathd: None,
-            started_iscsid: false,
-            target: None,
-            growable: None,
-            nvmet: Some(t),
-            fcoe: None,
-            made_etc_nvme,
-            host_root: None,
-            container: None,
-        };
-        lab.start_plugin();
-        lab
+        self.nvmet = Some(t);
+    }
+
+    /// Restarts the plugin in its image ([`Container`]), as the DaemonSet runs it.
+    fn run_in_container(&mut self) {
+        self.stop_plugin("TERM");
+        self.container = Some(Container::new());
+        self.start_plugin();
     }
 
     /// Real FC: the FCoE lab with one initiator port and two target ports (an array's two
@@ -1435,7 +1449,9 @@ fn node_records(iqn: &str) -> Vec<(PathBuf, String)> {
 /// is logged out and the node record holding the secrets is gone. No password appears in a
 /// status, in the plugin's log, in its stage record, or in any process's command line (read
 /// from every `/proc/*/cmdline` in a tight loop through both stages); the node record that
-/// holds them while the volume is staged is mode 0600.
+/// holds them while the volume is staged is mode 0600. The plugin runs in its image, as a
+/// cluster runs it: its iscsiadm is the host's, through the image's chroot wrapper, reading
+/// the node records the plugin wrote under `--root /host`.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn chap_login_refused_with_a_wrong_secret_and_staged_with_the_right_one() {
@@ -1457,6 +1473,8 @@ fn chap_login_refused_with_a_wrong_secret_and_staged_with_the_right_one() {
         })
         .expect("CHAP on the target");
     let mut lab = Lab::prepare(Some(target), None, false);
+    // As a cluster runs it: in its image, iscsiadm the host's through the image's wrapper.
+    lab.run_in_container();
     let mut c = lab.client();
     let secrets = |password: &str| {
         HashMap::from([
@@ -2428,18 +2446,20 @@ fn a_wwid_mismatch_is_cleaned_up_and_its_unstage_touches_no_other_volume() {
 
 /// The plugin as a cluster runs it: its image from `cargo xtask image`, in podman with the
 /// DaemonSet's privileges, namespaces and mounts (`--root /host`), driven through its socket
-/// by kubelet's raw-block and filesystem sequences on the LIO target with multipathd. The
-/// image's `iscsiadm` is the host's, through chroot: the plugin logs in and out with it.
+/// by kubelet's raw-block and filesystem sequences on the LIO target with multipathd, then on
+/// NVMe/TCP. The image's `iscsiadm` is the host's, through chroot: the plugin logs in and out
+/// with it. (CHAP through the image: the CHAP test.)
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn the_plugins_image_serves_kubelets_sequences_as_the_daemonset_runs_it() {
     require_vm();
     let mut lab = Lab::build();
-    lab.stop_plugin("TERM");
-    lab.container = Some(Container::new());
-    lab.start_plugin();
+    lab.add_nvme(1);
+    lab.run_in_container();
     block_sequence(&mut lab.client(), 81);
     filesystem_sequence(&mut lab.client(), 82);
+    nvme_block_sequence(&mut lab.client(), lab.nvmet.as_ref().unwrap(), 83);
+    nvme_filesystem_sequence(&mut lab, 84);
     let done = lab.stop_plugin("TERM").expect("the plugin ran");
     assert!(done.code() == Some(0), "{}", done.describe());
     drop(lab);
