@@ -36,6 +36,7 @@ pub mod mounts;
 pub mod mpath;
 pub mod node;
 pub mod paths;
+pub mod probe;
 pub mod proto;
 pub mod server;
 pub mod state;

@@ -43,6 +43,11 @@ struct Args {
     /// `--root /host`, which the host's iscsiadm and iscsid read].
     #[arg(long)]
     iscsi_nodes: Option<PathBuf>,
+    /// Transports Probe checks even before any of their volumes is staged: iscsi (iscsid
+    /// answers), nvme (<root>/dev/nvme-fabrics exists); comma-separated. A transport with a
+    /// volume staged is checked whatever this says.
+    #[arg(long, value_name = "iscsi,nvme", value_delimiter = ',')]
+    transports: Vec<lunkit_csi::probe::Transport>,
 }
 
 async fn shutdown() {
@@ -107,8 +112,11 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.unstage_timeout = Duration::from_secs(args.timeout);
     let constrained = !segments.is_empty();
     config.topology = segments;
+    config.transports = args.transports.into_iter().collect();
     let node = NodeService::new(config)?;
-    let identity = IdentityService::new(args.driver_name).accessibility_constraints(constrained);
+    let identity = IdentityService::new(args.driver_name)
+        .accessibility_constraints(constrained)
+        .checks(node.checks());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

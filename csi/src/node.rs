@@ -5,7 +5,7 @@
 //! `ABORTED`, as the spec recommends), then does its blocking work on tokio's blocking pool.
 //! Every call is idempotent: repeating it after success, or after a crash part way, converges.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use crate::attrs::{self, FcVolume, IscsiVolume, NvmeVolume, Volume};
 use crate::error::{Error, Result};
+use crate::probe::{Checks, Transport};
 use crate::proto::node_server::Node;
 use crate::proto::volume_capability::access_mode::Mode;
 use crate::proto::volume_capability::{AccessType, MountVolume};
@@ -50,6 +51,8 @@ pub struct Config {
     /// (`/etc/iscsi/nodes` on Debian and Ubuntu; `/var/lib/iscsi/nodes` on some others). The
     /// plugin's own view: iscsiadm runs in the plugin's mount namespace, not under `root`.
     pub iscsi_nodes: PathBuf,
+    /// Transports Probe checks even with none of their volumes staged ([`crate::probe`]).
+    pub transports: BTreeSet<Transport>,
 }
 
 impl Config {
@@ -65,6 +68,7 @@ impl Config {
             unstage_timeout: Duration::from_secs(120),
             topology: BTreeMap::new(),
             iscsi_nodes: PathBuf::from("/etc/iscsi/nodes"),
+            transports: BTreeSet::new(),
         }
     }
 }
@@ -320,6 +324,17 @@ impl NodeService {
                 targets: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// What Probe checks for this service: its state directory, the transports configured
+    /// and those of its records. Give it to [`crate::IdentityService::checks`].
+    pub fn checks(&self) -> Checks {
+        let c = &self.inner.config;
+        Checks::new(
+            c.root.clone(),
+            self.inner.store.clone(),
+            c.transports.clone(),
+        )
     }
 
     /// Takes the in-flight slot of `volume_id`, or `ABORTED` while another call holds it.
