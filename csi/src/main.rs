@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use lunkit::Root;
-use lunkit_csi::{Config, IdentityService, NodeService, identity, server, topology};
+use lunkit_csi::{Config, IdentityService, NodeService, identity, metrics, server, topology};
 
 /// A CSI node plugin for iSCSI volumes, built on lunkit.
 #[derive(Debug, Parser)]
@@ -48,6 +48,9 @@ struct Args {
     /// volume staged is checked whatever this says.
     #[arg(long, value_name = "iscsi,nvme", value_delimiter = ',')]
     transports: Vec<lunkit_csi::probe::Transport>,
+    /// Serve Prometheus metrics on ADDR:PORT (plain HTTP, GET /metrics); none when not given.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_address: Option<String>,
 }
 
 async fn shutdown() {
@@ -121,7 +124,15 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("cannot start the runtime: {e}")))?;
+    let store = node.store().clone();
+    let metrics_address = args.metrics_address;
     let served = rt.block_on(async move {
+        if let Some(address) = metrics_address {
+            let listener = metrics::bind(&address).await?;
+            let bound = listener.local_addr().map_or(address, |a| a.to_string());
+            eprintln!("lunkit-csi: metrics on http://{bound}/metrics");
+            tokio::spawn(metrics::serve(listener, metrics::global(), store));
+        }
         let listener = server::bind(&path)?;
         eprintln!("lunkit-csi: serving on {}", path.display());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

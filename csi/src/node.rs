@@ -303,6 +303,28 @@ fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
     }
 }
 
+/// [`ops::attach()`], its steps recorded in the metrics.
+fn attach_recorded(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &AttachOptions,
+) -> lunkit::Result<ops::Attachment> {
+    let a = ops::attach(root, spec, opts)?;
+    crate::metrics::global().attached(&a);
+    Ok(a)
+}
+
+/// [`ops::detach()`], its steps recorded in the metrics.
+fn detach_recorded(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &DetachOptions,
+) -> lunkit::Result<ops::DetachReport> {
+    let r = ops::detach(root, spec, opts)?;
+    crate::metrics::global().detached(&r);
+    Ok(r)
+}
+
 /// `e` with `what` (`volume pv-1: attach …`) before its message.
 fn prefix(what: &str, e: Error) -> Error {
     match e {
@@ -335,6 +357,11 @@ impl NodeService {
             self.inner.store.clone(),
             c.transports.clone(),
         )
+    }
+
+    /// The stage records (the staged volumes' gauge of [`crate::metrics`] counts them).
+    pub fn store(&self) -> &Store {
+        &self.inner.store
     }
 
     /// Takes the in-flight slot of `volume_id`, or `ABORTED` while another call holds it.
@@ -433,7 +460,7 @@ impl Inner {
             namespace: NamespaceSelector::Id(nsid),
         };
         let what = format!("{what} namespace {nsid}");
-        let a = ops::attach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let a = attach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
         let device = a
             .nvme
             .as_ref()
@@ -773,7 +800,7 @@ impl Inner {
         opts.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
         let before = scsi_addresses(root)?;
-        let a = match ops::attach(root, spec, &opts) {
+        let a = match attach_recorded(root, spec, &opts) {
             Ok(a) => a,
             Err(e) => return Err(self.refused_attach(id, &what, e, &before)),
         };
@@ -837,7 +864,7 @@ impl Inner {
         match (ours, state) {
             (Ok(true), Ok(s)) if s.paths.iter().all(|p| !before.contains(&p.hctl)) => {
                 let opts = DetachOptions::new(root);
-                cleanup = match ops::detach(root, &VolumeSpec::Wwid(actual), &opts) {
+                cleanup = match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts) {
                     Ok(_) => "; its devices that this stage brought in were taken out".into(),
                     Err(d) => format!("; taking its devices out again failed: {d}"),
                 };
@@ -1141,7 +1168,7 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
                 let lock = self.target_lock(iqn);
                 let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
                 if !others(&self.store)? {
@@ -1169,7 +1196,7 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
             }
             Target::Nvme { nqn, nsid, .. } => {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
@@ -1184,7 +1211,7 @@ impl Inner {
                             nqn,
                             namespace: NamespaceSelector::Id(*n),
                         };
-                        ops::detach(root, &spec, &opts)
+                        detach_recorded(root, &spec, &opts)
                             .map_err(|e| Error::lunkit(what.clone(), e))?;
                     }
                     // Stopped before the namespace was found: only connections may be left.
