@@ -1,6 +1,6 @@
 //! VM tests of the CSI node plugin's observability (issue 37, item 5): Probe checks what the
 //! node needs (iscsid here, a real one stopped and started again), and the metrics endpoint
-//! shows a real stage and unstage of an LIO LUN with lunkit's steps.
+//! and the JSON log show a real stage and unstage of an LIO LUN with lunkit's steps.
 //!
 //! Run by `cargo xtask test` inside the QEMU guest (ignored on the host); the plugin binary
 //! comes from `LUNKIT_CSI_BIN`.
@@ -94,6 +94,20 @@ impl Lab {
         })
         .expect("the plugin answers");
         lab
+    }
+
+    /// Stops the plugin (SIGTERM) and returns what it wrote on standard error.
+    fn stop_plugin(&mut self) -> String {
+        let p = self.plugin.take().expect("the plugin runs");
+        cmd::run_ignoring_failure("kill", &["-TERM", &p.pid().to_string()]);
+        let limit = p.elapsed() + Duration::from_secs(30);
+        let done = p.wait(limit);
+        assert!(
+            !done.overran && done.code() == Some(0),
+            "{}",
+            done.describe()
+        );
+        done.stderr
     }
 
     fn socket() -> PathBuf {
@@ -208,9 +222,9 @@ fn steps(body: &str, operation: &str, step: &str, outcome: &str) -> Option<f64> 
 
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn metrics_show_a_stage_and_an_unstage_with_lunkits_steps() {
+fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
     require_vm();
-    let lab = Lab::build_with_target(&["--metrics-address", METRICS]);
+    let mut lab = Lab::build_with_target(&["--metrics-address", METRICS, "--log-format", "json"]);
     let before = scrape();
     assert_eq!(
         sample(&before, "lunkit_csi_volumes_staged"),
@@ -312,4 +326,41 @@ fn metrics_show_a_stage_and_an_unstage_with_lunkits_steps() {
         .filter(|s| s.target == IQN)
         .collect();
     assert!(sessions.is_empty(), "sessions left: {sessions:?}");
+
+    // The log: one JSON object a line; one per call with its volume, code and duration, and
+    // one per lunkit step with its duration.
+    let log = lab.stop_plugin();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let call = |method: &str| {
+        lines
+            .iter()
+            .filter(|l| l["msg"] == "call" && l["method"] == method)
+            .collect::<Vec<_>>()
+    };
+    for method in ["NodeStageVolume", "NodeUnstageVolume"] {
+        let c = call(method);
+        assert_eq!(c.len(), 1, "{method}: {log}");
+        assert_eq!(c[0]["volume_id"], "pv-obs", "{log}");
+        assert_eq!(c[0]["code"], "OK", "{log}");
+        assert!(
+            c[0]["duration_seconds"].as_f64().is_some_and(|d| d > 0.0),
+            "{log}"
+        );
+    }
+    let step = |operation: &str, name: &str| {
+        lines.iter().find(|l| {
+            l["msg"] == "step"
+                && l["volume_id"] == "pv-obs"
+                && l["operation"] == operation
+                && l["step"] == name
+        })
+    };
+    let scan = step("attach", "scan").unwrap_or_else(|| panic!("no scan step: {log}"));
+    assert!(scan["duration_seconds"].as_f64().is_some(), "{scan}");
+    let delete = step("detach", "delete-path").unwrap_or_else(|| panic!("no delete step: {log}"));
+    assert_eq!(delete["outcome"], "done", "{delete}");
+    assert!(delete["duration_seconds"].as_f64().is_some(), "{delete}");
 }

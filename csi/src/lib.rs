@@ -32,6 +32,7 @@ pub mod exec;
 pub mod fs;
 pub mod identity;
 pub mod iscsi;
+pub mod log;
 pub mod metrics;
 pub mod mounts;
 pub mod mpath;

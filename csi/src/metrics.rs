@@ -136,15 +136,13 @@ impl Metrics {
 
     /// Records every step a detach reports, and the whole detach.
     pub fn detached(&self, r: &lunkit::ops::DetachReport) {
-        use lunkit::ops::Outcome;
         for s in &r.steps {
-            let outcome = match s.outcome {
-                Outcome::Done => "done",
-                Outcome::AlreadyGone => "already-gone",
-                Outcome::Skipped(_) => "skipped",
-                Outcome::Failed(_) => "failed",
-            };
-            self.step("detach", s.kind.as_str(), outcome, s.duration);
+            self.step(
+                "detach",
+                s.kind.as_str(),
+                outcome_name(&s.outcome),
+                s.duration,
+            );
         }
         self.step("detach", "detach", "done", r.duration);
     }
@@ -188,6 +186,17 @@ impl Metrics {
              lunkit_csi_volumes_staged {staged}\n"
         );
         out
+    }
+}
+
+/// A detach step's outcome as a label: `done`, `already-gone`, `skipped`, `failed`.
+pub fn outcome_name(o: &lunkit::ops::Outcome) -> &'static str {
+    use lunkit::ops::Outcome;
+    match o {
+        Outcome::Done => "done",
+        Outcome::AlreadyGone => "already-gone",
+        Outcome::Skipped(_) => "skipped",
+        Outcome::Failed(_) => "failed",
     }
 }
 

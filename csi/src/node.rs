@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use crate::attrs::{self, FcVolume, IscsiVolume, NvmeVolume, Volume};
 use crate::error::{Error, Result};
+use crate::log::{self, Level};
 use crate::probe::{Checks, Transport};
 use crate::proto::node_server::Node;
 use crate::proto::volume_capability::access_mode::Mode;
@@ -303,25 +304,47 @@ fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
     }
 }
 
-/// [`ops::attach()`], its steps recorded in the metrics.
+/// [`ops::attach()`] of volume `id`, its steps recorded in the metrics and the log.
 fn attach_recorded(
+    id: &str,
     root: &Root,
     spec: &VolumeSpec,
     opts: &AttachOptions,
 ) -> lunkit::Result<ops::Attachment> {
     let a = ops::attach(root, spec, opts)?;
     crate::metrics::global().attached(&a);
+    let target = spec.to_string();
+    if a.nvme.is_none() {
+        log::step(id, "attach", "scan", &target, "done", a.scan_elapsed);
+    }
+    for p in a.nvme.iter().flat_map(|n| &n.portals) {
+        if let Ok(c) = &p.result {
+            log::step(id, "attach", "connect", &p.portal, "done", c.elapsed);
+        }
+    }
     Ok(a)
 }
 
-/// [`ops::detach()`], its steps recorded in the metrics.
+/// [`ops::detach()`] of volume `id`, its steps recorded in the metrics and the log.
 fn detach_recorded(
+    id: &str,
     root: &Root,
     spec: &VolumeSpec,
     opts: &DetachOptions,
 ) -> lunkit::Result<ops::DetachReport> {
     let r = ops::detach(root, spec, opts)?;
     crate::metrics::global().detached(&r);
+    for s in &r.steps {
+        let outcome = crate::metrics::outcome_name(&s.outcome);
+        log::step(
+            id,
+            "detach",
+            s.kind.as_str(),
+            &s.target,
+            outcome,
+            s.duration,
+        );
+    }
     Ok(r)
 }
 
@@ -402,11 +425,7 @@ impl NodeService {
         .await
         .map_err(|e| Error::Internal(format!("the worker failed: {e}")))
         .and_then(|r| r);
-        let took = start.elapsed().as_secs_f64();
-        match &r {
-            Ok(_) => eprintln!("lunkit-csi: {call} {id}: ok ({took:.2}s)"),
-            Err(e) => eprintln!("lunkit-csi: {call} {id}: {:?}: {e} ({took:.2}s)", e.code()),
-        }
+        log::call(call, &id, r.as_ref().map(|_| ()), start.elapsed());
         r
     }
 }
@@ -460,7 +479,8 @@ impl Inner {
             namespace: NamespaceSelector::Id(nsid),
         };
         let what = format!("{what} namespace {nsid}");
-        let a = attach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let a =
+            attach_recorded(id, root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
         let device = a
             .nvme
             .as_ref()
@@ -800,7 +820,7 @@ impl Inner {
         opts.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
         let before = scsi_addresses(root)?;
-        let a = match attach_recorded(root, spec, &opts) {
+        let a = match attach_recorded(id, root, spec, &opts) {
             Ok(a) => a,
             Err(e) => return Err(self.refused_attach(id, &what, e, &before)),
         };
@@ -822,9 +842,12 @@ impl Inner {
                     self.record_device(record, &map, true)?;
                     return Ok(map);
                 }
-                None => eprintln!(
-                    "lunkit-csi: {what}: multipathd blacklists {}; the volume is used on its path device",
-                    disks.join(", ")
+                None => log::note(
+                    Level::Warn,
+                    &format!(
+                        "{what}: multipathd blacklists {}; the volume is used on its path device",
+                        disks.join(", ")
+                    ),
                 ),
             }
         }
@@ -864,7 +887,7 @@ impl Inner {
         match (ours, state) {
             (Ok(true), Ok(s)) if s.paths.iter().all(|p| !before.contains(&p.hctl)) => {
                 let opts = DetachOptions::new(root);
-                cleanup = match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts) {
+                cleanup = match detach_recorded(id, root, &VolumeSpec::Wwid(actual), &opts) {
                     Ok(_) => "; its devices that this stage brought in were taken out".into(),
                     Err(d) => format!("; taking its devices out again failed: {d}"),
                 };
@@ -1135,10 +1158,13 @@ impl Inner {
             .into_iter()
             .find(|r| record.same_volume_as(r))
         {
-            eprintln!(
-                "lunkit-csi: volume {id}: volume {} names the same volume (WWID {}); its devices are left to it",
-                other.volume_id,
-                record.known_wwid().unwrap_or("not known")
+            log::note(
+                Level::Info,
+                &format!(
+                    "volume {id}: volume {} names the same volume (WWID {}); its devices are left to it",
+                    other.volume_id,
+                    record.known_wwid().unwrap_or("not known")
+                ),
             );
             return self.store.remove(id);
         }
@@ -1168,7 +1194,8 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                detach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(id, root, &spec, &opts)
+                    .map_err(|e| Error::lunkit(what.clone(), e))?;
                 let lock = self.target_lock(iqn);
                 let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
                 if !others(&self.store)? {
@@ -1196,22 +1223,26 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                detach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(id, root, &spec, &opts)
+                    .map_err(|e| Error::lunkit(what.clone(), e))?;
             }
             Target::Nvme { nqn, nsid, .. } => {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
                 match nsid {
                     // Deletes the controllers no other attached or used namespace needs.
-                    Some(n) if self.nsid_reassigned(&record, &nqn, *n)? => eprintln!(
-                        "lunkit-csi: volume {id}: namespace {n} of {nqn} reports another identity than its WWID {}; left as it is",
-                        record.wwid.as_deref().unwrap_or("")
+                    Some(n) if self.nsid_reassigned(&record, &nqn, *n)? => log::note(
+                        Level::Warn,
+                        &format!(
+                            "volume {id}: namespace {n} of {nqn} reports another identity than its WWID {}; left as it is",
+                            record.wwid.as_deref().unwrap_or("")
+                        ),
                     ),
                     Some(n) => {
                         let spec = VolumeSpec::Nvme {
                             nqn,
                             namespace: NamespaceSelector::Id(*n),
                         };
-                        detach_recorded(root, &spec, &opts)
+                        detach_recorded(id, root, &spec, &opts)
                             .map_err(|e| Error::lunkit(what.clone(), e))?;
                     }
                     // Stopped before the namespace was found: only connections may be left.
