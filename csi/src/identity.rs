@@ -5,7 +5,6 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use crate::probe::Checks;
-
 use crate::proto::identity_server::Identity;
 use crate::proto::plugin_capability::{Service, Type, VolumeExpansion, service, volume_expansion};
 use crate::proto::*;

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::path::PathBuf;
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -70,7 +70,6 @@ fn transport_of(target: &Target) -> Option<Transport> {
 #[derive(Debug, Clone)]
 pub struct Checks {
     root: Root,
-    state: PathBuf,
     records: Store,
     transports: BTreeSet<Transport>,
 }
@@ -81,7 +80,6 @@ impl Checks {
     pub fn new(root: Root, records: Store, transports: BTreeSet<Transport>) -> Checks {
         Checks {
             root,
-            state: records.dir().to_path_buf(),
             records,
             transports,
         }
@@ -91,10 +89,11 @@ impl Checks {
     /// is ready. Blocking (file system, a socket connect): run it off the async runtime.
     pub fn missing(&self) -> Vec<String> {
         let mut missing = Vec::new();
-        if let Err(e) = writable(&self.state) {
+        let state = self.records.dir();
+        if let Err(e) = writable(state) {
             missing.push(format!(
                 "the state directory {} is not writable: {e}",
-                self.state.display()
+                state.display()
             ));
         }
         for t in self.used() {
@@ -138,7 +137,7 @@ impl Checks {
 static PROBES: AtomicU64 = AtomicU64::new(0);
 
 /// Makes, writes and removes a file in `dir`: what saving a record does, short of renaming.
-fn writable(dir: &std::path::Path) -> std::io::Result<()> {
+fn writable(dir: &Path) -> std::io::Result<()> {
     let n = PROBES.fetch_add(1, Ordering::Relaxed);
     // Not `.json`: a probe's file is never taken for a record.
     let path = dir.join(format!(".probe-{}-{n}", std::process::id()));
