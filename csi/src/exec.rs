@@ -260,7 +260,10 @@ pub fn reap_within(mut child: std::process::Child, grace: Duration) -> bool {
     let pid = child.id();
     std::thread::spawn(move || {
         let status = child.wait();
-        eprintln!("lunkit-csi: process {pid}, left after its deadline, ended: {status:?}");
+        crate::log::note(
+            crate::log::Level::Warn,
+            &format!("process {pid}, left after its deadline, ended: {status:?}"),
+        );
     });
     false
 }

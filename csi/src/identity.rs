@@ -1,7 +1,10 @@
 //! The Identity service: the plugin's name and version, its capabilities, and readiness.
 
+use std::time::Duration;
+
 use tonic::{Request, Response, Status};
 
+use crate::probe::Checks;
 use crate::proto::identity_server::Identity;
 use crate::proto::plugin_capability::{Service, Type, VolumeExpansion, service, volume_expansion};
 use crate::proto::*;
@@ -16,6 +19,7 @@ pub const DEFAULT_NAME: &str = "csi.lunkit.invalid";
 pub struct IdentityService {
     name: String,
     accessibility_constraints: bool,
+    checks: Option<Checks>,
 }
 
 impl IdentityService {
@@ -24,7 +28,15 @@ impl IdentityService {
         IdentityService {
             name: name.into(),
             accessibility_constraints: false,
+            checks: None,
         }
+    }
+
+    /// Probe runs `checks` ([`crate::probe`]) and answers `FAILED_PRECONDITION` naming what
+    /// is missing; without them it answers ready whatever the node's state.
+    pub fn checks(mut self, checks: Checks) -> IdentityService {
+        self.checks = Some(checks);
+        self
     }
 
     /// Offers `VOLUME_ACCESSIBILITY_CONSTRAINTS` when `on`: the CSI spec says a plugin whose
@@ -35,6 +47,9 @@ impl IdentityService {
         self
     }
 }
+
+/// How long Probe's checks may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether `name` is a CSI plugin name: at most 63 characters of letters, digits, `-` and `.`,
 /// starting and ending with a letter or digit.
@@ -87,6 +102,25 @@ impl Identity for IdentityService {
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        if let Some(checks) = self.checks.clone() {
+            // The checks block (a connect, a file written); a hung one must not hang the
+            // probe: livenessprobe's own timeout is 3 s in deploy/.
+            let run = tokio::task::spawn_blocking(move || checks.missing());
+            let missing = match tokio::time::timeout(PROBE_TIMEOUT, run).await {
+                Ok(Ok(m)) => m,
+                Ok(Err(e)) => return Err(Status::internal(format!("the probe failed: {e}"))),
+                Err(_) => vec![format!(
+                    "the node's checks did not end within {}s",
+                    PROBE_TIMEOUT.as_secs()
+                )],
+            };
+            if !missing.is_empty() {
+                return Err(Status::failed_precondition(format!(
+                    "not healthy: {}",
+                    missing.join("; ")
+                )));
+            }
+        }
         Ok(Response::new(ProbeResponse {
             ready: Some(BoolValue { value: true }),
         }))

@@ -22,6 +22,10 @@
 //! Identity service then offers `VOLUME_ACCESSIBILITY_CONSTRAINTS`, as the spec requires of a
 //! plugin that reports topology.
 //!
+//! Probe checks what the node needs for the transports in use ([`probe`]); every call is
+//! timed and counted for Prometheus ([`metrics`], served on `--metrics-address`) and logged as
+//! text or JSON ([`log`]), with lunkit's attach and detach steps.
+//!
 //! The library never spawns a process; the plugin runs exactly the programs [`exec`] lists.
 
 pub mod attrs;
@@ -32,10 +36,13 @@ pub mod exec;
 pub mod fs;
 pub mod identity;
 pub mod iscsi;
+pub mod log;
+pub mod metrics;
 pub mod mounts;
 pub mod mpath;
 pub mod node;
 pub mod paths;
+pub mod probe;
 pub mod proto;
 pub mod server;
 pub mod state;

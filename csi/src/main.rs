@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use lunkit::Root;
-use lunkit_csi::{Config, IdentityService, NodeService, identity, server, topology};
+use lunkit_csi::{Config, IdentityService, NodeService, identity, log, metrics, server, topology};
 
 /// A CSI node plugin for iSCSI volumes, built on lunkit.
 #[derive(Debug, Parser)]
@@ -43,6 +43,17 @@ struct Args {
     /// `--root /host`, which the host's iscsiadm and iscsid read].
     #[arg(long)]
     iscsi_nodes: Option<PathBuf>,
+    /// Transports Probe checks even before any of their volumes is staged: iscsi (iscsid
+    /// answers), nvme (<root>/dev/nvme-fabrics exists); comma-separated. A transport with a
+    /// volume staged is checked whatever this says.
+    #[arg(long, value_name = "iscsi,nvme", value_delimiter = ',')]
+    transports: Vec<lunkit_csi::probe::Transport>,
+    /// Serve Prometheus metrics on ADDR:PORT (plain HTTP, GET /metrics); none when not given.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_address: Option<String>,
+    /// How the log on standard error is written: text, or one JSON object a line.
+    #[arg(long, value_enum, default_value_t = log::Format::Text)]
+    log_format: log::Format,
 }
 
 async fn shutdown() {
@@ -61,6 +72,7 @@ async fn shutdown() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    log::set_format(args.log_format);
     // What no single value shows (a key given twice, prefixes that differ) is a usage error
     // too: clap's message and exit code 2, before anything starts.
     let segments = match topology::segments(&args.topology) {
@@ -72,7 +84,7 @@ fn main() -> ExitCode {
     match run(args, segments) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lunkit-csi: {e}");
+            log::note(log::Level::Error, &e.to_string());
             ExitCode::FAILURE
         }
     }
@@ -107,15 +119,26 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.unstage_timeout = Duration::from_secs(args.timeout);
     let constrained = !segments.is_empty();
     config.topology = segments;
+    config.transports = args.transports.into_iter().collect();
     let node = NodeService::new(config)?;
-    let identity = IdentityService::new(args.driver_name).accessibility_constraints(constrained);
+    let identity = IdentityService::new(args.driver_name)
+        .accessibility_constraints(constrained)
+        .checks(node.checks());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("cannot start the runtime: {e}")))?;
+    let store = node.store().clone();
+    let metrics_address = args.metrics_address;
     let served = rt.block_on(async move {
+        if let Some(address) = metrics_address {
+            let listener = metrics::bind(&address).await?;
+            let bound = listener.local_addr().map_or(address, |a| a.to_string());
+            log::note(log::Level::Info, &format!("metrics on http://{bound}/metrics"));
+            tokio::spawn(metrics::serve(listener, metrics::global(), store));
+        }
         let listener = server::bind(&path)?;
-        eprintln!("lunkit-csi: serving on {}", path.display());
+        log::note(log::Level::Info, &format!("serving on {}", path.display()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut serving = tokio::spawn(server::serve(listener, identity, node, async {
             let _ = stopped.await;
@@ -131,9 +154,12 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
         match tokio::time::timeout(SHUTDOWN_GRACE, serving).await {
             Ok(r) => r.map_err(|e| Error::Internal(format!("the server task failed: {e}")))?,
             Err(_) => {
-                eprintln!(
-                    "lunkit-csi: connections still open {}s after the signal; exiting",
-                    SHUTDOWN_GRACE.as_secs()
+                log::note(
+                    log::Level::Warn,
+                    &format!(
+                        "connections still open {}s after the signal; exiting",
+                        SHUTDOWN_GRACE.as_secs()
+                    ),
                 );
                 Ok(())
             }

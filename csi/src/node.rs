@@ -5,7 +5,7 @@
 //! `ABORTED`, as the spec recommends), then does its blocking work on tokio's blocking pool.
 //! Every call is idempotent: repeating it after success, or after a crash part way, converges.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,8 @@ use tonic::{Request, Response, Status};
 
 use crate::attrs::{self, FcVolume, IscsiVolume, NvmeVolume, Volume};
 use crate::error::{Error, Result};
+use crate::log::{self, Level};
+use crate::probe::{Checks, Transport};
 use crate::proto::node_server::Node;
 use crate::proto::volume_capability::access_mode::Mode;
 use crate::proto::volume_capability::{AccessType, MountVolume};
@@ -54,6 +56,8 @@ pub struct Config {
     /// (`/etc/iscsi/nodes` on Debian and Ubuntu; `/var/lib/iscsi/nodes` on some others). The
     /// plugin's own view: iscsiadm runs in the plugin's mount namespace, not under `root`.
     pub iscsi_nodes: PathBuf,
+    /// Transports Probe checks even with none of their volumes staged ([`crate::probe`]).
+    pub transports: BTreeSet<Transport>,
 }
 
 impl Config {
@@ -69,6 +73,7 @@ impl Config {
             unstage_timeout: Duration::from_secs(120),
             topology: BTreeMap::new(),
             iscsi_nodes: PathBuf::from("/etc/iscsi/nodes"),
+            transports: BTreeSet::new(),
         }
     }
 }
@@ -303,6 +308,50 @@ fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
     }
 }
 
+/// [`ops::attach()`] of volume `id`, its steps recorded in the metrics and the log.
+fn attach_recorded(
+    id: &str,
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &AttachOptions,
+) -> lunkit::Result<ops::Attachment> {
+    let a = ops::attach(root, spec, opts)?;
+    crate::metrics::global().attached(&a);
+    let target = spec.to_string();
+    if a.nvme.is_none() {
+        log::step(id, "attach", "scan", &target, "done", a.scan_elapsed);
+    }
+    for p in a.nvme.iter().flat_map(|n| &n.portals) {
+        if let Ok(c) = &p.result {
+            log::step(id, "attach", "connect", &p.portal, "done", c.elapsed);
+        }
+    }
+    Ok(a)
+}
+
+/// [`ops::detach()`] of volume `id`, its steps recorded in the metrics and the log.
+fn detach_recorded(
+    id: &str,
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &DetachOptions,
+) -> lunkit::Result<ops::DetachReport> {
+    let r = ops::detach(root, spec, opts)?;
+    crate::metrics::global().detached(&r);
+    for s in &r.steps {
+        let outcome = crate::metrics::outcome_name(&s.outcome);
+        log::step(
+            id,
+            "detach",
+            s.kind.as_str(),
+            &s.target,
+            outcome,
+            s.duration,
+        );
+    }
+    Ok(r)
+}
+
 /// `e` with `what` (`volume pv-1: attach …`) before its message.
 fn prefix(what: &str, e: Error) -> Error {
     match e {
@@ -329,6 +378,22 @@ impl NodeService {
                 targets: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// What Probe checks for this service: its state directory, the transports configured
+    /// and those of its records. Give it to [`crate::IdentityService::checks`].
+    pub fn checks(&self) -> Checks {
+        let c = &self.inner.config;
+        Checks::new(
+            c.root.clone(),
+            self.inner.store.clone(),
+            c.transports.clone(),
+        )
+    }
+
+    /// The stage records (the staged volumes' gauge of [`crate::metrics`] counts them).
+    pub fn store(&self) -> &Store {
+        &self.inner.store
     }
 
     /// Takes the in-flight slot of `volume_id`, or `ABORTED` while another call holds it.
@@ -369,11 +434,7 @@ impl NodeService {
         .await
         .map_err(|e| Error::Internal(format!("the worker failed: {e}")))
         .and_then(|r| r);
-        let took = start.elapsed().as_secs_f64();
-        match &r {
-            Ok(_) => eprintln!("lunkit-csi: {call} {id}: ok ({took:.2}s)"),
-            Err(e) => eprintln!("lunkit-csi: {call} {id}: {:?}: {e} ({took:.2}s)", e.code()),
-        }
+        log::call(call, &id, r.as_ref().map(|_| ()), start.elapsed());
         r
     }
 }
@@ -427,7 +488,8 @@ impl Inner {
             namespace: NamespaceSelector::Id(nsid),
         };
         let what = format!("{what} namespace {nsid}");
-        let a = ops::attach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let a =
+            attach_recorded(id, root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
         let device = a
             .nvme
             .as_ref()
@@ -767,7 +829,7 @@ impl Inner {
         opts.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
         let before = scsi_addresses(root)?;
-        let a = match ops::attach(root, spec, &opts) {
+        let a = match attach_recorded(id, root, spec, &opts) {
             Ok(a) => a,
             Err(e) => return Err(self.refused_attach(id, &what, e, &before)),
         };
@@ -789,9 +851,12 @@ impl Inner {
                     self.record_device(record, &map, true)?;
                     return Ok(map);
                 }
-                None => eprintln!(
-                    "lunkit-csi: {what}: multipathd blacklists {}; the volume is used on its path device",
-                    disks.join(", ")
+                None => log::note(
+                    Level::Warn,
+                    &format!(
+                        "{what}: multipathd blacklists {}; the volume is used on its path device",
+                        disks.join(", ")
+                    ),
                 ),
             }
         }
@@ -831,7 +896,7 @@ impl Inner {
         match (ours, state) {
             (Ok(true), Ok(s)) if s.paths.iter().all(|p| !before.contains(&p.hctl)) => {
                 let opts = DetachOptions::new(root);
-                cleanup = match ops::detach(root, &VolumeSpec::Wwid(actual), &opts) {
+                cleanup = match detach_recorded(id, root, &VolumeSpec::Wwid(actual), &opts) {
                     Ok(_) => "; its devices that this stage brought in were taken out".into(),
                     Err(d) => format!("; taking its devices out again failed: {d}"),
                 };
@@ -1102,10 +1167,13 @@ impl Inner {
             .into_iter()
             .find(|r| record.same_volume_as(r))
         {
-            eprintln!(
-                "lunkit-csi: volume {id}: volume {} names the same volume (WWID {}); its devices are left to it",
-                other.volume_id,
-                record.known_wwid().unwrap_or("not known")
+            log::note(
+                Level::Info,
+                &format!(
+                    "volume {id}: volume {} names the same volume (WWID {}); its devices are left to it",
+                    other.volume_id,
+                    record.known_wwid().unwrap_or("not known")
+                ),
             );
             return self.store.remove(id);
         }
@@ -1135,7 +1203,8 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(id, root, &spec, &opts)
+                    .map_err(|e| Error::lunkit(what.clone(), e))?;
                 let lock = self.target_lock(iqn);
                 let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
                 if !others(&self.store)? {
@@ -1163,22 +1232,26 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                ops::detach(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(id, root, &spec, &opts)
+                    .map_err(|e| Error::lunkit(what.clone(), e))?;
             }
             Target::Nvme { nqn, nsid, .. } => {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
                 match nsid {
                     // Deletes the controllers no other attached or used namespace needs.
-                    Some(n) if self.nsid_reassigned(&record, &nqn, *n)? => eprintln!(
-                        "lunkit-csi: volume {id}: namespace {n} of {nqn} reports another identity than its WWID {}; left as it is",
-                        record.wwid.as_deref().unwrap_or("")
+                    Some(n) if self.nsid_reassigned(&record, &nqn, *n)? => log::note(
+                        Level::Warn,
+                        &format!(
+                            "volume {id}: namespace {n} of {nqn} reports another identity than its WWID {}; left as it is",
+                            record.wwid.as_deref().unwrap_or("")
+                        ),
                     ),
                     Some(n) => {
                         let spec = VolumeSpec::Nvme {
                             nqn,
                             namespace: NamespaceSelector::Id(*n),
                         };
-                        ops::detach(root, &spec, &opts)
+                        detach_recorded(id, root, &spec, &opts)
                             .map_err(|e| Error::lunkit(what.clone(), e))?;
                     }
                     // Stopped before the namespace was found: only connections may be left.

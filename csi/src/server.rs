@@ -98,7 +98,9 @@ pub async fn serve(
             ours
         })
     });
+    // Every call is timed and counted by method and code (`--metrics-address`).
     Server::builder()
+        .layer(crate::metrics::RpcLayer)
         .add_service(IdentityServer::new(identity))
         .add_service(NodeServer::new(node))
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -214,6 +214,11 @@ impl Store {
         Ok(Store { dir })
     }
 
+    /// The directory the records are in (`<state_dir>/volumes`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Where the record of `volume_id` is.
     pub fn path(&self, volume_id: &str) -> PathBuf {
         self.dir.join(file_name(volume_id))

@@ -75,6 +75,11 @@ impl Plugin {
     /// The plugin, with a stand-in iscsiadm that refuses logins (and, with `fail_update`,
     /// every `-o update`, echoing its arguments).
     fn start_with(fail_update: bool) -> Plugin {
+        Plugin::start_with_args(fail_update, &[])
+    }
+
+    /// [`Plugin::start_with`], the plugin given `args` too.
+    fn start_with_args(fail_update: bool, args: &[&str]) -> Plugin {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
@@ -102,6 +107,7 @@ impl Plugin {
             .arg(dir.path().join("state"))
             .arg("--iscsi-nodes")
             .arg(dir.path().join("nodes"))
+            .args(args)
             .env("PATH", path)
             .env("FAKE_ISCSIADM_NODES", dir.path().join("nodes"))
             .env("FAKE_ISCSIADM_LOG", dir.path().join("iscsiadm.log"))
@@ -359,5 +365,47 @@ fn a_failing_iscsiadm_update_is_reported_without_the_password() {
     assert!(
         !calls.contains("--login"),
         "no login after a failed update: {calls}"
+    );
+}
+
+/// `--log-format json`: every line the plugin writes is one JSON object, the refused stage's
+/// carries its method, volume, code and duration, and no line carries a password.
+#[test]
+fn the_json_log_has_one_object_a_line_and_no_password() {
+    let p = Plugin::start_with_args(false, &["--log-format", "json"]);
+    let mut c = p.client();
+    let status = c
+        .node_stage_volume(stage_req(p.dir.path(), true))
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    let (log, dir) = p.stop();
+    for secret in [PASSWORD, MUTUAL] {
+        assert!(!log.contains(secret), "the log carries a password: {log}");
+    }
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(
+            |l| l["msg"] == "serving on ".to_owned() + &sock(dir.path()).display().to_string()
+        ),
+        "{log}"
+    );
+    let calls: Vec<_> = lines.iter().filter(|l| l["msg"] == "call").collect();
+    assert_eq!(calls.len(), 1, "{log}");
+    let call = calls[0];
+    assert_eq!(call["method"], "NodeStageVolume", "{call}");
+    assert_eq!(call["volume_id"], "pv-chap", "{call}");
+    assert_eq!(call["code"], "PermissionDenied", "{call}");
+    assert_eq!(call["level"], "error", "{call}");
+    assert_eq!(call["error"], status.message(), "{call}");
+    assert!(
+        call["duration_seconds"].as_f64().is_some_and(|d| d >= 0.0),
+        "{call}"
+    );
+    assert!(
+        call["time"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{call}"
     );
 }

@@ -1,0 +1,366 @@
+//! VM tests of the CSI node plugin's observability (issue 37, item 5): Probe checks what the
+//! node needs (iscsid here, a real one stopped and started again), and the metrics endpoint
+//! and the JSON log show a real stage and unstage of an LIO LUN with lunkit's steps.
+//!
+//! Run by `cargo xtask test` inside the QEMU guest (ignored on the host); the plugin binary
+//! comes from `LUNKIT_CSI_BIN`.
+
+// The tests start the plugin and iscsid with the fixtures' tools.
+#![allow(clippy::disallowed_methods)]
+
+use lunkit_lab as support;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use lunkit_csi::proto::volume_capability::{
+    AccessMode, AccessType, BlockVolume, access_mode::Mode,
+};
+use lunkit_csi::proto::*;
+use lunkit_csi::{Client, Code};
+use support::child::Running;
+use support::iscsi;
+use support::lio::{LioConfig, LioTarget};
+use support::{cmd, require_vm, wait};
+
+const BASE: &str = "/tmp/lunkit-csi-obs";
+const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi-obs";
+const PORTAL: &str = "127.0.0.1:3260";
+/// Where the plugin serves its metrics in the guest.
+const METRICS: &str = "127.0.0.1:9808";
+
+/// iscsid's control socket as `/proc/net/unix` shows it (`@` for the abstract namespace).
+const ISCSID_SOCKET: &str = "@ISCSIADM_ABSTRACT_NAMESPACE";
+
+/// iscsid and the plugin (started with `args` besides its socket and state directory);
+/// dropping it stops the plugin and what the lab started.
+struct Lab {
+    plugin: Option<Running>,
+    started_iscsid: bool,
+    target: Option<LioTarget>,
+}
+
+impl Lab {
+    fn build(args: &[&str]) -> Lab {
+        Lab::build_with(None, args)
+    }
+
+    /// [`Lab::build`] with an LIO target of one 32 MiB LUN at [`IQN`] on [`PORTAL`].
+    fn build_with_target(args: &[&str]) -> Lab {
+        let target = LioTarget::create(LioConfig {
+            iqn: IQN.into(),
+            luns: 1,
+            lun_size: 32 << 20,
+            portals: vec![PORTAL.into()],
+        })
+        .expect("the LIO target");
+        Lab::build_with(Some(target), args)
+    }
+
+    fn build_with(target: Option<LioTarget>, args: &[&str]) -> Lab {
+        let _ = fs::remove_dir_all(BASE);
+        fs::create_dir_all(BASE).unwrap();
+        let mut lab = Lab {
+            plugin: None,
+            started_iscsid: false,
+            target,
+        };
+        lab.started_iscsid = iscsi::ensure_iscsid().expect("iscsid");
+        let bin =
+            std::env::var("LUNKIT_CSI_BIN").expect("LUNKIT_CSI_BIN is set by cargo xtask test");
+        let endpoint = format!("unix://{}", Lab::socket().display());
+        let state = format!("{BASE}/state");
+        let mut command = Command::new(bin);
+        command.args([
+            "--endpoint",
+            &endpoint,
+            "--nodeid",
+            "vm",
+            "--state-dir",
+            &state,
+        ]);
+        command.args(["--timeout", "600"]).args(args);
+        lab.plugin = Some(Running::spawn(&mut command).expect("start lunkit-csi"));
+        // Up: it answers Identity (Probe may rightly fail, which is what is tested).
+        wait::until("the plugin to answer", Duration::from_secs(60), || {
+            Ok(Client::connect(&Lab::socket())
+                .ok()
+                .and_then(|mut c| c.get_plugin_info(GetPluginInfoRequest {}).ok()))
+        })
+        .expect("the plugin answers");
+        lab
+    }
+
+    /// Stops the plugin (SIGTERM) and returns what it wrote on standard error.
+    fn stop_plugin(&mut self) -> String {
+        let p = self.plugin.take().expect("the plugin runs");
+        cmd::run_ignoring_failure("kill", &["-TERM", &p.pid().to_string()]);
+        let limit = p.elapsed() + Duration::from_secs(30);
+        let done = p.wait(limit);
+        assert!(
+            !done.overran && done.code() == Some(0),
+            "{}",
+            done.describe()
+        );
+        done.stderr
+    }
+
+    fn socket() -> PathBuf {
+        Path::new(BASE).join("csi.sock")
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&Lab::socket()).expect("connect to the plugin")
+    }
+
+    /// Probe's answer: `Ok` when ready, else its code and message.
+    fn probe(&self) -> Result<(), (Code, String)> {
+        match self.client().probe(ProbeRequest {}) {
+            Ok(r) => {
+                assert_eq!(r.ready, Some(BoolValue { value: true }), "{r:?}");
+                Ok(())
+            }
+            Err(s) => Err((s.code(), s.message().to_owned())),
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(p) = self.plugin.take() {
+            cmd::run_ignoring_failure("kill", &["-TERM", &p.pid().to_string()]);
+            let limit = p.elapsed() + Duration::from_secs(30);
+            eprintln!("lunkit-csi: {}", p.wait(limit).describe());
+        }
+        iscsi::logout_all();
+        if self.started_iscsid {
+            let _ = iscsi::stop_iscsid();
+        }
+        if let Some(t) = self.target.take() {
+            let _ = t.teardown();
+        }
+        let _ = fs::remove_dir_all(BASE);
+    }
+}
+
+/// Whether something listens on iscsid's abstract socket, as the kernel lists it.
+fn iscsid_listening() -> bool {
+    fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some(ISCSID_SOCKET))
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn probe_fails_naming_iscsid_while_it_is_stopped() {
+    require_vm();
+    let lab = Lab::build(&["--transports", "iscsi"]);
+    assert!(iscsid_listening(), "iscsid runs");
+    assert_eq!(lab.probe(), Ok(()));
+
+    iscsi::stop_iscsid().expect("stop iscsid");
+    assert!(!iscsid_listening(), "iscsid's socket is gone with it");
+    let (code, message) = lab
+        .probe()
+        .expect_err("probe answered ready without iscsid");
+    assert_eq!(code, Code::FailedPrecondition, "{message}");
+    assert!(message.contains("iscsid"), "{message}");
+    assert!(message.contains(ISCSID_SOCKET), "{message}");
+    // The other checks pass: only iscsid is named.
+    assert!(!message.contains("state directory"), "{message}");
+
+    // Started again; the lab stops it at the end only if it started it at first.
+    iscsi::ensure_iscsid().expect("start iscsid");
+    wait::until_true(
+        "iscsid to listen on its socket",
+        Duration::from_secs(30),
+        iscsid_listening,
+    )
+    .expect("iscsid listens");
+    assert_eq!(lab.probe(), Ok(()));
+}
+
+/// The plugin's metrics, scraped as Prometheus does: `GET /metrics` over HTTP.
+fn scrape() -> String {
+    let mut c = TcpStream::connect(METRICS).expect("connect to the metrics address");
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: {METRICS}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    c.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// The value of `series` (name and labels exactly as exposed) in `body`.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("a number"))
+}
+
+fn calls(body: &str, method: &str, code: &str) -> Option<f64> {
+    sample(
+        body,
+        &format!("lunkit_csi_rpc_duration_seconds_count{{method=\"{method}\",code=\"{code}\"}}"),
+    )
+}
+
+fn steps(body: &str, operation: &str, step: &str, outcome: &str) -> Option<f64> {
+    sample(
+        body,
+        &format!(
+            "lunkit_csi_step_duration_seconds_count{{operation=\"{operation}\",step=\"{step}\",outcome=\"{outcome}\"}}"
+        ),
+    )
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
+    require_vm();
+    let mut lab = Lab::build_with_target(&["--metrics-address", METRICS, "--log-format", "json"]);
+    let before = scrape();
+    assert_eq!(
+        sample(&before, "lunkit_csi_volumes_staged"),
+        Some(0.0),
+        "{before}"
+    );
+    assert_eq!(calls(&before, "NodeStageVolume", "OK"), None, "{before}");
+
+    let staging = format!("{BASE}/staging/pv-obs");
+    fs::create_dir_all(&staging).unwrap();
+    let stage = NodeStageVolumeRequest {
+        volume_id: "pv-obs".into(),
+        staging_target_path: staging.clone(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Block(BlockVolume {})),
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+        }),
+        volume_context: HashMap::from([
+            ("targetPortal".to_owned(), PORTAL.to_owned()),
+            ("iqn".to_owned(), IQN.to_owned()),
+            ("lun".to_owned(), "0".to_owned()),
+        ]),
+        ..Default::default()
+    };
+    let mut c = lab.client();
+    c.node_stage_volume(stage).expect("stage");
+    // A refused call: counted by its code, among the errors.
+    let refused = c
+        .node_stage_volume(NodeStageVolumeRequest {
+            volume_id: "pv-obs-2".into(),
+            ..Default::default()
+        })
+        .expect_err("a stage without a staging path");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+
+    let staged = scrape();
+    assert_eq!(
+        calls(&staged, "NodeStageVolume", "OK"),
+        Some(1.0),
+        "{staged}"
+    );
+    assert_eq!(
+        sample(
+            &staged,
+            "lunkit_csi_rpc_errors_total{method=\"NodeStageVolume\",code=\"InvalidArgument\"}"
+        ),
+        Some(1.0),
+        "{staged}"
+    );
+    assert_eq!(
+        sample(&staged, "lunkit_csi_volumes_staged"),
+        Some(1.0),
+        "{staged}"
+    );
+    // lunkit's attach: the scan of the LUN on its one path, and the whole attach.
+    assert_eq!(
+        steps(&staged, "attach", "scan", "done"),
+        Some(1.0),
+        "{staged}"
+    );
+    assert_eq!(
+        steps(&staged, "attach", "attach", "done"),
+        Some(1.0),
+        "{staged}"
+    );
+    assert_eq!(steps(&staged, "detach", "detach", "done"), None, "{staged}");
+
+    c.node_unstage_volume(NodeUnstageVolumeRequest {
+        volume_id: "pv-obs".into(),
+        staging_target_path: staging,
+    })
+    .expect("unstage");
+    let unstaged = scrape();
+    assert_eq!(
+        calls(&unstaged, "NodeUnstageVolume", "OK"),
+        Some(1.0),
+        "{unstaged}"
+    );
+    assert_eq!(
+        sample(&unstaged, "lunkit_csi_volumes_staged"),
+        Some(0.0),
+        "{unstaged}"
+    );
+    // lunkit's detach, step by step as its report names them: the one path deleted.
+    assert_eq!(
+        steps(&unstaged, "detach", "delete-path", "done"),
+        Some(1.0),
+        "{unstaged}"
+    );
+    assert_eq!(
+        steps(&unstaged, "detach", "detach", "done"),
+        Some(1.0),
+        "{unstaged}"
+    );
+    let sessions: Vec<_> = iscsi::sessions()
+        .into_iter()
+        .filter(|s| s.target == IQN)
+        .collect();
+    assert!(sessions.is_empty(), "sessions left: {sessions:?}");
+
+    // The log: one JSON object a line; one per call with its volume, code and duration, and
+    // one per lunkit step with its duration.
+    let log = lab.stop_plugin();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let call = |method: &str| {
+        lines
+            .iter()
+            .filter(|l| l["msg"] == "call" && l["method"] == method)
+            .collect::<Vec<_>>()
+    };
+    for method in ["NodeStageVolume", "NodeUnstageVolume"] {
+        let c = call(method);
+        assert_eq!(c.len(), 1, "{method}: {log}");
+        assert_eq!(c[0]["volume_id"], "pv-obs", "{log}");
+        assert_eq!(c[0]["code"], "OK", "{log}");
+        assert!(
+            c[0]["duration_seconds"].as_f64().is_some_and(|d| d > 0.0),
+            "{log}"
+        );
+    }
+    let step = |operation: &str, name: &str| {
+        lines.iter().find(|l| {
+            l["msg"] == "step"
+                && l["volume_id"] == "pv-obs"
+                && l["operation"] == operation
+                && l["step"] == name
+        })
+    };
+    let scan = step("attach", "scan").unwrap_or_else(|| panic!("no scan step: {log}"));
+    assert!(scan["duration_seconds"].as_f64().is_some(), "{scan}");
+    let delete = step("detach", "delete-path").unwrap_or_else(|| panic!("no delete step: {log}"));
+    assert_eq!(delete["outcome"], "done", "{delete}");
+    assert!(delete["duration_seconds"].as_f64().is_some(), "{delete}");
+}
