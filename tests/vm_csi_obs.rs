@@ -26,6 +26,7 @@ use lunkit_csi::{Client, Code};
 use support::child::Running;
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
+use support::multipath::{self, Multipathd};
 use support::{cmd, require_vm, wait};
 
 const BASE: &str = "/tmp/lunkit-csi-obs";
@@ -186,6 +187,23 @@ fn probe_fails_naming_iscsid_while_it_is_stopped() {
     assert_eq!(lab.probe(), Ok(()));
 }
 
+/// multipathd stopped with SIGSTOP until dropped (SIGCONT), so that a stage waits for
+/// its map for as long as the test needs.
+struct Paused;
+
+impl Paused {
+    fn multipathd() -> Paused {
+        cmd::run("pkill", &["-STOP", "-x", "multipathd"]).expect("stop multipathd");
+        Paused
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        cmd::run_ignoring_failure("pkill", &["-CONT", "-x", "multipathd"]);
+    }
+}
+
 /// The plugin's metrics, scraped as Prometheus does: `GET /metrics` over HTTP.
 fn scrape() -> String {
     let mut c = TcpStream::connect(METRICS).expect("connect to the metrics address");
@@ -220,6 +238,10 @@ fn steps(body: &str, operation: &str, step: &str, outcome: &str) -> Option<f64> 
     )
 }
 
+/// Metrics scraped during a stage (held on multipathd's map: the call in flight, lunkit's
+/// attach steps, no finished stage), after it (the call by code, a refused call among the
+/// errors, the staged gauge) and after the unstage (the detach's steps); the JSON log of the
+/// same run has every call and step with its duration.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
@@ -252,7 +274,41 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
         ..Default::default()
     };
     let mut c = lab.client();
-    c.node_stage_volume(stage).expect("stage");
+    // During the stage: multipathd is stopped (SIGSTOP), so the stage waits for its map
+    // after lunkit's scan has returned. A scrape then shows the call in flight and the
+    // attach's steps, and no finished stage.
+    let multipathd = Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd");
+    let paused = Paused::multipathd();
+    let staging_call = std::thread::spawn(move || {
+        Client::connect(&Lab::socket())
+            .expect("connect to the plugin")
+            .node_stage_volume(stage)
+    });
+    let during = wait::until(
+        "a scrape showing the stage in flight past lunkit's attach",
+        Duration::from_secs(300),
+        || {
+            let body = scrape();
+            let waiting = sample(
+                &body,
+                "lunkit_csi_rpc_in_flight{method=\"NodeStageVolume\"}",
+            ) == Some(1.0)
+                && steps(&body, "attach", "attach", "done") == Some(1.0);
+            Ok(waiting.then_some(body))
+        },
+    )
+    .expect("the stage in flight");
+    assert_eq!(
+        steps(&during, "attach", "scan", "done"),
+        Some(1.0),
+        "{during}"
+    );
+    assert_eq!(calls(&during, "NodeStageVolume", "OK"), None, "{during}");
+    drop(paused);
+    staging_call
+        .join()
+        .expect("the staging thread")
+        .expect("stage");
     // A refused call: counted by its code, among the errors.
     let refused = c
         .node_stage_volume(NodeStageVolumeRequest {
@@ -279,6 +335,14 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
     assert_eq!(
         sample(&staged, "lunkit_csi_volumes_staged"),
         Some(1.0),
+        "{staged}"
+    );
+    assert_eq!(
+        sample(
+            &staged,
+            "lunkit_csi_rpc_in_flight{method=\"NodeStageVolume\"}"
+        ),
+        Some(0.0),
         "{staged}"
     );
     // lunkit's attach: the scan of the LUN on its one path, and the whole attach.
@@ -326,6 +390,8 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
         .filter(|s| s.target == IQN)
         .collect();
     assert!(sessions.is_empty(), "sessions left: {sessions:?}");
+
+    multipathd.stop().expect("stop multipathd");
 
     // The log: one JSON object a line; one per call with its volume, code and duration, and
     // one per lunkit step with its duration.

@@ -7,6 +7,8 @@
 //! - `lunkit_csi_step_duration_seconds{operation,step,outcome}`: lunkit's own steps, a
 //!   histogram: an attach's `scan`, each NVMe `connect`, the whole `attach`; a detach's
 //!   steps as its report names them (`flush-map`, `delete-path`...).
+//! - `lunkit_csi_rpc_in_flight{method}`: the calls being answered now, a gauge: a stage
+//!   waiting for its map shows here while it waits.
 //! - `lunkit_csi_volumes_staged`: the stage records in phase `staged`, read from the state
 //!   directory at each scrape, so it is right after a restart too.
 //!
@@ -77,6 +79,8 @@ struct Series {
     rpcs: BTreeMap<(String, &'static str), Histogram>,
     /// (operation, step, outcome) → duration.
     steps: BTreeMap<(&'static str, &'static str, &'static str), Histogram>,
+    /// method → calls being answered.
+    in_flight: BTreeMap<String, u64>,
 }
 
 /// The plugin's metrics.
@@ -104,6 +108,20 @@ impl Metrics {
             .entry((method.to_owned(), code_name(code)))
             .or_default()
             .observe(took);
+    }
+
+    /// Counts a call of `method` as being answered until the guard is dropped (its answer
+    /// sent, or the call cancelled).
+    pub fn begin(&'static self, method: &str) -> InFlight {
+        *self
+            .series()
+            .in_flight
+            .entry(method.to_owned())
+            .or_default() += 1;
+        InFlight {
+            metrics: self,
+            method: method.to_owned(),
+        }
     }
 
     /// Records one lunkit step of `operation` (`attach`, `detach`).
@@ -179,6 +197,17 @@ impl Metrics {
             let labels = format!("operation=\"{op}\",step=\"{step}\",outcome=\"{outcome}\"");
             h.render(&mut out, "lunkit_csi_step_duration_seconds", &labels);
         }
+        out.push_str(
+            "# HELP lunkit_csi_rpc_in_flight CSI calls being answered, by method.\n\
+             # TYPE lunkit_csi_rpc_in_flight gauge\n",
+        );
+        for (method, n) in &s.in_flight {
+            let _ = writeln!(
+                out,
+                "lunkit_csi_rpc_in_flight{{method=\"{}\"}} {n}",
+                escape(method)
+            );
+        }
         let _ = write!(
             out,
             "# HELP lunkit_csi_volumes_staged Volumes staged on this node.\n\
@@ -186,6 +215,21 @@ impl Metrics {
              lunkit_csi_volumes_staged {staged}\n"
         );
         out
+    }
+}
+
+/// A call of one method being answered ([`Metrics::begin`]); dropping it ends the count.
+#[derive(Debug)]
+pub struct InFlight {
+    metrics: &'static Metrics,
+    method: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(n) = self.metrics.series().in_flight.get_mut(&self.method) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
 
@@ -349,9 +393,11 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = method_of(req.uri().path()).to_owned();
         let start = std::time::Instant::now();
+        let in_flight = global().begin(&method);
         let answer = self.inner.call(req);
         Box::pin(async move {
             let r = answer.await;
+            drop(in_flight);
             let code = match &r {
                 Ok(resp) => resp
                     .headers()
@@ -434,6 +480,24 @@ mod tests {
             !text.contains("lunkit_csi_rpc_errors_total{method=\"NodeStageVolume\",code=\"OK\"}")
         );
         assert!(text.ends_with("lunkit_csi_volumes_staged 3\n"), "{text}");
+    }
+
+    #[test]
+    fn calls_in_flight_are_counted_until_their_guard_goes() {
+        let m: &'static Metrics = Box::leak(Box::default());
+        let a = m.begin("NodeStageVolume");
+        let b = m.begin("NodeStageVolume");
+        assert!(
+            m.render(0)
+                .contains("lunkit_csi_rpc_in_flight{method=\"NodeStageVolume\"} 2\n")
+        );
+        drop(a);
+        drop(b);
+        let text = m.render(0);
+        assert!(
+            text.contains("lunkit_csi_rpc_in_flight{method=\"NodeStageVolume\"} 0\n"),
+            "{text}"
+        );
     }
 
     #[test]
