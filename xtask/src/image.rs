@@ -48,7 +48,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("podman", "podman"),
 ];
 
-/// The image's name in [`STORE`], whatever its version: what the VM tests run.
+/// The image's name in [`store_dir`], whatever its version: what the VM tests run.
 pub const LAB_TAG: &str = "localhost/lunkit-csi:lab";
 
 pub fn main(args: &[String]) -> Result<u8> {
