@@ -113,7 +113,7 @@ pub fn mount_fs(
 
 /// Bind-mounts `source` (a directory, or a device node) on `target`, read-only if asked, by
 /// `deadline`. `scratch` is a private directory of the plugin's (in its state directory)
-/// where a read-only bind is made first: see [`bind_readonly`].
+/// where a read-only bind is made first: see `bind_readonly`.
 pub fn bind(
     source: &Path,
     target: &Path,
@@ -166,7 +166,7 @@ fn bind_readonly(source: &Path, target: &Path, scratch: &Path) -> std::io::Resul
     done
 }
 
-/// Unmounts and removes whatever [`bind_readonly`] left in `scratch` (a crash between its
+/// Unmounts and removes whatever `bind_readonly` left in `scratch` (a crash between its
 /// steps), by `deadline`; a missing `scratch` is fine.
 pub fn clear_scratch(scratch: &Path, deadline: Instant) -> Result<()> {
     let Ok(entries) = fs::read_dir(scratch) else {
