@@ -164,7 +164,7 @@ fn ensure_tools() -> Result<()> {
         "xtask image: installing {} with apt-get",
         missing.join(", ")
     );
-    provision::apt_install(&missing)
+    provision::apt_install_recommended(&missing)
 }
 
 /// Builds `lunkit-csi` and `lunkit` with `profile`; their paths.

@@ -105,10 +105,24 @@ pub fn may_install() -> bool {
 
 /// `apt-get update`, then `apt-get install -y --no-install-recommends PACKAGES`.
 pub fn apt_install(packages: &[&str]) -> Result<()> {
+    apt(packages, false)
+}
+
+/// [`apt_install`] with the packages' recommendations too: the set the tool was tested with
+/// (mmdebstrap's recommended helpers, a runtime for podman).
+pub fn apt_install_recommended(packages: &[&str]) -> Result<()> {
+    apt(packages, true)
+}
+
+fn apt(packages: &[&str], recommends: bool) -> Result<()> {
     process::run(Command::new("apt-get").arg("update"))?;
+    let mut install = Command::new("apt-get");
+    install.args(["install", "-y"]);
+    if !recommends {
+        install.arg("--no-install-recommends");
+    }
     process::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends"])
+        install
             .args(packages)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
