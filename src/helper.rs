@@ -382,8 +382,8 @@ pub(crate) fn held() -> Vec<(RawFd, DevNum)> {
 ///
 /// Every item but the last gets a scoped thread named `name`; the calling thread does the
 /// last itself, since it would only wait otherwise. A worker that could not be started, or
-/// that panicked, gives [`Error::Internal`] (or the spawn's [`Error::Io`]) for its item, never
-/// a panic here. Each `work` must bound itself by the caller's deadline: this waits for every
+/// whose `work` panicked (the calling thread's included), gives [`Error::Internal`] (or the
+/// spawn's [`Error::Io`]) for its item, never a panic here. Each `work` must bound itself by the caller's deadline: this waits for every
 /// worker (they are scoped), so it is meant for calls that already run under one, or that
 /// hand their blocking part to [`bounded`].
 pub(crate) fn fan_out<I: Sync, T: Send>(
@@ -404,19 +404,23 @@ pub(crate) fn fan_out<I: Sync, T: Send>(
                     .spawn_scoped(s, move || work(item))
             })
             .collect();
-        let here = work(last);
+        let here = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(last)))
+            .unwrap_or_else(|_| panicked(name));
         workers
             .into_iter()
             .map(|w| match w {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        what: format!("a {name} worker panicked"),
-                    })
-                }),
+                Ok(h) => h.join().unwrap_or_else(|_| panicked(name)),
                 Err(e) => Err(Error::io(format!("({name} worker thread)"), e)),
             })
             .chain([here])
             .collect()
+    })
+}
+
+/// What [`fan_out`] gives for an item whose work panicked.
+fn panicked<T>(name: &str) -> Result<T> {
+    Err(Error::Internal {
+        what: format!("a {name} worker panicked"),
     })
 }
 
@@ -620,5 +624,30 @@ mod tests {
         assert_eq!(name.as_deref(), Some("lunkit-helper"));
         // Back in the list after its call, and gone once nothing comes for a while.
         eventually("the threads to exit unused", || idle_count() == 0);
+    }
+
+    #[test]
+    fn fan_out_keeps_the_order_and_turns_every_panic_into_an_error() {
+        let items = [1u32, 2, 3, 4];
+        let doubled = fan_out("lunkit-test", &items, |i| Ok(i * 2));
+        let doubled: Vec<u32> = doubled.into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(doubled, [2, 4, 6, 8]);
+        // A worker's panic and the calling thread's (it works the last item) alike.
+        for bad in [2u32, 4] {
+            let out = fan_out("lunkit-test", &items, |&i| {
+                assert!(i != bad, "item {i} fails");
+                Ok(i)
+            });
+            for (i, r) in items.iter().zip(out) {
+                match r {
+                    Err(Error::Internal { what }) if *i == bad => {
+                        assert!(what.contains("lunkit-test worker panicked"), "{what}");
+                    }
+                    Ok(v) if *i != bad => assert_eq!(v, *i),
+                    other => panic!("item {i}: {other:?}"),
+                }
+            }
+        }
+        assert!(fan_out("lunkit-test", &[] as &[u32], |&i| Ok(i)).is_empty());
     }
 }
