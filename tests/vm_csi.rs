@@ -1033,11 +1033,15 @@ fn stats_condition_is_abnormal_while_the_target_is_down() {
 
 /// The host's controllers of [`NVME_NQN`], from sysfs.
 fn nvme_controllers() -> Vec<String> {
+    controllers_of(NVME_NQN)
+}
+
+/// The host's controllers of subsystem `nqn` (`nvme0`...), from sysfs.
+fn controllers_of(nqn: &str) -> Vec<String> {
     support::sysfs::names("/sys/class/nvme")
         .into_iter()
         .filter(|c| {
-            support::sysfs::attr(format!("/sys/class/nvme/{c}/subsysnqn")).as_deref()
-                == Some(NVME_NQN)
+            support::sysfs::attr(format!("/sys/class/nvme/{c}/subsysnqn")).as_deref() == Some(nqn)
         })
         .collect()
 }
@@ -1925,12 +1929,8 @@ impl NvmeDecoy {
 
 impl Drop for NvmeDecoy {
     fn drop(&mut self) {
-        for c in support::sysfs::names("/sys/class/nvme") {
-            if support::sysfs::attr(format!("/sys/class/nvme/{c}/subsysnqn")).as_deref()
-                == Some(NvmeDecoy::NQN)
-            {
-                let _ = fs::write(format!("/sys/class/nvme/{c}/delete_controller"), "1");
-            }
+        for c in controllers_of(NvmeDecoy::NQN) {
+            let _ = fs::write(format!("/sys/class/nvme/{c}/delete_controller"), "1");
         }
         if let Some(t) = self.target.take() {
             if let Err(e) = t.teardown() {
