@@ -394,7 +394,7 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
     multipathd.stop().expect("stop multipathd");
 
     // The log: one JSON object a line; one per call with its volume, code and duration, and
-    // one per lunkit step with its duration.
+    // one per lunkit step with its duration, inside its call's span.
     let log = lab.stop_plugin();
     let lines: Vec<serde_json::Value> = log
         .lines()
@@ -424,9 +424,12 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
                 && l["step"] == name
         })
     };
+    // Each step is an event in its call's span, whose method it carries.
     let scan = step("attach", "scan").unwrap_or_else(|| panic!("no scan step: {log}"));
     assert!(scan["duration_seconds"].as_f64().is_some(), "{scan}");
+    assert_eq!(scan["method"], "NodeStageVolume", "{scan}");
     let delete = step("detach", "delete-path").unwrap_or_else(|| panic!("no delete step: {log}"));
     assert_eq!(delete["outcome"], "done", "{delete}");
+    assert_eq!(delete["method"], "NodeUnstageVolume", "{delete}");
     assert!(delete["duration_seconds"].as_f64().is_some(), "{delete}");
 }

@@ -72,7 +72,7 @@ async fn shutdown() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    log::set_format(args.log_format);
+    log::init(args.log_format);
     // What no single value shows (a key given twice, prefixes that differ) is a usage error
     // too: clap's message and exit code 2, before anything starts.
     let segments = match topology::segments(&args.topology) {

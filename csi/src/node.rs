@@ -308,9 +308,8 @@ fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
     }
 }
 
-/// [`ops::attach()`] of volume `id`, its steps recorded in the metrics and the log.
+/// [`ops::attach()`], its steps recorded in the metrics and in the current call's log.
 fn attach_recorded(
-    id: &str,
     root: &Root,
     spec: &VolumeSpec,
     opts: &AttachOptions,
@@ -319,19 +318,18 @@ fn attach_recorded(
     crate::metrics::global().attached(&a);
     let target = spec.to_string();
     if a.nvme.is_none() {
-        log::step(id, "attach", "scan", &target, "done", a.scan_elapsed);
+        log::step("attach", "scan", &target, "done", a.scan_elapsed);
     }
     for p in a.nvme.iter().flat_map(|n| &n.portals) {
         if let Ok(c) = &p.result {
-            log::step(id, "attach", "connect", &p.portal, "done", c.elapsed);
+            log::step("attach", "connect", &p.portal, "done", c.elapsed);
         }
     }
     Ok(a)
 }
 
-/// [`ops::detach()`] of volume `id`, its steps recorded in the metrics and the log.
+/// [`ops::detach()`], its steps recorded in the metrics and in the current call's log.
 fn detach_recorded(
-    id: &str,
     root: &Root,
     spec: &VolumeSpec,
     opts: &DetachOptions,
@@ -340,14 +338,7 @@ fn detach_recorded(
     crate::metrics::global().detached(&r);
     for s in &r.steps {
         let outcome = crate::metrics::outcome_name(&s.outcome);
-        log::step(
-            id,
-            "detach",
-            s.kind.as_str(),
-            &s.target,
-            outcome,
-            s.duration,
-        );
+        log::step("detach", s.kind.as_str(), &s.target, outcome, s.duration);
     }
     Ok(r)
 }
@@ -414,9 +405,9 @@ impl NodeService {
         })
     }
 
-    /// Runs `f` on the blocking pool, holding `slot` until it ends, and logs the outcome of
-    /// `call` on standard error (one line: the call, the volume, the code and message, the
-    /// time taken).
+    /// Runs `f` on the blocking pool, holding `slot` until it ends, inside the log's span of
+    /// `call` on the slot's volume, and logs the call's outcome (its gRPC code and message,
+    /// the time taken).
     async fn blocking<T: Send + 'static>(
         &self,
         call: &'static str,
@@ -424,17 +415,18 @@ impl NodeService {
         f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let inner = self.inner.clone();
-        let id = slot.volume_id.clone();
+        let span = log::call_span(call, &slot.volume_id);
+        let worker = span.clone();
         let start = Instant::now();
         let r = tokio::task::spawn_blocking(move || {
-            let r = f(&inner);
+            let r = worker.in_scope(|| f(&inner));
             drop(slot);
             r
         })
         .await
         .map_err(|e| Error::Internal(format!("the worker failed: {e}")))
         .and_then(|r| r);
-        log::call(call, &id, r.as_ref().map(|_| ()), start.elapsed());
+        span.in_scope(|| log::call(r.as_ref().map(|_| ()), start.elapsed()));
         r
     }
 }
@@ -488,8 +480,7 @@ impl Inner {
             namespace: NamespaceSelector::Id(nsid),
         };
         let what = format!("{what} namespace {nsid}");
-        let a =
-            attach_recorded(id, root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+        let a = attach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
         let device = a
             .nvme
             .as_ref()
@@ -829,7 +820,7 @@ impl Inner {
         opts.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
         let before = scsi_addresses(root)?;
-        let a = match attach_recorded(id, root, spec, &opts) {
+        let a = match attach_recorded(root, spec, &opts) {
             Ok(a) => a,
             Err(e) => return Err(self.refused_attach(id, &what, e, &before)),
         };
@@ -896,7 +887,7 @@ impl Inner {
         match (ours, state) {
             (Ok(true), Ok(s)) if s.paths.iter().all(|p| !before.contains(&p.hctl)) => {
                 let opts = DetachOptions::new(root);
-                cleanup = match detach_recorded(id, root, &VolumeSpec::Wwid(actual), &opts) {
+                cleanup = match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts) {
                     Ok(_) => "; its devices that this stage brought in were taken out".into(),
                     Err(d) => format!("; taking its devices out again failed: {d}"),
                 };
@@ -1203,8 +1194,7 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                detach_recorded(id, root, &spec, &opts)
-                    .map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
                 let lock = self.target_lock(iqn);
                 let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
                 if !others(&self.store)? {
@@ -1232,8 +1222,7 @@ impl Inner {
                         lun: *lun,
                     },
                 };
-                detach_recorded(id, root, &spec, &opts)
-                    .map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
             }
             Target::Nvme { nqn, nsid, .. } => {
                 let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what.clone(), e))?;
@@ -1251,7 +1240,7 @@ impl Inner {
                             nqn,
                             namespace: NamespaceSelector::Id(*n),
                         };
-                        detach_recorded(id, root, &spec, &opts)
+                        detach_recorded(root, &spec, &opts)
                             .map_err(|e| Error::lunkit(what.clone(), e))?;
                     }
                     // Stopped before the namespace was found: only connections may be left.
