@@ -98,3 +98,46 @@ pub fn load_to_status_layout(mut buf: Vec<u8>, count: usize) -> Vec<u8> {
     }
     buf
 }
+
+/// A Discovery Log Page entry as nvmet writes it (`nvmet_format_discovery_entry`): the
+/// numbers little-endian, the service id, address and TSAS padded with spaces, the NQN with
+/// NULs.
+pub fn format_discovery_entry(e: &lunkit::nvme::discovery::Entry) -> Vec<u8> {
+    use lunkit::nvme::discovery::{AddressFamily, Subtype, TransportType};
+    let mut b = vec![0u8; 1024];
+    b[0] = match e.transport {
+        TransportType::Rdma => 1,
+        TransportType::FibreChannel => 2,
+        TransportType::Tcp => 3,
+        TransportType::Loop => 254,
+        TransportType::Other(x) => x,
+    };
+    b[1] = match e.family {
+        AddressFamily::Ipv4 => 1,
+        AddressFamily::Ipv6 => 2,
+        AddressFamily::InfiniBand => 3,
+        AddressFamily::FibreChannel => 4,
+        AddressFamily::IntraHost => 254,
+        AddressFamily::Other(x) => x,
+    };
+    b[2] = match e.subtype {
+        Subtype::Referral => 1,
+        Subtype::Nvm => 2,
+        Subtype::CurrentDiscovery => 3,
+        Subtype::Other(x) => x,
+    };
+    b[3] = e.requirements;
+    for (at, v) in [(4, e.port_id), (6, e.controller_id), (8, e.admin_queue_size), (10, e.flags)] {
+        b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    let put = |b: &mut Vec<u8>, at: usize, len: usize, s: &str, pad: u8| {
+        b[at..at + len].fill(pad);
+        b[at..at + s.len()].copy_from_slice(s.as_bytes());
+    };
+    put(&mut b, 32, 32, &e.service_id, b' ');
+    put(&mut b, 256, 256, &e.subsystem, 0);
+    put(&mut b, 512, 256, &e.address, b' ');
+    b[768..1024].fill(b' ');
+    b[768] = e.tcp_security;
+    b
+}

@@ -28,6 +28,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod dhchap;
+pub mod discovery;
 pub mod fabrics;
 pub mod identify;
 
