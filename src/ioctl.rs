@@ -14,8 +14,8 @@ use lunkit_sys::block::{BLKFLSBUF, BLKGETSIZE64, BLKRRPART, BLKSSZGET};
 use lunkit_sys::dm::dm_ioctl;
 use lunkit_sys::loop_dev::{LOOP_GET_STATUS64, loop_info64};
 use lunkit_sys::nvme::{
-    NVME_ADMIN_IDENTIFY, NVME_ID_CNS_NS, NVME_IDENTIFY_DATA_SIZE, NVME_IOCTL_ADMIN_CMD,
-    nvme_passthru_cmd,
+    NVME_ADMIN_GET_LOG_PAGE, NVME_ADMIN_IDENTIFY, NVME_ID_CNS_NS, NVME_IDENTIFY_DATA_SIZE,
+    NVME_IOCTL_ADMIN_CMD, nvme_passthru_cmd,
 };
 use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, Updater, ioctl};
 
@@ -101,6 +101,45 @@ pub(crate) fn nvme_identify_ns(
     // until the call returns. `metadata` is 0, so no other user memory is involved.
     unsafe { ioctl(ctrl_fd, req) }.map_err(io::Error::from)?;
     Ok(data)
+}
+
+/// `ioctl(ctrl_fd, NVME_IOCTL_ADMIN_CMD, &cmd)` with Get Log Page for log `lid`, reading
+/// `buf.len()` bytes from byte `offset` of the log into `buf`, on an open NVMe controller
+/// character device (`/dev/nvmeN`). Retain Asynchronous Event is clear: the read
+/// acknowledges the log's change event, so the controller can raise the next one. `EINVAL`
+/// (without a call) unless `buf` is 4 bytes to 16 MiB and `offset` and `buf.len()` are
+/// multiples of 4. Needs `CAP_SYS_ADMIN`; the kernel waits for the completion.
+pub(crate) fn nvme_get_log(
+    ctrl_fd: impl AsFd,
+    lid: u8,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<()> {
+    let len = u32::try_from(buf.len())
+        .ok()
+        .filter(|&l| (4..=16 << 20).contains(&l) && l % 4 == 0 && offset % 4 == 0)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let dwords = len / 4 - 1;
+    let mut cmd = nvme_passthru_cmd {
+        opcode: NVME_ADMIN_GET_LOG_PAGE,
+        nsid: 0,
+        addr: buf.as_mut_ptr() as u64,
+        data_len: len,
+        cdw10: u32::from(lid) | (dwords & 0xffff) << 16,
+        cdw11: dwords >> 16,
+        cdw12: offset as u32,
+        cdw13: (offset >> 32) as u32,
+        ..nvme_passthru_cmd::default()
+    };
+    // SAFETY: NVME_IOCTL_ADMIN_CMD reads and writes back exactly one `nvme_passthru_cmd`
+    // through its pointer argument; lunkit-sys checks the struct against the C header.
+    let req =
+        unsafe { Updater::<{ NVME_IOCTL_ADMIN_CMD as Opcode }, nvme_passthru_cmd>::new(&mut cmd) };
+    // SAFETY: besides `cmd`, the kernel writes at most `data_len` bytes at `addr`, which is
+    // `buf`: a live, exclusively borrowed slice of exactly that many bytes, untouched by
+    // anything else until the call returns. `metadata` is 0.
+    unsafe { ioctl(ctrl_fd, req) }.map_err(io::Error::from)?;
+    Ok(())
 }
 
 /// An 8-byte aligned, zero-initialised byte buffer for device-mapper ioctls.

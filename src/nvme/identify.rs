@@ -11,6 +11,7 @@
 //! the kernel waits for its completion.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -92,16 +93,7 @@ pub fn identify_namespace(
     nsid: u32,
     deadline: Instant,
 ) -> Result<IdentifyNamespace> {
-    sysfs::check_component("NVMe controller", name)?;
-    let dir = sysfs::Confine::new(root)
-        .dir(&sysnvme::controller_dir(root, name))
-        .ok_or_else(|| Error::NotFound {
-            what: format!("NVMe controller {name} below {}", root.path().display()),
-        })?;
-    let dev: DevNum = sysfs::attr_parse(&dir, "dev").ok_or_else(|| Error::NotFound {
-        what: format!("NVMe controller {name} (no device number in sysfs)"),
-    })?;
-    let node = root.dev(name);
+    let (node, dev) = controller_node(root, name)?;
     let what = || format!("Identify Namespace {nsid} through {}", node.display());
     let path = node.clone();
     let data = helper::bounded(
@@ -116,8 +108,23 @@ pub fn identify_namespace(
     IdentifyNamespace::parse(&data[..])
 }
 
+/// Controller `name`'s node, `<root>/dev/<name>`, and the character device number sysfs
+/// gives it (`<root>/sys/class/nvme/<name>/dev`): what [`open_controller`] checks.
+pub(crate) fn controller_node(root: &Root, name: &str) -> Result<(PathBuf, DevNum)> {
+    sysfs::check_component("NVMe controller", name)?;
+    let dir = sysfs::Confine::new(root)
+        .dir(&sysnvme::controller_dir(root, name))
+        .ok_or_else(|| Error::NotFound {
+            what: format!("NVMe controller {name} below {}", root.path().display()),
+        })?;
+    let dev: DevNum = sysfs::attr_parse(&dir, "dev").ok_or_else(|| Error::NotFound {
+        what: format!("NVMe controller {name} (no device number in sysfs)"),
+    })?;
+    Ok((root.dev(name), dev))
+}
+
 /// Opens the controller node `path` and checks that it is character device `dev`.
-fn open_controller(path: &std::path::Path, dev: DevNum) -> Result<OwnedFd> {
+pub(crate) fn open_controller(path: &std::path::Path, dev: DevNum) -> Result<OwnedFd> {
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,

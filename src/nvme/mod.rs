@@ -11,6 +11,9 @@
 //!   (`rescan_controller`).
 //! - [`identify_namespace`] asks one controller what a namespace is now (Identify, through
 //!   its character device): what a resize brings the namespace's device to.
+//! - [`discovery::discover`] asks a discovery service which subsystems this host may reach
+//!   (the Discovery Log Page, through a discovery controller connected for the purpose),
+//!   following its referrals; [`dhchap::Secret`] checks a DH-HMAC-CHAP secret's form.
 //!
 //! The kernel reconnects a controller whose link was lost on its own, every
 //! `reconnect_delay` seconds until `ctrl_loss_tmo` passes; nothing here polls.

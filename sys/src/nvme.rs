@@ -75,3 +75,12 @@ pub const NVME_ADMIN_IDENTIFY: u8 = 0x06;
 pub const NVME_ID_CNS_NS: u32 = 0x00;
 /// Every Identify data structure is 4096 bytes.
 pub const NVME_IDENTIFY_DATA_SIZE: usize = 4096;
+
+/// The Get Log Page admin command's opcode (NVM Express Base Specification, Admin Command
+/// Set). `cdw10` holds the log id (bits 7:0), Retain Asynchronous Event (bit 15) and the
+/// low half of the dword count minus one (bits 31:16); `cdw11` its high half; `cdw12` and
+/// `cdw13` the byte offset into the log, which must be a multiple of 4.
+pub const NVME_ADMIN_GET_LOG_PAGE: u8 = 0x02;
+/// The Discovery Log Page's log id (`NVME_LOG_LID_DISCOVER`), served by discovery
+/// controllers.
+pub const NVME_LOG_LID_DISCOVER: u8 = 0x70;

@@ -126,6 +126,7 @@ impl TargetBuilder {
             nqn: self.nqn,
             namespaces: BTreeMap::new(),
             ports: Vec::new(),
+            referrals: Vec::new(),
             live: false,
         };
         // Before anything is made: a failed build removes what the target holds, and that
@@ -151,6 +152,8 @@ pub struct Target {
     dir: PathBuf,
     namespaces: BTreeMap<u32, Namespace>,
     ports: Vec<PortConfig>,
+    /// Referrals made with [`Target::add_referral`]: (port id, name).
+    referrals: Vec<(u16, String)>,
     live: bool,
 }
 
@@ -291,6 +294,36 @@ impl Target {
         Ok(())
     }
 
+    /// Makes port `port_id`'s discovery log refer hosts to the discovery service at
+    /// `traddr`:`trsvcid` (a subtype 1 entry, `ports/<id>/referrals/<name>`). nvmet raises a
+    /// discovery-change event to the hosts connected to that port.
+    pub fn add_referral(
+        &mut self,
+        port_id: u16,
+        name: &str,
+        traddr: &str,
+        trsvcid: &str,
+    ) -> Result<()> {
+        if !self.ports.iter().any(|p| p.id == port_id) {
+            return Err(format!("{}: no port {port_id} for a referral", self.nqn).into());
+        }
+        let dir = port_dir(port_id).join("referrals").join(name);
+        mkdir_new(&dir)?;
+        let made = (|| {
+            write(&dir.join("addr_trtype"), "tcp")?;
+            write(&dir.join("addr_adrfam"), "ipv4")?;
+            write(&dir.join("addr_traddr"), traddr)?;
+            write(&dir.join("addr_trsvcid"), trsvcid)?;
+            write(&dir.join("enable"), "1")
+        })();
+        if made.is_err() {
+            remove_referral_dir(&dir);
+            return made;
+        }
+        self.referrals.push((port_id, name.to_owned()));
+        Ok(())
+    }
+
     /// Removes port `id`: the target port going away under a live host. Unlinking the
     /// subsystem stops the listener and drops the controllers connected through it, so the
     /// host's controller on that path starts reconnecting.
@@ -299,6 +332,7 @@ impl Target {
             return Err(format!("{}: no port {id}", self.nqn).into());
         };
         let dir = port_dir(id);
+        self.remove_referrals(Some(id));
         let link = dir.join("subsystems").join(&self.nqn);
         fs::remove_file(&link).map_err(|e| format!("unlink {}: {e}", link.display()))?;
         rmdir(&dir)?;
@@ -375,6 +409,7 @@ impl Target {
     /// port links, ports, namespaces (disabled first), the subsystem, then the tmpfs. A failed
     /// step does not stop the others; the result names everything still there.
     fn remove(&mut self) -> Result<()> {
+        self.remove_referrals(None);
         for port in &self.ports {
             unlink_port(&port_dir(port.id), &self.nqn);
         }
@@ -537,6 +572,25 @@ fn enable_namespace(dir: &Path, ns: &Namespace) -> Result<()> {
 
 /// Disables and removes a namespace directory (best effort: it may be half made or gone).
 fn remove_namespace_dir(dir: &Path) {
+    let _ = fs::write(dir.join("enable"), "0");
+    let _ = fs::remove_dir(dir);
+}
+
+impl Target {
+    /// Removes the referrals of port `id`, or of every port (best effort).
+    fn remove_referrals(&mut self, id: Option<u16>) {
+        self.referrals.retain(|(port, name)| {
+            if id.is_some_and(|id| id != *port) {
+                return true;
+            }
+            remove_referral_dir(&port_dir(*port).join("referrals").join(name));
+            false
+        });
+    }
+}
+
+/// Disables and removes a referral directory (it may be half made).
+fn remove_referral_dir(dir: &Path) {
     let _ = fs::write(dir.join("enable"), "0");
     let _ = fs::remove_dir(dir);
 }

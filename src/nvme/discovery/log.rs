@@ -1,12 +1,5 @@
-//! The Discovery Log Page (Get Log Page, log identifier 70h) that an NVMe over Fabrics
-//! discovery controller serves: pure parsers of its header and its 1024-byte entries.
-//!
-//! A discovery controller lists, for the host that asks, the NVM subsystems it may reach
-//! through each port (subtype 2), the discovery service itself (subtype 3) and referrals to
-//! other discovery services (subtype 1). The log is read in two parts, as libnvme does: the
-//! header's first 20 bytes (generation counter, record count, record format), then the
-//! records from byte 1024; the header is read again and the read retried when the
-//! generation changed in between. This module only parses what was read.
+//! The Discovery Log Page (Get Log Page, log identifier 70h): pure parsers of its header
+//! and its 1024-byte entries.
 //!
 //! Everything here comes from the network: every string is checked before it can reach an
 //! option string written to `/dev/nvme-fabrics` (a `,` or `=` in an address would add an
