@@ -154,10 +154,7 @@ impl Discovered {
 pub fn discover(root: &Root, opts: &DiscoverOptions) -> Result<Discovered> {
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
-    let host = match &opts.host {
-        Some(h) => h.clone(),
-        None => Host::from_node(root)?,
-    };
+    let host = opts.host.clone().map_or_else(|| Host::from_node(root), Ok)?;
     let mut queue = VecDeque::from([(opts.traddr, opts.trsvcid)]);
     let mut asked = HashSet::new();
     let mut services = Vec::new();
