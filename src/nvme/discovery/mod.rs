@@ -154,7 +154,10 @@ impl Discovered {
 pub fn discover(root: &Root, opts: &DiscoverOptions) -> Result<Discovered> {
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
-    let host = opts.host.clone().map_or_else(|| Host::from_node(root), Ok)?;
+    let host = opts
+        .host
+        .clone()
+        .map_or_else(|| Host::from_node(root), Ok)?;
     let mut queue = VecDeque::from([(opts.traddr, opts.trsvcid)]);
     let mut asked = HashSet::new();
     let mut services = Vec::new();
