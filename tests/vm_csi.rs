@@ -12,6 +12,8 @@
 
 use lunkit_lab as support;
 
+mod csi_plugin;
+
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -19,12 +21,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use csi_plugin::{Plugin, Ready};
 use lunkit_csi::proto::volume_capability::{
     AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
-use support::child::{Finished, Running};
+use support::child::Finished;
 use support::cli::random;
 use support::fcoe::{self, FcoeConfig, FcoeLab};
 use support::iscsi;
@@ -47,7 +50,7 @@ const LUN_SIZE: u64 = 32 << 20;
 /// The target (two LUNs on fileio, or one growable LUN), iscsid, multipathd and the plugin;
 /// no session: the plugin logs in. Dropping it tears everything down in the safe order.
 struct Lab {
-    plugin: Option<Running>,
+    plugin: Option<Plugin>,
     multipathd: Option<Multipathd>,
     started_iscsid: bool,
     target: Option<LioTarget>,
@@ -189,7 +192,7 @@ impl Lab {
     }
 
     fn socket() -> PathBuf {
-        Path::new(BASE).join("csi.sock")
+        Plugin::socket(BASE)
     }
 
     /// Starts the plugin (again) and waits until it answers a probe.
@@ -199,55 +202,27 @@ impl Lab {
             .host_root
             .as_ref()
             .map_or_else(|| "/".to_owned(), |r| r.path.display().to_string());
-        let endpoint = format!("unix://{}", Lab::socket().display());
-        let state = format!("{BASE}/state");
-        let args = [
-            "--endpoint",
-            &endpoint,
-            "--nodeid",
-            "vm",
-            "--state-dir",
-            &state,
-            // multipathd builds a map slowly under TCG; the plugin's own deadline, not the test's.
-            "--timeout",
-            "600",
-        ];
-        let mut cmd = match &self.container {
+        let cmd = match &self.container {
             Some(c) => c.command(),
             None => {
-                let bin = std::env::var("LUNKIT_CSI_BIN")
-                    .expect("LUNKIT_CSI_BIN is set by cargo xtask test");
-                let mut cmd = Command::new(bin);
+                let mut cmd = Plugin::binary();
                 cmd.args(["--root", &root]);
                 cmd
             }
         };
-        let plugin = Running::spawn(cmd.args(args)).expect("start lunkit-csi");
-        self.plugin = Some(plugin);
-        wait::until(
-            "the plugin to answer a probe",
-            // A container's start takes tens of seconds under TCG.
-            Duration::from_secs(300),
-            || {
-                Ok(Client::connect(&Lab::socket())
-                    .ok()
-                    .and_then(|mut c| c.probe(ProbeRequest {}).ok()))
-            },
-        )
-        .expect("the plugin answers");
+        // A container's start takes tens of seconds under TCG.
+        let limit = Duration::from_secs(300);
+        self.plugin = Some(Plugin::start(cmd, BASE, &[], Ready::Probe, limit));
     }
 
     /// Stops the plugin with `signal` (`TERM`, `KILL`) and returns how it ended; `None` if it
     /// was not running.
     fn stop_plugin(&mut self, signal: &str) -> Option<Finished> {
-        let p = self.plugin.take()?;
-        cmd::run_ignoring_failure("kill", &[&format!("-{signal}"), &p.pid().to_string()]);
-        let limit = p.elapsed() + Duration::from_secs(30);
-        Some(p.wait(limit))
+        Some(self.plugin.take()?.stop(signal))
     }
 
     fn client(&self) -> Client {
-        Client::connect(&Lab::socket()).expect("connect to the plugin")
+        self.plugin.as_ref().expect("the plugin runs").client()
     }
 
     /// Runs the plugin under `--root /` (`false`) or, as a DaemonSet runs it, with `--root`
@@ -396,16 +371,7 @@ impl Drop for Lab {
             eprintln!("lunkit-csi: {}", done.describe());
         }
         // Whatever a failed test left mounted under BASE, innermost first.
-        let mut left: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-            .filter(|m| m.starts_with(BASE))
-            .collect();
-        left.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in left {
-            cmd::run_ignoring_failure("umount", &[&m]);
-        }
+        csi_plugin::unmount_under(BASE, false);
         for l in loops_on(BASE) {
             cmd::run_ignoring_failure("losetup", &["-d", &l]);
         }

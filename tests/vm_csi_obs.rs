@@ -10,20 +10,20 @@
 
 use lunkit_lab as support;
 
+mod csi_plugin;
+
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use csi_plugin::{Plugin, Ready};
 use lunkit_csi::proto::volume_capability::{
     AccessMode, AccessType, BlockVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
-use support::child::Running;
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::multipath::{self, Multipathd};
@@ -41,7 +41,7 @@ const ISCSID_SOCKET: &str = "@ISCSIADM_ABSTRACT_NAMESPACE";
 /// iscsid and the plugin (started with `args` besides its socket and state directory);
 /// dropping it stops the plugin and what the lab started.
 struct Lab {
-    plugin: Option<Running>,
+    plugin: Option<Plugin>,
     started_iscsid: bool,
     target: Option<LioTarget>,
 }
@@ -72,37 +72,20 @@ impl Lab {
             target,
         };
         lab.started_iscsid = iscsi::ensure_iscsid().expect("iscsid");
-        let bin =
-            std::env::var("LUNKIT_CSI_BIN").expect("LUNKIT_CSI_BIN is set by cargo xtask test");
-        let endpoint = format!("unix://{}", Lab::socket().display());
-        let state = format!("{BASE}/state");
-        let mut command = Command::new(bin);
-        command.args([
-            "--endpoint",
-            &endpoint,
-            "--nodeid",
-            "vm",
-            "--state-dir",
-            &state,
-        ]);
-        command.args(["--timeout", "600"]).args(args);
-        lab.plugin = Some(Running::spawn(&mut command).expect("start lunkit-csi"));
-        // Up: it answers Identity (Probe may rightly fail, which is what is tested).
-        wait::until("the plugin to answer", Duration::from_secs(60), || {
-            Ok(Client::connect(&Lab::socket())
-                .ok()
-                .and_then(|mut c| c.get_plugin_info(GetPluginInfoRequest {}).ok()))
-        })
-        .expect("the plugin answers");
+        let limit = Duration::from_secs(60);
+        lab.plugin = Some(Plugin::start(
+            Plugin::binary(),
+            BASE,
+            args,
+            Ready::Answers,
+            limit,
+        ));
         lab
     }
 
     /// Stops the plugin (SIGTERM) and returns what it wrote on standard error.
     fn stop_plugin(&mut self) -> String {
-        let p = self.plugin.take().expect("the plugin runs");
-        cmd::run_ignoring_failure("kill", &["-TERM", &p.pid().to_string()]);
-        let limit = p.elapsed() + Duration::from_secs(30);
-        let done = p.wait(limit);
+        let done = self.plugin.take().expect("the plugin runs").stop("TERM");
         assert!(
             !done.overran && done.code() == Some(0),
             "{}",
@@ -111,12 +94,8 @@ impl Lab {
         done.stderr
     }
 
-    fn socket() -> PathBuf {
-        Path::new(BASE).join("csi.sock")
-    }
-
     fn client(&self) -> Client {
-        Client::connect(&Lab::socket()).expect("connect to the plugin")
+        self.plugin.as_ref().expect("the plugin runs").client()
     }
 
     /// Probe's answer: `Ok` when ready, else its code and message.
@@ -133,11 +112,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(p) = self.plugin.take() {
-            cmd::run_ignoring_failure("kill", &["-TERM", &p.pid().to_string()]);
-            let limit = p.elapsed() + Duration::from_secs(30);
-            eprintln!("lunkit-csi: {}", p.wait(limit).describe());
-        }
+        drop(self.plugin.take());
         iscsi::logout_all();
         if self.started_iscsid {
             let _ = iscsi::stop_iscsid();
@@ -280,7 +255,7 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
     let multipathd = Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd");
     let paused = Paused::multipathd();
     let staging_call = std::thread::spawn(move || {
-        Client::connect(&Lab::socket())
+        Client::connect(&Plugin::socket(BASE))
             .expect("connect to the plugin")
             .node_stage_volume(stage)
     });

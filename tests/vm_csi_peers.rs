@@ -12,23 +12,24 @@
 
 use lunkit_lab as support;
 
+mod csi_plugin;
+
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use csi_plugin::{Plugin, Ready};
 use lunkit_csi::proto::volume_capability::{
     AccessMode, AccessType, BlockVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
-use support::child::Running;
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::multipath::{self, Multipathd};
 use support::nvmet;
-use support::{cmd, require_vm, wait};
+use support::{cmd, require_vm};
 
 const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:csi-peers";
 const PORTALS: [&str; 2] = ["127.0.0.1:3260", "127.0.0.2:3260"];
@@ -48,7 +49,7 @@ const DISCOVERY_SECRET: &str = "disc-s3cret-5e7a";
 /// A target (LIO or nvmet), iscsid and multipathd for iSCSI, and the plugin; no session: the
 /// plugin logs in. Dropping it tears everything down in the safe order.
 struct Lab {
-    plugin: Option<Running>,
+    plugin: Option<Plugin>,
     multipathd: Option<Multipathd>,
     started_iscsid: bool,
     target: Option<LioTarget>,
@@ -119,61 +120,28 @@ impl Lab {
         lab
     }
 
-    fn socket() -> PathBuf {
-        Path::new(BASE).join("csi.sock")
-    }
-
     /// Starts the plugin and waits until it answers a probe.
     fn start_plugin(&mut self) {
-        let bin =
-            std::env::var("LUNKIT_CSI_BIN").expect("LUNKIT_CSI_BIN is set by cargo xtask test");
-        let plugin = Running::spawn(Command::new(bin).args([
-            "--endpoint",
-            &format!("unix://{}", Lab::socket().display()),
-            "--nodeid",
-            "vm",
-            "--state-dir",
-            &format!("{BASE}/state"),
-            // multipathd builds a map slowly under TCG; the plugin's own deadline, not the test's.
-            "--timeout",
-            "600",
-        ]))
-        .expect("start lunkit-csi");
-        self.plugin = Some(plugin);
-        wait::until(
-            "the plugin to answer a probe",
-            Duration::from_secs(60),
-            || {
-                Ok(Client::connect(&Lab::socket())
-                    .ok()
-                    .and_then(|mut c| c.probe(ProbeRequest {}).ok()))
-            },
-        )
-        .expect("the plugin answers");
+        let limit = Duration::from_secs(60);
+        self.plugin = Some(Plugin::start(
+            Plugin::binary(),
+            BASE,
+            &[],
+            Ready::Probe,
+            limit,
+        ));
     }
 
     fn client(&self) -> Client {
-        Client::connect(&Lab::socket()).expect("connect to the plugin")
+        self.plugin.as_ref().expect("the plugin runs").client()
     }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(p) = self.plugin.take() {
-            cmd::run_ignoring_failure("kill", &["-TERM", &p.pid().to_string()]);
-            let limit = p.elapsed() + Duration::from_secs(30);
-            eprintln!("lunkit-csi: {}", p.wait(limit).describe());
-        }
-        let mut left: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-            .filter(|m| m.starts_with(BASE))
-            .collect();
-        left.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in left {
-            cmd::run_ignoring_failure("umount", &[&m]);
-        }
+        // The plugin first (SIGTERM), then whatever a failed test left mounted.
+        drop(self.plugin.take());
+        csi_plugin::unmount_under(BASE, false);
         match self.multipathd.take() {
             Some(m) => {
                 let _ = m.stop();
