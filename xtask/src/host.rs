@@ -173,7 +173,7 @@ pub fn test(args: &[String]) -> Result<u8> {
     if let Some(times) = repeat {
         return vmtests::repeat(&lab, &lunkit, &tests, times);
     }
-    let run = vmtests::run_suite(&lab, &lunkit, &tests)?;
+    let run = vmtests::run_suites(&lab, &lunkit, &tests)?;
     run.print();
     let (passed, failed) = run.counts();
     let ok = failed == 0;

@@ -30,6 +30,12 @@ pub const APT_PACKAGES: &[&str] = &[
     "linux-libc-dev",
 ];
 
+/// The lab's second kernel: Debian 12's 6.12 (bookworm-security), built with NVMe in-band
+/// authentication (`CONFIG_NVME_AUTH`, `CONFIG_NVME_TARGET_AUTH`), which the stock 6.1 lacks.
+/// Only the VM tests that ask for it ([`crate::vmtests::kernel_for`]) boot it; it is never
+/// the default kernel, however new.
+pub const AUTH_KERNEL: &str = "6.12.117+deb12-amd64";
+
 /// virtme-ng from PyPI, pinned: its command line and guest init are what we tested.
 pub const VIRTME_NG: &str = "virtme-ng";
 pub const VIRTME_NG_VERSION: &str = "1.42";
@@ -52,7 +58,7 @@ const PROGRAMS: &[(&str, &str)] = &[
 ];
 
 /// What the VM needs, resolved.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Lab {
     /// `/boot/vmlinuz-<version>`, the newest one with modules.
     pub kernel: PathBuf,
@@ -95,6 +101,33 @@ pub fn ensure() -> Result<Lab> {
         kernel,
         kernel_version,
         venv_bin,
+    })
+}
+
+/// `lab` booting kernel `version` (`/boot/vmlinuz-<version>`) instead, installing
+/// `linux-image-<version>` when it is missing and we may.
+pub fn with_kernel(lab: &Lab, version: &str) -> Result<Lab> {
+    let kernel = PathBuf::from(format!("/boot/vmlinuz-{version}"));
+    let installed = || kernel.is_file() && Path::new("/lib/modules").join(version).is_dir();
+    if !installed() {
+        let package = format!("linux-image-{version}");
+        if !may_install() {
+            return Err(format!(
+                "VM tests ask for kernel {version}, which is not installed. As root on Debian, \
+                 run:\n  apt-get update && apt-get install -y {package}"
+            )
+            .into());
+        }
+        eprintln!("xtask: installing {package} with apt-get");
+        apt_install(&[&package])?;
+        if !installed() {
+            return Err(format!("{package} installed, but {} is missing", kernel.display()).into());
+        }
+    }
+    Ok(Lab {
+        kernel,
+        kernel_version: version.to_owned(),
+        venv_bin: lab.venv_bin.clone(),
     })
 }
 
@@ -178,7 +211,8 @@ fn is_debian() -> bool {
 }
 
 /// The newest `/boot/vmlinuz-<version>` whose modules are installed (the guest loads
-/// scsi_debug, dm_multipath, iscsi_tcp and LIO from /lib/modules through the shared root).
+/// scsi_debug, dm_multipath, iscsi_tcp and LIO from /lib/modules through the shared root),
+/// other than [`AUTH_KERNEL`]; `LUNKIT_VM_KERNEL` names one instead.
 pub fn newest_kernel() -> Option<(PathBuf, String)> {
     if let Some(k) = std::env::var_os("LUNKIT_VM_KERNEL") {
         let k = PathBuf::from(k);
@@ -198,7 +232,7 @@ pub fn newest_kernel() -> Option<(PathBuf, String)> {
                 .strip_prefix("vmlinuz-")
                 .map(str::to_owned)
         })
-        .filter(|v| Path::new("/lib/modules").join(v).is_dir())
+        .filter(|v| Path::new("/lib/modules").join(v).is_dir() && v != AUTH_KERNEL)
         .collect();
     versions.sort_by_key(|v| version_key(v));
     let v = versions.pop()?;

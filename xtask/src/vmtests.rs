@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::provision::Lab;
+use crate::provision::{self, Lab};
 use crate::vm::Boot;
 use crate::{Result, host, paths};
 
@@ -309,6 +309,49 @@ impl SuiteRun {
     }
 }
 
+/// Test binaries that boot another kernel than the lab's default, and which.
+const KERNELS: &[(&str, &str)] = &[("vm_nvme_auth", provision::AUTH_KERNEL)];
+
+/// The kernel `test` boots: `None` for the lab's default.
+pub fn kernel_for(test: &VmTest) -> Option<&'static str> {
+    let krate = test.key.split("::").next()?;
+    KERNELS.iter().find(|(k, _)| *k == krate).map(|&(_, v)| v)
+}
+
+/// [`run_suite`] once per kernel the tests ask for: the default kernel's tests first, then
+/// each other kernel's in boots of its own. One result, with the boots numbered across.
+pub fn run_suites(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun> {
+    let start = Instant::now();
+    let mut kernels: Vec<Option<&str>> = tests.iter().map(kernel_for).collect();
+    kernels.sort();
+    kernels.dedup();
+    let mut all = SuiteRun::default();
+    for kernel in kernels {
+        let group: Vec<VmTest> = tests
+            .iter()
+            .filter(|t| kernel_for(t) == kernel)
+            .cloned()
+            .collect();
+        let lab = match kernel {
+            Some(v) => provision::with_kernel(lab, v)?,
+            None => lab.clone(),
+        };
+        let run = run_suite(&lab, lunkit, &group)?;
+        all.outcomes
+            .extend(run.outcomes.into_iter().map(|o| Outcome {
+                boot: o.boot + all.boots,
+                ..o
+            }));
+        all.boots += run.boots;
+        all.uptimes.extend(run.uptimes);
+        all.lab_secs.extend(run.lab_secs);
+    }
+    let order = |o: &Outcome| tests.iter().position(|t| t.key == o.key);
+    all.outcomes.sort_by_key(order);
+    all.wall = start.elapsed();
+    Ok(all)
+}
+
 /// Runs `tests`, each alone, with a checked lab reset between them; a guest whose lab cannot
 /// be reset stops, and a fresh one runs the rest.
 pub fn run_suite(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun> {
@@ -430,7 +473,7 @@ pub fn repeat(lab: &Lab, lunkit: &Path, tests: &[VmTest], times: usize) -> Resul
     let mut lab_secs = Vec::new();
     for r in 1..=times {
         eprintln!("xtask: repeat {r} of {times}");
-        let run = run_suite(lab, lunkit, tests)?;
+        let run = run_suites(lab, lunkit, tests)?;
         run.print();
         lab_secs.extend(run.lab_secs);
         for o in run.outcomes {
@@ -551,6 +594,21 @@ mod tests {
         let keys: Vec<&str> = t.iter().map(|t| t.key.as_str()).collect();
         assert_eq!(keys, ["vm_x::a_test", "vm_x::other"]);
         assert_eq!(t[0].name, "a_test");
+    }
+
+    #[test]
+    fn only_the_auth_binary_boots_the_auth_kernel() {
+        let t = |key: &str| VmTest {
+            key: key.into(),
+            bin: "/t/x".into(),
+            name: key.split("::").nth(1).unwrap_or("").into(),
+        };
+        assert_eq!(
+            kernel_for(&t("vm_nvme_auth::a_test")),
+            Some(provision::AUTH_KERNEL)
+        );
+        assert_eq!(kernel_for(&t("vm_nvme::a_test")), None);
+        assert_eq!(kernel_for(&t("vm_nvme_auth_x::a_test")), None);
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl TargetBuilder {
             namespaces: BTreeMap::new(),
             ports: Vec::new(),
             referrals: Vec::new(),
+            hosts: Vec::new(),
             live: false,
         };
         // Before anything is made: a failed build removes what the target holds, and that
@@ -154,6 +155,8 @@ pub struct Target {
     ports: Vec<PortConfig>,
     /// Referrals made with [`Target::add_referral`]: (port id, name).
     referrals: Vec<(u16, String)>,
+    /// Hosts made with [`Target::require_host`]: `hosts/<nqn>`, linked from the subsystem.
+    hosts: Vec<String>,
     live: bool,
 }
 
@@ -324,6 +327,32 @@ impl Target {
         Ok(())
     }
 
+    /// Lets only `hostnqn` in from now on (`attr_allow_any_host` 0, an `allowed_hosts`
+    /// link), and, with `key`, only once it authenticates with DH-HMAC-CHAP
+    /// (`hosts/<nqn>/dhchap_key`; `ctrl_key` makes it bidirectional: the target proves
+    /// itself with it). Needs a kernel built with `CONFIG_NVME_TARGET_AUTH` for the keys.
+    pub fn require_host(
+        &mut self,
+        hostnqn: &str,
+        key: Option<&str>,
+        ctrl_key: Option<&str>,
+    ) -> Result<()> {
+        let host = Path::new(NVMET).join("hosts").join(hostnqn);
+        mkdir_new(&host)?;
+        self.hosts.push(hostnqn.to_owned());
+        if let Some(k) = key {
+            write(&host.join("dhchap_key"), k)?;
+        }
+        if let Some(k) = ctrl_key {
+            write(&host.join("dhchap_ctrl_key"), k)?;
+        }
+        let subsys = self.subsystem_dir();
+        write(&subsys.join("attr_allow_any_host"), "0")?;
+        let at = subsys.join("allowed_hosts").join(hostnqn);
+        std::os::unix::fs::symlink(&host, &at)
+            .map_err(|e| format!("link {} to {}: {e}", at.display(), host.display()).into())
+    }
+
     /// Removes port `id`: the target port going away under a live host. Unlinking the
     /// subsystem stops the listener and drops the controllers connected through it, so the
     /// host's controller on that path starts reconnecting.
@@ -410,6 +439,10 @@ impl Target {
     /// step does not stop the others; the result names everything still there.
     fn remove(&mut self) -> Result<()> {
         self.remove_referrals(None);
+        for host in std::mem::take(&mut self.hosts) {
+            let _ = fs::remove_file(self.subsystem_dir().join("allowed_hosts").join(&host));
+            let _ = fs::remove_dir(Path::new(NVMET).join("hosts").join(&host));
+        }
         for port in &self.ports {
             unlink_port(&port_dir(port.id), &self.nqn);
         }

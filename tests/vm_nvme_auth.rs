@@ -1,0 +1,125 @@
+//! VM test of the lab's second kernel (Debian 12's 6.12, `provision::AUTH_KERNEL`, booted only
+//! for this binary): NVMe/TCP in-band authentication (DH-HMAC-CHAP) between nvmet and the
+//! host, one-way and bidirectional, through `/dev/nvme-fabrics` and configfs directly: the
+//! lab's ground truth for the library's authentication, which builds on it.
+//!
+//! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
+
+use lunkit_lab as support;
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Write};
+
+use lunkit::Root;
+use lunkit::nvme::dhchap::Secret;
+use lunkit::nvme::fabrics;
+use support::nvmet::{PortConfig, Target};
+use support::{cmd, require_vm};
+
+const FABRICS: &str = "/dev/nvme-fabrics";
+const NQN: &str = "nqn.2014-08.org.lunkit:auth";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b";
+/// Printed by `nvme gen-dhchap-key --hmac=1` (nvme-cli 2.3): the host's key.
+const HOST_KEY: &str = "DHHC-1:01:09GFUL+L04EJzFZN2elQGibBeBw1RuITyd7jlFaOZAJwwOLq:";
+/// Printed by `nvme gen-dhchap-key --hmac=0`: the controller's, for bidirectional.
+const CTRL_KEY: &str = "DHHC-1:00:Oi/HuU3nQlPSUMAHy9mtdKz0a+xVpewZQUdLbkIwufoPetit:";
+/// Printed by `nvme gen-dhchap-key --hmac=2`: a well-formed key the target does not know.
+const OTHER_KEY: &str =
+    "DHHC-1:02:qsB+HoiBIHLENgMh7Azb0yY7CSO1/fBCrqiqru1/4OXqsdkcG+UeondUvX166gT7al+LeQ==:";
+
+/// One connect to the lab target as [`HOSTNQN`] with `extra` options: the new controller's
+/// name, or the write's error.
+fn connect(extra: &str) -> io::Result<String> {
+    let options =
+        format!("transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn={NQN},hostnqn={HOSTNQN}{extra}");
+    let mut dev = OpenOptions::new().read(true).write(true).open(FABRICS)?;
+    dev.write_all(options.as_bytes())?;
+    let mut reply = String::new();
+    dev.read_to_string(&mut reply)?;
+    let instance = reply
+        .trim_end()
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("instance="))
+        .unwrap_or_else(|| panic!("no instance in {reply:?}"));
+    Ok(format!("nvme{instance}"))
+}
+
+fn delete(controller: &str) {
+    fs::write(
+        format!("/sys/class/nvme/{controller}/delete_controller"),
+        "1",
+    )
+    .unwrap_or_else(|e| panic!("delete {controller}: {e}"));
+}
+
+/// The host's controllers to [`NQN`].
+fn controllers() -> Vec<String> {
+    fs::read_dir("/sys/class/nvme")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    fs::read_to_string(e.path().join("subsysnqn")).is_ok_and(|n| n.trim() == NQN)
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
+    require_vm();
+    let release = cmd::run("uname", &["-r"]).unwrap();
+    assert_eq!(release.trim(), "6.12.117+deb12-amd64");
+    // The keys are well formed: what the library checks before it writes one.
+    for k in [HOST_KEY, CTRL_KEY, OTHER_KEY] {
+        k.parse::<Secret>().unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut target = Target::builder()
+        .nqn(NQN)
+        .namespace(16 << 20)
+        .port(PortConfig::new(51, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    // This kernel's host knows the options (6.1 parses them too, but cannot authenticate).
+    let supported = fabrics::supported_options(&Root::default()).unwrap();
+    for o in ["dhchap_secret", "dhchap_ctrl_secret"] {
+        assert!(supported.iter().any(|s| s == o), "{o} not in {supported:?}");
+    }
+    target
+        .require_host(HOSTNQN, Some(HOST_KEY), Some(CTRL_KEY))
+        .expect("a host that must authenticate");
+
+    // No key, the wrong key: refused, nothing made.
+    for extra in ["".to_owned(), format!(",dhchap_secret={OTHER_KEY}")] {
+        let e = connect(&extra).expect_err("a host without its key is refused");
+        eprintln!(
+            "connect{extra:?} refused: {e} (errno {:?})",
+            e.raw_os_error()
+        );
+        assert_eq!(controllers(), Vec::<String>::new());
+    }
+    // The right key, one-way: the host proves itself.
+    let c = connect(&format!(",dhchap_secret={HOST_KEY}")).expect("the right key");
+    let state = fs::read_to_string(format!("/sys/class/nvme/{c}/state")).unwrap();
+    assert_eq!(state.trim(), "live");
+    delete(&c);
+    // Bidirectional: the controller proves itself with its key too; a host that expects
+    // another controller key refuses the controller.
+    let c = connect(&format!(
+        ",dhchap_secret={HOST_KEY},dhchap_ctrl_secret={CTRL_KEY}"
+    ))
+    .expect("both keys right");
+    delete(&c);
+    let e = connect(&format!(
+        ",dhchap_secret={HOST_KEY},dhchap_ctrl_secret={OTHER_KEY}"
+    ))
+    .expect_err("the controller's key is not the one the host expects");
+    eprintln!(
+        "wrong controller key refused: {e} (errno {:?})",
+        e.raw_os_error()
+    );
+    assert_eq!(controllers(), Vec::<String>::new());
+    target.teardown().unwrap();
+}
