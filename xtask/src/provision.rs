@@ -104,22 +104,44 @@ pub fn ensure() -> Result<Lab> {
     })
 }
 
-/// `lab` booting kernel `version` (`/boot/vmlinuz-<version>`) instead, installing
-/// `linux-image-<version>` when it is missing and we may.
+/// `lab` booting kernel `version` instead, installing `linux-image-<version>` when it is
+/// missing and we may.
+///
+/// The kernel's image is installed as `/boot/lunkit-lab-vmlinuz-<version>` (a `dpkg-divert`
+/// made before the install): under its own name no lookup for `/boot/vmlinuz-*` takes it,
+/// neither [`newest_kernel`] nor the host's boot loader. Without an initramfs
+/// (`INITRD=No`): virtme-ng boots without one, and making it takes minutes.
 pub fn with_kernel(lab: &Lab, version: &str) -> Result<Lab> {
-    let kernel = PathBuf::from(format!("/boot/vmlinuz-{version}"));
+    let kernel = PathBuf::from(format!("/boot/lunkit-lab-vmlinuz-{version}"));
     let installed = || kernel.is_file() && Path::new("/lib/modules").join(version).is_dir();
     if !installed() {
         let package = format!("linux-image-{version}");
         if !may_install() {
             return Err(format!(
                 "VM tests ask for kernel {version}, which is not installed. As root on Debian, \
-                 run:\n  apt-get update && apt-get install -y {package}"
+                 run:\n  dpkg-divert --package lunkit-lab --add --rename --divert {} \
+                 /boot/vmlinuz-{version}\n  apt-get update && apt-get install -y {package}",
+                kernel.display()
             )
             .into());
         }
-        eprintln!("xtask: installing {package} with apt-get");
-        apt_install(&[&package])?;
+        eprintln!(
+            "xtask: installing {package} with apt-get, its image as {}",
+            kernel.display()
+        );
+        process::run(
+            Command::new("dpkg-divert")
+                .args(["--package", "lunkit-lab", "--add", "--rename", "--divert"])
+                .arg(&kernel)
+                .arg(format!("/boot/vmlinuz-{version}")),
+        )?;
+        process::run(Command::new("apt-get").arg("update"))?;
+        process::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends", &package])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .env("INITRD", "No"),
+        )?;
         if !installed() {
             return Err(format!("{package} installed, but {} is missing", kernel.display()).into());
         }
