@@ -3,6 +3,12 @@
 //! host, one-way and bidirectional, through `/dev/nvme-fabrics` and configfs directly: the
 //! lab's ground truth for the library's authentication, which builds on it.
 //!
+//! What 6.12 does, as this test found it under TCG: a host that must authenticate and gives
+//! no key is refused with `ENOKEY`; a wrong host key, or a controller key other than the
+//! target's, with `EKEYREJECTED`; neither leaves a controller. A host NQN given without a
+//! host id is refused with `EINVAL` before any of that ("found same hostid … but different
+//! hostnqn": the kernel's default host holds the default id).
+//!
 //! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
 
 use lunkit_lab as support;
@@ -19,6 +25,9 @@ use support::{cmd, require_vm};
 const FABRICS: &str = "/dev/nvme-fabrics";
 const NQN: &str = "nqn.2014-08.org.lunkit:auth";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b";
+/// The host id beside [`HOSTNQN`]: 6.12 refuses a host NQN given without one (`EINVAL`,
+/// "found same hostid … but different hostnqn": the kernel's default host has its id).
+const HOSTID: &str = "0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b";
 /// Printed by `nvme gen-dhchap-key --hmac=1` (nvme-cli 2.3): the host's key.
 const HOST_KEY: &str = "DHHC-1:01:09GFUL+L04EJzFZN2elQGibBeBw1RuITyd7jlFaOZAJwwOLq:";
 /// Printed by `nvme gen-dhchap-key --hmac=0`: the controller's, for bidirectional.
@@ -30,8 +39,9 @@ const OTHER_KEY: &str =
 /// One connect to the lab target as [`HOSTNQN`] with `extra` options: the new controller's
 /// name, or the write's error.
 fn connect(extra: &str) -> io::Result<String> {
-    let options =
-        format!("transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn={NQN},hostnqn={HOSTNQN}{extra}");
+    let options = format!(
+        "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn={NQN},hostnqn={HOSTNQN},hostid={HOSTID}{extra}"
+    );
     let mut dev = OpenOptions::new().read(true).write(true).open(FABRICS)?;
     dev.write_all(options.as_bytes())?;
     let mut reply = String::new();
@@ -91,13 +101,13 @@ fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
         .require_host(HOSTNQN, Some(HOST_KEY), Some(CTRL_KEY))
         .expect("a host that must authenticate");
 
-    // No key, the wrong key: refused, nothing made.
-    for extra in ["".to_owned(), format!(",dhchap_secret={OTHER_KEY}")] {
+    // No key: ENOKEY; the wrong key: EKEYREJECTED; nothing made either way.
+    for (extra, errno) in [
+        (String::new(), libc::ENOKEY),
+        (format!(",dhchap_secret={OTHER_KEY}"), libc::EKEYREJECTED),
+    ] {
         let e = connect(&extra).expect_err("a host without its key is refused");
-        eprintln!(
-            "connect{extra:?} refused: {e} (errno {:?})",
-            e.raw_os_error()
-        );
+        assert_eq!(e.raw_os_error(), Some(errno), "{e}");
         assert_eq!(controllers(), Vec::<String>::new());
     }
     // The right key, one-way: the host proves itself.
@@ -116,10 +126,7 @@ fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
         ",dhchap_secret={HOST_KEY},dhchap_ctrl_secret={OTHER_KEY}"
     ))
     .expect_err("the controller's key is not the one the host expects");
-    eprintln!(
-        "wrong controller key refused: {e} (errno {:?})",
-        e.raw_os_error()
-    );
+    assert_eq!(e.raw_os_error(), Some(libc::EKEYREJECTED), "{e}");
     assert_eq!(controllers(), Vec::<String>::new());
     target.teardown().unwrap();
 }
