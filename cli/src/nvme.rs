@@ -7,6 +7,8 @@ use lunkit::Root;
 use lunkit::id::{Nqn, Uuid};
 use lunkit::nvme::{self, ConnectOptions, DisconnectOptions, Host};
 
+use crate::json::{self, Layout};
+
 /// `lunkit nvme`.
 #[derive(Subcommand)]
 pub enum Nvme {
@@ -149,23 +151,15 @@ fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
     let t0 = Instant::now();
     let result = connect_options(root, &c).and_then(|o| nvme::connect(root, &o));
     if c.json {
-        let doc = serde_json::json!({
-            "version": 1,
-            "nqn": c.nqn,
-            "traddr": c.traddr,
-            "trsvcid": c.trsvcid,
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "elapsed_us": micros(t0.elapsed()),
-            "result": result.as_ref().ok().map(|r| serde_json::json!({
-                "controller": r.controller,
-                "cntlid": r.cntlid,
-                "existing": r.existing,
-                "state": r.state,
-                "elapsed_us": micros(r.elapsed),
-            })),
-        });
-        println!("{doc}");
+        let portal = json::nvme::Portal {
+            nqn: c.nqn.clone(),
+            traddr: c.traddr.clone(),
+            trsvcid: c.trsvcid.clone(),
+        };
+        json::print(
+            &json::nvme::connect(portal, &result, t0.elapsed()),
+            Layout::Line,
+        );
     } else if let Ok(r) = &result {
         let how = if r.existing {
             "already connected"
@@ -192,19 +186,10 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
         nvme::disconnect(root, &nqn, &opts)
     });
     if d.json {
-        let doc = serde_json::json!({
-            "version": 1,
-            "nqn": d.nqn,
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "elapsed_us": micros(t0.elapsed()),
-            "result": result.as_ref().ok().map(|r| serde_json::json!({
-                "controllers": r.controllers,
-                "namespaces": r.namespaces,
-                "elapsed_us": micros(r.elapsed),
-            })),
-        });
-        println!("{doc}");
+        json::print(
+            &json::nvme::disconnect(&d.nqn, &result, t0.elapsed()),
+            Layout::Line,
+        );
     } else if let Ok(r) = &result {
         if r.controllers.is_empty() {
             println!("{}: nothing connected", d.nqn);
@@ -214,8 +199,4 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
         }
     }
     result.map(drop)
-}
-
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -4,9 +4,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use lunkit::block;
-use lunkit::ops::{self, DetachOptions, NamespaceSelector, Outcome, Step, VolumeSpec};
+use lunkit::ops::{self, DetachOptions, NamespaceSelector, Step, VolumeSpec};
 use lunkit::scsi::{self, DeleteOptions, Deleted};
 use lunkit::{Error, Hctl, Root};
+
+use crate::json::{self, Layout};
 
 /// `lunkit flush`.
 #[derive(Args)]
@@ -169,11 +171,11 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
     if cmd.no_lock_file {
         opts.lock_dir = None;
     }
-    let json = cmd.json;
+    let as_json = cmd.json;
     let mut steps: Vec<Step> = Vec::new();
     let t0 = Instant::now();
     let result = ops::detach_with(root, &spec, &opts, &mut |s| {
-        if !json {
+        if !as_json {
             println!(
                 "{:<13} {:<40} {} ({})",
                 s.kind.as_str(),
@@ -184,27 +186,9 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
         }
         steps.push(s.clone());
     });
-    if json {
-        let (identity, rounds) = match &result {
-            Ok(r) => (Some(&r.identity), r.rounds),
-            Err(_) => (None, 0),
-        };
-        // One reading for both figures, so they agree to the microsecond.
-        let elapsed = t0.elapsed();
-        let doc = serde_json::json!({
-            "version": 1,
-            "volume": spec.to_string(),
-            "key": identity.map(|i| i.key()),
-            "wwid": identity.and_then(|i| i.wwid.as_ref()).map(|w| w.to_multipath()),
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "rounds": rounds,
-            "duration_ms": elapsed.as_secs_f64() * 1e3,
-            // The same measure under the name `scan --json` uses, for scripts timing both.
-            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
-        });
-        println!("{doc}");
+    if as_json {
+        let doc = json::detach::Detach::new(&spec, &result, &steps, t0.elapsed());
+        json::print(&doc, Layout::Line);
     } else if let Ok(r) = &result {
         println!(
             "{spec}: detached in {} ({} round(s))",
@@ -213,22 +197,6 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
         );
     }
     result.map(|_| ())
-}
-
-fn step_json(s: &Step) -> serde_json::Value {
-    let (outcome, detail) = match &s.outcome {
-        Outcome::Done => ("done", None),
-        Outcome::AlreadyGone => ("already-gone", None),
-        Outcome::Skipped(w) => ("skipped", Some(w.clone())),
-        Outcome::Failed(w) => ("failed", Some(w.clone())),
-    };
-    serde_json::json!({
-        "step": s.kind.as_str(),
-        "target": s.target,
-        "outcome": outcome,
-        "detail": detail,
-        "duration_ms": s.duration.as_secs_f64() * 1e3,
-    })
 }
 
 fn ms(d: Duration) -> String {
