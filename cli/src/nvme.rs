@@ -95,19 +95,16 @@ pub struct Rescan {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the controllers asked as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(root: &Root, cmd: Nvme) -> lunkit::Result<()> {
     match cmd {
         Nvme::Connect(c) => connect(root, c),
         Nvme::Disconnect(d) => disconnect(root, d),
-        Nvme::Rescan(r) => {
-            let nqn: Nqn = r.nqn.parse()?;
-            for c in nvme::rescan(root, &nqn, crate::seconds(r.timeout)?)? {
-                println!("{c}: rescan asked");
-            }
-            Ok(())
-        }
+        Nvme::Rescan(r) => rescan(root, r),
     }
 }
 
@@ -175,6 +172,21 @@ fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
         );
     }
     result.map(drop)
+}
+
+fn rescan(root: &Root, r: Rescan) -> lunkit::Result<()> {
+    let nqn: Nqn = r.nqn.parse()?;
+    let t0 = Instant::now();
+    let asked = nvme::rescan(root, &nqn, crate::seconds(r.timeout)?)?;
+    if r.json {
+        let doc = json::nvme::Rescan::new(&r.nqn, asked, t0.elapsed());
+        json::print(&doc, Layout::Line);
+    } else {
+        for c in asked {
+            println!("{c}: rescan asked");
+        }
+    }
+    Ok(())
 }
 
 fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {

@@ -18,6 +18,9 @@ pub struct Flush {
     /// Give up after this many seconds (a dead device may never complete its writes).
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `lunkit delete`.
@@ -31,6 +34,9 @@ pub struct Delete {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// How `detach` and `attach` name a volume (one of the five; clap's group on the command
@@ -128,7 +134,14 @@ pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
     })?;
     let t0 = Instant::now();
     block::flush(&node, deadline)?;
-    println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+    if cmd.json {
+        json::print(
+            &json::teardown::Flush::new(&node, t0.elapsed()),
+            Layout::Line,
+        );
+    } else {
+        println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+    }
     Ok(())
 }
 
@@ -138,7 +151,13 @@ pub fn delete(root: &Root, cmd: Delete) -> lunkit::Result<()> {
     opts.force = cmd.force;
     let hctl = scsi_address(root, &cmd.device)?;
     let t0 = Instant::now();
-    match scsi::delete(root, hctl, &opts)? {
+    let deleted = scsi::delete(root, hctl, &opts)?;
+    if cmd.json {
+        let doc = json::teardown::Delete::new(hctl, &deleted, t0.elapsed());
+        json::print(&doc, Layout::Line);
+        return Ok(());
+    }
+    match deleted {
         Deleted::Now => println!("{hctl} deleted in {}", ms(t0.elapsed())),
         Deleted::AlreadyGone => println!("{hctl} already gone"),
     }

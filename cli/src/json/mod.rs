@@ -8,8 +8,9 @@
 //! else.
 //!
 //! One module per command: [`list`], [`scan`] (`scan` and a SCSI `attach`), [`attach`] (an
-//! NVMe `attach`), [`detach`], [`resize`], [`multipath`] (`multipath remove`), [`nvme`]
-//! (`nvme connect`, `nvme disconnect`) and [`watch`].
+//! NVMe `attach`), [`detach`], [`resize`], [`teardown`] (`flush`, `delete`), [`multipath`]
+//! (`multipath remove`), [`nvme`] (`nvme connect`, `disconnect`, `rescan`) and [`watch`].
+//! `batch` prints each line's own document.
 
 pub mod attach;
 pub mod detach;
@@ -18,6 +19,7 @@ pub mod multipath;
 pub mod nvme;
 pub mod resize;
 pub mod scan;
+pub mod teardown;
 pub mod watch;
 
 use std::time::Duration;
@@ -33,7 +35,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub enum Layout {
     /// Indented over several lines (`list`, `scan`, `attach`).
     Pretty,
-    /// One line (`detach`, `resize`, `multipath remove`, `nvme`, each event of `watch`).
+    /// One line (`detach`, `resize`, `flush`, `delete`, `multipath remove`, `nvme`, each
+    /// event of `watch`).
     Line,
 }
 

@@ -1,12 +1,12 @@
 //! `lunkit nvme connect --json` and `lunkit nvme disconnect --json`: [`Report`]s of the
-//! subsystem (and portal) asked for.
+//! subsystem (and portal) asked for; `lunkit nvme rescan --json`: the controllers asked.
 
 use std::time::Duration;
 
 use lunkit::nvme::{Connected, Disconnected};
 use serde::Serialize;
 
-use super::{Report, micros};
+use super::{Report, SCHEMA_VERSION, micros};
 
 /// `lunkit nvme connect --json`.
 pub type Connect = Report<Portal, Controller>;
@@ -49,6 +49,27 @@ pub struct Disconnection {
     /// The namespace devices checked and flushed.
     pub namespaces: Vec<String>,
     pub elapsed_us: u64,
+}
+
+/// The controllers a rescan asked to look for namespaces.
+#[derive(Debug, Serialize)]
+pub struct Rescan {
+    pub version: u32,
+    pub nqn: String,
+    /// Every live controller of the subsystem, each asked once.
+    pub controllers: Vec<String>,
+    pub elapsed_us: u64,
+}
+
+impl Rescan {
+    pub fn new(nqn: &str, controllers: Vec<String>, elapsed: Duration) -> Self {
+        Rescan {
+            version: SCHEMA_VERSION,
+            nqn: nqn.to_owned(),
+            controllers,
+            elapsed_us: micros(elapsed),
+        }
+    }
 }
 
 /// The report of a connect to `portal` that took `elapsed`.
@@ -122,6 +143,19 @@ mod tests {
         assert_eq!(v["traddr"], json!("not-an-address"));
         assert_eq!((&v["ok"], &v["result"]), (&json!(false), &Value::Null));
         assert!(v["error"].as_str().unwrap().contains("65535"));
+    }
+
+    #[test]
+    fn a_rescan_lists_the_controllers_asked() {
+        let doc = Rescan::new(
+            NQN,
+            vec!["nvme0".into(), "nvme1".into()],
+            Duration::from_micros(8),
+        );
+        assert_eq!(
+            serde_json::to_value(doc).unwrap(),
+            json!({"version": 1, "nqn": NQN, "controllers": ["nvme0", "nvme1"], "elapsed_us": 8})
+        );
     }
 
     #[test]
