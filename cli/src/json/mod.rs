@@ -4,7 +4,7 @@
 //! built here from the library's types rather than derived on them, so refactoring the library
 //! cannot change the output by accident. Every document carries `"version"` first, the same
 //! number for every command; within a version fields are added, never renamed or removed.
-//! The commands only build these and hand them to [`print`]: no JSON is put together anywhere
+//! The commands only build these and hand them to [`print()`]: no JSON is put together anywhere
 //! else.
 //!
 //! One module per command: [`list`], [`scan`] (`scan` and a SCSI `attach`), [`attach`] (an
