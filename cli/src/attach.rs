@@ -6,8 +6,9 @@ use clap::Args;
 use lunkit::ops::{self, AttachOptions};
 use lunkit::{Root, Wwn};
 
+use crate::json::scan::Udev;
 use crate::json::{self, Layout};
-use crate::scan::{Common, Udev, print, wait_udev};
+use crate::scan::{Common, print, wait_udev};
 use crate::teardown::VolumeArgs;
 
 /// `lunkit attach`.

@@ -9,7 +9,7 @@ use lunkit::ops::MapDevice;
 use lunkit::udev::UdevState;
 use lunkit::{Hctl, PathScan, Root, ScanOptions, Wwid, Wwn};
 
-pub use crate::json::scan::Udev;
+use crate::json::scan::Udev;
 use crate::json::{self, Layout};
 
 #[derive(Subcommand)]
