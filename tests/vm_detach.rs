@@ -448,19 +448,27 @@ fn path_devices_in_use_without_multipath_are_refused() {
     vol.assert_present();
     drop(held);
 
-    // Flush and delete one path by hand, then detach takes the rest.
-    let out = lunkit(&["flush", &a]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let out = lunkit(&["delete", &a]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert!(!Path::new(&format!("/sys/class/scsi_device/{}", vol.hctls[0])).exists());
-    let out = lunkit(&["delete", &vol.hctls[0]]);
+    // Flush and delete one path by hand (their --json documents name what they acted on),
+    // then detach takes the rest.
+    let json_of = |args: &[&str]| -> Value {
+        let out = lunkit(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: no JSON ({e}): {}", describe(&out)))
+    };
+    let flushed = json_of(&["flush", &a, "--json"]);
+    assert_eq!(flushed["version"], 1, "{flushed}");
+    assert_eq!(flushed["device"], vol.disks[0].as_str(), "{flushed}");
+    let deleted = json_of(&["delete", &a, "--json"]);
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "already gone is success: {}",
-        describe(&out)
+        (&deleted["hctl"], &deleted["outcome"]),
+        (&Value::from(vol.hctls[0].as_str()), &Value::from("deleted")),
+        "{deleted}"
     );
+    assert!(!Path::new(&format!("/sys/class/scsi_device/{}", vol.hctls[0])).exists());
+    // Already gone is success.
+    let again = json_of(&["delete", &vol.hctls[0], "--json"]);
+    assert_eq!(again["outcome"], "already-gone", "{again}");
     detach_ok(&["--iscsi-target", IQN, "--lun", "3"]);
     vol.assert_gone();
 }

@@ -417,6 +417,15 @@ fn two_connects_give_one_head_with_both_paths_and_a_third_returns_the_existing_c
     let out = lunkit(&["nvme", "rescan", "--nqn", &nqn]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    let (code, d, out) = json(&["nvme", "rescan", "--nqn", &nqn, "--json"]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    assert_eq!(
+        (&d["version"], &d["nqn"]),
+        (&serde_json::json!(1), &serde_json::json!(nqn))
+    );
+    let mut asked: Vec<String> = serde_json::from_value(d["controllers"].clone()).unwrap();
+    asked.sort();
+    assert_eq!(asked, both, "{d}");
 
     let (code, d, out) = json(&["nvme", "disconnect", "--nqn", &nqn, "--json"]);
     assert_eq!(code, Some(0), "{}", describe(&out));

@@ -6,7 +6,9 @@ use clap::Args;
 use lunkit::ops::{self, AttachOptions};
 use lunkit::{Root, Wwn};
 
-use crate::scan::{Common, Udev, print, wait_udev};
+use crate::json::scan::Udev;
+use crate::json::{self, Layout};
+use crate::scan::{Common, print, wait_udev};
 use crate::teardown::VolumeArgs;
 
 /// `lunkit attach`.
@@ -101,38 +103,12 @@ fn print_nvme(
     elapsed: std::time::Duration,
     json: bool,
 ) {
-    let udev_of = |i: usize| udev.as_ref().and_then(|u| u.get(i));
     if json {
-        let doc = serde_json::json!({
-            "wwid": wwid.map(ToString::to_string),
-            "devices": nvme.devices.iter().enumerate().map(|(i, d)| {
-                let mut dev = serde_json::json!({
-                    "name": d.name,
-                    "path": d.path.display().to_string(),
-                    "major": d.dev.major,
-                    "minor": d.dev.minor,
-                });
-                if let Some(u) = udev_of(i) {
-                    dev["udev"] = serde_json::json!({ "state": u.state, "links": u.links });
-                }
-                dev
-            }).collect::<Vec<_>>(),
-            "controllers": nvme.controllers,
-            "portals": nvme.portals.iter().map(|p| serde_json::json!({
-                "portal": p.portal,
-                "outcome": match &p.result {
-                    Ok(c) if c.existing => "existing",
-                    Ok(_) => "connected",
-                    Err(_) => "failed",
-                },
-                "controller": p.result.as_ref().ok().map(|c| c.controller.clone()),
-                "detail": p.result.as_ref().err(),
-            })).collect::<Vec<_>>(),
-            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-        });
-        println!("{doc:#}");
+        let doc = json::attach::NvmeAttach::new(wwid, nvme, udev, elapsed);
+        json::print(&doc, Layout::Pretty);
         return;
     }
+    let udev_of = |i: usize| udev.as_ref().and_then(|u| u.get(i));
     for p in &nvme.portals {
         println!("{p}");
     }

@@ -242,10 +242,7 @@ pub(crate) fn seconds(s: f64) -> lunkit::Result<std::time::Duration> {
 fn list(root: &Root, as_json: bool) -> lunkit::Result<()> {
     let topo = Topology::read(root)?;
     if as_json {
-        let doc = json::List::from(&topo);
-        // Serializing plain structs of strings and numbers cannot fail.
-        let text = serde_json::to_string_pretty(&doc).expect("list JSON serializes");
-        println!("{text}");
+        json::print(&json::list::List::from(&topo), json::Layout::Pretty);
     } else {
         print!("{}", human::render(&topo));
     }

@@ -2,8 +2,9 @@
 
 use clap::Subcommand;
 use lunkit::Root;
-use lunkit::dm::Removed;
 use lunkit::multipath::{self, RemoveOptions};
+
+use crate::json::{self, Layout};
 
 #[derive(Subcommand)]
 pub enum Multipath {
@@ -42,21 +43,9 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
             opts.deferred = deferred;
             opts.force = force;
             let r = multipath::remove(root, &map, &opts)?;
-            let outcome = match r.outcome {
-                Removed::Now => "removed",
-                Removed::Deferred => "deferred",
-            };
+            let outcome = json::multipath::outcome(&r.outcome);
             if json {
-                let doc = serde_json::json!({
-                    "map": r.map,
-                    "kernel_name": r.kernel_name,
-                    "outcome": outcome,
-                    "via_multipathd": r.via_multipathd,
-                    "multipathd_skipped": r.multipathd_skipped,
-                    "resumed": r.resumed,
-                    "partitions_removed": r.partitions_removed,
-                });
-                println!("{doc}");
+                json::print(&json::multipath::Remove::from(&r), Layout::Line);
             } else {
                 let via = if r.via_multipathd {
                     " by multipathd"

@@ -7,6 +7,8 @@ use lunkit::Root;
 use lunkit::id::{Nqn, Uuid};
 use lunkit::nvme::{self, ConnectOptions, DisconnectOptions, Host};
 
+use crate::json::{self, Layout};
+
 /// `lunkit nvme`.
 #[derive(Subcommand)]
 pub enum Nvme {
@@ -93,19 +95,16 @@ pub struct Rescan {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the controllers asked as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(root: &Root, cmd: Nvme) -> lunkit::Result<()> {
     match cmd {
         Nvme::Connect(c) => connect(root, c),
         Nvme::Disconnect(d) => disconnect(root, d),
-        Nvme::Rescan(r) => {
-            let nqn: Nqn = r.nqn.parse()?;
-            for c in nvme::rescan(root, &nqn, crate::seconds(r.timeout)?)? {
-                println!("{c}: rescan asked");
-            }
-            Ok(())
-        }
+        Nvme::Rescan(r) => rescan(root, r),
     }
 }
 
@@ -149,23 +148,15 @@ fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
     let t0 = Instant::now();
     let result = connect_options(root, &c).and_then(|o| nvme::connect(root, &o));
     if c.json {
-        let doc = serde_json::json!({
-            "version": 1,
-            "nqn": c.nqn,
-            "traddr": c.traddr,
-            "trsvcid": c.trsvcid,
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "elapsed_us": micros(t0.elapsed()),
-            "result": result.as_ref().ok().map(|r| serde_json::json!({
-                "controller": r.controller,
-                "cntlid": r.cntlid,
-                "existing": r.existing,
-                "state": r.state,
-                "elapsed_us": micros(r.elapsed),
-            })),
-        });
-        println!("{doc}");
+        let portal = json::nvme::Portal {
+            nqn: c.nqn.clone(),
+            traddr: c.traddr.clone(),
+            trsvcid: c.trsvcid.clone(),
+        };
+        json::print(
+            &json::nvme::connect(portal, &result, t0.elapsed()),
+            Layout::Line,
+        );
     } else if let Ok(r) = &result {
         let how = if r.existing {
             "already connected"
@@ -183,6 +174,21 @@ fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
     result.map(drop)
 }
 
+fn rescan(root: &Root, r: Rescan) -> lunkit::Result<()> {
+    let nqn: Nqn = r.nqn.parse()?;
+    let t0 = Instant::now();
+    let asked = nvme::rescan(root, &nqn, crate::seconds(r.timeout)?)?;
+    if r.json {
+        let doc = json::nvme::Rescan::new(&r.nqn, asked, t0.elapsed());
+        json::print(&doc, Layout::Line);
+    } else {
+        for c in asked {
+            println!("{c}: rescan asked");
+        }
+    }
+    Ok(())
+}
+
 fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
     let t0 = Instant::now();
     let result = d.nqn.parse::<Nqn>().and_then(|nqn| {
@@ -192,19 +198,10 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
         nvme::disconnect(root, &nqn, &opts)
     });
     if d.json {
-        let doc = serde_json::json!({
-            "version": 1,
-            "nqn": d.nqn,
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "elapsed_us": micros(t0.elapsed()),
-            "result": result.as_ref().ok().map(|r| serde_json::json!({
-                "controllers": r.controllers,
-                "namespaces": r.namespaces,
-                "elapsed_us": micros(r.elapsed),
-            })),
-        });
-        println!("{doc}");
+        json::print(
+            &json::nvme::disconnect(&d.nqn, &result, t0.elapsed()),
+            Layout::Line,
+        );
     } else if let Ok(r) = &result {
         if r.controllers.is_empty() {
             println!("{}: nothing connected", d.nqn);
@@ -214,8 +211,4 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
         }
     }
     result.map(drop)
-}
-
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

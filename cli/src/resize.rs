@@ -6,6 +6,7 @@ use clap::Args;
 use lunkit::Root;
 use lunkit::ops::{self, ResizeOptions, Resized};
 
+use crate::json::{self, Layout};
 use crate::teardown::VolumeArgs;
 
 /// `lunkit resize`.
@@ -45,60 +46,14 @@ pub fn run(root: &Root, cmd: Resize) -> lunkit::Result<()> {
     let t0 = Instant::now();
     let result = ops::resize(root, &spec, &opts);
     if cmd.json {
-        let elapsed = t0.elapsed();
-        let doc = serde_json::json!({
-            "version": 1,
-            "volume": spec.to_string(),
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "elapsed_us": micros(elapsed),
-            "result": result.as_ref().ok().map(json),
-        });
-        println!("{doc}");
+        json::print(
+            &json::resize::report(&spec, &result, t0.elapsed()),
+            Layout::Line,
+        );
     } else if let Ok(r) = &result {
         print(r);
     }
     result.map(drop)
-}
-
-fn json(r: &Resized) -> serde_json::Value {
-    serde_json::json!({
-        "wwid": r.wwid.as_ref().map(|w| w.to_multipath()),
-        "size": r.size(),
-        "changed": r.changed(),
-        "rescanned": r.rescanned,
-        "paths": r.paths.iter().map(|p| serde_json::json!({
-            "hctl": p.hctl.to_string(),
-            "disk": p.disk,
-            "before": p.before,
-            "after": p.after,
-        })).collect::<Vec<_>>(),
-        "map": r.map.as_ref().map(|m| serde_json::json!({
-            "name": m.name,
-            "device": m.device,
-            "before": m.before,
-            "after": m.after,
-            "by": m.by.as_str(),
-        })),
-        "nvme": r.nvme.as_ref().map(|n| serde_json::json!({
-            "devices": n.devices.iter().map(|d| serde_json::json!({
-                "device": d.device,
-                "before": d.before,
-                "after": d.after,
-            })).collect::<Vec<_>>(),
-            "reported": n.reported.iter().map(|(c, s)| serde_json::json!({
-                "controller": c,
-                "size": s,
-            })).collect::<Vec<_>>(),
-        })),
-        "elapsed_us": micros(r.elapsed),
-        "rescan_us": micros(r.rescan_elapsed),
-        "map_us": micros(r.map_elapsed),
-    })
-}
-
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn print(r: &Resized) {

@@ -7,8 +7,10 @@ use lunkit::fc::FcLun;
 use lunkit::iscsi::IscsiLun;
 use lunkit::ops::MapDevice;
 use lunkit::udev::UdevState;
-use lunkit::{Hctl, PathDevice, PathOutcome, PathScan, Root, ScanOptions, Wwid, Wwn};
-use serde::Serialize;
+use lunkit::{Hctl, PathScan, Root, ScanOptions, Wwid, Wwn};
+
+use crate::json::scan::Udev;
+use crate::json::{self, Layout};
 
 #[derive(Subcommand)]
 pub enum Scan {
@@ -81,62 +83,6 @@ impl Common {
         opts.min_paths = self.min_paths;
         Ok(opts)
     }
-}
-
-#[derive(Serialize)]
-struct Out {
-    /// The devices that came (what `scan` printed before it listed every path).
-    devices: Vec<Device>,
-    /// Every path, scanned or skipped, with its outcome.
-    paths: Vec<Path>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    map: Option<Map>,
-    elapsed_us: u128,
-}
-
-#[derive(Serialize)]
-struct Device {
-    name: String,
-    path: String,
-    hctl: String,
-    wwid: Option<String>,
-    major: u32,
-    minor: u32,
-    elapsed_us: u128,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    udev: Option<Udev>,
-}
-
-#[derive(Serialize)]
-struct Path {
-    via: String,
-    hctl: Option<String>,
-    /// `found`, `not-reported`, `timed-out`, `failed` or `skipped`.
-    outcome: &'static str,
-    /// The device, when found.
-    device: Option<String>,
-    /// Why, when timed out, failed or skipped.
-    detail: Option<String>,
-    /// Offsets from the start of the library call (before the transport's paths were read),
-    /// in microseconds.
-    write_start_us: Option<u128>,
-    write_end_us: Option<u128>,
-    ready_us: Option<u128>,
-}
-
-#[derive(Serialize)]
-struct Map {
-    name: String,
-    dm: String,
-    major: u32,
-    minor: u32,
-}
-
-#[derive(Serialize)]
-pub struct Udev {
-    /// `processed` or `not running`.
-    pub state: &'static str,
-    pub links: Vec<String>,
 }
 
 pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
@@ -218,10 +164,6 @@ pub fn wait_udev(
     ))
 }
 
-fn us(d: Option<Duration>) -> Option<u128> {
-    d.map(|d| d.as_micros())
-}
-
 /// Prints every path with its outcome (and the map, for `attach --wait-map`), as text or JSON.
 pub fn print(
     paths: &[PathScan],
@@ -230,54 +172,15 @@ pub fn print(
     elapsed: Duration,
     json: bool,
 ) {
-    let mut udev = udev.map(Vec::into_iter);
-    let found: Vec<&PathDevice> = paths.iter().filter_map(PathScan::device).collect();
     if json {
-        let out = Out {
-            devices: found
-                .iter()
-                .map(|p| Device {
-                    udev: udev.as_mut().and_then(Iterator::next),
-                    name: p.name.clone(),
-                    path: p.dev_path.display().to_string(),
-                    hctl: p.hctl.to_string(),
-                    wwid: p.wwid.as_ref().map(ToString::to_string),
-                    major: p.dev.major,
-                    minor: p.dev.minor,
-                    elapsed_us: elapsed.as_micros(),
-                })
-                .collect(),
-            paths: paths
-                .iter()
-                .map(|p| Path {
-                    via: p.via.clone(),
-                    hctl: p.hctl.map(|h| h.to_string()),
-                    outcome: p.outcome.as_str(),
-                    device: p.device().map(|d| d.name.clone()),
-                    detail: match &p.outcome {
-                        PathOutcome::Failed(e) | PathOutcome::TimedOut(e) => Some(e.to_string()),
-                        PathOutcome::Skipped(why) => Some(why.clone()),
-                        _ => None,
-                    },
-                    write_start_us: us(p.timing.write_start),
-                    write_end_us: us(p.timing.write_end),
-                    ready_us: us(p.timing.ready),
-                })
-                .collect(),
-            map: map.map(|m| Map {
-                name: m.name.clone(),
-                dm: m.node.name.clone(),
-                major: m.node.dev.major,
-                minor: m.node.dev.minor,
-            }),
-            elapsed_us: elapsed.as_micros(),
-        };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("scan JSON serializes")
+        json::print(
+            &json::scan::Scan::new(paths, map, udev, elapsed),
+            Layout::Pretty,
         );
         return;
     }
+    let mut udev = udev.map(Vec::into_iter);
+    let found = paths.iter().filter_map(PathScan::device).count();
     for p in paths {
         let hctl = p.hctl.map_or("-".into(), |h| h.to_string());
         match p.device() {
@@ -305,7 +208,7 @@ pub fn print(
     }
     println!(
         "{} of {} path(s) in {:.1} ms",
-        found.len(),
+        found,
         paths.len(),
         elapsed.as_secs_f64() * 1e3
     );

@@ -4,9 +4,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use lunkit::block;
-use lunkit::ops::{self, DetachOptions, NamespaceSelector, Outcome, Step, VolumeSpec};
+use lunkit::ops::{self, DetachOptions, NamespaceSelector, Step, VolumeSpec};
 use lunkit::scsi::{self, DeleteOptions, Deleted};
 use lunkit::{Error, Hctl, Root};
+
+use crate::json::{self, Layout};
 
 /// `lunkit flush`.
 #[derive(Args)]
@@ -16,6 +18,9 @@ pub struct Flush {
     /// Give up after this many seconds (a dead device may never complete its writes).
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `lunkit delete`.
@@ -29,6 +34,9 @@ pub struct Delete {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// How `detach` and `attach` name a volume (one of the five; clap's group on the command
@@ -126,7 +134,14 @@ pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
     })?;
     let t0 = Instant::now();
     block::flush(&node, deadline)?;
-    println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+    if cmd.json {
+        json::print(
+            &json::teardown::Flush::new(&node, t0.elapsed()),
+            Layout::Line,
+        );
+    } else {
+        println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+    }
     Ok(())
 }
 
@@ -136,7 +151,13 @@ pub fn delete(root: &Root, cmd: Delete) -> lunkit::Result<()> {
     opts.force = cmd.force;
     let hctl = scsi_address(root, &cmd.device)?;
     let t0 = Instant::now();
-    match scsi::delete(root, hctl, &opts)? {
+    let deleted = scsi::delete(root, hctl, &opts)?;
+    if cmd.json {
+        let doc = json::teardown::Delete::new(hctl, &deleted, t0.elapsed());
+        json::print(&doc, Layout::Line);
+        return Ok(());
+    }
+    match deleted {
         Deleted::Now => println!("{hctl} deleted in {}", ms(t0.elapsed())),
         Deleted::AlreadyGone => println!("{hctl} already gone"),
     }
@@ -169,11 +190,11 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
     if cmd.no_lock_file {
         opts.lock_dir = None;
     }
-    let json = cmd.json;
+    let as_json = cmd.json;
     let mut steps: Vec<Step> = Vec::new();
     let t0 = Instant::now();
     let result = ops::detach_with(root, &spec, &opts, &mut |s| {
-        if !json {
+        if !as_json {
             println!(
                 "{:<13} {:<40} {} ({})",
                 s.kind.as_str(),
@@ -184,27 +205,9 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
         }
         steps.push(s.clone());
     });
-    if json {
-        let (identity, rounds) = match &result {
-            Ok(r) => (Some(&r.identity), r.rounds),
-            Err(_) => (None, 0),
-        };
-        // One reading for both figures, so they agree to the microsecond.
-        let elapsed = t0.elapsed();
-        let doc = serde_json::json!({
-            "version": 1,
-            "volume": spec.to_string(),
-            "key": identity.map(|i| i.key()),
-            "wwid": identity.and_then(|i| i.wwid.as_ref()).map(|w| w.to_multipath()),
-            "ok": result.is_ok(),
-            "error": result.as_ref().err().map(ToString::to_string),
-            "rounds": rounds,
-            "duration_ms": elapsed.as_secs_f64() * 1e3,
-            // The same measure under the name `scan --json` uses, for scripts timing both.
-            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
-        });
-        println!("{doc}");
+    if as_json {
+        let doc = json::detach::Detach::new(&spec, &result, &steps, t0.elapsed());
+        json::print(&doc, Layout::Line);
     } else if let Ok(r) = &result {
         println!(
             "{spec}: detached in {} ({} round(s))",
@@ -213,22 +216,6 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
         );
     }
     result.map(|_| ())
-}
-
-fn step_json(s: &Step) -> serde_json::Value {
-    let (outcome, detail) = match &s.outcome {
-        Outcome::Done => ("done", None),
-        Outcome::AlreadyGone => ("already-gone", None),
-        Outcome::Skipped(w) => ("skipped", Some(w.clone())),
-        Outcome::Failed(w) => ("failed", Some(w.clone())),
-    };
-    serde_json::json!({
-        "step": s.kind.as_str(),
-        "target": s.target,
-        "outcome": outcome,
-        "detail": detail,
-        "duration_ms": s.duration.as_secs_f64() * 1e3,
-    })
 }
 
 fn ms(d: Duration) -> String {

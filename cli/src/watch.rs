@@ -3,7 +3,8 @@
 use std::io::Write;
 
 use lunkit::uevent::{Monitor, Received};
-use serde_json::{Map, Value};
+
+use crate::json::{self, Layout};
 
 pub fn run(json: bool) -> lunkit::Result<()> {
     let mut m = Monitor::open()?;
@@ -12,18 +13,7 @@ pub fn run(json: bool) -> lunkit::Result<()> {
         let line = match m.recv(None)? {
             Received::Event(ev) => {
                 if json {
-                    let mut env = Map::new();
-                    for (k, v) in &ev.env {
-                        env.insert(k.clone(), Value::String(v.clone()));
-                    }
-                    serde_json::json!({
-                        "action": ev.action.as_str(),
-                        "devpath": ev.devpath,
-                        "subsystem": ev.subsystem,
-                        "seqnum": ev.seqnum,
-                        "env": env,
-                    })
-                    .to_string()
+                    json::to_text(&json::watch::Event::from(&ev), Layout::Line)
                 } else {
                     format!(
                         "KERNEL {:<8} {} ({}) seq {}",
@@ -36,7 +26,7 @@ pub fn run(json: bool) -> lunkit::Result<()> {
             }
             Received::Overflow => {
                 if json {
-                    r#"{"overflow":true}"#.to_owned()
+                    json::to_text(&json::watch::Overflow::new(), Layout::Line)
                 } else {
                     "OVERFLOW: events were lost (receive queue full)".to_owned()
                 }

@@ -596,3 +596,29 @@ fn list_shows_a_path_that_reports_another_wwid_than_its_map() {
     );
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// `delete --json` of an address with no device: success, said in one line of JSON, and
+/// nothing written to the (read-only) fixture tree.
+#[test]
+fn delete_json_of_an_absent_address_says_already_gone() {
+    let root = fixture("fc");
+    let out = lunkit(&[
+        "--root",
+        root.to_str().unwrap(),
+        "delete",
+        "9:0:0:9",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["hctl"], "9:0:0:9");
+    assert_eq!(doc["outcome"], "already-gone");
+    assert!(doc["elapsed_us"].is_u64(), "{doc}");
+}

@@ -1,4 +1,5 @@
-//! The host steps of `xtask test`, before any VM boots: formatting, clippy, the library docs,
+//! The host steps of `xtask test`, before any VM boots: formatting, ARCHITECTURE.md's figures
+//! against the code, clippy, the library docs,
 //! the examples, the crates as they would be published, a check at the declared MSRV, the
 //! `deploy/` manifests against the Kubernetes schemas, and
 //! the host tests. Each one fails the run.
@@ -6,13 +7,14 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::manifests;
 use crate::process::{self, Counts, cargo};
 use crate::{Result, paths};
+use crate::{architecture, manifests};
 
 /// Runs every host step in order and returns the host tests' counts.
 pub fn run() -> Result<Counts> {
     process::run(cargo().args(["fmt", "--all", "--check"]))?;
+    architecture::check()?;
     process::run(cargo().args([
         "clippy",
         "--workspace",

@@ -4,6 +4,7 @@
 //! the host root read-only; the guest runs this same binary (`xtask guest ...`) to build the
 //! lab with the fixtures of the `lunkit-lab` crate (tests/vm/support), which the VM tests use too.
 
+mod architecture;
 mod bench;
 mod capture;
 mod checks;
@@ -47,6 +48,8 @@ usage: cargo xtask <command>
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)
+  architecture [--check]  print ARCHITECTURE.md's table of figures, computed from src/;
+                          --check: fail, as `test` does, when the document states others
   manifests               validate deploy/ against the Kubernetes schemas (offline)
   provision               install what the VM needs (root on Debian) or say what is missing
   image [--profile P] [--out FILE]
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         "fixtures" => host::fixtures(rest),
         "bench" => bench::main(rest),
         "capture-sysfs" => capture::main(rest),
+        "architecture" => architecture::main(rest),
         "manifests" => manifests::validate().map(|()| 0),
         "provision" => provision::ensure().map(|_| 0),
         "image" => image::main(rest),
