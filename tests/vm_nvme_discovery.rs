@@ -17,6 +17,7 @@ use std::fs;
 use lunkit::Root;
 use lunkit::nvme::Host;
 use lunkit::nvme::discovery::{self, DISCOVERY_NQN, DiscoverOptions, Subtype};
+use support::cli::{describe, lunkit};
 use support::nvmet::{PortConfig, Target};
 use support::require_vm;
 
@@ -124,6 +125,34 @@ fn discovery_follows_referrals_once_each_and_leaves_no_controller() {
             format!("{A} 127.0.0.2:4420"),
             format!("{B} 127.0.0.3:4420"),
         ])
+    );
+    assert_eq!(discovery_controllers(), Vec::<String>::new());
+
+    // The command prints the same services and entries.
+    let out = lunkit(&[
+        "nvme",
+        "discover",
+        "--traddr",
+        "127.0.0.1",
+        "--trsvcid",
+        "4420",
+        "--hostnqn",
+        HOSTNQN,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let services = doc["result"]["services"].as_array().unwrap();
+    let at: Vec<String> = services
+        .iter()
+        .map(|s| format!("{}:{}", s["traddr"].as_str().unwrap(), s["trsvcid"]))
+        .collect();
+    assert_eq!(at, asked, "{doc}");
+    assert_eq!(services[1]["entries"][1]["subnqn"], A, "{doc}");
+    assert_eq!(services[1]["entries"][1]["subtype"], "nvm", "{doc}");
+    assert!(
+        services[3]["error"].as_str().unwrap().contains("127.0.0.9"),
+        "{doc}"
     );
     assert_eq!(discovery_controllers(), Vec::<String>::new());
 

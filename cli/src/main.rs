@@ -73,7 +73,8 @@ enum Command {
     Delete(teardown::Delete),
     /// Write a block device's cached data to it (fsync) and drop its page cache (BLKFLSBUF).
     Flush(teardown::Flush),
-    /// Connect, disconnect and rescan NVMe over Fabrics controllers without nvme-cli.
+    /// Connect, disconnect and rescan NVMe over Fabrics controllers, and ask discovery
+    /// services what to connect, without nvme-cli.
     #[command(subcommand)]
     Nvme(nvme::Nvme),
     /// Remove multipath maps without `multipath -f`.

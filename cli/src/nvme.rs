@@ -1,10 +1,12 @@
-//! `lunkit nvme connect|disconnect|rescan`: NVMe over Fabrics controllers, with no nvme-cli.
+//! `lunkit nvme connect|disconnect|rescan|discover`: NVMe over Fabrics controllers and
+//! discovery, with no nvme-cli.
 
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use lunkit::Root;
 use lunkit::id::{Nqn, Uuid};
+use lunkit::nvme::discovery::{self, DiscoverOptions, Subtype};
 use lunkit::nvme::{self, ConnectOptions, DisconnectOptions, Host};
 
 use crate::json::{self, Layout};
@@ -21,6 +23,11 @@ pub enum Nvme {
     Disconnect(Disconnect),
     /// Ask every live controller of a subsystem to look for new or resized namespaces.
     Rescan(Rescan),
+    /// Ask a discovery service which subsystems this host may reach, and on which ports
+    /// (the Discovery Log Page), following its referrals; the discovery controllers made
+    /// for it are disconnected after. Exit 0 answered, 2 bad input, 3 nothing listens
+    /// there, 5 deadline passed.
+    Discover(Discover),
 }
 
 /// `lunkit nvme connect`.
@@ -100,29 +107,62 @@ pub struct Rescan {
     json: bool,
 }
 
+/// `lunkit nvme discover`.
+#[derive(Args)]
+pub struct Discover {
+    /// The discovery service's IP address.
+    #[arg(long, value_name = "ADDR")]
+    traddr: String,
+    /// Its port (8009 is NVMe/TCP discovery's; many targets answer on 4420 too).
+    #[arg(long, value_name = "PORT", default_value = "8009")]
+    trsvcid: String,
+    /// This host's NQN (default: /etc/nvme/hostnqn under --root): the log lists what this
+    /// host may reach.
+    #[arg(long, value_name = "NQN")]
+    hostnqn: Option<String>,
+    /// This host's id, a UUID (default: /etc/nvme/hostid under --root, if any).
+    #[arg(long, value_name = "UUID")]
+    hostid: Option<String>,
+    /// Ask only this service; do not follow its referrals.
+    #[arg(long)]
+    no_referrals: bool,
+    /// Ask at most this many services, the first included.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    max_services: usize,
+    /// Give up after this many seconds (every connect, read and disconnect).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    timeout: f64,
+    /// Print the result as one JSON object (also on failure).
+    #[arg(long)]
+    json: bool,
+}
+
 pub fn run(root: &Root, cmd: Nvme) -> lunkit::Result<()> {
     match cmd {
         Nvme::Connect(c) => connect(root, c),
         Nvme::Disconnect(d) => disconnect(root, d),
         Nvme::Rescan(r) => rescan(root, r),
+        Nvme::Discover(d) => discover(root, d),
     }
 }
 
-/// Every value is parsed into its type before anything is looked at or written.
-fn connect_options(root: &Root, c: &Connect) -> lunkit::Result<ConnectOptions> {
-    let traddr = c
-        .traddr
+/// `traddr` and `trsvcid` as typed, parsed.
+fn address(traddr: &str, trsvcid: &str) -> lunkit::Result<(std::net::IpAddr, u16)> {
+    let ip = traddr
         .parse()
-        .map_err(|_| lunkit::Error::invalid("address", &c.traddr, "not an IPv4 or IPv6 address"))?;
-    let port = Some(&c.trsvcid)
+        .map_err(|_| lunkit::Error::invalid("address", traddr, "not an IPv4 or IPv6 address"))?;
+    let port = Some(trsvcid)
         .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|p| p.parse::<u16>().ok())
         .filter(|&p| p != 0)
-        .ok_or_else(|| lunkit::Error::invalid("port", &c.trsvcid, "must be 1 to 65535"))?;
-    let mut opts = ConnectOptions::new(traddr, port, c.nqn.parse()?);
-    opts.transport = c.transport.parse()?;
-    let id = c.hostid.as_deref().map(str::parse::<Uuid>).transpose()?;
-    opts.host = Some(match &c.hostnqn {
+        .ok_or_else(|| lunkit::Error::invalid("port", trsvcid, "must be 1 to 65535"))?;
+    Ok((ip, port))
+}
+
+/// The host as given (`--hostnqn`, `--hostid`), or the node's, with `--hostid` over its id.
+fn host(root: &Root, hostnqn: Option<&str>, hostid: Option<&str>) -> lunkit::Result<Host> {
+    let id = hostid.map(str::parse::<Uuid>).transpose()?;
+    Ok(match hostnqn {
         Some(n) => Host {
             nqn: n.parse()?,
             id,
@@ -134,7 +174,79 @@ fn connect_options(root: &Root, c: &Connect) -> lunkit::Result<ConnectOptions> {
                 ..node
             }
         }
-    });
+    })
+}
+
+fn discover_options(root: &Root, d: &Discover) -> lunkit::Result<DiscoverOptions> {
+    let (ip, port) = address(&d.traddr, &d.trsvcid)?;
+    let mut opts = DiscoverOptions::new(ip, port);
+    opts.host = Some(host(root, d.hostnqn.as_deref(), d.hostid.as_deref())?);
+    opts.follow_referrals = !d.no_referrals;
+    opts.max_services = d.max_services;
+    opts.timeout = crate::seconds(d.timeout)?;
+    Ok(opts)
+}
+
+fn discover(root: &Root, d: Discover) -> lunkit::Result<()> {
+    let t0 = Instant::now();
+    let result = discover_options(root, &d).and_then(|o| discovery::discover(root, &o));
+    if d.json {
+        let target = json::discovery::Target {
+            traddr: d.traddr.clone(),
+            trsvcid: d.trsvcid.clone(),
+        };
+        json::print(
+            &json::discovery::discover(target, &result, t0.elapsed()),
+            Layout::Line,
+        );
+    } else if let Ok(found) = &result {
+        print_discovered(found);
+    }
+    result.map(drop)
+}
+
+/// One line per service, then one per entry beneath it.
+fn print_discovered(found: &discovery::Discovered) {
+    for s in &found.services {
+        let l = match &s.result {
+            Ok(l) => l,
+            Err(e) => {
+                println!("{}:{}: {e}", s.traddr, s.trsvcid);
+                continue;
+            }
+        };
+        println!(
+            "{}:{}: generation {}, {} entries (through {})",
+            s.traddr,
+            s.trsvcid,
+            l.log.generation,
+            l.log.entries.len(),
+            l.controller
+        );
+        for e in &l.log.entries {
+            let kind = match e.subtype {
+                Subtype::Nvm => "subsystem",
+                Subtype::Referral => "referral",
+                Subtype::CurrentDiscovery => "discovery",
+                Subtype::Other(_) => "other",
+            };
+            println!(
+                "  {kind:<9} {} {}:{} port {}",
+                e.subsystem, e.address, e.service_id, e.port_id
+            );
+        }
+        for r in &l.log.rejected {
+            println!("  rejected  {r}");
+        }
+    }
+}
+
+/// Every value is parsed into its type before anything is looked at or written.
+fn connect_options(root: &Root, c: &Connect) -> lunkit::Result<ConnectOptions> {
+    let (traddr, port) = address(&c.traddr, &c.trsvcid)?;
+    let mut opts = ConnectOptions::new(traddr, port, c.nqn.parse()?);
+    opts.transport = c.transport.parse()?;
+    opts.host = Some(host(root, c.hostnqn.as_deref(), c.hostid.as_deref())?);
     opts.ctrl_loss_tmo = c.ctrl_loss_tmo;
     opts.reconnect_delay = c.reconnect_delay;
     opts.nr_io_queues = c.nr_io_queues;

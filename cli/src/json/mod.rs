@@ -14,6 +14,7 @@
 
 pub mod attach;
 pub mod detach;
+pub mod discovery;
 pub mod list;
 pub mod multipath;
 pub mod nvme;
