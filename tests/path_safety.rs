@@ -11,10 +11,14 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use lunkit::block::sysfs as block;
 use lunkit::dm::DevId;
 use lunkit::dm::buffer::{Request, check_name, check_uuid, write_request};
+use lunkit::fc::sysfs as fc;
 use lunkit::iscsi::IscsiLun;
-use lunkit::sysfs::{block, fc, iscsi, nvme, scsi};
+use lunkit::iscsi::sysfs as iscsi;
+use lunkit::nvme::sysfs as nvme;
+use lunkit::scsi::sysfs as scsi;
 use lunkit::{Error, Hctl, Root, ScanOptions, Topology, Wwid, Wwn};
 
 mod common;

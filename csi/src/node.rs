@@ -291,7 +291,7 @@ fn expected(attr: Option<&Wwid>, record: &Record) -> Result<Option<Wwid>> {
 
 /// The SCSI addresses with a device now.
 fn scsi_addresses(root: &Root) -> Result<HashSet<lunkit::Hctl>> {
-    Ok(lunkit::sysfs::scsi::devices(root)
+    Ok(lunkit::scsi::sysfs::devices(root)
         .map_err(|e| Error::lunkit("reading the SCSI devices", e))?
         .into_iter()
         .map(|d| d.hctl)

@@ -25,10 +25,12 @@ use crate::helper::{self, Subject};
 use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::root::Root;
-use crate::sysfs;
 
+mod loopdev;
 mod maps;
+pub mod mountinfo;
 mod processes;
+pub mod sysfs;
 mod usage;
 pub use usage::*;
 
@@ -76,7 +78,7 @@ pub fn resolve(root: &Root, spec: &str) -> Result<Option<BlockNode>> {
 /// The disk of the SCSI device at `hctl`; `None` if there is no such device or `sd` has not
 /// bound it.
 pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
-    match sysfs::scsi::disk(root, hctl)? {
+    match crate::scsi::sysfs::disk(root, hctl)? {
         Some(name) => by_name(root, &name),
         None => Ok(None),
     }
@@ -85,13 +87,13 @@ pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
 /// The SCSI address of a disk (`/sys/class/block/NAME/device` links to its scsi_device);
 /// `None` for partitions, dm devices and non-SCSI disks.
 pub fn scsi_address(root: &Root, node: &BlockNode) -> Option<Hctl> {
-    sysfs::block::scsi_address(root, &node.name)
+    sysfs::scsi_address(root, &node.name)
 }
 
 /// The block device with kernel name `name`, `None` if absent.
 pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
-    sysfs::check_component("block device name", name)?;
-    Ok(sysfs::block::number(root, name).map(|dev| BlockNode {
+    crate::sysfs::check_component("block device name", name)?;
+    Ok(sysfs::number(root, name).map(|dev| BlockNode {
         name: name.to_owned(),
         dev,
         path: root.dev(name),
@@ -100,10 +102,10 @@ pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
 
 /// The block device with number `dev`, `None` if the kernel has none.
 pub fn by_number(root: &Root, dev: DevNum) -> Result<Option<BlockNode>> {
-    let Some(name) = sysfs::block::name_of_number(root, dev) else {
+    let Some(name) = sysfs::name_of_number(root, dev) else {
         return Ok(None);
     };
-    sysfs::check_component("block device name", &name)?;
+    crate::sysfs::check_component("block device name", &name)?;
     Ok(Some(BlockNode {
         path: root.dev(&name),
         name,

@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use rustix::fs::{FileType, Mode, OFlags};
 
+use super::mountinfo;
 use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::DevNum;
-use crate::mountinfo;
 use crate::root::Root;
 
 use super::block_number;

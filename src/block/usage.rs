@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
 
+use super::mountinfo;
+use crate::block::sysfs as sysblock;
 use crate::dm::{Control, DevId};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::DevNum;
-use crate::mountinfo;
 use crate::root::Root;
-use crate::sysfs::block as sysblock;
 
 use super::processes::*;
 use super::{BlockNode, block_number, by_name, open_checked};
@@ -587,8 +587,8 @@ fn swaps_and_loops(
             }
         }
     }
-    for lo in crate::loopdev::bound(root)? {
-        match crate::loopdev::backing(root, &lo, deadline) {
+    for lo in super::loopdev::bound(root)? {
+        match super::loopdev::backing(root, &lo, deadline) {
             Ok(Some(b)) => {
                 if let Some(d) = b.uses_any(numbers) {
                     usage.loops.push(LoopUse {

@@ -30,6 +30,7 @@
 
 pub mod fabrics;
 pub mod identify;
+pub mod sysfs;
 
 pub use fabrics::{ConnectOptions, Host, Interface, Transport};
 pub use identify::{IdentifyNamespace, identify_namespace};
@@ -41,8 +42,8 @@ use crate::block::{self, BlockNode, UsageScope};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::Nqn;
+use crate::nvme::sysfs as sysnvme;
 use crate::root::Root;
-use crate::sysfs::{self, nvme as sysnvme};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
@@ -367,18 +368,18 @@ pub(crate) fn delete_controller(
     deadline: Instant,
 ) -> Result<()> {
     let name = c.name.as_str();
-    let dir = sysfs::Confine::new(root)
+    let dir = crate::sysfs::Confine::new(root)
         .dir(&sysnvme::controller_dir(root, name))
         .filter(|d| d.is_dir());
     let Some(dir) = dir else {
         return Ok(()); // Gone already.
     };
-    let object = sysfs::object_id(&dir);
+    let object = crate::sysfs::object_id(&dir);
     let path = dir.join("delete_controller");
     let mut backoff = wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     let mut monitor = Monitor::open().ok();
     loop {
-        let writer = match sysfs::AttrWriter::open(&path) {
+        let writer = match crate::sysfs::AttrWriter::open(&path) {
             Ok(w) => w,
             Err(e) if e.is_gone() && !dir.exists() => return Ok(()),
             Err(e) => return Err(e),
@@ -415,7 +416,7 @@ pub(crate) fn delete_controller(
     let what = || format!("removal of NVMe controller {name}");
     let relevant = |ev: &Uevent| ev.action == Action::Remove;
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        Ok((sysfs::object_id(&dir) != object || object.is_none()).then_some(()))
+        Ok((crate::sysfs::object_id(&dir) != object || object.is_none()).then_some(()))
     })
 }
 
@@ -436,7 +437,8 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
     }
     let mut asked = Vec::new();
     for c in live {
-        let Some(dir) = sysfs::Confine::new(root).dir(&sysnvme::controller_dir(root, &c.name))
+        let Some(dir) =
+            crate::sysfs::Confine::new(root).dir(&sysnvme::controller_dir(root, &c.name))
         else {
             continue;
         };
@@ -445,7 +447,7 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
         let what = || format!("write to {}", path.display());
         let p = path.clone();
         helper::bounded(Subject::write(&path, value), deadline, &what, move || {
-            sysfs::write_attr(&p, value)
+            crate::sysfs::write_attr(&p, value)
         })?;
         asked.push(c.name);
     }

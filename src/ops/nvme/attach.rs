@@ -8,9 +8,9 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::{Nqn, Wwid};
+use crate::nvme::sysfs::NvmeNamespace;
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Host};
 use crate::root::Root;
-use crate::sysfs::nvme::NvmeNamespace;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 

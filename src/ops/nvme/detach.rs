@@ -8,9 +8,9 @@ use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::{Nqn, Uuid, Wwid};
+use crate::nvme::sysfs::{NvmeController, NvmeNamespace};
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::sysfs::nvme::{NvmeController, NvmeNamespace};
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 

@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
+use crate::block::sysfs as sysblock;
 use crate::error::{Error, ResizeFailure, Result};
 use crate::helper;
 use crate::id::Nqn;
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::sysfs::block as sysblock;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 

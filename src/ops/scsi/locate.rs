@@ -11,15 +11,16 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
+use crate::block::sysfs as sysblock;
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::id::Wwid;
+use crate::iscsi::sysfs::{Portals, paths_to};
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
-use crate::sysfs::iscsi::{Portals, paths_to};
-use crate::sysfs::{block as sysblock, scsi as sysscsi};
+use crate::scsi::sysfs as sysscsi;
 
 use crate::ops::names;
 use crate::ops::report::MapDevice;
@@ -175,7 +176,7 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
         }
         VolumeSpec::Fc { wwpns, lun } => {
             let wwpns = crate::fc::check_target_ports(wwpns)?;
-            let addresses = crate::sysfs::fc::remote_ports(root)?
+            let addresses = crate::fc::sysfs::remote_ports(root)?
                 .into_iter()
                 .filter(|r| r.port_name.is_some_and(|p| wwpns.contains(&p)))
                 .filter_map(|r| Some(Hctl::new(r.host, r.channel, r.scsi_target_id?, *lun)))

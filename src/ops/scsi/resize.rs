@@ -3,11 +3,11 @@
 
 use std::time::Instant;
 
+use crate::block::sysfs as sysblock;
 use crate::error::{Error, ResizeFailure, Result};
 use crate::helper;
 use crate::multipath::{self, GrownBy};
 use crate::root::Root;
-use crate::sysfs::block as sysblock;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 

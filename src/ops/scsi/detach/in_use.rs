@@ -276,7 +276,7 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         let volume_path = paths
             .iter()
             .find(|vp| vp.disk.as_ref().is_some_and(|d| d.dev == p.dev));
-        let now = volume_path.and_then(|vp| Some((vp, crate::sysfs::scsi::state(root, vp.hctl)?)));
+        let now = volume_path.and_then(|vp| Some((vp, crate::scsi::sysfs::state(root, vp.hctl)?)));
         match now.as_ref().map(|(vp, s)| (*vp, s.as_str())) {
             Some((vp, state)) if state != "running" => {
                 let name = vp.disk.as_ref().map_or("?", |d| d.name.as_str());

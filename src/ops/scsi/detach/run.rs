@@ -353,7 +353,7 @@ fn flush_path(root: &Root, p: &VolumePath, behind_map: bool, deadline: Instant) 
 /// and still holds what it cached; only a device whose `/sys/dev/block/M:m` went away is
 /// gone.
 fn flush_found_it_gone(root: &Root, node: &block::BlockNode, e: &Error) -> bool {
-    e.is_gone() && !crate::sysfs::block::number_exists(root, node.dev)
+    e.is_gone() && !crate::block::sysfs::number_exists(root, node.dev)
 }
 
 #[cfg(test)]

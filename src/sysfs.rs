@@ -1,16 +1,13 @@
-//! Typed, read-only views of the sysfs classes lunkit cares about.
+//! The plumbing under every subsystem's typed sysfs views (`scsi::sysfs`, `iscsi::sysfs`,
+//! `fc::sysfs`, `nvme::sysfs`, `block::sysfs`): reading an attribute, listing a directory,
+//! staying inside the [`Root`].
 //!
-//! Each submodule owns one family of classes and turns its directories into plain structs.
+//! Each subsystem's `sysfs` module owns one family of classes and turns its directories into
+//! plain structs.
 //! Attribute files that fail to read (a `wwid` without VPD page 0x83 gives ENXIO, a connection
 //! `address` gives ENOTCONN while the link is down, an entry vanishes during a hot-unplug) become
 //! `None`, so one odd device never spoils a whole listing. Directory listings, on the other hand,
 //! report their errors: an unreadable `/sys/class/scsi_device` must not look like an empty node.
-
-pub mod block;
-pub mod fc;
-pub mod iscsi;
-pub mod nvme;
-pub mod scsi;
 
 use std::cmp::Ordering;
 use std::fs;
@@ -257,7 +254,7 @@ pub(crate) fn file_name(path: &Path) -> Option<&str> {
 
 /// Compares names so that digit runs order by value: `sdb < sdaa`, `dm-2 < dm-10`,
 /// `host2 < host10`.
-pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> Ordering {
     // Letter runs compare by length first because the kernel names disks sda..sdz, sdaa..:
     // `sdb` was created before `sdaa` and should be listed first.
     let (mut a, mut b) = (a.as_bytes(), b.as_bytes());

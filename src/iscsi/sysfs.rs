@@ -3,10 +3,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{Confine, attr, attr_parse, entries, file_name, resolve};
 use crate::error::Result;
 use crate::id::decimal;
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, file_name, resolve};
 
 /// One iSCSI session, `/sys/class/iscsi_session/sessionN`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,7 @@
-//! Bringing one LUN in: scan exactly one H:C:T:L and wait for its block device.
+//! SCSI devices: bring one LUN in (on one path, or on every path at once), rescan it, take it
+//! out; and their sysfs views ([`sysfs`]).
+//!
+//! ## One path
 //!
 //! A scan writes `"C T L"` to `/sys/class/scsi_host/hostN/scan` (never wildcards unless asked:
 //! whole-target scans create unwanted disks, uevent storms and phantom LUNs). The kernel creates
@@ -6,6 +9,22 @@
 //! LUN, so a missing LUN fails at once with [`Error::NotFound`]. The `sd` probe that creates the
 //! block device runs asynchronously after the write; that is what the scan waits for, on uevents
 //! with sysfs re-checks as the safety net (see [`crate::wait`]).
+//!
+//! ## Every path at once
+//!
+//! A scan write returns only after that path's INQUIRYs, and on a sick path it waits out their
+//! timeouts, so writing one path after another costs N times one and lets a slow path hold up
+//! the healthy ones. [`crate::iscsi::scan`], [`crate::fc::scan`] and [`scan_report`] give every
+//! path its own worker for its write (each bounded by the deadline), start all writes together,
+//! and wait for every path's block device on one uevent subscription, opened before the first
+//! write, until the deadline.
+//!
+//! A path that does not come does not cost the volume its other paths: each ends as
+//! [`PathOutcome::Found`], [`PathOutcome::NotReported`], [`PathOutcome::TimedOut`],
+//! [`PathOutcome::Failed`] or, when the transport says it cannot be scanned now (an FC port
+//! that is Blocked, an iSCSI session in recovery), [`PathOutcome::Skipped`]. The scan succeeds
+//! when [`ScanOptions::min_paths`] paths came and they all carry one WWID: a mixed volume is
+//! never handed out.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,12 +38,15 @@ use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::id::Wwid;
 use crate::root::Root;
-use crate::scan::{Candidate, ScanReport};
-use crate::sysfs::{self, attr, attr_parse};
+use crate::sysfs::{attr, attr_parse};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
+use scan::Candidate;
 
-pub use crate::scan::{DEFAULT_SCAN_TIMEOUT, ScanOptions};
+pub(crate) mod scan;
+pub mod sysfs;
+
+pub use scan::{DEFAULT_SCAN_TIMEOUT, PathOutcome, PathScan, PathTiming, ScanOptions, ScanReport};
 
 /// One path to a LUN: the SCSI device and the disk `sd` made of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,12 +114,12 @@ pub fn scan_report(root: &Root, hctl: Hctl, opts: &ScanOptions) -> Result<ScanRe
     let none = || Error::Internal {
         what: format!("scan of {hctl} without a path"),
     };
-    crate::scan::scan_paths(
+    crate::scsi::scan::scan_paths(
         root,
         &format!("LUN {hctl}"),
         start,
         vec![candidate],
-        &crate::scan::named,
+        &crate::scsi::scan::named,
         &none,
         opts,
     )
@@ -141,8 +163,8 @@ pub(crate) fn trigger_start(
 ) -> Result<TriggerPending> {
     let h = t.hctl;
     // Class entries are symlinks: below a --root they must not lead the write out of it.
-    let confine = sysfs::Confine::new(root);
-    let dev_dir = sysfs::scsi::device_dir(root, h);
+    let confine = crate::sysfs::Confine::new(root);
+    let dev_dir = sysfs::device_dir(root, h);
     if dev_dir.exists() {
         let Some(dev_dir) = confine.dir(&dev_dir) else {
             return Err(Error::NotFound {
@@ -173,7 +195,7 @@ pub(crate) fn trigger_start(
         });
     }
     let host_dir = confine
-        .dir(&sysfs::scsi::host_dir(root, h.host))
+        .dir(&sysfs::host_dir(root, h.host))
         .filter(|d| d.is_dir())
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI host{}", h.host),
@@ -256,16 +278,19 @@ impl Present {
             by: "by the WWID it reports".to_owned(),
             checked: false,
         };
-        let Some(disk) = sysfs::sub_entries(dev_dir, "block")?.into_iter().next() else {
+        let Some(disk) = crate::sysfs::sub_entries(dev_dir, "block")?
+            .into_iter()
+            .next()
+        else {
             return Ok(present);
         };
-        sysfs::check_component("block device name", &disk)?;
+        crate::sysfs::check_component("block device name", &disk)?;
         let mut family = vec![disk.clone()];
-        family.extend(sysfs::block::partitions(root, &disk)?);
+        family.extend(crate::block::sysfs::partitions(root, &disk)?);
         'family: for name in &family {
-            for h in sysfs::block::holders(root, name)? {
-                sysfs::check_component("holder name", &h)?;
-                let map_wwid: Option<Wwid> = sysfs::block::dm_uuid(root, &h)
+            for h in crate::block::sysfs::holders(root, name)? {
+                crate::sysfs::check_component("holder name", &h)?;
+                let map_wwid: Option<Wwid> = crate::block::sysfs::dm_uuid(root, &h)
                     .and_then(|u| crate::multipath::uuid_wwid(&u).and_then(|w| w.parse().ok()));
                 if map_wwid.is_some() {
                     present.owner = map_wwid;
@@ -318,22 +343,22 @@ impl Present {
 /// scan opens every path's disk at once: an open can wait while the kernel still probes the
 /// disk, and the paths' probes run side by side.
 pub(crate) fn ready_start(root: &Root, hctl: Hctl) -> Result<Option<ReadyPending>> {
-    let dir = sysfs::scsi::device_dir(root, hctl);
+    let dir = sysfs::device_dir(root, hctl);
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.
         return Err(Error::NotFound {
             what: format!("SCSI device {hctl} (removed while waiting for it)"),
         });
     }
-    let Some(dir) = sysfs::Confine::new(root).dir(&dir) else {
+    let Some(dir) = crate::sysfs::Confine::new(root).dir(&dir) else {
         return Err(Error::NotFound {
             what: format!("SCSI device {hctl} below {}", root.path().display()),
         });
     };
-    let Some(name) = sysfs::sub_entries(&dir, "block")?.into_iter().next() else {
+    let Some(name) = crate::sysfs::sub_entries(&dir, "block")?.into_iter().next() else {
         return Ok(None);
     };
-    sysfs::check_component("block device name", &name)?;
+    crate::sysfs::check_component("block device name", &name)?;
     let Some(dev) = attr_parse::<DevNum>(&dir.join("block").join(&name), "dev") else {
         return Ok(None);
     };
@@ -473,7 +498,7 @@ pub enum Deleted {
 /// hangs), which is why the check is here: take the map down first.
 pub fn delete(root: &Root, hctl: Hctl, opts: &DeleteOptions) -> Result<Deleted> {
     let deadline = wait::deadline_after(opts.timeout);
-    if !sysfs::scsi::device_dir(root, hctl).exists() {
+    if !sysfs::device_dir(root, hctl).exists() {
         return Ok(Deleted::AlreadyGone);
     }
     // Before the checks: the delete goes ahead only if the device it writes to is the one
@@ -531,9 +556,10 @@ fn claim_for_delete(node: &block::BlockNode, deadline: Instant) -> Result<Option
 fn busy_reason(root: &Root, usage: &block::Usage) -> String {
     let mut reason = usage.to_string();
     for h in &usage.holders {
-        if sysfs::block::dm_uuid(root, h).is_some_and(|u| crate::multipath::uuid_wwid(&u).is_some())
+        if crate::block::sysfs::dm_uuid(root, h)
+            .is_some_and(|u| crate::multipath::uuid_wwid(&u).is_some())
         {
-            let name = sysfs::block::dm_name(root, h).unwrap_or_else(|| h.clone());
+            let name = crate::block::sysfs::dm_name(root, h).unwrap_or_else(|| h.clone());
             reason.push_str(&format!(
                 "; it is a path of multipath map {name} ({h}): take the map down first, or \
                  detach the whole volume"
@@ -548,13 +574,13 @@ fn busy_reason(root: &Root, usage: &block::Usage) -> String {
 ///
 /// A LUN deleted and scanned again at the same H:C:T:L (re-mapped on the target meanwhile)
 /// often gets the same disk name and device number back, and may be another volume. Its
-/// sysfs objects are new ([`sysfs::ObjectId`]), and its WWID tells the volumes apart.
+/// sysfs objects are new ([`crate::sysfs::ObjectId`]), and its WWID tells the volumes apart.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PathIdentity {
     /// The scsi_device's sysfs directory (`…/target7:0:0/7:0:0:1`).
-    pub device: Option<sysfs::ObjectId>,
+    pub device: Option<crate::sysfs::ObjectId>,
     /// Its disk's sysfs directory (`…/7:0:0:1/block/sdc`); `None` when it had no disk.
-    pub disk: Option<sysfs::ObjectId>,
+    pub disk: Option<crate::sysfs::ObjectId>,
     /// The WWID it reported; `None` when none could be read.
     pub wwid: Option<Wwid>,
 }
@@ -562,8 +588,8 @@ pub struct PathIdentity {
 impl PathIdentity {
     /// What the device at `hctl` is now.
     pub fn of(root: &Root, hctl: Hctl) -> PathIdentity {
-        let disk = sysfs::scsi::disk(root, hctl).ok().flatten();
-        PathIdentity::with(root, hctl, disk.as_deref(), sysfs::scsi::wwid(root, hctl))
+        let disk = sysfs::disk(root, hctl).ok().flatten();
+        PathIdentity::with(root, hctl, disk.as_deref(), sysfs::wwid(root, hctl))
     }
 
     /// The identity of the device at `hctl`, whose disk (`block/` entry) and WWID the caller
@@ -574,10 +600,10 @@ impl PathIdentity {
         disk: Option<&str>,
         wwid: Option<Wwid>,
     ) -> PathIdentity {
-        let dir = sysfs::scsi::device_dir(root, hctl);
+        let dir = sysfs::device_dir(root, hctl);
         PathIdentity {
-            device: sysfs::object_id(&dir),
-            disk: disk.and_then(|name| sysfs::object_id(&dir.join("block").join(name))),
+            device: crate::sysfs::object_id(&dir),
+            disk: disk.and_then(|name| crate::sysfs::object_id(&dir.join("block").join(name))),
             wwid,
         }
     }
@@ -616,14 +642,14 @@ pub(crate) fn remove_device(
     expect: &PathIdentity,
     deadline: Instant,
 ) -> Result<Deleted> {
-    let dir = sysfs::Confine::new(root)
-        .dir(&sysfs::scsi::device_dir(root, hctl))
+    let dir = crate::sysfs::Confine::new(root)
+        .dir(&sysfs::device_dir(root, hctl))
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI device {hctl} below {}", root.path().display()),
         })?;
     // Open first, check second, write third: the write then reaches the object that was
-    // checked, or fails with ENODEV if it was removed after the check (sysfs::AttrWriter).
-    let writer = match sysfs::AttrWriter::open(&dir.join("delete")) {
+    // checked, or fails with ENODEV if it was removed after the check (crate::sysfs::AttrWriter).
+    let writer = match crate::sysfs::AttrWriter::open(&dir.join("delete")) {
         Ok(w) => w,
         // Gone since the caller looked.
         Err(e) if e.is_gone() && !dir.exists() => {
@@ -663,7 +689,7 @@ pub(crate) fn remove_device(
     let what = || format!("removal of SCSI device {hctl}");
     let relevant = |ev: &Uevent| ev.action == Action::Remove;
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        Ok((sysfs::object_id(&dir) != now.device).then_some(()))
+        Ok((crate::sysfs::object_id(&dir) != now.device).then_some(()))
     })?;
     Ok(Deleted::Now)
 }
@@ -674,8 +700,8 @@ pub(crate) fn remove_device(
 ///
 /// [`Error::NotFound`] when no device is at `hctl` (or its directory leads out of the root).
 pub fn rescan(root: &Root, hctl: Hctl, deadline: Instant) -> Result<()> {
-    let dir = sysfs::Confine::new(root)
-        .dir(&sysfs::scsi::device_dir(root, hctl))
+    let dir = crate::sysfs::Confine::new(root)
+        .dir(&sysfs::device_dir(root, hctl))
         .filter(|d| d.is_dir())
         .ok_or_else(|| Error::NotFound {
             what: format!("SCSI device {hctl}"),
@@ -696,7 +722,7 @@ fn write_start(path: &Path, value: &str, deadline: Instant) -> Result<helper::Pe
     let what = || format!("write to {} (the device is not answering)", path.display());
     let (p, value) = (path.to_owned(), value.to_owned());
     helper::start(Subject::write(path, &value), deadline, &what, move || {
-        sysfs::write_attr(&p, &value)
+        crate::sysfs::write_attr(&p, &value)
     })
 }
 
@@ -705,7 +731,7 @@ mod tests {
     use super::*;
 
     fn id(device: u64, disk: Option<u64>, wwid: Option<&str>) -> PathIdentity {
-        let obj = |ino| sysfs::ObjectId { dev: 22, ino };
+        let obj = |ino| crate::sysfs::ObjectId { dev: 22, ino };
         PathIdentity {
             device: Some(obj(device)),
             disk: disk.map(obj),

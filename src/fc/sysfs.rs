@@ -1,10 +1,10 @@
 //! `/sys/class/fc_host` and `/sys/class/fc_remote_ports` (the FC transport class).
 
-use super::{Confine, attr, attr_parse, entries, resolve};
 use crate::error::Result;
 use crate::id::Wwn;
 use crate::id::decimal;
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, resolve};
 
 /// One local FC port (HBA), `/sys/class/fc_host/hostN`.
 #[derive(Debug, Clone, PartialEq, Eq)]

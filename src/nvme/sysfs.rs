@@ -8,9 +8,9 @@
 //! their controller's directory with their ANA state. Without it, each controller has its
 //! own `nvme<C>n<N>`, a block device of its own.
 
-use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, sub_entries};
 
 /// One NVMe controller, `/sys/class/nvme/nvmeX`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +140,7 @@ pub fn controllers(root: &Root) -> Result<Vec<NvmeController>> {
 /// Reads controller `name` (`nvme0`); `None` when it does not exist (or its directory leads
 /// out of the root).
 pub fn controller(root: &Root, name: &str) -> Result<Option<NvmeController>> {
-    super::check_component("NVMe controller", name)?;
+    crate::sysfs::check_component("NVMe controller", name)?;
     let Some(d) = Confine::new(root).dir(&controller_dir(root, name)) else {
         return Ok(None);
     };
@@ -216,7 +216,7 @@ pub fn subsystems(root: &Root) -> Result<Vec<NvmeSubsystem>> {
 /// Reads every namespace block device (`/sys/block/nvme*n*`, not the hidden paths).
 pub fn namespaces(root: &Root) -> Result<Vec<NvmeNamespace>> {
     let mut out = Vec::new();
-    for name in super::block::names(root)? {
+    for name in crate::block::sysfs::names(root)? {
         if !matches!(parse_namespace_name(&name), Some((_, None, _))) {
             continue;
         }
@@ -229,7 +229,7 @@ pub fn namespaces(root: &Root) -> Result<Vec<NvmeNamespace>> {
 
 /// Reads namespace block device `name` (`nvme0n1`); `None` when it does not exist.
 pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
-    super::check_component("NVMe namespace", name)?;
+    crate::sysfs::check_component("NVMe namespace", name)?;
     let Some(d) = Confine::new(root).dir(&root.sys("class/block").join(name)) else {
         return Ok(None);
     };
@@ -254,7 +254,7 @@ pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
             }
         }
     }
-    names.sort_by(|a, b| super::natural_cmp(a, b));
+    names.sort_by(|a, b| crate::sysfs::natural_cmp(a, b));
     names.dedup();
     let mut paths = Vec::new();
     for p in names {

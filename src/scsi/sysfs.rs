@@ -3,10 +3,10 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::id::{Hctl, Wwid, decimal};
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, sub_entries};
 
 /// How a SCSI host reaches its storage, decided by which transport class claims it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
