@@ -11,7 +11,10 @@
 //! (`/proc/PID/fd`) or mapping it (`/proc/PID/maps`), and an `O_EXCL` open probe that
 //! catches any other exclusive claim.
 //!
-//! The in-use check is `usage.rs`, its items re-exported here.
+//! The in-use check is `in_use.rs` and what it reports `usage.rs`, their items re-exported
+//! here; `process.rs` and `processes.rs` are its `/proc` walk, `maps.rs` its `/proc/PID/maps`
+//! parser, `loopdev.rs` the bound loop devices. [`mountinfo`] parses mount tables and
+//! [`sysfs`] is the typed view of `/sys/block`.
 
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
@@ -26,12 +29,15 @@ use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::root::Root;
 
+mod in_use;
 mod loopdev;
 mod maps;
 pub mod mountinfo;
+mod process;
 mod processes;
 pub mod sysfs;
 mod usage;
+pub use in_use::*;
 pub use usage::*;
 
 /// A block device found on the node: a whole disk, a partition or a dm device.
