@@ -13,7 +13,8 @@ use crate::scsi::scan::ScanReport;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
-use super::locate::{identify_named, locate};
+use super::identify::identify_named;
+use super::locate::locate;
 use crate::ops::lock::{self, VolumeLock};
 use crate::ops::names;
 use crate::ops::options::AttachOptions;

@@ -11,7 +11,8 @@ use crate::root::Root;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
-use super::locate::{VolumePath, identify, locate};
+use super::identify::identify;
+use super::locate::{VolumePath, locate};
 use crate::ops::lock;
 use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
 use crate::ops::report::{MapSize, PathSize, Resized};
