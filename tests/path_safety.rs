@@ -427,7 +427,7 @@ fn scan_does_not_write_through_an_attribute_link_leading_outside() {
 }
 
 /// The scan writes `hostN/scan` below `class/scsi_host/hostN`, a symlink in real sysfs; when
-/// that link leads out of the root the write must not follow it: `src/scsi.rs` confines the host
+/// that link leads out of the root the write must not follow it: `src/scsi/add.rs` confines the host
 /// directory as the sysfs readers do.
 #[test]
 fn scan_does_not_write_through_a_host_link_leading_outside() {
