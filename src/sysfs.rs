@@ -18,6 +18,46 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::root::Root;
 
+/// Defines a kernel state enum: one variant per spelling the kernel writes to a `state`
+/// attribute, and `Other` keeping any spelling this crate does not know (a newer kernel's),
+/// so that parsing never fails and [`as_str`](#method.as_str) gives back what sysfs said.
+macro_rules! kernel_state {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+            /// A spelling this crate does not know, as the kernel wrote it.
+            Other(String),
+        }
+
+        impl $name {
+            /// Parses the attribute's text (surrounding whitespace already trimmed).
+            pub fn parse(raw: &str) -> Self {
+                match raw {
+                    $($text => $name::$variant,)+
+                    other => $name::Other(other.to_owned()),
+                }
+            }
+
+            /// The state as the kernel spells it.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$variant => $text,)+
+                    $name::Other(s) => s,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use kernel_state;
+
 /// Fails with [`Error::NotFound`] when `<root>/sys` is not a directory: a mistyped `--root`
 /// must not pass for a node without storage.
 pub(crate) fn require(root: &Root) -> Result<()> {

@@ -245,9 +245,15 @@ fn session_paths_agree_with_the_full_sessions() {
         assert_eq!(lean.len(), full.len());
         for (l, f) in lean.iter().zip(&full) {
             assert_eq!(
-                (l.sid, l.host, l.target_id, l.state.as_deref()),
+                (
+                    l.sid,
+                    l.host,
+                    l.target_id,
+                    l.state.as_ref().map(|s| s.as_str())
+                ),
                 (f.sid, f.host, f.target_id, f.state.as_deref())
             );
+            assert_eq!(l.state, Some(lunkit::iscsi::sysfs::IscsiState::LoggedIn));
             let want = match portals {
                 Portals::Any => None,
                 Portals::Only(_) => f.portal(),

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use self::sysfs::{FcRemotePort, hosts, remote_ports};
+use self::sysfs::{FcPortState, FcRemotePort, hosts, remote_ports};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::id::Wwn;
@@ -153,7 +153,10 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
 
 /// The port states in which the kernel's `fc_user_scan` scans a remote port.
 fn online(r: &FcRemotePort) -> bool {
-    matches!(r.port_state.as_deref(), Some("Online" | "Marginal"))
+    matches!(
+        r.parsed_port_state,
+        Some(FcPortState::Online | FcPortState::Marginal)
+    )
 }
 
 /// Whether `r` hangs off one of the local ports `initiators` (any, when empty).

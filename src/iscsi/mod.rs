@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use self::sysfs::{Portals, SessionPath, paths_to, portal_of};
+use self::sysfs::{IscsiState, Portals, SessionPath, paths_to, portal_of};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::root::Root;
@@ -96,8 +96,8 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
                 .host
                 .zip(s.target_id)
                 .map(|(h, t)| Hctl::new(h, 0, t, lun.lun));
-            match (s.state.as_deref(), hctl) {
-                (Some("LOGGED_IN"), Some(hctl)) => Candidate::Scan {
+            match (&s.state, hctl) {
+                (Some(IscsiState::LoggedIn), Some(hctl)) => Candidate::Scan {
                     via,
                     target: ScanTarget::exact(hctl),
                 },

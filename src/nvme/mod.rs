@@ -46,13 +46,10 @@ use crate::nvme::sysfs as sysnvme;
 use crate::root::Root;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
+use sysfs::CtrlState;
 
 /// Default time a [`disconnect`] may take.
 pub const DEFAULT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Controller states in which the kernel is taking a controller away: such a controller is
-/// never handed out as an existing path, and a new connect of its path is allowed.
-const GOING: &[&str] = &["deleting", "deleting (no IO)", "dead"];
 
 /// The controller a [`connect`] made or found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,7 +157,7 @@ pub fn find_controller(
                 (Some(have), Some(want)) => have.eq_ignore_ascii_case(&want.to_string()),
                 _ => true,
             }
-            && !c.state.as_deref().is_some_and(|s| GOING.contains(&s))
+            && !c.parsed_state.as_ref().is_some_and(CtrlState::is_going)
     }))
 }
 
@@ -291,13 +288,17 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     // namespace that nothing has open has nothing cached (the in-use check found no opener).
     let live = controllers
         .iter()
-        .any(|c| c.state.as_deref() == Some("live"));
+        .any(|c| c.parsed_state == Some(CtrlState::Live));
     // No controller live but one reconnecting: I/O to the namespaces queues until a path
     // comes back, and what waits there (a writer's last close writing back, which /proc no
     // longer shows) would fail with the controllers. Refused unless forced.
     let reconnecting: Vec<&str> = controllers
         .iter()
-        .filter(|c| matches!(c.state.as_deref(), Some("connecting" | "resetting" | "new")))
+        .filter(|c| {
+            c.parsed_state
+                .as_ref()
+                .is_some_and(CtrlState::is_reconnecting)
+        })
         .map(|c| c.name.as_str())
         .collect();
     if !live && !reconnecting.is_empty() && !nodes.is_empty() && !opts.force {
@@ -428,7 +429,7 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
     let deadline = wait::deadline_after(timeout);
     let live: Vec<_> = controllers_of(root, nqn)?
         .into_iter()
-        .filter(|c| c.state.as_deref() == Some("live"))
+        .filter(|c| c.parsed_state == Some(CtrlState::Live))
         .collect();
     if live.is_empty() {
         return Err(Error::NotFound {

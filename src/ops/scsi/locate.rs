@@ -18,7 +18,7 @@ use crate::id::Wwid;
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
-use crate::scsi::sysfs as sysscsi;
+use crate::scsi::sysfs::{self as sysscsi, ScsiState};
 
 use crate::ops::report::MapDevice;
 use crate::ops::spec::Identity;
@@ -31,7 +31,7 @@ pub struct VolumePath {
     /// Its disk, if `sd` has one for it.
     pub disk: Option<BlockNode>,
     /// The scsi_device state (`running`, `offline`, `transport-offline`, `blocked`...).
-    pub state: Option<String>,
+    pub state: Option<ScsiState>,
     /// Which device it was when found: its delete goes ahead only while the address still
     /// holds this one (a LUN re-mapped and scanned again meanwhile is left alone).
     pub identity: PathIdentity,
