@@ -187,7 +187,7 @@ fn mountinfo(lines: usize) -> Vec<u8> {
 
 fn bench_mountinfo(c: &mut Criterion) {
     let text = mountinfo(10_000);
-    let parsed = lunkit::mountinfo::parse(&text).expect("generated mountinfo parses");
+    let parsed = lunkit::block::mountinfo::parse(&text).expect("generated mountinfo parses");
     assert_eq!(parsed.len(), 10_000);
     let sdc = DevNum {
         major: 8,
@@ -196,12 +196,12 @@ fn bench_mountinfo(c: &mut Criterion) {
     let mut g = c.benchmark_group("mountinfo");
     g.throughput(Throughput::Elements(parsed.len() as u64));
     g.bench_function("parse_10k_lines", |b| {
-        b.iter(|| lunkit::mountinfo::parse(black_box(&text)))
+        b.iter(|| lunkit::block::mountinfo::parse(black_box(&text)))
     });
     // The in-use check a detach makes: parse, then find mounts of one device number.
     g.bench_function("parse_10k_and_match_dev", |b| {
         b.iter(|| {
-            let all = lunkit::mountinfo::parse(black_box(&text)).unwrap();
+            let all = lunkit::block::mountinfo::parse(black_box(&text)).unwrap();
             all.iter().filter(|m| m.dev == sdc).count()
         })
     });

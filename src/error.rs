@@ -128,7 +128,7 @@ pub enum Error {
     #[error(
         "{what}: {found} of {} path(s) came, {wanted} wanted: {}",
         paths.len(),
-        crate::scan::describe_paths(paths)
+        crate::scsi::scan::describe_paths(paths)
     )]
     MissingPaths {
         /// The LUN (`LUN 3 of iSCSI target iqn…`).
@@ -138,7 +138,7 @@ pub enum Error {
         /// How many were wanted.
         wanted: usize,
         /// Every path, scanned or skipped, with its outcome.
-        paths: Vec<crate::scan::PathScan>,
+        paths: Vec<crate::scsi::scan::PathScan>,
     },
 
     /// The LUN at an address is not the volume the caller expected (a LUN number was
@@ -415,8 +415,8 @@ fn or_none(w: Option<&crate::id::Wwid>) -> String {
 
 /// A timed-out path makes the whole a timeout (waiting longer may help); else the first
 /// failed path's kind (a permission problem stays one); else not found.
-fn missing_paths_kind(paths: &[crate::scan::PathScan]) -> ErrorKind {
-    use crate::scan::PathOutcome;
+fn missing_paths_kind(paths: &[crate::scsi::scan::PathScan]) -> ErrorKind {
+    use crate::scsi::scan::PathOutcome;
     if paths
         .iter()
         .any(|p| matches!(p.outcome, PathOutcome::TimedOut(_)))

@@ -34,15 +34,12 @@ mod helper;
 pub mod id;
 mod ioctl;
 pub mod iscsi;
-pub mod loopdev;
-pub mod mountinfo;
 pub mod multipath;
 pub mod nvme;
 pub mod ops;
-pub mod root;
-pub mod scan;
+mod root;
 pub mod scsi;
-pub mod sysfs;
+mod sysfs;
 pub mod topology;
 #[cfg(feature = "udev")]
 #[cfg_attr(docsrs, doc(cfg(feature = "udev")))]
@@ -50,16 +47,15 @@ pub mod udev;
 pub mod uevent;
 pub mod wait;
 
+pub use crate::block::sysfs::{BlockDevice, DmInfo};
+pub use crate::fc::sysfs::{FcHost, FcRemotePort};
+pub use crate::iscsi::sysfs::{IscsiConnection, IscsiSession};
+pub use crate::nvme::sysfs::{NvmeController, NvmeNamespace, NvmePath, NvmeSubsystem};
+pub use crate::scsi::sysfs::{ScsiDevice, ScsiHost, Transport};
 pub use error::{Error, ErrorKind, ResizeFailure, Result};
 pub use id::{DevNum, Hctl, Nqn, Wwid, Wwn};
 pub use root::Root;
-pub use scan::{PathOutcome, PathScan, ScanOptions, ScanReport};
-pub use scsi::PathDevice;
-pub use sysfs::block::{BlockDevice, DmInfo};
-pub use sysfs::fc::{FcHost, FcRemotePort};
-pub use sysfs::iscsi::{IscsiConnection, IscsiSession};
-pub use sysfs::nvme::{NvmeController, NvmeNamespace, NvmePath, NvmeSubsystem};
-pub use sysfs::scsi::{ScsiDevice, ScsiHost, Transport};
+pub use scsi::{PathDevice, PathOutcome, PathScan, ScanOptions, ScanReport};
 pub use topology::{DmDevice, MultipathMap, Topology};
 
 /// The README's examples, compiled as doctests so they cannot rot.

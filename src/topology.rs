@@ -1,14 +1,14 @@
 //! One read-only snapshot of a node's storage: what `lsscsi`, `lsblk`, `multipath -ll` and
 //! `iscsiadm -m session` show between them, read straight from sysfs.
 
+use crate::block::sysfs::{self as block, BlockDevice, DevNum};
 use crate::error::Result;
+use crate::fc::sysfs::{self as fc, FcHost, FcRemotePort};
+use crate::iscsi::sysfs::{self as iscsi, IscsiSession};
+use crate::nvme::sysfs::{self as nvme, NvmeController, NvmeNamespace, NvmeSubsystem};
 use crate::root::Root;
-use crate::sysfs::block::{self, BlockDevice, DevNum};
-use crate::sysfs::fc::{self, FcHost, FcRemotePort};
-use crate::sysfs::iscsi::{self, IscsiSession};
+use crate::scsi::sysfs::{self as scsi, ScsiDevice, ScsiHost};
 use crate::sysfs::natural_cmp;
-use crate::sysfs::nvme::{self, NvmeController, NvmeNamespace, NvmeSubsystem};
-use crate::sysfs::scsi::{self, ScsiDevice, ScsiHost};
 
 /// The uuid prefix multipath-tools gives the maps it creates (the one definition is
 /// [`crate::id::mpath::UUID_PREFIX`]).

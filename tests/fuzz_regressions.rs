@@ -2,7 +2,7 @@
 //! fix stays fixed without nightly or libFuzzer. Each test names its target and what was wrong.
 
 use lunkit::Wwid;
-use lunkit::mountinfo::{parse, parse_line};
+use lunkit::block::mountinfo::{parse, parse_line};
 
 /// `mountinfo`: the parser unescapes options and tags (`\040` is a space) but `to_line` wrote
 /// them back raw, so a tag holding a space split into two tags when read back.

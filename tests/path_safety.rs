@@ -11,10 +11,14 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use lunkit::block::sysfs as block;
 use lunkit::dm::DevId;
 use lunkit::dm::buffer::{Request, check_name, check_uuid, write_request};
+use lunkit::fc::sysfs as fc;
 use lunkit::iscsi::IscsiLun;
-use lunkit::sysfs::{block, fc, iscsi, nvme, scsi};
+use lunkit::iscsi::sysfs as iscsi;
+use lunkit::nvme::sysfs as nvme;
+use lunkit::scsi::sysfs as scsi;
 use lunkit::{Error, Hctl, Root, ScanOptions, Topology, Wwid, Wwn};
 
 mod common;
@@ -423,7 +427,7 @@ fn scan_does_not_write_through_an_attribute_link_leading_outside() {
 }
 
 /// The scan writes `hostN/scan` below `class/scsi_host/hostN`, a symlink in real sysfs; when
-/// that link leads out of the root the write must not follow it: `src/scsi.rs` confines the host
+/// that link leads out of the root the write must not follow it: `src/scsi/add.rs` confines the host
 /// directory as the sysfs readers do.
 #[test]
 fn scan_does_not_write_through_a_host_link_leading_outside() {

@@ -7,9 +7,9 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
+use lunkit::block::mountinfo::{self, MountEntry, escape, parse, parse_line, unescape};
 use lunkit::dm::buffer::{self, decode_dev, decode_names, decode_targets, encode_dev};
 use lunkit::dm::{Device, ListedUuid, Target};
-use lunkit::mountinfo::{self, MountEntry, escape, parse, parse_line, unescape};
 use lunkit::multipath::{
     GroupState, Status, StatusGroup, StatusPath, Table, TableGroup, TablePath,
 };

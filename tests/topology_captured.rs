@@ -205,7 +205,7 @@ fn sessions_to_one_target_leave_the_others_out() {
     .unwrap();
     let root = Root::new(s.path());
     let sids = |target: &str| -> Vec<(u32, Option<String>, usize)> {
-        lunkit::sysfs::iscsi::sessions_to(&root, target)
+        lunkit::iscsi::sysfs::sessions_to(&root, target)
             .unwrap()
             .into_iter()
             .map(|s| (s.sid, s.portal(), s.connections.len()))
@@ -221,7 +221,7 @@ fn sessions_to_one_target_leave_the_others_out() {
     );
     assert!(sids("iqn.2003-01.org.example:none").is_empty());
     // The full read agrees with the filtered ones.
-    let all = lunkit::sysfs::iscsi::sessions(&root).unwrap();
+    let all = lunkit::iscsi::sysfs::sessions(&root).unwrap();
     assert_eq!(all.len(), 2);
     assert_eq!(
         all[1].target.as_deref(),
@@ -233,7 +233,7 @@ fn sessions_to_one_target_leave_the_others_out() {
 /// portal it reads later is the session's own.
 #[test]
 fn session_paths_agree_with_the_full_sessions() {
-    use lunkit::sysfs::iscsi::{Portals, paths_to, portal_of, sessions};
+    use lunkit::iscsi::sysfs::{Portals, paths_to, portal_of, sessions};
     let r = root("iscsi-multipath");
     let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
     let full = sessions(&r).unwrap();
@@ -245,9 +245,15 @@ fn session_paths_agree_with_the_full_sessions() {
         assert_eq!(lean.len(), full.len());
         for (l, f) in lean.iter().zip(&full) {
             assert_eq!(
-                (l.sid, l.host, l.target_id, l.state.as_deref()),
+                (
+                    l.sid,
+                    l.host,
+                    l.target_id,
+                    l.state.as_ref().map(|s| s.as_str())
+                ),
                 (f.sid, f.host, f.target_id, f.state.as_deref())
             );
+            assert_eq!(l.state, Some(lunkit::iscsi::sysfs::IscsiState::LoggedIn));
             let want = match portals {
                 Portals::Any => None,
                 Portals::Only(_) => f.portal(),

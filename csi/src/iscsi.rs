@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lunkit::Root;
-use lunkit::sysfs::iscsi::{IscsiSession, sessions_to};
+use lunkit::iscsi::sysfs::{IscsiSession, sessions_to};
 
 use crate::attrs::Chap;
 use crate::error::{Error, Result};
@@ -528,7 +528,7 @@ pub fn logout_unused(
     iface: Option<&str>,
     deadline: Instant,
 ) -> Result<Vec<String>> {
-    let devices = lunkit::sysfs::scsi::devices(root)
+    let devices = lunkit::scsi::sysfs::devices(root)
         .map_err(|e| Error::lunkit("reading the SCSI devices", e))?;
     let mut out = Vec::new();
     for portal in portals {

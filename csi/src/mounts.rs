@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use lunkit::mountinfo::{MountEntry, parse_table};
+use lunkit::block::mountinfo::{MountEntry, parse_table};
 use rustix::mount::{MountFlags, UnmountFlags};
 
 use crate::error::{Error, Result};

@@ -12,9 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lunkit::block::BlockNode;
+use lunkit::nvme::sysfs::CtrlState;
 use lunkit::ops::{
     self, AttachOptions, DetachOptions, NamespaceSelector, ResizeOptions, VolumeSpec,
 };
+use lunkit::scsi::sysfs::ScsiState;
 use lunkit::{Root, Wwid};
 use tonic::{Request, Response, Status};
 
@@ -291,7 +293,7 @@ fn expected(attr: Option<&Wwid>, record: &Record) -> Result<Option<Wwid>> {
 
 /// The SCSI addresses with a device now.
 fn scsi_addresses(root: &Root) -> Result<HashSet<lunkit::Hctl>> {
-    Ok(lunkit::sysfs::scsi::devices(root)
+    Ok(lunkit::scsi::sysfs::devices(root)
         .map_err(|e| Error::lunkit("reading the SCSI devices", e))?
         .into_iter()
         .map(|d| d.hctl)
@@ -1478,7 +1480,7 @@ impl Inner {
                 Ok(c) => {
                     let down: Vec<String> = c
                         .iter()
-                        .filter(|c| c.state.as_deref() != Some("live"))
+                        .filter(|c| c.parsed_state != Some(CtrlState::Live))
                         .map(|c| {
                             format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown"))
                         })
@@ -1506,8 +1508,11 @@ impl Inner {
                 let down: Vec<String> = s
                     .paths
                     .iter()
-                    .filter(|p| p.state.as_deref() != Some("running"))
-                    .map(|p| format!("{} is {}", p.hctl, p.state.as_deref().unwrap_or("unknown")))
+                    .filter(|p| p.state != Some(ScsiState::Running))
+                    .map(|p| {
+                        let state = p.state.as_ref().map_or("unknown", ScsiState::as_str);
+                        format!("{} is {state}", p.hctl)
+                    })
                     .collect();
                 if down.is_empty() {
                     VolumeCondition {

@@ -1,8 +1,8 @@
-//! `/proc/self/mountinfo`: `lunkit::mountinfo::{parse, parse_line, unescape}`.
+//! `/proc/self/mountinfo`: `lunkit::block::mountinfo::{parse, parse_line, unescape}`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lunkit::mountinfo::{escape, parse, parse_line, unescape};
+use lunkit::block::mountinfo::{escape, parse, parse_line, unescape};
 
 fuzz_target!(|data: &[u8]| {
     // Decoding never grows a field, and undoes escaping exactly.

@@ -11,7 +11,10 @@
 //! (`/proc/PID/fd`) or mapping it (`/proc/PID/maps`), and an `O_EXCL` open probe that
 //! catches any other exclusive claim.
 //!
-//! The in-use check is `usage.rs`, its items re-exported here.
+//! The in-use check is `in_use.rs` and what it reports `usage.rs`, their items re-exported
+//! here; `process.rs` and `processes.rs` are its `/proc` walk, `maps.rs` its `/proc/PID/maps`
+//! parser, `loopdev.rs` the bound loop devices. [`mountinfo`] parses mount tables and
+//! [`sysfs`] is the typed view of `/sys/block`.
 
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
@@ -25,11 +28,16 @@ use crate::helper::{self, Subject};
 use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::root::Root;
-use crate::sysfs;
 
+mod in_use;
+mod loopdev;
 mod maps;
+pub mod mountinfo;
+mod process;
 mod processes;
+pub mod sysfs;
 mod usage;
+pub use in_use::*;
 pub use usage::*;
 
 /// A block device found on the node: a whole disk, a partition or a dm device.
@@ -76,7 +84,7 @@ pub fn resolve(root: &Root, spec: &str) -> Result<Option<BlockNode>> {
 /// The disk of the SCSI device at `hctl`; `None` if there is no such device or `sd` has not
 /// bound it.
 pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
-    match sysfs::scsi::disk(root, hctl)? {
+    match crate::scsi::sysfs::disk(root, hctl)? {
         Some(name) => by_name(root, &name),
         None => Ok(None),
     }
@@ -85,13 +93,13 @@ pub fn of_scsi_device(root: &Root, hctl: Hctl) -> Result<Option<BlockNode>> {
 /// The SCSI address of a disk (`/sys/class/block/NAME/device` links to its scsi_device);
 /// `None` for partitions, dm devices and non-SCSI disks.
 pub fn scsi_address(root: &Root, node: &BlockNode) -> Option<Hctl> {
-    sysfs::block::scsi_address(root, &node.name)
+    sysfs::scsi_address(root, &node.name)
 }
 
 /// The block device with kernel name `name`, `None` if absent.
 pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
-    sysfs::check_component("block device name", name)?;
-    Ok(sysfs::block::number(root, name).map(|dev| BlockNode {
+    crate::sysfs::check_component("block device name", name)?;
+    Ok(sysfs::number(root, name).map(|dev| BlockNode {
         name: name.to_owned(),
         dev,
         path: root.dev(name),
@@ -100,10 +108,10 @@ pub fn by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
 
 /// The block device with number `dev`, `None` if the kernel has none.
 pub fn by_number(root: &Root, dev: DevNum) -> Result<Option<BlockNode>> {
-    let Some(name) = sysfs::block::name_of_number(root, dev) else {
+    let Some(name) = sysfs::name_of_number(root, dev) else {
         return Ok(None);
     };
-    sysfs::check_component("block device name", &name)?;
+    crate::sysfs::check_component("block device name", &name)?;
     Ok(Some(BlockNode {
         path: root.dev(&name),
         name,

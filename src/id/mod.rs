@@ -1,6 +1,6 @@
 //! The identifiers lunkit names things by: a SCSI address ([`Hctl`]), a volume's identity
 //! ([`Wwid`]), an FC port ([`Wwn`]), an NVMe subsystem or host ([`Nqn`], [`Uuid`]), an NVMe
-//! namespace ([`Nguid`]), a device number ([`DevNum`]) and the uuid format of multipath maps
+//! namespace ([`Nguid`]), a device number ([`DevNum`]), a sysfs object ([`ObjectId`]) and the uuid format of multipath maps
 //! ([`mpath`]). Each parses strictly (a typed [`crate::Error::Invalid`] for
 //! anything else) and prints the way the kernel writes it.
 
@@ -12,6 +12,7 @@ mod nqn;
 mod wwid;
 mod wwn;
 
+pub use crate::sysfs::ObjectId;
 pub use devnum::DevNum;
 pub use hctl::Hctl;
 pub use nguid::Nguid;

@@ -97,7 +97,7 @@ pub fn find(ctl: &Control, root: &Root, spec: &str) -> Result<Map> {
             return read_map(ctl, &DevId::Dev(dev))?.ok_or_else(not_found);
         }
         // A path device: the multipath map stacked on it.
-        let holders = crate::sysfs::block::holders_of_number(root, dev)?;
+        let holders = crate::block::sysfs::holders_of_number(root, dev)?;
         for h in holders {
             // A holder that is not a multipath map (LVM, a partition map) is skipped.
             if let Some(d) = dm_kernel_name_dev(root, &h)? {
@@ -136,11 +136,11 @@ fn dm_kernel_name_dev(root: &Root, name: &str) -> Result<Option<DevNum>> {
     if crate::id::decimal::<u32>(n).is_none() {
         return Ok(None);
     }
-    Ok(crate::sysfs::block::number(root, name))
+    Ok(crate::block::sysfs::number(root, name))
 }
 
 fn is_dm(root: &Root, dev: DevNum) -> bool {
-    crate::sysfs::block::number_is_dm(root, dev)
+    crate::block::sysfs::number_is_dm(root, dev)
 }
 
 /// A partition map of a multipath map (what kpartx creates): one `linear` target on the map,

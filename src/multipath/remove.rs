@@ -102,7 +102,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     let map = find(&ctl, root, spec)?;
     // The removal wait watches this object, not `M:m`: device-mapper hands the freed minor
     // to the next map created (multipathd building another volume's map), at once.
-    let sys_object = crate::sysfs::block::object_of_number(root, map.info.dev);
+    let sys_object = crate::block::sysfs::object_of_number(root, map.info.dev);
     let name = map.info.name.clone();
     let queues = map.table.queue_if_no_path();
     let parts = partition_maps(&ctl, &map)?;
@@ -300,7 +300,7 @@ fn wait_gone(
         &|| format!("removal of {kernel_name}"),
         &|ev| ev.action == Action::Remove && ev.devname.as_deref() == Some(kernel_name),
         || {
-            let now = crate::sysfs::block::object_of_number(root, dev);
+            let now = crate::block::sysfs::object_of_number(root, dev);
             let gone = match sys_object {
                 Some(id) => now != Some(id),
                 None => now.is_none(),

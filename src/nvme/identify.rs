@@ -19,8 +19,9 @@ use rustix::fs::{FileType, Mode, OFlags};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::DevNum;
+use crate::nvme::sysfs as sysnvme;
 use crate::root::Root;
-use crate::sysfs::{self, nvme as sysnvme};
+use crate::sysfs;
 
 /// The parts of the Identify Namespace data structure a resize needs (NVM Express NVM
 /// Command Set Specification, "Identify Namespace data structure").

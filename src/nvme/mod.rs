@@ -35,6 +35,7 @@ pub mod dhchap;
 pub mod discovery;
 pub mod fabrics;
 pub mod identify;
+pub mod sysfs;
 
 pub use fabrics::{ConnectOptions, Host, Interface, Transport};
 pub use identify::{IdentifyNamespace, identify_namespace};
@@ -46,17 +47,14 @@ use crate::block::{self, BlockNode, UsageScope};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::Nqn;
+use crate::nvme::sysfs as sysnvme;
 use crate::root::Root;
-use crate::sysfs::{self, nvme as sysnvme};
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
+use sysfs::CtrlState;
 
 /// Default time a [`disconnect`] may take.
 pub const DEFAULT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Controller states in which the kernel is taking a controller away: such a controller is
-/// never handed out as an existing path, and a new connect of its path is allowed.
-const GOING: &[&str] = &["deleting", "deleting (no IO)", "dead"];
 
 /// The controller a [`connect`] made or found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +162,7 @@ pub fn find_controller(
                 (Some(have), Some(want)) => have.eq_ignore_ascii_case(&want.to_string()),
                 _ => true,
             }
-            && !c.state.as_deref().is_some_and(|s| GOING.contains(&s))
+            && !c.parsed_state.as_ref().is_some_and(CtrlState::is_going)
     }))
 }
 
@@ -295,13 +293,17 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
     // namespace that nothing has open has nothing cached (the in-use check found no opener).
     let live = controllers
         .iter()
-        .any(|c| c.state.as_deref() == Some("live"));
+        .any(|c| c.parsed_state == Some(CtrlState::Live));
     // No controller live but one reconnecting: I/O to the namespaces queues until a path
     // comes back, and what waits there (a writer's last close writing back, which /proc no
     // longer shows) would fail with the controllers. Refused unless forced.
     let reconnecting: Vec<&str> = controllers
         .iter()
-        .filter(|c| matches!(c.state.as_deref(), Some("connecting" | "resetting" | "new")))
+        .filter(|c| {
+            c.parsed_state
+                .as_ref()
+                .is_some_and(CtrlState::is_reconnecting)
+        })
         .map(|c| c.name.as_str())
         .collect();
     if !live && !reconnecting.is_empty() && !nodes.is_empty() && !opts.force {
@@ -372,18 +374,18 @@ pub(crate) fn delete_controller(
     deadline: Instant,
 ) -> Result<()> {
     let name = c.name.as_str();
-    let dir = sysfs::Confine::new(root)
+    let dir = crate::sysfs::Confine::new(root)
         .dir(&sysnvme::controller_dir(root, name))
         .filter(|d| d.is_dir());
     let Some(dir) = dir else {
         return Ok(()); // Gone already.
     };
-    let object = sysfs::object_id(&dir);
+    let object = crate::sysfs::object_id(&dir);
     let path = dir.join("delete_controller");
     let mut backoff = wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     let mut monitor = Monitor::open().ok();
     loop {
-        let writer = match sysfs::AttrWriter::open(&path) {
+        let writer = match crate::sysfs::AttrWriter::open(&path) {
             Ok(w) => w,
             Err(e) if e.is_gone() && !dir.exists() => return Ok(()),
             Err(e) => return Err(e),
@@ -420,7 +422,7 @@ pub(crate) fn delete_controller(
     let what = || format!("removal of NVMe controller {name}");
     let relevant = |ev: &Uevent| ev.action == Action::Remove;
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        Ok((sysfs::object_id(&dir) != object || object.is_none()).then_some(()))
+        Ok((crate::sysfs::object_id(&dir) != object || object.is_none()).then_some(()))
     })
 }
 
@@ -432,7 +434,7 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
     let deadline = wait::deadline_after(timeout);
     let live: Vec<_> = controllers_of(root, nqn)?
         .into_iter()
-        .filter(|c| c.state.as_deref() == Some("live"))
+        .filter(|c| c.parsed_state == Some(CtrlState::Live))
         .collect();
     if live.is_empty() {
         return Err(Error::NotFound {
@@ -441,7 +443,8 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
     }
     let mut asked = Vec::new();
     for c in live {
-        let Some(dir) = sysfs::Confine::new(root).dir(&sysnvme::controller_dir(root, &c.name))
+        let Some(dir) =
+            crate::sysfs::Confine::new(root).dir(&sysnvme::controller_dir(root, &c.name))
         else {
             continue;
         };
@@ -450,7 +453,7 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
         let what = || format!("write to {}", path.display());
         let p = path.clone();
         helper::bounded(Subject::write(&path, value), deadline, &what, move || {
-            sysfs::write_attr(&p, value)
+            crate::sysfs::write_attr(&p, value)
         })?;
         asked.push(c.name);
     }

@@ -93,7 +93,7 @@ use crate::root::Root;
 /// against the scan's timeout.
 ///
 /// Errors: [`crate::Error::Invalid`] for a spec that names no address (a WWID, a device path), and
-/// the scan's ([`crate::scan`]): [`crate::Error::MissingPaths`] when fewer than
+/// the scan's ([`crate::scsi`](crate::scsi#every-path-at-once)): [`crate::Error::MissingPaths`] when fewer than
 /// [`crate::ScanOptions::min_paths`] came, [`crate::Error::WwidMismatch`] when a path is another volume,
 /// [`crate::Error::Timeout`] when the map did not come with every path by the deadline.
 pub fn attach(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<Attachment> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::id::Wwn;
 use crate::root::Root;
-use crate::scan::ScanOptions;
+use crate::scsi::scan::ScanOptions;
 
 /// Default time a resize may take, rescans and the map included.
 pub const DEFAULT_RESIZE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -8,7 +8,7 @@ use crate::block::BlockNode;
 use crate::id::{Hctl, Wwid};
 use crate::multipath::GrownBy;
 use crate::nvme::Connected;
-use crate::scan::PathScan;
+use crate::scsi::scan::PathScan;
 
 use super::spec::Identity;
 

@@ -64,7 +64,7 @@ pub enum NamespaceSelector {
 impl NamespaceSelector {
     /// Whether the namespace sysfs shows as `ns` is the one selected. An NGUID that sysfs
     /// does not report, or reports malformed, matches nothing.
-    pub fn matches(&self, ns: &crate::sysfs::nvme::NvmeNamespace) -> bool {
+    pub fn matches(&self, ns: &crate::nvme::sysfs::NvmeNamespace) -> bool {
         match self {
             NamespaceSelector::Id(id) => ns.nsid == Some(*id),
             NamespaceSelector::Nguid(g) => ns
@@ -160,7 +160,7 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sysfs::nvme::NvmeNamespace;
+    use crate::nvme::sysfs::NvmeNamespace;
 
     fn namespace(nsid: u32, nguid: Option<&str>, uuid: Option<&str>) -> NvmeNamespace {
         NvmeNamespace {

@@ -28,6 +28,6 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
         VolumeSpec::Device(_)
         | VolumeSpec::Wwid(_)
         | VolumeSpec::Iscsi { .. }
-        | VolumeSpec::Fc { .. } => super::scsi::locate::identify(root, spec),
+        | VolumeSpec::Fc { .. } => super::scsi::identify::identify(root, spec),
     }
 }

@@ -8,9 +8,9 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::{Nqn, Wwid};
+use crate::nvme::sysfs::{CtrlState, NvmeNamespace};
 use crate::nvme::{self as fabrics_nvme, ConnectOptions, Host};
 use crate::root::Root;
-use crate::sysfs::nvme::NvmeNamespace;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
@@ -170,7 +170,7 @@ impl Wait<'_> {
             let devices = selected(root, nqn, namespace)?;
             let live: Vec<String> = fabrics_nvme::controllers_of(root, nqn)?
                 .into_iter()
-                .filter(|c| c.state.as_deref() == Some("live"))
+                .filter(|c| c.parsed_state == Some(CtrlState::Live))
                 .map(|c| c.name)
                 .collect();
             let reached: Vec<&String> = devices.iter().flat_map(|(_, d)| &d.controllers).collect();

@@ -8,9 +8,9 @@ use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::{Nqn, Uuid, Wwid};
+use crate::nvme::sysfs::{CtrlState, NvmeController, NvmeNamespace};
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::sysfs::nvme::{NvmeController, NvmeNamespace};
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
@@ -209,9 +209,9 @@ impl Run<'_> {
             if !ours.contains(&c.name) {
                 continue;
             }
-            match c.state.as_deref() {
-                Some("live") => live = true,
-                Some("connecting" | "resetting" | "new") => reconnecting.push(c.name),
+            match c.parsed_state {
+                Some(CtrlState::Live) => live = true,
+                Some(s) if s.is_reconnecting() => reconnecting.push(c.name),
                 _ => {}
             }
         }

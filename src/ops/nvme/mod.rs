@@ -40,9 +40,9 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::id::Nqn;
 pub use crate::nvme::NamespaceDevice;
+use crate::nvme::sysfs::NvmeNamespace;
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::sysfs::nvme::NvmeNamespace;
 
 use super::names;
 use super::spec::{Identity, NamespaceSelector, VolumeSpec};

@@ -3,12 +3,13 @@
 
 use std::time::Instant;
 
+use crate::block::sysfs as sysblock;
 use crate::error::{Error, ResizeFailure, Result};
 use crate::helper;
 use crate::id::Nqn;
+use crate::nvme::sysfs::CtrlState;
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::sysfs::block as sysblock;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
@@ -104,7 +105,7 @@ pub(in crate::ops) fn resize(
     let controllers = fabrics_nvme::controllers_of(root, nqn)?;
     if let Some(c) = controllers
         .iter()
-        .find(|c| c.state.as_deref() != Some("live"))
+        .find(|c| c.parsed_state != Some(CtrlState::Live))
     {
         return Err(refuse(ResizeFailure::PathDown {
             path: format!("controller {}", c.name),

@@ -9,12 +9,12 @@ use crate::id::Hctl;
 use crate::id::Wwid;
 use crate::iscsi::IscsiLun;
 use crate::root::Root;
-use crate::scan::ScanReport;
-use crate::sysfs;
+use crate::scsi::scan::ScanReport;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
-use super::locate::{identify_named, locate};
+use super::identify::identify_named;
+use super::locate::locate;
 use crate::ops::lock::{self, VolumeLock};
 use crate::ops::names;
 use crate::ops::options::AttachOptions;
@@ -161,7 +161,7 @@ fn wait_map(
     let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
         for map in locate(root, &id)?.maps {
-            let slaves = sysfs::block::slaves(root, &map.node.name)?;
+            let slaves = crate::block::sysfs::slaves(root, &map.node.name)?;
             if disks.iter().all(|d| slaves.contains(d)) {
                 return Ok(Some(map));
             }

@@ -1,7 +1,7 @@
 //! Which devices on the node make up one volume.
 //!
 //! A volume is named the way a caller knows it (a device, an address, a WWID, a target and
-//! LUN). [`identify`] turns that into a stable identity, its WWID and the SCSI addresses the
+//! LUN). [`identify`](super::identify::identify) turns that into a stable identity, its WWID and the SCSI addresses the
 //! caller pointed at, once; [`locate`] then finds what of the volume exists right now, from
 //! sysfs only: every scsi_device with that WWID (every session, every host), the devices at
 //! the addresses, and the multipath maps over them. `/dev/disk/by-*` links are never used:
@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::Path;
 
+use crate::block::sysfs as sysblock;
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
@@ -18,12 +18,10 @@ use crate::id::Wwid;
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
 use crate::scsi::PathIdentity;
-use crate::sysfs::iscsi::{Portals, paths_to};
-use crate::sysfs::{block as sysblock, scsi as sysscsi};
+use crate::scsi::sysfs::{self as sysscsi, ScsiState};
 
-use crate::ops::names;
 use crate::ops::report::MapDevice;
-use crate::ops::spec::{Identity, VolumeSpec};
+use crate::ops::spec::Identity;
 
 /// One path of the volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +31,7 @@ pub struct VolumePath {
     /// Its disk, if `sd` has one for it.
     pub disk: Option<BlockNode>,
     /// The scsi_device state (`running`, `offline`, `transport-offline`, `blocked`...).
-    pub state: Option<String>,
+    pub state: Option<ScsiState>,
     /// Which device it was when found: its delete goes ahead only while the address still
     /// holds this one (a LUN re-mapped and scanned again meanwhile is left alone).
     pub identity: PathIdentity,
@@ -151,167 +149,6 @@ impl VolumeState {
         v.extend(self.foreign_maps.iter().map(|m| format!("foreign {m}")));
         v.join(", ")
     }
-}
-
-/// Turns what the caller named into the volume's identity. Reads sysfs only.
-///
-/// A device that does not exist gives an identity that matches nothing, so a second detach
-/// of the same device succeeds as a no-op; a malformed one is [`Error::Invalid`].
-pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
-    match spec {
-        VolumeSpec::Wwid(w) => Ok(Identity {
-            wwid: Some(w.clone()),
-            addresses: Vec::new(),
-        }),
-        VolumeSpec::Iscsi { target, lun } => {
-            crate::iscsi::check_target_name(target)?;
-            // Every session to the target, logged in or not: a session in recovery still has
-            // its devices.
-            let addresses = paths_to(root, target, Portals::Any)?
-                .into_iter()
-                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
-                .collect();
-            by_addresses(root, addresses)
-        }
-        VolumeSpec::Fc { wwpns, lun } => {
-            let wwpns = crate::fc::check_target_ports(wwpns)?;
-            let addresses = crate::sysfs::fc::remote_ports(root)?
-                .into_iter()
-                .filter(|r| r.port_name.is_some_and(|p| wwpns.contains(&p)))
-                .filter_map(|r| Some(Hctl::new(r.host, r.channel, r.scsi_target_id?, *lun)))
-                .collect();
-            by_addresses(root, addresses)
-        }
-        VolumeSpec::Device(d) => identify_device(root, d),
-        // `crate::ops::volume::identify` takes this one to the NVMe family.
-        VolumeSpec::Nvme { .. } => Err(Error::Internal {
-            what: format!("{spec} reached the SCSI identify"),
-        }),
-    }
-}
-
-/// The volume's identity, as [`identify`] finds it, with what `lock_dir` remembers
-/// of the name: a WWID found at a target and LUN is remembered; with none found there
-/// (every path gone), the remembered one is used, but only for a volume of which no path is
-/// left anywhere. The LUN number may name another volume by now, whose paths are elsewhere,
-/// and the record then says nothing about what the address held. Attach and detach both
-/// take their lock by its key, so that they name one volume alike.
-pub(in crate::ops) fn identify_named(
-    root: &Root,
-    spec: &VolumeSpec,
-    lock_dir: Option<&Path>,
-) -> Result<Identity> {
-    let mut id = identify(root, spec)?;
-    let Some(dir) = lock_dir.filter(|_| spec.is_address()) else {
-        return Ok(id);
-    };
-    match &id.wwid {
-        // Failing to write the record loses a hint for a later call, not this one.
-        Some(w) => {
-            let _ = names::remember(dir, spec, w);
-        }
-        None => {
-            if let Some(w) = names::recall(dir, spec) {
-                let by_wwid = Identity {
-                    wwid: Some(w),
-                    addresses: id.addresses.clone(),
-                };
-                if locate(root, &by_wwid)?.paths.is_empty() {
-                    id = by_wwid;
-                }
-            }
-        }
-    }
-    Ok(id)
-}
-
-/// The identity of the devices at `addresses`: they must agree on one WWID.
-fn by_addresses(root: &Root, mut addresses: Vec<Hctl>) -> Result<Identity> {
-    addresses.sort();
-    addresses.dedup();
-    let mut wwid: Option<Wwid> = None;
-    for &h in &addresses {
-        let Some(w) = sysscsi::wwid(root, h) else {
-            continue;
-        };
-        match &wwid {
-            Some(known) if *known != w => {
-                return Err(Error::Invalid {
-                    kind: "volume",
-                    input: format!("{} and {h}", addresses[0]),
-                    reason: "the devices at these addresses have different WWIDs",
-                });
-            }
-            Some(_) => {}
-            None => wwid = Some(w),
-        }
-    }
-    Ok(Identity { wwid, addresses })
-}
-
-fn identify_device(root: &Root, spec: &str) -> Result<Identity> {
-    if let Ok(hctl) = spec.parse::<Hctl>() {
-        return by_addresses(root, vec![hctl]);
-    }
-    let node = match block::resolve(root, spec)? {
-        Some(n) => Some(n),
-        // Not a kernel name or a node: a multipath map name?
-        None if !spec.starts_with('/') => map_by_name(root, spec)?,
-        None => None,
-    };
-    let Some(node) = node else {
-        return Ok(Identity {
-            wwid: None,
-            addresses: Vec::new(),
-        });
-    };
-    if let Some(uuid) = sysblock::dm_uuid(root, &node.name) {
-        // A multipath map, or one of its partition maps (`part1-mpath-<wwid>`).
-        let wwid = multipath::map_or_partition_uuid_wwid(&uuid).ok_or_else(|| {
-            Error::invalid(
-                "volume device",
-                spec,
-                "a device-mapper device that is not a multipath map",
-            )
-        })?;
-        return Ok(Identity {
-            wwid: Some(wwid.parse()?),
-            addresses: Vec::new(),
-        });
-    }
-    // A partition: the volume is its disk.
-    let disk = if sysblock::is_partition(root, &node.name) {
-        sysblock::disk_of_partition(root, &node.name).ok_or_else(|| Error::NotFound {
-            what: format!("disk of partition {}", node.name),
-        })?
-    } else {
-        node.name.clone()
-    };
-    let hctl = sysblock::scsi_address(root, &disk).ok_or_else(|| {
-        Error::invalid(
-            "volume device",
-            spec,
-            "neither a SCSI disk nor a multipath map",
-        )
-    })?;
-    by_addresses(root, vec![hctl])
-}
-
-/// The dm device whose map name is `name`.
-fn map_by_name(root: &Root, name: &str) -> Result<Option<BlockNode>> {
-    if crate::dm::buffer::check_name(name).is_err() {
-        return Err(Error::invalid(
-            "device",
-            name,
-            "not a device path, kernel name, map name or H:C:T:L",
-        ));
-    }
-    for b in sysblock::dm_names(root)? {
-        if sysblock::dm_name(root, &b).as_deref() == Some(name) {
-            return block::by_name(root, &b);
-        }
-    }
-    Ok(None)
 }
 
 /// What of the volume `id` is on the node now.

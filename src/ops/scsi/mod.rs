@@ -3,5 +3,6 @@
 
 pub(super) mod attach;
 pub(super) mod detach;
+pub(super) mod identify;
 pub(super) mod locate;
 pub(super) mod resize;

@@ -3,19 +3,21 @@
 
 use std::time::Instant;
 
+use crate::block::sysfs as sysblock;
 use crate::error::{Error, ResizeFailure, Result};
 use crate::helper;
 use crate::multipath::{self, GrownBy};
 use crate::root::Root;
-use crate::sysfs::block as sysblock;
 use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
-use super::locate::{VolumePath, identify, locate};
+use super::identify::identify;
+use super::locate::{VolumePath, locate};
 use crate::ops::lock;
 use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
 use crate::ops::report::{MapSize, PathSize, Resized};
 use crate::ops::spec::VolumeSpec;
+use crate::scsi::sysfs::ScsiState;
 
 /// Grows the volume `spec`, named by SCSI, on every path and its map
 /// ([`crate::ops::resize()`]).
@@ -113,7 +115,7 @@ fn paths_up(
     let mut paths: Vec<PathSize> = Vec::with_capacity(found.len());
     for p in found {
         let disk = p.disk.as_ref().map(|d| d.name.clone());
-        let up = p.state.as_deref() == Some("running");
+        let up = p.state == Some(ScsiState::Running);
         match (disk, up) {
             (Some(disk), true) => {
                 let before = sysblock::size_of(root, &disk)?;
@@ -130,7 +132,7 @@ fn paths_up(
                     path: p.to_string(),
                     state: match (disk, &p.state) {
                         (None, _) => "without a disk".to_owned(),
-                        (Some(_), Some(s)) => s.clone(),
+                        (Some(_), Some(s)) => s.to_string(),
                         (Some(_), None) => "in an unknown state".to_owned(),
                     },
                 }));

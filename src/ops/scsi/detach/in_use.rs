@@ -13,6 +13,7 @@ use crate::ops::report::{MapDevice, Outcome, StepKind};
 use crate::ops::scsi::locate::{VolumePath, VolumeState};
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
+use crate::scsi::sysfs::ScsiState;
 
 impl Run<'_> {
     /// Refuses (or, forced, records) use of the volume. Returns, per map of `state`, why no
@@ -276,9 +277,9 @@ fn map_reach(root: &Root, map: &MapDevice, paths: &[VolumePath]) -> Result<Reach
         let volume_path = paths
             .iter()
             .find(|vp| vp.disk.as_ref().is_some_and(|d| d.dev == p.dev));
-        let now = volume_path.and_then(|vp| Some((vp, crate::sysfs::scsi::state(root, vp.hctl)?)));
-        match now.as_ref().map(|(vp, s)| (*vp, s.as_str())) {
-            Some((vp, state)) if state != "running" => {
+        let now = volume_path.and_then(|vp| Some((vp, crate::scsi::sysfs::state(root, vp.hctl)?)));
+        match now.as_ref().map(|(vp, s)| (*vp, s)) {
+            Some((vp, state)) if *state != ScsiState::Running => {
                 let name = vp.disk.as_ref().map_or("?", |d| d.name.as_str());
                 stopped.push(format!("{name} {state}"));
             }

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::locate::{self, identify_named};
+use super::identify::identify_named;
+use super::locate;
 use crate::error::{Error, Result};
 use crate::ops::lock;
 use crate::ops::options::DetachOptions;

@@ -15,6 +15,7 @@ use crate::ops::report::{MapDevice, Outcome, StepKind};
 use crate::ops::scsi::locate::{VolumePath, VolumeState};
 use crate::ops::steps::{StepLog, step_error};
 use crate::root::Root;
+use crate::scsi::sysfs::ScsiState;
 use crate::scsi::{self, Deleted};
 
 /// One detach in progress: where steps go.
@@ -327,17 +328,19 @@ fn flush_path(root: &Root, p: &VolumePath, behind_map: bool, deadline: Instant) 
     let Some(disk) = &p.disk else {
         return Ok(Outcome::AlreadyGone);
     };
-    match p.state.as_deref() {
+    match &p.state {
         // A lone disk is the volume's only writer: its flush must run, within the deadline.
         _ if !behind_map => {}
-        Some("running") => {}
+        Some(ScsiState::Running) => {}
         // blocked (a session in recovery) would hold the flush until the transport gives up,
         // minutes later; offline and transport-offline fail it. The kernel fails a blocked
         // device's queue when it is deleted, so the delete itself does not wait.
         state => {
             return Ok(Outcome::Skipped(format!(
                 "device is {}: it takes no writes now, and the map was flushed first",
-                state.unwrap_or("in an unknown state")
+                state
+                    .as_ref()
+                    .map_or("in an unknown state", ScsiState::as_str)
             )));
         }
     }
@@ -353,7 +356,7 @@ fn flush_path(root: &Root, p: &VolumePath, behind_map: bool, deadline: Instant) 
 /// and still holds what it cached; only a device whose `/sys/dev/block/M:m` went away is
 /// gone.
 fn flush_found_it_gone(root: &Root, node: &block::BlockNode, e: &Error) -> bool {
-    e.is_gone() && !crate::sysfs::block::number_exists(root, node.dev)
+    e.is_gone() && !crate::block::sysfs::number_exists(root, node.dev)
 }
 
 #[cfg(test)]

@@ -1,16 +1,13 @@
-//! Typed, read-only views of the sysfs classes lunkit cares about.
+//! The plumbing under every subsystem's typed sysfs views (`scsi::sysfs`, `iscsi::sysfs`,
+//! `fc::sysfs`, `nvme::sysfs`, `block::sysfs`): reading an attribute, listing a directory,
+//! staying inside the [`Root`].
 //!
-//! Each submodule owns one family of classes and turns its directories into plain structs.
+//! Each subsystem's `sysfs` module owns one family of classes and turns its directories into
+//! plain structs.
 //! Attribute files that fail to read (a `wwid` without VPD page 0x83 gives ENXIO, a connection
 //! `address` gives ENOTCONN while the link is down, an entry vanishes during a hot-unplug) become
 //! `None`, so one odd device never spoils a whole listing. Directory listings, on the other hand,
 //! report their errors: an unreadable `/sys/class/scsi_device` must not look like an empty node.
-
-pub mod block;
-pub mod fc;
-pub mod iscsi;
-pub mod nvme;
-pub mod scsi;
 
 use std::cmp::Ordering;
 use std::fs;
@@ -20,6 +17,46 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::root::Root;
+
+/// Defines a kernel state enum: one variant per spelling the kernel writes to a `state`
+/// attribute, and `Other` keeping any spelling this crate does not know (a newer kernel's),
+/// so that parsing never fails and [`as_str`](#method.as_str) gives back what sysfs said.
+macro_rules! kernel_state {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+            /// A spelling this crate does not know, as the kernel wrote it.
+            Other(String),
+        }
+
+        impl $name {
+            /// Parses the attribute's text (surrounding whitespace already trimmed).
+            pub fn parse(raw: &str) -> Self {
+                match raw {
+                    $($text => $name::$variant,)+
+                    other => $name::Other(other.to_owned()),
+                }
+            }
+
+            /// The state as the kernel spells it.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$variant => $text,)+
+                    $name::Other(s) => s,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use kernel_state;
 
 /// Fails with [`Error::NotFound`] when `<root>/sys` is not a directory: a mistyped `--root`
 /// must not pass for a node without storage.
@@ -257,7 +294,7 @@ pub(crate) fn file_name(path: &Path) -> Option<&str> {
 
 /// Compares names so that digit runs order by value: `sdb < sdaa`, `dm-2 < dm-10`,
 /// `host2 < host10`.
-pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> Ordering {
     // Letter runs compare by length first because the kernel names disks sda..sdz, sdaa..:
     // `sdb` was created before `sdaa` and should be listed first.
     let (mut a, mut b) = (a.as_bytes(), b.as_bytes());

@@ -5,12 +5,14 @@
 
 use std::time::Instant;
 
+use self::sysfs::{IscsiState, Portals, SessionPath, paths_to, portal_of};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::root::Root;
-use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;
-use crate::sysfs::iscsi::{Portals, SessionPath, paths_to, portal_of};
+use crate::scsi::scan::{Candidate, ScanOptions, ScanReport};
+
+pub mod sysfs;
 
 /// Checks an IQN/EUI target name: printable, no spaces or `/`, at most 223 bytes (RFC 3720).
 pub fn check_target_name(name: &str) -> Result<()> {
@@ -67,7 +69,7 @@ impl IscsiLun {
 /// recovery are listed as skipped. Sessions to other targets are never touched.
 ///
 /// It succeeds when [`ScanOptions::min_paths`] sessions brought the LUN; see
-/// [`crate::scan`] for the outcomes and errors.
+/// [`crate::scsi`](crate::scsi#every-path-at-once) for the outcomes and errors.
 pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanReport> {
     let start = Instant::now();
     check_target_name(&lun.target)?;
@@ -94,8 +96,8 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
                 .host
                 .zip(s.target_id)
                 .map(|(h, t)| Hctl::new(h, 0, t, lun.lun));
-            match (s.state.as_deref(), hctl) {
-                (Some("LOGGED_IN"), Some(hctl)) => Candidate::Scan {
+            match (&s.state, hctl) {
+                (Some(IscsiState::LoggedIn), Some(hctl)) => Candidate::Scan {
                     via,
                     target: ScanTarget::exact(hctl),
                 },
@@ -117,5 +119,5 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
     };
     let what = format!("LUN {} of iSCSI target {}", lun.lun, lun.target);
     let none = || no_session(&lun.target, &lun.portals);
-    crate::scan::scan_paths(root, &what, start, candidates, &portal, &none, opts)
+    crate::scsi::scan::scan_paths(root, &what, start, candidates, &portal, &none, opts)
 }

@@ -7,13 +7,15 @@
 
 use std::time::Instant;
 
+use self::sysfs::{FcPortState, FcRemotePort, hosts, remote_ports};
 use crate::error::{Error, Result};
 use crate::id::Hctl;
 use crate::id::Wwn;
 use crate::root::Root;
-use crate::scan::{Candidate, ScanOptions, ScanReport};
 use crate::scsi::ScanTarget;
-use crate::sysfs::fc::{FcRemotePort, hosts, remote_ports};
+use crate::scsi::scan::{Candidate, ScanOptions, ScanReport};
+
+pub mod sysfs;
 
 /// No remote port leads to any of `targets`.
 fn no_port(targets: &[Wwn]) -> Error {
@@ -90,7 +92,7 @@ impl FcLun {
 /// reports every port's outcome; ports the kernel would not scan (not Online or Marginal, no
 /// SCSI target id) are listed as skipped and never written to.
 ///
-/// It succeeds when [`ScanOptions::min_paths`] ports brought the LUN; see [`crate::scan`]
+/// It succeeds when [`ScanOptions::min_paths`] ports brought the LUN; see [`crate::scsi`](crate::scsi#every-path-at-once)
 /// for the outcomes and errors.
 ///
 /// An empty or over-long [`FcLun::wwpns`] is [`Error::Invalid`], before anything is read.
@@ -138,12 +140,12 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
         })
         .collect();
     let what = format!("LUN {} of FC target {}", lun.lun, list(&wwpns));
-    crate::scan::scan_paths(
+    crate::scsi::scan::scan_paths(
         root,
         &what,
         start,
         candidates,
-        &crate::scan::named,
+        &crate::scsi::scan::named,
         &|| no_port(&wwpns),
         opts,
     )
@@ -151,7 +153,10 @@ pub fn scan(root: &Root, lun: &FcLun, opts: &ScanOptions) -> Result<ScanReport> 
 
 /// The port states in which the kernel's `fc_user_scan` scans a remote port.
 fn online(r: &FcRemotePort) -> bool {
-    matches!(r.port_state.as_deref(), Some("Online" | "Marginal"))
+    matches!(
+        r.parsed_port_state,
+        Some(FcPortState::Online | FcPortState::Marginal)
+    )
 }
 
 /// Whether `r` hangs off one of the local ports `initiators` (any, when empty).

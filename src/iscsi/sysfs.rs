@@ -3,10 +3,23 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{Confine, attr, attr_parse, entries, file_name, resolve};
 use crate::error::Result;
 use crate::id::decimal;
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, file_name, resolve};
+
+crate::sysfs::kernel_state! {
+    /// An iSCSI session's state (`/sys/class/iscsi_session/sessionN/state`,
+    /// `iscsi_session_state_names`).
+    IscsiState {
+        /// Logged in: its SCSI host takes commands.
+        LoggedIn = "LOGGED_IN",
+        /// The connection failed; iscsid is recovering it (its devices are blocked).
+        Failed = "FAILED",
+        /// Being torn down.
+        Free = "FREE",
+    }
+}
 
 /// One iSCSI session, `/sys/class/iscsi_session/sessionN`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +100,7 @@ pub struct SessionPath {
     /// Session id, `N` of `sessionN`.
     pub sid: u32,
     /// `LOGGED_IN`, `FAILED` or `FREE`.
-    pub state: Option<String>,
+    pub state: Option<IscsiState>,
     /// The SCSI host the session created.
     pub host: Option<u32>,
     /// The SCSI target id of the session on its host.
@@ -131,7 +144,7 @@ pub fn paths_to(root: &Root, target: &str, portals: Portals<'_>) -> Result<Vec<S
         };
         out.push(SessionPath {
             sid,
-            state: attr(&dir, "state"),
+            state: attr(&dir, "state").map(|s| IscsiState::parse(&s)),
             host: session_host(root, &entry, &dir, sid),
             target_id: session_target_id(root, &dir),
             portal,
@@ -365,5 +378,22 @@ mod tests {
     fn portals_bracket_ipv6() {
         assert_eq!(format_portal("127.0.0.1", 3260), "127.0.0.1:3260");
         assert_eq!(format_portal("fe80::1", 3260), "[fe80::1]:3260");
+    }
+
+    #[test]
+    fn session_states_parse_and_keep_their_spelling() {
+        for (raw, state) in [
+            ("LOGGED_IN", IscsiState::LoggedIn),
+            ("FAILED", IscsiState::Failed),
+            ("FREE", IscsiState::Free),
+        ] {
+            assert_eq!(IscsiState::parse(raw), state);
+            assert_eq!(state.as_str(), raw);
+        }
+        assert_eq!(
+            IscsiState::parse("logged_in"),
+            IscsiState::Other("logged_in".into())
+        );
+        assert_eq!(IscsiState::parse("").as_str(), "");
     }
 }

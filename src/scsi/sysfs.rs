@@ -3,10 +3,35 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::id::{Hctl, Wwid, decimal};
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, sub_entries};
+
+crate::sysfs::kernel_state! {
+    /// A SCSI device's state (`/sys/class/scsi_device/H:C:T:L/device/state`, the midlayer's
+    /// `scsi_device_state`).
+    ScsiState {
+        /// Being set up by the scan.
+        Created = "created",
+        /// Taking commands.
+        Running = "running",
+        /// Being removed.
+        Cancel = "cancel",
+        /// Removed.
+        Deleted = "deleted",
+        /// Quiesced (suspend, a SPI domain validation).
+        Quiesce = "quiesce",
+        /// Set offline: commands fail (the error handler gave up, or `echo offline`).
+        Offline = "offline",
+        /// Its transport lost it for good: commands fail.
+        TransportOffline = "transport-offline",
+        /// Its transport is recovering (an iSCSI session or FC port down): commands wait.
+        Blocked = "blocked",
+        /// Blocked while still being set up.
+        CreatedBlocked = "created-blocked",
+    }
+}
 
 /// How a SCSI host reaches its storage, decided by which transport class claims it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,8 +188,8 @@ pub(crate) fn wwid(root: &Root, hctl: Hctl) -> Option<Wwid> {
 }
 
 /// The device's state now (`running`, `blocked`, `offline`, `transport-offline`...).
-pub(crate) fn state(root: &Root, hctl: Hctl) -> Option<String> {
-    attr(&device_dir(root, hctl), "state")
+pub(crate) fn state(root: &Root, hctl: Hctl) -> Option<ScsiState> {
+    attr(&device_dir(root, hctl), "state").map(|s| ScsiState::parse(&s))
 }
 
 /// The kernel name of the disk `sd` bound to the device at `hctl` (its `block/` entry).
@@ -188,4 +213,31 @@ fn read_device(dir: &std::path::Path, hctl: Hctl) -> Result<ScsiDevice> {
         block: first("block")?,
         sg: first("scsi_generic")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_states_parse_and_keep_their_spelling() {
+        for (raw, state) in [
+            ("created", ScsiState::Created),
+            ("running", ScsiState::Running),
+            ("cancel", ScsiState::Cancel),
+            ("deleted", ScsiState::Deleted),
+            ("quiesce", ScsiState::Quiesce),
+            ("offline", ScsiState::Offline),
+            ("transport-offline", ScsiState::TransportOffline),
+            ("blocked", ScsiState::Blocked),
+            ("created-blocked", ScsiState::CreatedBlocked),
+        ] {
+            assert_eq!(ScsiState::parse(raw), state);
+            assert_eq!(state.as_str(), raw);
+        }
+        let odd = ScsiState::parse("Running");
+        assert_eq!(odd, ScsiState::Other("Running".into()));
+        assert_ne!(odd, ScsiState::Running);
+        assert_eq!(odd.to_string(), "Running");
+    }
 }

@@ -1,10 +1,41 @@
 //! `/sys/class/fc_host` and `/sys/class/fc_remote_ports` (the FC transport class).
 
-use super::{Confine, attr, attr_parse, entries, resolve};
 use crate::error::Result;
 use crate::id::Wwn;
 use crate::id::decimal;
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, resolve};
+
+crate::sysfs::kernel_state! {
+    /// An FC remote port's state (`/sys/class/fc_remote_ports/rport-H:C-N/port_state`,
+    /// `fc_port_state_names`).
+    FcPortState {
+        /// Not known.
+        Unknown = "Unknown",
+        /// Not present.
+        NotPresent = "Not Present",
+        /// Logged in: the midlayer scans and uses it.
+        Online = "Online",
+        /// Offline.
+        Offline = "Offline",
+        /// Lost; its SCSI devices are blocked until it comes back or `dev_loss_tmo` passes.
+        Blocked = "Blocked",
+        /// Bypassed.
+        Bypassed = "Bypassed",
+        /// In diagnostics.
+        Diagnostics = "Diagnostics",
+        /// Its link is down.
+        Linkdown = "Linkdown",
+        /// In error.
+        Error = "Error",
+        /// In loopback.
+        Loopback = "Loopback",
+        /// Deleted.
+        Deleted = "Deleted",
+        /// Online, but marked marginal by the fabric (FPIN): still scanned and used.
+        Marginal = "Marginal",
+    }
+}
 
 /// One local FC port (HBA), `/sys/class/fc_host/hostN`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +75,11 @@ pub struct FcRemotePort {
     pub roles: Vec<String>,
     /// SCSI target id bound to the rport; `None` for -1 (not a target, or not bound).
     pub scsi_target_id: Option<u32>,
-    /// `Online`, `Blocked`, `Not Present`, `Marginal`...
+    /// `Online`, `Blocked`, `Not Present`, `Marginal`..., as the kernel wrote it (what
+    /// `lunkit list` shows).
     pub port_state: Option<String>,
+    /// [`port_state`](Self::port_state) parsed, for the workflows to decide on.
+    pub parsed_port_state: Option<FcPortState>,
     /// `(host, channel, target)` of the SCSI target below the rport, once it exists.
     pub target: Option<(u32, u32, u32)>,
 }
@@ -129,6 +163,7 @@ pub fn remote_ports(root: &Root) -> Result<Vec<FcRemotePort>> {
         let target = resolve(root, &d.join("device"))
             .and_then(|dev| entries(&dev).ok())
             .and_then(|names| names.iter().find_map(|n| parse_target_name(n)));
+        let port_state = attr(&d, "port_state");
         out.push(FcRemotePort {
             host,
             channel,
@@ -146,7 +181,8 @@ pub fn remote_ports(root: &Root) -> Result<Vec<FcRemotePort>> {
                 .unwrap_or_default(),
             scsi_target_id: attr_parse::<i64>(&d, "scsi_target_id")
                 .and_then(|t| u32::try_from(t).ok()),
-            port_state: attr(&d, "port_state"),
+            parsed_port_state: port_state.as_deref().map(FcPortState::parse),
+            port_state,
             target,
             name,
         });
@@ -166,5 +202,25 @@ mod tests {
         assert_eq!(parse_rport_name("rport-5-0-1"), None);
         assert_eq!(parse_target_name("target5:0:3"), Some((5, 0, 3)));
         assert_eq!(parse_target_name("target5:0:3:1"), None);
+    }
+
+    #[test]
+    fn port_states_parse_and_keep_their_spelling() {
+        for (raw, state) in [
+            ("Online", FcPortState::Online),
+            ("Marginal", FcPortState::Marginal),
+            ("Blocked", FcPortState::Blocked),
+            ("Not Present", FcPortState::NotPresent),
+            ("Linkdown", FcPortState::Linkdown),
+            ("Deleted", FcPortState::Deleted),
+        ] {
+            assert_eq!(FcPortState::parse(raw), state);
+            assert_eq!(state.as_str(), raw);
+        }
+        assert_eq!(
+            FcPortState::parse("online"),
+            FcPortState::Other("online".into())
+        );
+        assert_eq!(FcPortState::parse("Fenced").to_string(), "Fenced");
     }
 }

@@ -8,9 +8,51 @@
 //! their controller's directory with their ANA state. Without it, each controller has its
 //! own `nvme<C>n<N>`, a block device of its own.
 
-use super::{Confine, attr, attr_parse, entries, sub_entries};
 use crate::error::Result;
 use crate::root::Root;
+use crate::sysfs::{Confine, attr, attr_parse, entries, sub_entries};
+
+crate::sysfs::kernel_state! {
+    /// An NVMe controller's state (`/sys/class/nvme/nvmeX/state`, `nvme_sysfs_show_state`).
+    CtrlState {
+        /// Created, not yet connected.
+        New = "new",
+        /// Connected and serving I/O.
+        Live = "live",
+        /// Being reset.
+        Resetting = "resetting",
+        /// Lost its link; the kernel reconnects every `reconnect_delay` seconds until
+        /// `ctrl_loss_tmo` passes.
+        Connecting = "connecting",
+        /// Being deleted.
+        Deleting = "deleting",
+        /// Being deleted, its I/O already failed.
+        DeletingNoIo = "deleting (no IO)",
+        /// Gave up: removed or failed for good.
+        Dead = "dead",
+    }
+}
+
+impl CtrlState {
+    /// Whether the controller is on its way back to `live` by itself (`connecting`,
+    /// `resetting`, `new`): a path that is not serving I/O now but will be.
+    pub fn is_reconnecting(&self) -> bool {
+        matches!(
+            self,
+            CtrlState::Connecting | CtrlState::Resetting | CtrlState::New
+        )
+    }
+
+    /// Whether the kernel is taking the controller away (`deleting`, `deleting (no IO)`,
+    /// `dead`): such a controller is never handed out as an existing path, and a new connect
+    /// of its path is allowed.
+    pub fn is_going(&self) -> bool {
+        matches!(
+            self,
+            CtrlState::Deleting | CtrlState::DeletingNoIo | CtrlState::Dead
+        )
+    }
+}
 
 /// One NVMe controller, `/sys/class/nvme/nvmeX`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,8 +63,11 @@ pub struct NvmeController {
     pub transport: Option<String>,
     /// Fabrics address (`traddr=…,trsvcid=…`) or PCI address.
     pub address: Option<String>,
-    /// `live`, `connecting`, `resetting`, `deleting`, `dead`...
+    /// `live`, `connecting`, `resetting`, `deleting`, `dead`..., as the kernel wrote it (what
+    /// `lunkit list` shows).
     pub state: Option<String>,
+    /// [`state`](Self::state) parsed, for the workflows to decide on.
+    pub parsed_state: Option<CtrlState>,
     /// The subsystem NQN.
     pub subsysnqn: Option<String>,
     /// Model string.
@@ -140,7 +185,7 @@ pub fn controllers(root: &Root) -> Result<Vec<NvmeController>> {
 /// Reads controller `name` (`nvme0`); `None` when it does not exist (or its directory leads
 /// out of the root).
 pub fn controller(root: &Root, name: &str) -> Result<Option<NvmeController>> {
-    super::check_component("NVMe controller", name)?;
+    crate::sysfs::check_component("NVMe controller", name)?;
     let Some(d) = Confine::new(root).dir(&controller_dir(root, name)) else {
         return Ok(None);
     };
@@ -153,13 +198,15 @@ pub fn controller(root: &Root, name: &str) -> Result<Option<NvmeController>> {
         Err(e) if e.is_gone() => return Ok(None),
         Err(e) => return Err(e),
     };
+    let state = attr(&d, "state");
     Ok(Some(NvmeController {
         cntlid: attr_parse(&d, "cntlid"),
         hostnqn: attr(&d, "hostnqn"),
         hostid: attr(&d, "hostid"),
         transport: attr(&d, "transport"),
         address: attr(&d, "address"),
-        state: attr(&d, "state"),
+        parsed_state: state.as_deref().map(CtrlState::parse),
+        state,
         subsysnqn: attr(&d, "subsysnqn"),
         model: attr(&d, "model"),
         serial: attr(&d, "serial"),
@@ -216,7 +263,7 @@ pub fn subsystems(root: &Root) -> Result<Vec<NvmeSubsystem>> {
 /// Reads every namespace block device (`/sys/block/nvme*n*`, not the hidden paths).
 pub fn namespaces(root: &Root) -> Result<Vec<NvmeNamespace>> {
     let mut out = Vec::new();
-    for name in super::block::names(root)? {
+    for name in crate::block::sysfs::names(root)? {
         if !matches!(parse_namespace_name(&name), Some((_, None, _))) {
             continue;
         }
@@ -229,7 +276,7 @@ pub fn namespaces(root: &Root) -> Result<Vec<NvmeNamespace>> {
 
 /// Reads namespace block device `name` (`nvme0n1`); `None` when it does not exist.
 pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
-    super::check_component("NVMe namespace", name)?;
+    crate::sysfs::check_component("NVMe namespace", name)?;
     let Some(d) = Confine::new(root).dir(&root.sys("class/block").join(name)) else {
         return Ok(None);
     };
@@ -254,7 +301,7 @@ pub fn namespace(root: &Root, name: &str) -> Result<Option<NvmeNamespace>> {
             }
         }
     }
-    names.sort_by(|a, b| super::natural_cmp(a, b));
+    names.sort_by(|a, b| crate::sysfs::natural_cmp(a, b));
     names.dedup();
     let mut paths = Vec::new();
     for p in names {
@@ -340,6 +387,8 @@ mod tests {
         assert_eq!(cs.len(), 2);
         assert_eq!(cs[1].name, "nvme1");
         assert_eq!(cs[1].cntlid, Some(2));
+        assert_eq!(cs[1].state.as_deref(), Some("live"));
+        assert_eq!(cs[1].parsed_state, Some(CtrlState::Live));
         assert_eq!(cs[1].address_field("traddr"), Some("127.0.0.2"));
         assert_eq!(cs[1].address_field("trsvcid"), Some("4420"));
         assert_eq!(cs[1].address_field("host_iface"), None);
@@ -403,5 +452,44 @@ mod tests {
         ] {
             assert!(!is_namespace(no), "{no}");
         }
+    }
+
+    #[test]
+    fn controller_states_parse_and_keep_their_spelling() {
+        for (raw, state) in [
+            ("new", CtrlState::New),
+            ("live", CtrlState::Live),
+            ("resetting", CtrlState::Resetting),
+            ("connecting", CtrlState::Connecting),
+            ("deleting", CtrlState::Deleting),
+            ("deleting (no IO)", CtrlState::DeletingNoIo),
+            ("dead", CtrlState::Dead),
+        ] {
+            assert_eq!(CtrlState::parse(raw), state);
+            assert_eq!(state.as_str(), raw);
+        }
+        // A spelling this crate does not know (a newer kernel's, or the kernel's own
+        // "unknown state") is kept as written, and is neither live nor on its way back.
+        let odd = CtrlState::parse("unknown state");
+        assert_eq!(odd, CtrlState::Other("unknown state".into()));
+        assert_eq!(odd.to_string(), "unknown state");
+        assert!(!odd.is_reconnecting() && !odd.is_going());
+        // Case matters: the kernel writes lower case, "Live" is not it.
+        assert_eq!(CtrlState::parse("Live"), CtrlState::Other("Live".into()));
+    }
+
+    #[test]
+    fn reconnecting_and_going_controllers() {
+        let reconnecting: Vec<_> = ["new", "resetting", "connecting"]
+            .map(CtrlState::parse)
+            .into();
+        assert!(reconnecting.iter().all(CtrlState::is_reconnecting));
+        assert!(!reconnecting.iter().any(CtrlState::is_going));
+        let going: Vec<_> = ["deleting", "deleting (no IO)", "dead"]
+            .map(CtrlState::parse)
+            .into();
+        assert!(going.iter().all(CtrlState::is_going));
+        assert!(!going.iter().any(CtrlState::is_reconnecting));
+        assert!(!CtrlState::Live.is_reconnecting() && !CtrlState::Live.is_going());
     }
 }

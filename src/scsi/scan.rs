@@ -1,18 +1,5 @@
-//! Bringing one LUN in on every path at once, with an outcome for each path.
-//!
-//! A scan write returns only after that path's INQUIRYs, and on a sick path it waits out their
-//! timeouts, so writing one path after another costs N times one and lets a slow path hold up
-//! the healthy ones. Here every path gets its own worker for its write (each bounded by the
-//! deadline, see [`crate::wait`]), all writes start together, and one uevent subscription,
-//! opened before the first write, then waits for every path's block device until the
-//! deadline.
-//!
-//! A path that does not come does not cost the volume its other paths: each ends as
-//! [`PathOutcome::Found`], [`PathOutcome::NotReported`], [`PathOutcome::TimedOut`],
-//! [`PathOutcome::Failed`] or, when the transport says it cannot be scanned now (an FC port
-//! that is Blocked, an iSCSI session in recovery), [`PathOutcome::Skipped`]. The scan succeeds
-//! when [`ScanOptions::min_paths`] paths came and they all carry one WWID: a mixed volume is
-//! never handed out.
+//! Bringing one LUN in on every path at once, with an outcome for each path (the module docs
+//! of [`crate::scsi`] say how).
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -62,7 +62,7 @@ impl Backing {
 /// The loop devices that have a backing file bound (`<root>/sys/class/block/loopN/loop/`).
 pub fn bound(root: &Root) -> Result<Vec<LoopDevice>> {
     let mut out = Vec::new();
-    for name in sysfs::block::names(root)? {
+    for name in crate::block::sysfs::names(root)? {
         // `loopN` only: partitions of a loop device (`loop0p1`) have no `loop/` directory.
         if !name
             .strip_prefix("loop")
@@ -71,7 +71,7 @@ pub fn bound(root: &Root) -> Result<Vec<LoopDevice>> {
             continue;
         }
         // Unbound between the listing and this read: not bound.
-        let Some(file) = sysfs::block::loop_backing_file(root, &name) else {
+        let Some(file) = crate::block::sysfs::loop_backing_file(root, &name) else {
             continue;
         };
         sysfs::check_component("loop device name", &name)?;

@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Confine, ObjectId, attr, attr_parse, entries, real_dir, sub_entries};
 use crate::error::Result;
 use crate::id::Hctl;
 use crate::root::Root;
+use crate::sysfs::{Confine, ObjectId, attr, attr_parse, entries, real_dir, sub_entries};
 
 pub use crate::id::DevNum;
 
@@ -58,7 +58,7 @@ pub fn devices(root: &Root) -> Result<Vec<BlockDevice>> {
 
 /// Reads one disk by kernel name. The name must be a single path component.
 pub fn device(root: &Root, name: &str) -> Result<Option<BlockDevice>> {
-    super::check_component("block device name", name)?;
+    crate::sysfs::check_component("block device name", name)?;
     let path = root.sys("block").join(name);
     if !path.exists() {
         return Ok(None);
@@ -174,16 +174,16 @@ pub(crate) fn is_partition(root: &Root, name: &str) -> bool {
 /// The disk that partition `name` belongs to: the parent of its resolved directory, if that
 /// stays below the root.
 pub(crate) fn disk_of_partition(root: &Root, name: &str) -> Option<String> {
-    let real = super::resolve(root, &class_dir(root, name))?;
-    super::file_name(real.parent()?).map(str::to_owned)
+    let real = crate::sysfs::resolve(root, &class_dir(root, name))?;
+    crate::sysfs::file_name(real.parent()?).map(str::to_owned)
 }
 
 /// The SCSI address of disk `name`: its `device` link leads to the scsi_device, named
 /// H:C:T:L. `None` for partitions, dm devices and disks of other buses.
 pub(crate) fn scsi_address(root: &Root, name: &str) -> Option<Hctl> {
-    super::resolve(root, &class_dir(root, name).join("device"))
+    crate::sysfs::resolve(root, &class_dir(root, name).join("device"))
         .as_deref()
-        .and_then(super::file_name)
+        .and_then(crate::sysfs::file_name)
         .and_then(|n| n.parse().ok())
 }
 
@@ -211,8 +211,8 @@ pub(crate) fn loop_backing_file(root: &Root, name: &str) -> Option<String> {
 /// The kernel name of the device numbered `dev` (`/sys/dev/block/M:m` resolved), `None` when
 /// the kernel has none or its link leads outside the root.
 pub(crate) fn name_of_number(root: &Root, dev: DevNum) -> Option<String> {
-    let real = super::resolve(root, &number_dir(root, dev))?;
-    super::file_name(&real).map(str::to_owned)
+    let real = crate::sysfs::resolve(root, &number_dir(root, dev))?;
+    crate::sysfs::file_name(&real).map(str::to_owned)
 }
 
 /// Whether the kernel has a device numbered `dev`.
@@ -233,7 +233,7 @@ pub(crate) fn holders_of_number(root: &Root, dev: DevNum) -> Result<Vec<String>>
 /// The sysfs object the device numbered `dev` is now ([`ObjectId`]): a number is reused by
 /// the next device created, the object is not.
 pub(crate) fn object_of_number(root: &Root, dev: DevNum) -> Option<ObjectId> {
-    super::object_id(&number_dir(root, dev))
+    crate::sysfs::object_id(&number_dir(root, dev))
 }
 
 #[cfg(test)]

@@ -1,0 +1,201 @@
+use super::*;
+
+fn host() -> Host {
+    Host {
+        nqn: "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+            .parse()
+            .unwrap(),
+        id: Some("1b4e28ba-2fa1-11d2-883f-b9a761bde3fb".parse().unwrap()),
+    }
+}
+
+/// A scratch directory of its own per test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("lunkit-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn opts() -> ConnectOptions {
+    ConnectOptions::new(
+        "127.0.0.2".parse().unwrap(),
+        4420,
+        "nqn.2014-08.org.lunkit:lab".parse().unwrap(),
+    )
+}
+
+#[test]
+fn the_option_string_is_the_kernels_grammar() {
+    let (s, names) = option_string(&opts(), &host()).unwrap();
+    assert_eq!(
+        s,
+        "transport=tcp,traddr=127.0.0.2,trsvcid=4420,nqn=nqn.2014-08.org.lunkit:lab,\
+         hostnqn=nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb,\
+         hostid=1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+    );
+    assert_eq!(
+        names,
+        ["transport", "traddr", "trsvcid", "nqn", "hostnqn", "hostid"]
+    );
+
+    let mut o = opts();
+    o.traddr = "fd00::2".parse().unwrap();
+    o.ctrl_loss_tmo = Some(-1);
+    o.reconnect_delay = Some(2);
+    o.nr_io_queues = Some(4);
+    o.keep_alive_tmo = Some(5);
+    o.host_iface = Some("eth0".parse().unwrap());
+    let h = Host { id: None, ..host() };
+    let (s, names) = option_string(&o, &h).unwrap();
+    assert!(
+        s.starts_with("transport=tcp,traddr=fd00::2,trsvcid=4420,")
+            && s.ends_with(
+                ",ctrl_loss_tmo=-1,reconnect_delay=2,nr_io_queues=4,keep_alive_tmo=5,\
+                 host_iface=eth0"
+            )
+            && !s.contains("hostid"),
+        "{s}"
+    );
+    assert_eq!(names.len(), 10);
+}
+
+#[test]
+fn values_the_kernel_would_refuse_are_refused_first() {
+    let mut o = opts();
+    o.trsvcid = 0;
+    assert!(option_string(&o, &host()).is_err());
+    let mut o = opts();
+    o.reconnect_delay = Some(0);
+    assert!(option_string(&o, &host()).is_err());
+    let mut o = opts();
+    o.nr_io_queues = Some(0);
+    assert!(option_string(&o, &host()).is_err());
+    let mut o = opts();
+    o.ctrl_loss_tmo = Some(-2);
+    assert!(option_string(&o, &host()).is_err());
+}
+
+#[test]
+fn transports_and_interfaces_are_checked() {
+    assert_eq!("tcp".parse::<Transport>().unwrap(), Transport::Tcp);
+    for bad in ["", "TCP", "rdma", "tcp,traddr=1.2.3.4", "udp"] {
+        assert!(bad.parse::<Transport>().is_err(), "{bad}");
+    }
+    for good in ["eth0", "enp0s31f6", "bond0.100", "a"] {
+        assert_eq!(good.parse::<Interface>().unwrap().as_str(), good);
+    }
+    for bad in [
+        "",
+        ".",
+        "..",
+        "eth0,x=1",
+        "a=b",
+        "a/b",
+        "a:b",
+        "a b",
+        "sixteen-chars-xx",
+    ] {
+        assert!(bad.parse::<Interface>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn replies_parse_strictly() {
+    assert_eq!(
+        parse_reply("instance=3,cntlid=1\n").unwrap(),
+        Reply {
+            instance: 3,
+            cntlid: 1
+        }
+    );
+    // A key a later kernel adds is ignored.
+    assert_eq!(
+        parse_reply("instance=0,cntlid=65535,foo=bar\n")
+            .unwrap()
+            .cntlid,
+        65535
+    );
+    for bad in [
+        "",
+        "\n",
+        "instance=-1,cntlid=-1",
+        "instance=1",
+        "cntlid=1",
+        "instance=1,cntlid=65536",
+        "instance=+1,cntlid=1",
+        "instance=1,cntlid=1,garbage",
+        "instance=x,cntlid=1",
+    ] {
+        assert!(parse_reply(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn the_options_a_kernel_supports_are_read_from_its_listing() {
+    let text = "instance=-1,cntlid=-1,transport=%s,traddr=%s,trsvcid=%s,nqn=%s,\
+                queue_size=%d,nr_io_queues=%d,reconnect_delay=%d,ctrl_loss_tmo=%d,\
+                keep_alive_tmo=%d,hostnqn=%s,host_traddr=%s,host_iface=%s,hostid=%s,\
+                duplicate_connect,disable_sqflow,hdr_digest,data_digest,\
+                nr_write_queues=%d,nr_poll_queues=%d,tos=%d,fast_io_fail_tmo=%d,\
+                discovery,dhchap_secret=%s,dhchap_ctrl_secret=%s\n";
+    let names = parse_options(text).unwrap();
+    assert!(names.iter().any(|n| n == "host_iface"));
+    assert!(names.iter().any(|n| n == "duplicate_connect"));
+    assert_eq!(names[0], "transport");
+    assert!(parse_options("instance=0,cntlid=1\n").is_err());
+}
+
+#[test]
+fn the_host_comes_from_etc_nvme_inside_the_root() {
+    let dir = Scratch::new("hostnqn");
+    let root = Root::new(dir.path());
+    let err = Host::from_node(&root).unwrap_err();
+    assert!(err.to_string().contains("hostnqn"), "{err}");
+    std::fs::create_dir_all(dir.path().join("etc/nvme")).unwrap();
+    std::fs::write(
+        dir.path().join("etc/nvme/hostnqn"),
+        "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-b9a761bde3fb\n",
+    )
+    .unwrap();
+    let h = Host::from_node(&root).unwrap();
+    assert_eq!(h.id, None);
+    std::fs::write(
+        dir.path().join("etc/nvme/hostid"),
+        "1b4e28ba-2fa1-11d2-883f-b9a761bde3fb\n",
+    )
+    .unwrap();
+    assert_eq!(Host::from_node(&root).unwrap(), host());
+    std::fs::write(dir.path().join("etc/nvme/hostid"), "not-a-uuid\n").unwrap();
+    assert!(Host::from_node(&root).is_err());
+}
+
+#[test]
+fn a_regular_file_in_place_of_the_device_gets_nothing_written() {
+    let dir = Scratch::new("fake-fabrics");
+    std::fs::create_dir_all(dir.path().join("dev")).unwrap();
+    let fake = dir.path().join("dev/nvme-fabrics");
+    std::fs::write(&fake, "").unwrap();
+    let root = Root::new(dir.path());
+    let (s, _) = option_string(&opts(), &host()).unwrap();
+    let far = Instant::now() + Duration::from_secs(5);
+    assert!(write(&root, &s, "x", far).is_err());
+    assert_eq!(std::fs::read(&fake).unwrap(), b"");
+    std::fs::remove_file(&fake).unwrap();
+    let err = write(&root, &s, "x", far).unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
+}
