@@ -132,7 +132,7 @@ impl Path {
 pub(super) mod tests {
     use super::*;
     use lunkit::block::BlockNode;
-    use lunkit::scan::PathTiming;
+    use lunkit::scsi::PathTiming;
     use lunkit::{DevNum, Hctl, PathDevice};
     use serde_json::{Value, json};
 

@@ -38,7 +38,7 @@ use super::identify::{controller_node, open_controller};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::root::Root;
-use crate::sysfs::nvme as sysnvme;
+use super::sysfs as sysnvme;
 use crate::wait;
 
 /// The well-known discovery NQN: every discovery service answers to it.
