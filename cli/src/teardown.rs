@@ -227,6 +227,8 @@ fn step_json(s: &Step) -> serde_json::Value {
         "target": s.target,
         "outcome": outcome,
         "detail": detail,
+        // From the start of the detach: steps that ran side by side overlap.
+        "start_ms": s.start.as_secs_f64() * 1e3,
         "duration_ms": s.duration.as_secs_f64() * 1e3,
     })
 }

@@ -233,7 +233,9 @@ impl Run<'_> {
         let deadline = self.deadline;
         let force = self.opts.force;
         // Each delete blocks on its device's cache flush and teardown: do them side by side.
-        type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
+        // Each step's start and length, so that the report shows them overlapping.
+        type Span = (Instant, Duration);
+        type PathResult = (Span, Result<Outcome>, Span, Option<Result<Outcome>>);
         let one = |p: &VolumePath| -> PathResult {
             let t0 = Instant::now();
             let claim = match &p.disk {
@@ -259,30 +261,38 @@ impl Run<'_> {
                     }),
                 ),
             };
-            (flush_time, flushed, t1.elapsed(), deleted)
+            ((t0, flush_time), flushed, (t1, t1.elapsed()), deleted)
         };
         // Its flush may or may not have run when its worker failed; its delete did not finish.
+        let fanned = Instant::now();
         let results = helper::fan_out("lunkit-delete-path", paths, |p| Ok(one(p)))
             .into_iter()
-            .map(|r| r.unwrap_or_else(|e| (Duration::ZERO, Err(e), Duration::ZERO, None)));
+            .map(|r| {
+                let none = (fanned, Duration::ZERO);
+                r.unwrap_or_else(|e| (none, Err(e), none, None))
+            });
         let mut first_err = None;
         for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
             let target = p.to_string();
             let flush_failed = flushed.is_err();
             match flushed {
-                Ok(o) => self.log.record(StepKind::FlushPath, &target, o, ft),
-                Err(e) if force => self.log.record(
+                Ok(o) => self
+                    .log
+                    .record_span(StepKind::FlushPath, &target, o, ft.0, ft.1),
+                Err(e) if force => self.log.record_span(
                     StepKind::FlushPath,
                     &target,
                     Outcome::Skipped(format!("forced past: {e}")),
-                    ft,
+                    ft.0,
+                    ft.1,
                 ),
                 Err(e) => {
-                    self.log.record(
+                    self.log.record_span(
                         StepKind::FlushPath,
                         &target,
                         Outcome::Failed(e.to_string()),
-                        ft,
+                        ft.0,
+                        ft.1,
                     );
                     first_err.get_or_insert(step_error(StepKind::FlushPath, &target, e));
                 }
@@ -293,24 +303,28 @@ impl Run<'_> {
             match deleted {
                 // Not attempted: its flush failed (recorded above).
                 None => {}
-                Some(Ok(o)) => self.log.record(StepKind::DeletePath, &target, o, dt),
+                Some(Ok(o)) => self
+                    .log
+                    .record_span(StepKind::DeletePath, &target, o, dt.0, dt.1),
                 // Another device at the address since this round checked it: left alone, and
                 // the next round looks at what is there now.
                 Some(Err(e @ Error::Replaced { .. })) => {
-                    self.log.record(
+                    self.log.record_span(
                         StepKind::DeletePath,
                         &target,
                         Outcome::Skipped(format!("{e}; looking again")),
-                        dt,
+                        dt.0,
+                        dt.1,
                     );
                     first_err.get_or_insert(e);
                 }
                 Some(Err(e)) => {
-                    self.log.record(
+                    self.log.record_span(
                         StepKind::DeletePath,
                         &target,
                         Outcome::Failed(e.to_string()),
-                        dt,
+                        dt.0,
+                        dt.1,
                     );
                     first_err.get_or_insert(step_error(StepKind::DeletePath, &target, e));
                 }
