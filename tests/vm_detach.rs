@@ -293,6 +293,30 @@ fn detach_is_lossless_leaves_nothing_and_repeats() {
     let deleted = steps(&doc, "delete-path");
     assert_eq!(deleted.len(), 2, "{doc}");
     assert!(deleted.iter().all(|s| s["outcome"] == "done"), "{doc}");
+    // Each step says when it began: every one ends within the detach, and the paths (each
+    // flushed, then deleted, side by side) begin only once the map is removed.
+    let span = |s: &Value| {
+        let start = s["start_ms"].as_f64().expect("start_ms");
+        (
+            start,
+            start + s["duration_ms"].as_f64().expect("duration_ms"),
+        )
+    };
+    let total = doc["duration_ms"].as_f64().unwrap();
+    for s in doc["steps"].as_array().unwrap() {
+        let (from, to) = span(s);
+        assert!(
+            0.0 <= from && to <= total + 0.001,
+            "{s} outside 0..{total}: {doc}"
+        );
+    }
+    let map_removed = span(steps(&doc, "remove-map")[0]).1;
+    for s in steps(&doc, "flush-path").into_iter().chain(deleted) {
+        assert!(
+            span(s).0 >= map_removed,
+            "{s} began before the map was removed: {doc}"
+        );
+    }
     assert!(
         read_file(&vol.backing(), 0, data.len()) == data,
         "the target's backing file differs from what was written"

@@ -229,6 +229,10 @@ pub struct Step {
     pub target: String,
     /// How it ended.
     pub outcome: Outcome,
+    /// When it began, from the start of the workflow (of which [`DetachReport::duration`]
+    /// is the whole): steps that ran side by side overlap, and the time between steps is
+    /// work no step covers (looking the volume up again between rounds, say).
+    pub start: Duration,
     /// How long it took.
     pub duration: Duration,
 }

@@ -43,8 +43,8 @@ usage: cargo xtask <command>
   bench [--runs N] [--only GROUP,...] [--aslr]
                           lunkit against the kernel floor and the peer tools, one boot
                           (norandmaps unless --aslr); table and JSON in target/bench/
-                          (groups: scan, node, scale, teardown, crowd, resize, nvme,
-                          listing, flush)
+                          (groups: scan, node, scale, teardown, crowd, busy, resize,
+                          nvme, listing, flush)
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)

@@ -39,6 +39,8 @@ pub struct Step {
     pub outcome: &'static str,
     /// Why, when skipped or failed.
     pub detail: Option<String>,
+    /// From the start of the detach: steps that ran side by side overlap.
+    pub start_ms: f64,
     pub duration_ms: f64,
 }
 
@@ -82,6 +84,7 @@ impl Step {
             target: s.target.clone(),
             outcome,
             detail,
+            start_ms: millis(s.start),
             duration_ms: millis(s.duration),
         }
     }
@@ -98,6 +101,7 @@ mod tests {
             kind,
             target: target.into(),
             outcome,
+            start: Duration::from_micros(500),
             duration: Duration::from_micros(2_250),
         }
     }
@@ -145,9 +149,9 @@ mod tests {
         assert_eq!(
             v["steps"],
             json!([
-                {"step": "identify", "target": "x", "outcome": "done", "detail": null, "duration_ms": 2.25},
-                {"step": "remove-map", "target": "mpatha (dm-0)", "outcome": "already-gone", "detail": null, "duration_ms": 2.25},
-                {"step": "delete-path", "target": "6:0:0:1 (sdc)", "outcome": "skipped", "detail": "forced", "duration_ms": 2.25},
+                {"step": "identify", "target": "x", "outcome": "done", "detail": null, "start_ms": 0.5, "duration_ms": 2.25},
+                {"step": "remove-map", "target": "mpatha (dm-0)", "outcome": "already-gone", "detail": null, "start_ms": 0.5, "duration_ms": 2.25},
+                {"step": "delete-path", "target": "6:0:0:1 (sdc)", "outcome": "skipped", "detail": "forced", "start_ms": 0.5, "duration_ms": 2.25},
             ])
         );
     }

@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 
 use super::fabrics::{ConnectOptions, Host};
 use super::identify::{controller_node, open_controller};
+use super::sysfs as sysnvme;
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::root::Root;
-use super::sysfs as sysnvme;
 use crate::wait;
 
 /// The well-known discovery NQN: every discovery service answers to it.

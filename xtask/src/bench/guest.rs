@@ -73,7 +73,8 @@ pub fn main(args: &[String]) -> Result<u8> {
         return Err("usage: xtask bench --guest LUNKIT OUT RUNS GROUPS".into());
     };
     let groups: Vec<&str> = groups.split(',').collect();
-    let _warm = hold_programs_open(Path::new(lunkit));
+    let lean = groups.iter().all(|g| LEAN_GROUPS.contains(g));
+    let _warm = hold_programs_open(Path::new(lunkit), lean);
     let mut ctx = Ctx {
         lunkit: PathBuf::from(lunkit),
         runs: runs
@@ -110,6 +111,16 @@ pub fn main(args: &[String]) -> Result<u8> {
             "node: scans with udevd and multipathd running, 2 sessions",
             "node",
             &mut node_phase,
+        );
+    }
+    if wants("busy") {
+        phase(
+            &format!(
+                "busy node: {BUSY_OTHERS} other 2-path volumes, {BUSY_PROCESSES} more \
+                 processes, udevd and multipathd running"
+            ),
+            "busy-teardown",
+            &mut busy_phase,
         );
     }
     if wants("resize") {
@@ -165,10 +176,21 @@ fn say(msg: &str) {
 /// one process would be 2,000 more files for lunkit's in-use check to look at, which a
 /// storage node does not have (it cost a detach ~500 ms before). Empty files, which cannot be
 /// mapped, stay open.
-fn hold_programs_open(lunkit: &Path) -> Vec<fs::File> {
+///
+/// A mapping costs the check too, since it looks at every process's memory mappings: once per
+/// distinct file (per share of its walk), a `statx` that on this 9p root is a round trip to
+/// the host. With all 2,434 programs and libraries held, the quiet teardown's in-use check
+/// took 3.4–7.1 s (2026-11-27, loaded host) instead of about 13 ms. So when only the rows
+/// that detach run (`lean`: [`LEAN_GROUPS`]), only what they run is held: lunkit, the tools
+/// of their peers and the lab, and the libraries those load ([`lean_programs`]).
+fn hold_programs_open(lunkit: &Path, lean: bool) -> Vec<fs::File> {
     let limit = super::sys::raise_nofile_limit().unwrap_or(1024);
     let budget = usize::try_from(limit).unwrap_or(1024).saturating_sub(256);
     let mut paths = vec![lunkit.to_path_buf()];
+    if lean {
+        paths.extend(lean_programs());
+        return hold(&paths, budget);
+    }
     for dir in [
         "/usr/bin",
         "/usr/sbin",
@@ -180,6 +202,55 @@ fn hold_programs_open(lunkit: &Path) -> Vec<fs::File> {
         names.retain(|n| !is_lib || n.contains(".so"));
         paths.extend(names.into_iter().map(|n| Path::new(dir).join(n)));
     }
+    hold(&paths, budget)
+}
+
+/// The groups whose rows run only the tools [`lean_programs`] lists.
+const LEAN_GROUPS: &[&str] = &["node", "teardown", "crowd", "busy"];
+
+/// The programs the lean groups run (the bench's, the peers' and the lab's), and the shared
+/// libraries each loads, as `ldd` lists them.
+fn lean_programs() -> Vec<PathBuf> {
+    let programs = [
+        "blockdev",
+        "multipath",
+        "multipathd",
+        "iscsiadm",
+        "iscsid",
+        "udevadm",
+        "python3",
+        "sh",
+        "dash",
+        "bash",
+    ];
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for p in programs {
+        let Some(exe) = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(p))
+            .find(|f| f.is_file())
+        else {
+            continue;
+        };
+        let libs = Command::new("ldd").arg(&exe).output().map_or_else(
+            |_| String::new(),
+            |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+        );
+        paths.push(exe);
+        // `libfoo.so.1 => /lib/x86_64-linux-gnu/libfoo.so.1 (0x...)`, or the loader alone.
+        paths.extend(
+            libs.split_whitespace()
+                .filter(|w| w.starts_with('/'))
+                .map(PathBuf::from),
+        );
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// Holds `paths` (at most `budget`), mapped where they can be and open otherwise.
+fn hold(paths: &[PathBuf], budget: usize) -> Vec<fs::File> {
     let mut mapped = 0;
     let held: Vec<fs::File> = paths
         .iter()
@@ -655,12 +726,18 @@ fn floor_scan(ctx: &Ctx, t: &Target, seq0: u64, t_start: Instant) -> Result<u64>
 /// The kernel floor of a scan on every session at once: `0 0 LUN` written to each host's
 /// `scan` from a thread per session (a write returns only once its path's INQUIRYs are
 /// done), until the listener has every disk's `add` uevent; microseconds.
-fn floor_scan_all(ctx: &Ctx, sessions: &[Session], seq0: u64, t_start: Instant) -> Result<u64> {
+fn floor_scan_all(
+    ctx: &Ctx,
+    sessions: &[Session],
+    lun: u32,
+    seq0: u64,
+    t_start: Instant,
+) -> Result<u64> {
     let targets: Vec<Target> = sessions
         .iter()
         .map(|s| Target {
             session: s.clone(),
-            lun: SCAN_LUN,
+            lun,
         })
         .collect();
     let written: Vec<std::io::Result<()>> = std::thread::scope(|sc| {
@@ -775,7 +852,7 @@ fn lab_phase(ctx: &mut Ctx, scan: bool, teardown: bool, crowd: bool) -> Result<(
         teardown_row(ctx, &lab.sessions, None)?;
     }
     if crowd {
-        let people = Crowd::start()?;
+        let people = Crowd::start(CROWD_PROCESSES, true)?;
         teardown_row(ctx, &lab.sessions, Some(&people))?;
         people.stop()?;
     }
@@ -888,17 +965,27 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
         // LUN 0 is on both sessions: multipathd maps it first; let that finish.
         multipath::wait_maps(1, lab.sessions.len())?;
         settle(ctx)?;
-        let sessions = &lab.sessions;
+        node_rows(ctx, "node", &lab.sessions, SCAN_LUN)
+    })();
+    let stopped = mpd.stop();
+    result?;
+    stopped?;
+    lab.teardown()
+}
+
+/// The node row's scans of LUN `lun` as row `row`, multipathd running already.
+fn node_rows(ctx: &mut Ctx, row: &str, sessions: &[Session], lun: u32) -> Result<()> {
+    {
         let portal = &sessions[0].portal;
         let list = [
             (
                 NodeScan::Lunkit,
                 Measurement::new(
-                    "node",
+                    row,
                     "lunkit",
                     "lunkit scan iscsi, one path",
                     &format!(
-                        "`lunkit scan iscsi --target IQN --portal {portal} --lun {SCAN_LUN} \
+                        "`lunkit scan iscsi --target IQN --portal {portal} --lun {lun} \
                          --json`, spawn to exit, with udevd and multipathd (find_multipaths \
                          no) running: multipathd maps the disk as it comes. The library time \
                          is `elapsed_us`."
@@ -908,11 +995,11 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
             (
                 NodeScan::Floor,
                 Measurement::new(
-                    "node",
+                    row,
                     "floor",
                     "kernel floor",
                     &format!(
-                        "`0 0 {SCAN_LUN}` written to host{}/scan from the benchmark process; \
+                        "`0 0 {lun}` written to host{}/scan from the benchmark process; \
                          time until an independent netlink listener receives the disk's `add` \
                          uevent. udevd and multipathd run as for lunkit.",
                         sessions[0].host
@@ -922,11 +1009,11 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
             (
                 NodeScan::LunkitBoth,
                 Measurement::new(
-                    "node",
+                    row,
                     "both",
                     "lunkit scan iscsi, both sessions",
                     &format!(
-                        "`lunkit scan iscsi --target IQN --lun {SCAN_LUN} --json` (no \
+                        "`lunkit scan iscsi --target IQN --lun {lun} --json` (no \
                          --portal: every session, scanned at once), spawn to exit; it returns \
                          once both disks' nodes open. Its library time against the one-path \
                          scan's is what a second path costs."
@@ -936,11 +1023,11 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
             (
                 NodeScan::FloorBoth,
                 Measurement::new(
-                    "node",
+                    row,
                     "floor2",
                     "kernel floor, both sessions",
                     &format!(
-                        "`0 0 {SCAN_LUN}` written to each session's host{{N}}/scan at once, \
+                        "`0 0 {lun}` written to each session's host{{N}}/scan at once, \
                          from two threads of the benchmark process (each write returns only \
                          after its path's INQUIRYs); time until the independent listener has \
                          both disks' `add` uevents. What the kernel itself takes for a second \
@@ -956,7 +1043,7 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
                 (
                     NodeScan::Resident,
                     Measurement::new(
-                        "node",
+                        row,
                         "resident",
                         "lunkit scan iscsi, one path, resident",
                         &format!("The one-path scan as a line to {RESIDENT_NOTE}"),
@@ -965,7 +1052,7 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
                 (
                     NodeScan::ResidentBoth,
                     Measurement::new(
-                        "node",
+                        row,
                         "resident-both",
                         "lunkit scan iscsi, both sessions, resident",
                         &format!("The 2-session scan as a line to {RESIDENT_NOTE}"),
@@ -973,35 +1060,32 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
                 ),
             ]);
         }
-        node_cleanup(ctx, sessions, node_map(sessions))?;
+        node_cleanup(ctx, sessions, lun, node_map(sessions, lun))?;
         rounds(ctx, &list, |ctx, m| {
-            node_scan_once(ctx, sessions, m, resident.as_mut())
+            node_scan_once(ctx, sessions, lun, m, resident.as_mut())
         })
         .map(|_| ())
-    })();
-    let stopped = mpd.stop();
-    result?;
-    stopped?;
-    lab.teardown()
+    }
 }
 
 /// The scanned LUN's address on each session.
-fn node_hctls(sessions: &[Session]) -> Vec<String> {
+fn node_hctls(sessions: &[Session], lun: u32) -> Vec<String> {
     sessions
         .iter()
-        .map(|s| format!("{}:0:0:{SCAN_LUN}", s.host))
+        .map(|s| format!("{}:0:0:{lun}", s.host))
         .collect()
 }
 
 fn node_scan_once(
     ctx: &mut Ctx,
     sessions: &[Session],
+    lun: u32,
     m: NodeScan,
     resident: Option<&mut Resident>,
 ) -> Result<Run> {
     let first = Target {
         session: sessions[0].clone(),
-        lun: SCAN_LUN,
+        lun,
     };
     let hctl = first.hctl();
     let both = matches!(
@@ -1009,7 +1093,7 @@ fn node_scan_once(
         NodeScan::LunkitBoth | NodeScan::FloorBoth | NodeScan::ResidentBoth
     );
     let wanted: Vec<String> = if both {
-        node_hctls(sessions)
+        node_hctls(sessions, lun)
     } else {
         vec![hctl.clone()]
     };
@@ -1023,7 +1107,7 @@ fn node_scan_once(
             | NodeScan::LunkitBoth
             | NodeScan::Resident
             | NodeScan::ResidentBoth => {
-                let lun = SCAN_LUN.to_string();
+                let lun = lun.to_string();
                 let mut args = vec!["scan", "iscsi", "--target", &first.session.target];
                 if matches!(m, NodeScan::Lunkit | NodeScan::Resident) {
                     args.extend(["--portal", &first.session.portal]);
@@ -1042,7 +1126,9 @@ fn node_scan_once(
                 run.rss_kib = out.rss_kib;
             }
             NodeScan::Floor => run.wall_us = floor_scan(ctx, &first, seq0, t_start)?,
-            NodeScan::FloorBoth => run.wall_us = floor_scan_all(ctx, sessions, seq0, t_start)?,
+            NodeScan::FloorBoth => {
+                run.wall_us = floor_scan_all(ctx, sessions, lun, seq0, t_start)?;
+            }
         }
         Ok(())
     })();
@@ -1052,10 +1138,10 @@ fn node_scan_once(
         .filter(|h| node_opens(h).is_none())
         .collect();
     // Count what the action caused, multipathd's map included, before cleaning up.
-    let mapped = node_map(sessions);
+    let mapped = node_map(sessions, lun);
     ctx.listener.wait_quiet(QUIET, TIMEOUT);
     run.uevents = Some(seqnum()?.saturating_sub(seq0));
-    let cleaned = node_cleanup(ctx, sessions, mapped);
+    let cleaned = node_cleanup(ctx, sessions, lun, mapped);
     result?;
     cleaned?;
     if !missing.is_empty() {
@@ -1065,8 +1151,8 @@ fn node_scan_once(
 }
 
 /// The scanned LUN's addresses that exist now, and their disks (sorted).
-fn node_present(sessions: &[Session]) -> (Vec<String>, Vec<String>) {
-    let hctls: Vec<String> = node_hctls(sessions)
+fn node_present(sessions: &[Session], lun: u32) -> (Vec<String>, Vec<String>) {
+    let hctls: Vec<String> = node_hctls(sessions, lun)
         .into_iter()
         .filter(|h| Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
         .collect();
@@ -1084,8 +1170,8 @@ fn node_present(sessions: &[Session]) -> (Vec<String>, Vec<String>) {
 
 /// multipathd's map over every disk of the scanned LUN (it maps each disk as it comes,
 /// `find_multipaths no`), once it has them all; `None` when no disk is there.
-fn node_map(sessions: &[Session]) -> Result<Option<Map>> {
-    let (_, disks) = node_present(sessions);
+fn node_map(sessions: &[Session], lun: u32) -> Result<Option<Map>> {
+    let (_, disks) = node_present(sessions, lun);
     if disks.is_empty() {
         return Ok(None);
     }
@@ -1104,12 +1190,17 @@ fn node_map(sessions: &[Session]) -> Result<Option<Map>> {
 /// `lunkit detach` takes map and paths down; the devices' deletes and `multipath -f` are
 /// the fallback. Settles, and checks nothing is left; a failed wait for the map is the
 /// error then.
-fn node_cleanup(ctx: &mut Ctx, sessions: &[Session], map: Result<Option<Map>>) -> Result<()> {
-    let (hctls, disks) = node_present(sessions);
+fn node_cleanup(
+    ctx: &mut Ctx,
+    sessions: &[Session],
+    lun: u32,
+    map: Result<Option<Map>>,
+) -> Result<()> {
+    let (hctls, disks) = node_present(sessions, lun);
     if hctls.is_empty() {
         return settle(ctx).and(map.map(|_| ()));
     }
-    let lun = SCAN_LUN.to_string();
+    let lun = lun.to_string();
     let detached = proc::timed(
         Command::new(&ctx.lunkit).args([
             "detach",
@@ -1153,6 +1244,71 @@ fn node_cleanup(ctx: &mut Ctx, sessions: &[Session], map: Result<Option<Map>>) -
         return Err(format!("cleanup left devices {left:?} and maps {maps_left:?}").into());
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The busy node (issue 38)
+// ---------------------------------------------------------------------------------------
+
+/// Other 2-path volumes on the busy node: LUNs 0 to 15, mapped by multipathd.
+const BUSY_OTHERS: u32 = 16;
+/// Processes the busy node runs beyond the guest's own (about 40 without them).
+const BUSY_PROCESSES: usize = 100;
+/// The LUN the busy node's scan rows bring in, and the one its teardown rows take off.
+const BUSY_SCAN_LUN: u32 = BUSY_OTHERS;
+const BUSY_TEARDOWN_LUN: u32 = BUSY_OTHERS + 1;
+
+/// The node and teardown rows again on a node that carries what a real one does: the lab's
+/// target exports [`BUSY_OTHERS`] more LUNs, each attached on both sessions and mapped by
+/// multipathd (the lab's configuration, `find_multipaths no`), with udevd running and
+/// [`BUSY_PROCESSES`] more (sleeping) processes. Same boot as the quiet rows, so that the
+/// two settings compare as ratios.
+fn busy_phase(ctx: &mut Ctx) -> Result<()> {
+    let t0 = Instant::now();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: BUSY_OTHERS + 2,
+            ..LioConfig::default()
+        },
+        scan: (0..BUSY_OTHERS).collect(),
+        multipath: Some(multipath::DEFAULT_CONF),
+    })?;
+    if lab.sessions.len() < 2 {
+        return Err(format!(
+            "the busy node needs 2 sessions, the lab has {}",
+            lab.sessions.len()
+        )
+        .into());
+    }
+    let result = (|| -> Result<()> {
+        settle(ctx)?;
+        // The volumes alone first, then with the processes: what each adds.
+        say(&format!(
+            "busy node without more processes after {:.1} s: {} multipath maps, {} SCSI \
+             devices, {} processes",
+            t0.elapsed().as_secs_f64(),
+            multipath::maps().len(),
+            sysfs::names("/sys/class/scsi_device").len(),
+            count_processes()
+        ));
+        teardown_methods(ctx, "busy-maps", &lab.sessions, BUSY_TEARDOWN_LUN, false)?;
+        let people = Crowd::start(BUSY_PROCESSES, false)?;
+        settle(ctx)?;
+        say(&format!(
+            "busy node ready after {:.1} s: {} multipath maps, {} SCSI devices, {} processes",
+            t0.elapsed().as_secs_f64(),
+            multipath::maps().len(),
+            sysfs::names("/sys/class/scsi_device").len(),
+            count_processes()
+        ));
+        let measured = node_rows(ctx, "busy-node", &lab.sessions, BUSY_SCAN_LUN).and_then(|()| {
+            teardown_methods(ctx, "busy-teardown", &lab.sessions, BUSY_TEARDOWN_LUN, true)
+        });
+        let stopped = people.stop();
+        measured.and(stopped)
+    })();
+    let down = lab.teardown();
+    result.and(down)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1221,10 +1377,11 @@ enum Teardown {
 fn teardown_once(
     ctx: &mut Ctx,
     sessions: &[Session],
+    lun: u32,
     m: Teardown,
     resident: Option<&mut Resident>,
 ) -> Result<Run> {
-    let v = attach_volume(sessions, TEARDOWN_LUN)?;
+    let v = attach_volume(sessions, lun)?;
     settle(ctx)?;
     let seq0 = seqnum()?;
     let mut run = Run::default();
@@ -1241,8 +1398,9 @@ fn teardown_once(
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
+                run.steps = proc::json_steps(&out.stdout).unwrap_or_default();
                 run.rss_kib = out.rss_kib;
-                say(&step_split(&out.stdout, run.lib_us, v.map.paths.len()));
+                say(&step_split(&run));
             }
             Teardown::Floor => {
                 // The kernel work every teardown has to wait for, issued straight from this
@@ -1314,32 +1472,15 @@ fn teardown_once(
     Ok(run)
 }
 
-/// Where one lunkit detach's library time went, from its `--json` steps: each step before
-/// the paths, the paths' flush and delete (side by side, so their sum over the paths divided
-/// by their number stands for the phase), and what no step accounts for (sysfs lookups
-/// between rounds, the final look).
-fn step_split(json: &str, lib_us: Option<u64>, paths: usize) -> String {
-    let step = |name| proc::json_step_us(json, name).unwrap_or(0);
-    let before: Vec<(&str, u64)> = [
-        "identify",
-        "lock",
-        "resume-map",
-        "check-in-use",
-        "flush-map",
-        "remove-map",
-    ]
-    .into_iter()
-    .map(|n| (n, step(n)))
-    .collect();
-    let per_path = (step("flush-path") + step("delete-path")) / paths.max(1) as u64;
-    let counted = before.iter().map(|(_, us)| us).sum::<u64>() + per_path;
-    let mut s = String::from("  split:");
-    for (n, us) in before.iter().filter(|(_, us)| *us > 0) {
-        s += &format!(" {n} {}", ms(*us));
+/// One lunkit detach's steps for the log, from its `--json`: each with its start and length
+/// (steps side by side overlap), and the library time no step covers.
+fn step_split(run: &Run) -> String {
+    let mut s = String::from("  steps:");
+    for (label, span) in run.step_labels() {
+        s += &format!(" {label} @{} {};", ms(span.start_us), ms(span.dur_us));
     }
-    s += &format!(", paths {} each", ms(per_path));
-    if let Some(lib) = lib_us {
-        s += &format!(", outside steps {}", ms(lib.saturating_sub(counted)));
+    if let Some(out) = run.outside_steps_us() {
+        s += &format!(" outside every step {}", ms(out));
     }
     s
 }
@@ -1353,6 +1494,20 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session], crowd: Option<&Crowd>) -> R
     // LUN 0 is on both sessions: multipathd maps it first; let that finish.
     multipath::wait_maps(1, sessions.len())?;
     settle(ctx)?;
+    let result = teardown_methods(ctx, row, sessions, TEARDOWN_LUN, crowd.is_none());
+    mpd.stop()?;
+    result
+}
+
+/// The teardown row's methods on LUN `lun` as row `row`, multipathd running already;
+/// `shell` adds the shell sequence.
+fn teardown_methods(
+    ctx: &mut Ctx,
+    row: &str,
+    sessions: &[Session],
+    lun: u32,
+    shell_too: bool,
+) -> Result<()> {
     let lunkit = Measurement::new(
         row,
         "lunkit",
@@ -1378,7 +1533,7 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session], crowd: Option<&Crowd>) -> R
          the kernel has removed the disk and its node. No spawn, no lookup, no check.",
     );
     let mut list = vec![(Teardown::Floor, floor)];
-    if crowd.is_none() {
+    if shell_too {
         list.push((Teardown::Shell, shell));
     }
     match subcommand_available(&ctx.lunkit, "detach") {
@@ -1400,11 +1555,10 @@ fn teardown_row(ctx: &mut Ctx, sessions: &[Session], crowd: Option<&Crowd>) -> R
             ),
         );
     }
-    let result = rounds(ctx, &list, |ctx, m| {
-        teardown_once(ctx, sessions, m, resident.as_mut())
-    });
-    mpd.stop()?;
-    result.map(|_| ())
+    rounds(ctx, &list, |ctx, m| {
+        teardown_once(ctx, sessions, lun, m, resident.as_mut())
+    })
+    .map(|_| ())
 }
 
 /// How long the bench waits for a resident command: its own `--timeout 60`, and then some,
@@ -1471,8 +1625,9 @@ fn start_resident(ctx: &Ctx) -> Result<Option<Resident>> {
 
 /// What the crowd row adds to the node: 200 processes holding 100 descriptors each (40 opens
 /// of files on tmpfs, 20 pipes, 10 socket pairs), as on a busy node, so that the in-use
-/// check's walk over `/proc/*/fd` has 20,000 more descriptors to look at. One `python3`
-/// forks them (200 spawns would take minutes under TCG); each dies with it
+/// check's walk over `/proc/*/fd` has 20,000 more descriptors to look at. The busy node
+/// ([`busy_phase`]) has [`BUSY_PROCESSES`] sleeping ones instead, holding one file each.
+/// One `python3` forks them (200 spawns would take minutes under TCG); each dies with it
 /// (`PR_SET_PDEATHSIG`).
 struct Crowd {
     parent: std::process::Child,
@@ -1483,7 +1638,7 @@ const CROWD_PROCESSES: usize = 200;
 
 const CROWD_PY: &str = r#"
 import ctypes, os, signal, socket, sys
-d, n = sys.argv[1], int(sys.argv[2])
+d, n, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "hold"
 files = []
 for i in range(20):
     p = os.path.join(d, str(i))
@@ -1497,10 +1652,10 @@ for k in range(n):
         if ctypes.CDLL(None).prctl(1, 9) != 0 or os.getppid() != me:
             os._exit(1)
         os.close(r)
-        keep = [os.open(files[i % 20], os.O_RDONLY) for i in range(40)]
-        for _ in range(20):
+        keep = [os.open(files[i % 20], os.O_RDONLY) for i in range(40 if hold else 1)]
+        for _ in range(20 if hold else 0):
             keep.extend(os.pipe())
-        socks = [socket.socketpair() for _ in range(10)]
+        socks = [socket.socketpair() for _ in range(10 if hold else 0)]
         os.write(w, b"x")
         os.close(w)
         while True:
@@ -1518,7 +1673,8 @@ while True:
 "#;
 
 impl Crowd {
-    fn start() -> Result<Crowd> {
+    /// `processes` more processes, each holding 100 descriptors (`hold`) or one.
+    fn start(processes: usize, hold: bool) -> Result<Crowd> {
         use std::io::BufRead;
         let dir = PathBuf::from("/tmp/lunkit-bench-crowd");
         let _ = fs::remove_dir_all(&dir);
@@ -1526,7 +1682,8 @@ impl Crowd {
         let mut parent = Command::new("python3")
             .args(["-c", CROWD_PY])
             .arg(&dir)
-            .arg(CROWD_PROCESSES.to_string())
+            .arg(processes.to_string())
+            .arg(if hold { "hold" } else { "sleep" })
             .stdout(std::process::Stdio::piped())
             .spawn()
             .map_err(|e| format!("python3 for the crowd: {e}"))?;
@@ -1553,7 +1710,9 @@ impl Crowd {
         }
         let fds = count_fds();
         say(&format!(
-            "crowd: {CROWD_PROCESSES} processes ready; {fds} open descriptors on the node"
+            "crowd: {processes} processes ready; {} processes and {fds} open descriptors on \
+             the node",
+            count_processes()
         ));
         Ok(crowd)
     }
@@ -1588,6 +1747,14 @@ fn crowd_alive(dir: &Path) -> bool {
                 .any(|f| fs::read_link(f.path()).is_ok_and(|t| t.starts_with(dir)))
         })
     })
+}
+
+/// Processes on the node (numeric `/proc` entries).
+fn count_processes() -> usize {
+    sysfs::names("/proc")
+        .iter()
+        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        .count()
 }
 
 /// Open descriptors of every process on the node (`/proc/*/fd` entries).

@@ -38,6 +38,66 @@ pub struct Run {
     /// lunkit scan's `elapsed_us` less its last path's `ready_us`: its time after the kernel
     /// had the last disk ready.
     pub after_ready_us: Option<u64>,
+    /// lunkit detach's steps, in the order it reported them, each with its start (from the
+    /// start of the detach) and length: steps that ran side by side overlap.
+    pub steps: Vec<StepSpan>,
+}
+
+/// One step of a lunkit detach as its `--json` reported it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepSpan {
+    /// `check-in-use`, `delete-path`...
+    pub name: String,
+    /// When it began, from the start of the detach, microseconds.
+    pub start_us: u64,
+    /// How long it took, microseconds.
+    pub dur_us: u64,
+}
+
+impl Run {
+    /// The library time no step covers: `lib_us` less the union of the steps' spans (steps
+    /// side by side count once). `None` without a library time or without steps.
+    pub fn outside_steps_us(&self) -> Option<u64> {
+        let lib = self.lib_us?;
+        if self.steps.is_empty() {
+            return None;
+        }
+        let mut spans: Vec<(u64, u64)> = self
+            .steps
+            .iter()
+            .map(|s| (s.start_us, s.start_us + s.dur_us))
+            .collect();
+        spans.sort_unstable();
+        let (mut covered, mut reach) = (0, 0);
+        for (from, to) in spans {
+            let from = from.max(reach);
+            if to > from {
+                covered += to - from;
+                reach = to;
+            }
+        }
+        Some(lib.saturating_sub(covered))
+    }
+
+    /// The steps each named by their kind and, for a kind that came more than once, which
+    /// time it was (`flush-path #2`): the same label stands for the same step in every run
+    /// of a detach that went the same way.
+    pub fn step_labels(&self) -> Vec<(String, &StepSpan)> {
+        self.steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let before = self.steps[..i].iter().filter(|o| o.name == s.name).count();
+                let again = self.steps[i + 1..].iter().any(|o| o.name == s.name);
+                let label = if before > 0 || again {
+                    format!("{} #{}", s.name, before + 1)
+                } else {
+                    s.name.clone()
+                };
+                (label, s)
+            })
+            .collect()
+    }
 }
 
 /// Whether a measurement could be made.
@@ -103,6 +163,46 @@ impl Measurement {
 
     pub fn after_ready(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.after_ready_us))
+    }
+
+    pub fn outside_steps(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(Run::outside_steps_us))
+    }
+
+    /// Per step label ([`Run::step_labels`]), in the order of the run they first appear
+    /// in: the stats of its start and of its length over the runs that had it.
+    pub fn step_stats(&self) -> Vec<(String, Stats, Stats)> {
+        let mut labels: Vec<String> = Vec::new();
+        for r in &self.runs {
+            for (l, _) in r.step_labels() {
+                if !labels.contains(&l) {
+                    labels.push(l);
+                }
+            }
+        }
+        labels
+            .into_iter()
+            .filter_map(|l| {
+                let of = |f: fn(&StepSpan) -> u64| {
+                    Stats::of(self.runs.iter().flat_map(|r| {
+                        r.step_labels()
+                            .into_iter()
+                            .filter(|(x, _)| *x == l)
+                            .map(|(_, s)| f(s))
+                            .collect::<Vec<_>>()
+                    }))
+                };
+                Some((l.clone(), of(|s| s.start_us)?, of(|s| s.dur_us)?))
+            })
+            .collect()
+    }
+
+    /// The run whose library time is the median's (the lower middle one of an even count):
+    /// the one detach shown step by step.
+    pub fn median_run(&self) -> Option<&Run> {
+        let mut runs: Vec<&Run> = self.runs.iter().filter(|r| r.lib_us.is_some()).collect();
+        runs.sort_by_key(|r| r.lib_us);
+        runs.get(runs.len().checked_sub(1)? / 2).copied()
     }
 
     pub fn uevents(&self) -> Option<Stats> {
@@ -172,7 +272,8 @@ impl Stats {
 
 // ---------------------------------------------------------------------------------------
 // Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote`, then one
-// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add` line per run.
+// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add\tcheck\tfirst_write\tafter_ready\tsteps`
+// line per run, `steps` as `name@start+length,...` (microseconds) or `-`.
 // ---------------------------------------------------------------------------------------
 
 fn clean(s: &str) -> String {
@@ -181,6 +282,42 @@ fn clean(s: &str) -> String {
 
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn steps_field(steps: &[StepSpan]) -> String {
+    if steps.is_empty() {
+        return "-".to_owned();
+    }
+    let each: Vec<String> = steps
+        .iter()
+        .map(|s| {
+            format!(
+                "{}@{}+{}",
+                clean(&s.name).replace([',', '@', '+'], "_"),
+                s.start_us,
+                s.dur_us
+            )
+        })
+        .collect();
+    each.join(",")
+}
+
+fn parse_steps(field: &str) -> Option<Vec<StepSpan>> {
+    if field == "-" {
+        return Some(Vec::new());
+    }
+    field
+        .split(',')
+        .map(|one| {
+            let (name, span) = one.split_once('@')?;
+            let (start, dur) = span.split_once('+')?;
+            Some(StepSpan {
+                name: name.to_owned(),
+                start_us: start.parse().ok()?,
+                dur_us: dur.parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 pub fn to_lines(m: &Measurement) -> String {
@@ -200,7 +337,7 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
@@ -211,7 +348,8 @@ pub fn to_lines(m: &Measurement) -> String {
             opt(r.dev_add_us),
             opt(r.check_us),
             opt(r.first_write_us),
-            opt(r.after_ready_us)
+            opt(r.after_ready_us),
+            steps_field(&r.steps)
         );
     }
     out
@@ -241,9 +379,9 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            // Records written before `check_us`, `first_write_us` and `after_ready_us` have
-            // fields fewer.
-            Some(&"R") if (9..=12).contains(&f.len()) => {
+            // Records written before `check_us`, `first_write_us`, `after_ready_us` and
+            // `steps` have fields fewer.
+            Some(&"R") if (9..=13).contains(&f.len()) => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -270,6 +408,10 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     after_ready_us: match f.get(11) {
                         Some(s) => num(s)?,
                         None => None,
+                    },
+                    steps: match f.get(12) {
+                        Some(s) => parse_steps(s).ok_or_else(bad)?,
+                        None => Vec::new(),
                     },
                 };
                 let m = out
@@ -384,6 +526,18 @@ mod tests {
             check_us: Some(3),
             first_write_us: Some(2),
             after_ready_us: Some(1),
+            steps: vec![
+                StepSpan {
+                    name: "lock".into(),
+                    start_us: 0,
+                    dur_us: 4,
+                },
+                StepSpan {
+                    name: "delete-path".into(),
+                    start_us: 5,
+                    dur_us: 2,
+                },
+            ],
         });
         a.runs.push(Run {
             wall_us: 12,
@@ -408,5 +562,86 @@ mod tests {
         let back = from_lines(old).unwrap();
         assert_eq!(back[0].runs[0].check_us, Some(4));
         assert_eq!(back[0].runs[0].first_write_us, None);
+        assert!(
+            from_lines("M\tt.l\tt\tl\tok\t\t\nR\tt.l\t9\t8\t-\t-\t-\t-\t-\t-\t-\t-\tlock@1")
+                .is_err()
+        );
+    }
+
+    fn span(name: &str, start_us: u64, dur_us: u64) -> StepSpan {
+        StepSpan {
+            name: name.into(),
+            start_us,
+            dur_us,
+        }
+    }
+
+    #[test]
+    fn side_by_side_steps_count_once_and_the_rest_is_outside() {
+        let run = Run {
+            lib_us: Some(100),
+            steps: vec![
+                span("identify", 0, 10),
+                span("check-in-use", 20, 30),
+                // Two paths at once, overlapping each other.
+                span("flush-path", 60, 10),
+                span("delete-path", 70, 20),
+                span("flush-path", 60, 5),
+                span("delete-path", 65, 15),
+            ],
+            ..Run::default()
+        };
+        // Covered: 0-10, 20-50, 60-90: 70 of 100.
+        assert_eq!(run.outside_steps_us(), Some(30));
+        let labels: Vec<String> = run.step_labels().into_iter().map(|(l, _)| l).collect();
+        assert_eq!(
+            labels,
+            [
+                "identify",
+                "check-in-use",
+                "flush-path #1",
+                "delete-path #1",
+                "flush-path #2",
+                "delete-path #2"
+            ]
+        );
+        assert_eq!(Run::default().outside_steps_us(), None);
+        let no_lib = Run {
+            steps: vec![span("lock", 0, 1)],
+            ..Run::default()
+        };
+        assert_eq!(no_lib.outside_steps_us(), None);
+    }
+
+    #[test]
+    fn step_stats_are_per_label_over_the_runs_that_had_it() {
+        let mut m = Measurement::new("t", "lunkit", "lunkit detach", "");
+        for (lib, check, retry) in [(100, 30, false), (120, 50, true), (90, 20, false)] {
+            let mut steps = vec![span("identify", 0, 10), span("check-in-use", 10, check)];
+            if retry {
+                steps.push(span("check-in-use", 80, 5));
+            }
+            m.runs.push(Run {
+                lib_us: Some(lib),
+                steps,
+                ..Run::default()
+            });
+        }
+        let stats = m.step_stats();
+        let names: Vec<&str> = stats.iter().map(|(l, _, _)| l.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "identify",
+                "check-in-use",
+                "check-in-use #1",
+                "check-in-use #2"
+            ]
+        );
+        assert_eq!(stats[1].2.n, 2);
+        assert_eq!(stats[1].2.median, 25.0);
+        assert_eq!((stats[3].1.median, stats[3].2.median), (80.0, 5.0));
+        assert_eq!(m.median_run().unwrap().lib_us, Some(100));
+        assert_eq!(m.outside_steps().unwrap().median, 60.0);
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use super::model::StepSpan;
 use super::sys;
 use crate::{Result, process};
 
@@ -116,14 +117,24 @@ fn number_at(value: &str) -> Option<u64> {
 }
 
 /// The summed `duration_ms` of the objects in lunkit detach's `--json` whose `"step"` is
-/// `step`, in microseconds; `None` when no step has that name. The objects are found by
-/// their braces, outside strings (a step's `detail` is free text), and a key cannot occur
-/// inside a string: its quotes would be escaped there.
+/// `step`, in microseconds; `None` when no step has that name.
 pub fn json_step_us(text: &str, step: &str) -> Option<u64> {
-    let want = format!("\"step\":\"{step}\"");
+    let spans = json_steps(text)?;
+    let mut named = spans.iter().filter(|s| s.name == step).peekable();
+    named.peek()?;
+    Some(named.map(|s| s.dur_us).sum())
+}
+
+/// Every step of lunkit detach's `--json`, in order: its name, its `start_ms` (from the start
+/// of the detach; 0 from a lunkit that does not report it) and its `duration_ms`, in
+/// microseconds. `None` when the text is cut off or a step lacks its name or duration.
+///
+/// The step objects are found by their braces, outside strings (a step's `detail` is free
+/// text), and a key cannot occur inside a string: its quotes would be escaped there.
+pub fn json_steps(text: &str) -> Option<Vec<StepSpan>> {
     let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
     let mut start = None;
-    let mut total_ms: Option<f64> = None;
+    let mut spans = Vec::new();
     for (i, c) in text.char_indices() {
         if in_str {
             match (escaped, c) {
@@ -145,15 +156,12 @@ pub fn json_step_us(text: &str, step: &str) -> Option<u64> {
             '}' => {
                 if depth == 2 {
                     let obj = &text[start.take()?..=i];
-                    if obj.contains(&want) {
-                        let at = obj.find("\"duration_ms\":")? + "\"duration_ms\":".len();
-                        let num: String = obj[at..]
-                            .chars()
-                            .take_while(|c| {
-                                c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+')
-                            })
-                            .collect();
-                        *total_ms.get_or_insert(0.0) += num.parse::<f64>().ok()?;
+                    if let Some(name) = string_field(obj, "step") {
+                        spans.push(StepSpan {
+                            name: name.to_owned(),
+                            start_us: ms_field_us(obj, "start_ms").unwrap_or(0),
+                            dur_us: ms_field_us(obj, "duration_ms")?,
+                        });
                     }
                 }
                 depth = depth.checked_sub(1)?;
@@ -161,12 +169,33 @@ pub fn json_step_us(text: &str, step: &str) -> Option<u64> {
             _ => {}
         }
     }
-    total_ms.map(|ms| (ms * 1e3).round() as u64)
+    (depth == 0 && !in_str).then_some(spans)
+}
+
+/// The value of `"key":"value"` in one JSON object (a value without escapes).
+fn string_field<'a>(obj: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("\"{key}\":\"");
+    let at = obj.find(&pat)? + pat.len();
+    let len = obj[at..].find('"')?;
+    Some(&obj[at..at + len])
+}
+
+/// The number of `"key":N` in one JSON object, milliseconds, as whole microseconds.
+fn ms_field_us(obj: &str, key: &str) -> Option<u64> {
+    let pat = format!("\"{key}\":");
+    let at = obj.find(&pat)? + pat.len();
+    let num: String = obj[at..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
+        .collect();
+    let ms: f64 = num.parse().ok()?;
+    (ms >= 0.0).then(|| (ms * 1e3).round() as u64)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{json_step_us, json_u64, json_u64s};
+    use super::{StepSpan, json_step_us, json_steps, json_u64, json_u64s};
 
     #[test]
     fn reads_every_number_for_a_key() {
@@ -184,6 +213,32 @@ mod tests {
         assert_eq!(json_step_us(doc, "identify"), Some(1500));
         assert_eq!(json_step_us(doc, "remove-map"), None);
         assert_eq!(json_step_us("{\"steps\":[{\"step\":\"x\"", "x"), None);
+    }
+
+    #[test]
+    fn reads_each_steps_start_and_length() {
+        let doc = r#"{"elapsed_us":900,"steps":[{"detail":null,"duration_ms":1.5,"outcome":"done","start_ms":0.25,"step":"identify","target":"x"},{"detail":"a } in \"step\":\"lock\" text {","duration_ms":2.0,"outcome":"done","start_ms":3.0,"step":"flush-path","target":"7:0:0:5 (sdc)"},{"detail":null,"duration_ms":0.5,"outcome":"done","start_ms":3.5,"step":"flush-path","target":"8:0:0:5 (sdd)"}],"version":1}"#;
+        let span = |name: &str, start_us, dur_us| StepSpan {
+            name: name.into(),
+            start_us,
+            dur_us,
+        };
+        assert_eq!(
+            json_steps(doc).unwrap(),
+            [
+                span("identify", 250, 1500),
+                span("flush-path", 3000, 2000),
+                span("flush-path", 3500, 500)
+            ]
+        );
+        // A lunkit from before `start_ms`: every step at 0.
+        let old = r#"{"steps":[{"duration_ms":1.0,"step":"lock"}]}"#;
+        assert_eq!(json_steps(old).unwrap(), [span("lock", 0, 1000)]);
+        assert_eq!(json_steps(r#"{"steps":[{"step":"lock"}]}"#), None);
+        assert_eq!(
+            json_steps(r#"{"steps":[{"step":"lock","duration_ms":1"#),
+            None
+        );
     }
 
     #[test]

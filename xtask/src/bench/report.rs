@@ -84,6 +84,18 @@ const ROWS: &[(&str, &str)] = &[
     ("scale256", "Scan, 256 LUNs exported"),
     ("teardown", "Teardown, 2-path multipath volume"),
     (
+        "busy-node",
+        "Busy node: scan one iSCSI LUN, 16 other 2-path volumes, 100 more processes",
+    ),
+    (
+        "busy-maps",
+        "Teardown, 2-path volume, 16 other 2-path volumes (no more processes)",
+    ),
+    (
+        "busy-teardown",
+        "Busy node: teardown, 2-path volume, 16 other 2-path volumes, 100 more processes",
+    ),
+    (
         "crowd",
         "Teardown, 2-path volume, 200 more processes holding 20,000 fds",
     ),
@@ -184,6 +196,117 @@ fn ratio(all: &[Measurement], m: &Measurement, wall_median: f64) -> String {
     }
 }
 
+/// Where each lunkit detach's library time went, step by step (from its `--json` steps),
+/// for every measurement that has steps: per step, its start and length (medians over the
+/// runs that had it; steps side by side overlap), the time outside every step, and the
+/// detach with the median library time as it ran. Empty when no measurement has steps.
+fn step_tables(all: &[Measurement]) -> String {
+    let mut out = String::new();
+    for m in all
+        .iter()
+        .filter(|m| m.runs.iter().any(|r| !r.steps.is_empty()))
+    {
+        let title = ROWS
+            .iter()
+            .find(|(r, _)| *r == m.row)
+            .map_or(m.row.as_str(), |(_, t)| t);
+        let _ = write!(
+            out,
+            "\n{title}, {}: each step's start (from the start of the detach) and length, \
+             medians over the runs that had it; steps that ran side by side overlap.\n\n\
+             | Step | Starts at | Takes | Takes, min – max | Runs |\n|---|---:|---:|---:|---:|\n",
+            m.label.trim()
+        );
+        for (label, start, dur) in m.step_stats() {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} | {} |",
+                time(start.median),
+                time(dur.median),
+                range(&dur),
+                dur.n
+            );
+        }
+        if let (Some(o), Some(l)) = (m.outside_steps(), m.lib()) {
+            let _ = writeln!(
+                out,
+                "| outside every step | | {} | {} | {} |\n| library time (`elapsed_us`) | | {} | {} | {} |",
+                time(o.median),
+                range(&o),
+                o.n,
+                time(l.median),
+                range(&l),
+                l.n
+            );
+        }
+        let Some(run) = m.median_run().filter(|r| !r.steps.is_empty()) else {
+            continue;
+        };
+        let _ = write!(
+            out,
+            "\nOne of them, the run with the median library time ({}):\n\n\
+             | Step | From | To | Takes |\n|---|---:|---:|---:|\n",
+            time(run.lib_us.unwrap_or(0) as f64)
+        );
+        for (label, s) in run.step_labels() {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} |",
+                time(s.start_us as f64),
+                time((s.start_us + s.dur_us) as f64),
+                time(s.dur_us as f64)
+            );
+        }
+        if let Some(o) = run.outside_steps_us() {
+            let _ = writeln!(out, "| outside every step | | | {} |", time(o as f64));
+        }
+    }
+    out
+}
+
+/// The busy node's rows against the quiet node's, method by method, when both ran: the
+/// library time for lunkit's methods (what the library itself costs), the wall time for the
+/// others. Empty when no pair was measured.
+fn busy_against_quiet(all: &[Measurement]) -> String {
+    let mut out = String::new();
+    for (quiet, busy) in [
+        ("node", "busy-node"),
+        ("teardown", "busy-maps"),
+        ("teardown", "busy-teardown"),
+    ] {
+        let pairs: Vec<(&Measurement, &Measurement)> = all
+            .iter()
+            .filter(|b| b.row == busy && b.is_ok())
+            .filter_map(|b| Some((find(all, &format!("{quiet}.{}", b.method()))?, b)))
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        if out.is_empty() {
+            out.push_str(
+                "\nThe busy node against the quiet one, in the same boot (library time for \
+                 lunkit's methods, spawn to exit for the others; medians):\n\n\
+                 | Rows | Method | Quiet | Busy | Busy / quiet |\n|---|---|---:|---:|---:|\n",
+            );
+        }
+        for (q, b) in pairs {
+            let pick = |m: &Measurement| m.lib().or_else(|| m.wall()).map(|s| s.median);
+            let (Some(qm), Some(bm)) = (pick(q), pick(b)) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {quiet} → {busy} | {} | {} | {} | {:.2}× |",
+                b.label.trim(),
+                time(qm),
+                time(bm),
+                bm / qm
+            );
+        }
+    }
+    out
+}
+
 fn table(all: &[Measurement]) -> String {
     let mut out = String::from(
         "| Row | Method | Median | Min – max | Ratio | sd probe | After `add` | uevents | Extra devices | Peak RSS |\n\
@@ -264,6 +387,10 @@ fn table(all: &[Measurement]) -> String {
                             m.after_ready(),
                         ),
                         ("its in-use check (`check-in-use` steps)", m.check()),
+                        (
+                            "outside every step (library time no step covers)",
+                            m.outside_steps(),
+                        ),
                     ];
                     for (what, part) in parts {
                         let (Some(p), Some(l)) = (part, m.lib()) else {
@@ -558,6 +685,7 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
             ));
         }
     }
+    t.extend(busy_targets(all));
     t.push(at_least(
         "listing",
         "listing: at least 3× faster than lsblk + lsscsi + multipath -ll",
@@ -596,6 +724,100 @@ pub fn targets(all: &[Measurement]) -> Vec<Target> {
     t
 }
 
+/// Issue 38's targets on the busy node, as ratios of medians of library time.
+fn busy_targets(all: &[Measurement]) -> Vec<Target> {
+    let mut t = Vec::new();
+    for (id, method, how) in [
+        ("busy-node-floor-library", "lunkit", ""),
+        ("busy-node-floor-library-resident", "resident", ", resident"),
+    ] {
+        t.push(at_most(
+            id,
+            &format!(
+                "busy node{how}: a one-path scan's library time within 1.15× of the kernel floor"
+            ),
+            lib_median(all, &format!("busy-node.{method}")),
+            median(all, "busy-node.floor"),
+            1.15,
+            "floor",
+        ));
+    }
+    for (id, one, both, how) in [
+        ("busy-node-second-path", "lunkit", "both", ""),
+        (
+            "busy-node-second-path-resident",
+            "resident",
+            "resident-both",
+            ", resident",
+        ),
+    ] {
+        t.push(at_most(
+            id,
+            &format!(
+                "busy node{how}: a 2-session scan's library time within 1.15× of a one-path scan's"
+            ),
+            lib_median(all, &format!("busy-node.{both}")),
+            lib_median(all, &format!("busy-node.{one}")),
+            1.15,
+            "one path",
+        ));
+    }
+    for (id, method, how) in [
+        ("busy-teardown-floor-library", "lunkit", ""),
+        (
+            "busy-teardown-floor-library-resident",
+            "resident",
+            ", resident",
+        ),
+    ] {
+        t.push(at_most(
+            id,
+            &format!("busy node{how}: a detach's library time within 1.5× of the kernel floor"),
+            lib_median(all, &format!("busy-teardown.{method}")),
+            median(all, "busy-teardown.floor"),
+            1.5,
+            "floor",
+        ));
+    }
+    t.push(faster_every_run(all));
+    t
+}
+
+/// Issue 38: lunkit's detach (library time) faster than the shell sequence in every run,
+/// run by run in round order (both ran in every round).
+fn faster_every_run(all: &[Measurement]) -> Target {
+    let text =
+        "busy node: a detach's library time below the shell sequence's in every round".to_owned();
+    let (Some(l), Some(sh)) = (
+        find(all, "busy-teardown.lunkit"),
+        find(all, "busy-teardown.shell"),
+    ) else {
+        return Target {
+            id: "busy-teardown-vs-shell",
+            text,
+            verdict: Verdict::NotAvailable,
+            detail: "not measured".to_owned(),
+        };
+    };
+    let pairs: Vec<(u64, u64)> = l
+        .runs
+        .iter()
+        .zip(&sh.runs)
+        .filter_map(|(a, b)| Some((a.lib_us?, b.wall_us)))
+        .collect();
+    let faster = pairs.iter().filter(|(a, b)| a < b).count();
+    Target {
+        id: "busy-teardown-vs-shell",
+        text,
+        verdict: if !pairs.is_empty() && faster == pairs.len() {
+            Verdict::Met
+        } else {
+            Verdict::Missed
+        },
+        detail: format!("faster in {faster} of {} rounds", pairs.len()),
+    }
+}
+
 pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     let mut out = format!(
         "### `cargo xtask bench`, {date}\n\n\
@@ -620,7 +842,9 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
         cache = code_cache_sentence(meta),
     );
     out.push_str(&table(all));
-    out.push_str("\nTargets (issue 6):\n\n");
+    out.push_str(&busy_against_quiet(all));
+    out.push_str(&step_tables(all));
+    out.push_str("\nTargets (issues 6, 13 and 38):\n\n");
     for t in targets(all) {
         let _ = writeln!(
             out,
@@ -696,8 +920,20 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             .runs
             .iter()
             .map(|r| {
+                let steps: Vec<String> = r
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{{\"step\": {}, \"start_us\": {}, \"duration_us\": {}}}",
+                            js(&s.name),
+                            s.start_us,
+                            s.dur_us
+                        )
+                    })
+                    .collect();
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}, \"after_ready_us\": {}}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}, \"after_ready_us\": {}, \"outside_steps_us\": {}, \"steps\": [{}]}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
@@ -707,7 +943,9 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
                     jopt(r.dev_add_us),
                     jopt(r.check_us),
                     jopt(r.first_write_us),
-                    jopt(r.after_ready_us)
+                    jopt(r.after_ready_us),
+                    jopt(r.outside_steps_us()),
+                    steps.join(", ")
                 )
             })
             .collect();
@@ -769,6 +1007,7 @@ mod tests {
                 check_us: None,
                 first_write_us: None,
                 after_ready_us: None,
+                steps: Vec::new(),
             });
         }
         m
@@ -953,6 +1192,68 @@ mod tests {
         assert!(md.contains("| 1.50× floor |"), "{md}");
         assert!(md.contains("| 6.00× floor, 2.0× lunkit |"), "{md}");
         assert!(!targets(&all).iter().any(|t| t.id.contains("resize")));
+    }
+
+    #[test]
+    fn a_busy_node_is_shown_against_the_quiet_one_with_its_steps() {
+        use super::super::model::StepSpan;
+        let span = |name: &str, start_us, dur_us| StepSpan {
+            name: name.into(),
+            start_us,
+            dur_us,
+        };
+        let mut all = vec![
+            m("teardown.lunkit", &[150_000; 3], Some(100_000), 19),
+            m("teardown.floor", &[100_000; 3], None, 19),
+            m("busy-teardown.lunkit", &[400_000; 3], Some(300_000), 19),
+            m("busy-teardown.floor", &[150_000; 3], None, 19),
+            m(
+                "busy-teardown.shell",
+                &[350_000, 250_000, 400_000],
+                None,
+                19,
+            ),
+        ];
+        for r in &mut all[2].runs {
+            r.steps = vec![
+                span("check-in-use", 10_000, 100_000),
+                span("delete-path", 200_000, 50_000),
+                span("delete-path", 210_000, 60_000),
+            ];
+        }
+        let md = markdown(&all, &Meta::default());
+        // Library time against library time for lunkit, wall against wall for the floor.
+        assert!(
+            md.contains("| teardown → busy-teardown | lunkit | 100.0 ms | 300.0 ms | 3.00× |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| teardown → busy-teardown | floor | 100.0 ms | 150.0 ms | 1.50× |"),
+            "{md}"
+        );
+        // Covered: 10-110 and 200-270 ms of 300: 130 ms outside.
+        assert!(
+            md.contains("| ↳ outside every step (library time no step covers) | 130.0 ms"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| delete-path #2 | 210.0 ms | 60.0 ms |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| delete-path #2 | 210.0 ms | 270.0 ms | 60.0 ms |"),
+            "{md}"
+        );
+        let t = targets(&all);
+        let get = |id: &str| t.iter().find(|t| t.id == id).unwrap();
+        assert_eq!(get("busy-teardown-floor-library").verdict, Verdict::Missed);
+        let shell = get("busy-teardown-vs-shell");
+        assert_eq!(shell.verdict, Verdict::Missed);
+        assert_eq!(shell.detail, "faster in 2 of 3 rounds");
+        assert!(
+            json(&all, &Meta::default())
+                .contains("\"outside_steps_us\": 130000, \"steps\": [{\"step\": \"check-in-use\"")
+        );
     }
 
     #[test]

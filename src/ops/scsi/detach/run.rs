@@ -234,7 +234,6 @@ impl Run<'_> {
         let deadline = self.deadline;
         let force = self.opts.force;
         // Each delete blocks on its device's cache flush and teardown: do them side by side.
-        type PathResult = (Duration, Result<Outcome>, Duration, Option<Result<Outcome>>);
         let one = |p: &VolumePath| -> PathResult {
             let t0 = Instant::now();
             let claim = match &p.disk {
@@ -260,66 +259,72 @@ impl Run<'_> {
                     }),
                 ),
             };
-            (flush_time, flushed, t1.elapsed(), deleted)
+            ((t0, flush_time), flushed, (t1, t1.elapsed()), deleted)
         };
         // Its flush may or may not have run when its worker failed; its delete did not finish.
+        let fanned = Instant::now();
         let results = helper::fan_out("lunkit-delete-path", paths, |p| Ok(one(p)))
             .into_iter()
-            .map(|r| r.unwrap_or_else(|e| (Duration::ZERO, Err(e), Duration::ZERO, None)));
+            .map(|r| {
+                let none = (fanned, Duration::ZERO);
+                r.unwrap_or_else(|e| (none, Err(e), none, None))
+            });
         let mut first_err = None;
-        for (p, (ft, flushed, dt, deleted)) in paths.iter().zip(results) {
-            let target = p.to_string();
-            let flush_failed = flushed.is_err();
-            match flushed {
-                Ok(o) => self.log.record(StepKind::FlushPath, &target, o, ft),
-                Err(e) if force => self.log.record(
-                    StepKind::FlushPath,
-                    &target,
-                    Outcome::Skipped(format!("forced past: {e}")),
-                    ft,
-                ),
-                Err(e) => {
-                    self.log.record(
-                        StepKind::FlushPath,
-                        &target,
-                        Outcome::Failed(e.to_string()),
-                        ft,
-                    );
-                    first_err.get_or_insert(step_error(StepKind::FlushPath, &target, e));
-                }
-            }
-            if flush_failed && !force {
-                continue;
-            }
-            match deleted {
-                // Not attempted: its flush failed (recorded above).
-                None => {}
-                Some(Ok(o)) => self.log.record(StepKind::DeletePath, &target, o, dt),
-                // Another device at the address since this round checked it: left alone, and
-                // the next round looks at what is there now.
-                Some(Err(e @ Error::Replaced { .. })) => {
-                    self.log.record(
-                        StepKind::DeletePath,
-                        &target,
-                        Outcome::Skipped(format!("{e}; looking again")),
-                        dt,
-                    );
-                    first_err.get_or_insert(e);
-                }
-                Some(Err(e)) => {
-                    self.log.record(
-                        StepKind::DeletePath,
-                        &target,
-                        Outcome::Failed(e.to_string()),
-                        dt,
-                    );
-                    first_err.get_or_insert(step_error(StepKind::DeletePath, &target, e));
-                }
+        for (p, result) in paths.iter().zip(results) {
+            if let Some(e) = self.record_path(&p.to_string(), result) {
+                first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
     }
+
+    /// Records one path's flush and delete (each with its start and length, so that the
+    /// paths' steps overlap in the report) and returns the error that stops the round.
+    fn record_path(&mut self, target: &str, result: PathResult) -> Option<Error> {
+        let (ft, flushed, dt, deleted) = result;
+        let force = self.opts.force;
+        let flush_kind = StepKind::FlushPath;
+        match flushed {
+            Ok(o) => self.log.record_span(flush_kind, target, o, ft.0, ft.1),
+            Err(e) if force => {
+                let skipped = Outcome::Skipped(format!("forced past: {e}"));
+                self.log
+                    .record_span(flush_kind, target, skipped, ft.0, ft.1);
+            }
+            Err(e) => {
+                let failed = Outcome::Failed(e.to_string());
+                self.log.record_span(flush_kind, target, failed, ft.0, ft.1);
+                // Not deleted: `deleted` is `None`.
+                return Some(step_error(flush_kind, target, e));
+            }
+        }
+        let kind = StepKind::DeletePath;
+        match deleted? {
+            Ok(o) => {
+                self.log.record_span(kind, target, o, dt.0, dt.1);
+                None
+            }
+            // Another device at the address since this round checked it: left alone, and
+            // the next round looks at what is there now.
+            Err(e @ Error::Replaced { .. }) => {
+                let skipped = Outcome::Skipped(format!("{e}; looking again"));
+                self.log.record_span(kind, target, skipped, dt.0, dt.1);
+                Some(e)
+            }
+            Err(e) => {
+                let failed = Outcome::Failed(e.to_string());
+                self.log.record_span(kind, target, failed, dt.0, dt.1);
+                Some(step_error(kind, target, e))
+            }
+        }
+    }
 }
+
+/// A step's start and length.
+type Span = (Instant, Duration);
+/// One path's take-down: its flush's span and outcome, its delete's span and outcome (`None`
+/// when not attempted: the flush failed and the detach is not forced).
+type PathResult = (Span, Result<Outcome>, Span, Option<Result<Outcome>>);
 
 /// Flushes a path's disk. A path of a multipath volume whose device is not running cannot take
 /// writes at all; what the volume had to write went through the map, which was flushed first,
