@@ -18,7 +18,7 @@ use std::io::{self, Read, Write};
 
 use lunkit::Root;
 use lunkit::nvme::dhchap::Secret;
-use lunkit::nvme::fabrics;
+use lunkit::nvme::{self, fabrics};
 use support::nvmet::{PortConfig, Target};
 use support::{cmd, require_vm};
 
@@ -128,5 +128,67 @@ fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
     .expect_err("the controller's key is not the one the host expects");
     assert_eq!(e.raw_os_error(), Some(libc::EKEYREJECTED), "{e}");
     assert_eq!(controllers(), Vec::<String>::new());
+    target.teardown().unwrap();
+}
+
+/// The library's connect with the host's and the controller's secrets: what `lunkit nvme
+/// connect` and an NVMe attach send, checked the same way.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_librarys_connect_authenticates_and_names_a_refusal_without_the_key() {
+    require_vm();
+    let mut target = Target::builder()
+        .nqn(NQN)
+        .namespace(16 << 20)
+        .port(PortConfig::new(52, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    target
+        .require_host(HOSTNQN, Some(HOST_KEY), Some(CTRL_KEY))
+        .expect("a host that must authenticate");
+    let root = Root::default();
+    let opts = |host_key: Option<&str>, ctrl_key: Option<&str>| {
+        let mut o =
+            nvme::ConnectOptions::new("127.0.0.1".parse().unwrap(), 4420, NQN.parse().unwrap());
+        o.host = Some(nvme::Host {
+            nqn: HOSTNQN.parse().unwrap(),
+            id: Some(HOSTID.parse().unwrap()),
+        });
+        o.dhchap_secret = host_key.map(|k| k.parse().unwrap());
+        o.dhchap_ctrl_secret = ctrl_key.map(|k| k.parse().unwrap());
+        o
+    };
+    for (host_key, ctrl_key, errno, says) in [
+        (None, None, libc::ENOKEY, "no host secret"),
+        (
+            Some(OTHER_KEY),
+            None,
+            libc::EKEYREJECTED,
+            "rejected the host secret",
+        ),
+        (
+            Some(HOST_KEY),
+            Some(OTHER_KEY),
+            libc::EKEYREJECTED,
+            "controller could not prove",
+        ),
+    ] {
+        let e = nvme::connect(&root, &opts(host_key, ctrl_key)).expect_err("refused");
+        assert_eq!(e.errno(), Some(errno), "{e}");
+        let (shown, debug) = (e.to_string(), format!("{e:?}"));
+        assert!(shown.contains(says) && shown.contains(NQN), "{shown}");
+        for key in [HOST_KEY, CTRL_KEY, OTHER_KEY] {
+            let b64 = key.split(':').nth(2).unwrap();
+            assert!(!shown.contains(b64) && !debug.contains(b64), "{debug}");
+        }
+        assert_eq!(controllers(), Vec::<String>::new());
+    }
+    let c = nvme::connect(&root, &opts(Some(HOST_KEY), Some(CTRL_KEY))).expect("both keys right");
+    assert_eq!(
+        c.state.as_ref().map(ToString::to_string).as_deref(),
+        Some("live"),
+        "{c:?}"
+    );
+    delete(&c.controller);
     target.teardown().unwrap();
 }

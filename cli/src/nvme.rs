@@ -6,6 +6,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use lunkit::Root;
 use lunkit::id::{Nqn, Uuid};
+use lunkit::nvme::dhchap::Secret;
 use lunkit::nvme::discovery::{self, DiscoverOptions, Subtype};
 use lunkit::nvme::{self, ConnectOptions, DisconnectOptions, Host};
 
@@ -67,6 +68,13 @@ pub struct Connect {
     /// Connect through this network interface only.
     #[arg(long, value_name = "IFACE")]
     host_iface: Option<String>,
+    /// A file holding the host's DH-HMAC-CHAP secret (`DHHC-1:…`, as `nvme gen-dhchap-key`
+    /// prints it): read here, never taken on the command line, where any user could read it.
+    #[arg(long, value_name = "FILE")]
+    dhchap_secret_file: Option<std::path::PathBuf>,
+    /// A file holding the controller's secret: the controller must prove itself with it.
+    #[arg(long, value_name = "FILE")]
+    dhchap_ctrl_secret_file: Option<std::path::PathBuf>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
@@ -252,8 +260,30 @@ fn connect_options(root: &Root, c: &Connect) -> lunkit::Result<ConnectOptions> {
     opts.nr_io_queues = c.nr_io_queues;
     opts.keep_alive_tmo = c.keep_alive_tmo;
     opts.host_iface = c.host_iface.as_deref().map(str::parse).transpose()?;
+    opts.dhchap_secret = c.dhchap_secret_file.as_deref().map(secret).transpose()?;
+    opts.dhchap_ctrl_secret = c
+        .dhchap_ctrl_secret_file
+        .as_deref()
+        .map(secret)
+        .transpose()?;
     opts.timeout = crate::seconds(c.timeout)?;
     Ok(opts)
+}
+
+/// The DH-HMAC-CHAP secret in `path`: its one line, checked. An error names the file and
+/// what is wrong, never the content.
+fn secret(path: &std::path::Path) -> lunkit::Result<Secret> {
+    let text = std::fs::read_to_string(path).map_err(|e| lunkit::Error::io(path, e))?;
+    text.trim_end_matches(['\n', '\r'])
+        .parse::<Secret>()
+        .map_err(|e| match e {
+            lunkit::Error::Invalid { reason, .. } => lunkit::Error::Invalid {
+                kind: "DH-HMAC-CHAP secret file",
+                input: path.display().to_string(),
+                reason,
+            },
+            e => e,
+        })
 }
 
 fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {

@@ -475,6 +475,40 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
         );
         assert_eq!(std::fs::read(&fabrics).unwrap(), b"", "{why}: written");
     }
+    // A DH-HMAC-CHAP secret comes from a file; a bad one (a character of the key changed:
+    // its CRC no longer matches) is refused naming the file and why, never its content.
+    let good = "DHHC-1:01:09GFUL+L04EJzFZN2elQGibBeBw1RuITyd7jlFaOZAJwwOLq:";
+    let key_file = root.join("host.key");
+    std::fs::write(&key_file, format!("{}\n", good.replacen("09GF", "09GG", 1))).unwrap();
+    let kf = key_file.to_str().unwrap();
+    let out = connect(&[
+        "--traddr",
+        "127.0.0.1",
+        "--nqn",
+        nqn,
+        "--dhchap-secret-file",
+        kf,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let text = format!("{out:?}");
+    assert!(
+        text.contains("host.key") && text.contains("CRC-32"),
+        "{text}"
+    );
+    assert!(!text.contains("L04EJzFZN2el"), "the key was shown: {text}");
+    assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    let missing = root.join("none.key");
+    let m = missing.to_str().unwrap();
+    let out = connect(&[
+        "--traddr",
+        "127.0.0.1",
+        "--nqn",
+        nqn,
+        "--dhchap-ctrl-secret-file",
+        m,
+    ]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(format!("{out:?}").contains("none.key"), "{out:?}");
     // Well-formed, but the "device" is a regular file: refused, still nothing written.
     let out = connect(&["--traddr", "127.0.0.1", "--nqn", nqn]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -9,7 +9,9 @@
 //! [`supported_options`] learns what this kernel accepts before anything is written.
 //!
 //! The option string is built from typed values only ([`Nqn`], [`Uuid`], [`IpAddr`], numbers,
-//! a checked interface name), so no value can carry a `,` or `=` into an option of its own.
+//! a checked interface name, checked DH-HMAC-CHAP [`Secret`]s), so no value can carry a `,`
+//! or `=` into an option of its own. A secret is in the string written to the kernel and
+//! nowhere else: errors and helper subjects name the connect, never its options.
 //! The parsers here are pure and fuzzed (`fuzz/fuzz_targets/nvme_fabrics.rs`).
 
 use std::fmt;
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::{Nqn, Uuid};
+use crate::nvme::dhchap::Secret;
 use crate::root::Root;
 
 /// The longest option string the kernel takes: `nvmf_dev_write` refuses more than a page.
@@ -207,6 +210,13 @@ pub struct ConnectOptions {
     pub keep_alive_tmo: Option<u32>,
     /// Connect through this interface only (`host_iface=`).
     pub host_iface: Option<Interface>,
+    /// The host's DH-HMAC-CHAP secret (`dhchap_secret=`): the host proves itself with it
+    /// to a subsystem that requires in-band authentication. Needs a kernel built with
+    /// `CONFIG_NVME_HOST_AUTH` (Debian 12's 6.1 is not; its 6.12 is).
+    pub dhchap_secret: Option<Secret>,
+    /// The controller's secret (`dhchap_ctrl_secret=`): with it the authentication is
+    /// bidirectional, and a controller that cannot prove itself with it is refused.
+    pub dhchap_ctrl_secret: Option<Secret>,
     /// How long the connect may take.
     pub timeout: Duration,
 }
@@ -225,6 +235,8 @@ impl ConnectOptions {
             nr_io_queues: None,
             keep_alive_tmo: None,
             host_iface: None,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
             timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -283,10 +295,21 @@ pub fn option_string(opts: &ConnectOptions, host: &Host) -> Result<(String, Vec<
         "host_iface",
         opts.host_iface.as_ref().map(ToString::to_string),
     );
+    push(
+        "dhchap_secret",
+        opts.dhchap_secret.as_ref().map(|k| k.expose().to_owned()),
+    );
+    push(
+        "dhchap_ctrl_secret",
+        opts.dhchap_ctrl_secret
+            .as_ref()
+            .map(|k| k.expose().to_owned()),
+    );
     if s.len() >= MAX_OPTIONS_LEN {
+        // The options' names only: their values may hold a secret.
         return Err(Error::invalid(
             "connect options",
-            &s,
+            &names.join(","),
             "longer than the kernel takes (a page)",
         ));
     }
@@ -405,7 +428,8 @@ pub fn write(root: &Root, options: &str, describe: &str, deadline: Instant) -> R
     let mut file = open(&path)?;
     // Blocking from here on: the connect's write waits for the controller.
     clear_nonblock(&file, &path)?;
-    let subject = Subject::write(&path, options);
+    // The connect's target names the subject, never its options (they may hold a secret).
+    let subject = Subject::write(&path, describe);
     let what = || format!("the connect to {describe}");
     let options = options.to_owned();
     let text = helper::bounded(subject, deadline, &what, move || {
@@ -463,6 +487,17 @@ fn connect_hint(errno: Option<i32>) -> &'static str {
             "the kernel has no such transport (load nvme-tcp)"
         }
         Some(libc::EPERM) | Some(libc::EACCES) => "connecting needs CAP_SYS_ADMIN",
+        Some(libc::ENOKEY) => {
+            "the subsystem requires DH-HMAC-CHAP authentication and no host secret was given"
+        }
+        Some(libc::EKEYREJECTED) => {
+            "DH-HMAC-CHAP authentication failed: the subsystem rejected the host secret, or \
+             the controller could not prove itself with the controller secret"
+        }
+        Some(libc::EPROTONOSUPPORT) => {
+            "the subsystem requires DH-HMAC-CHAP authentication, which this kernel was built \
+             without (CONFIG_NVME_HOST_AUTH)"
+        }
         _ => "",
     }
 }

@@ -199,3 +199,39 @@ fn a_regular_file_in_place_of_the_device_gets_nothing_written() {
     let err = write(&root, &s, "x", far).unwrap_err();
     assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
 }
+
+/// Printed by `nvme gen-dhchap-key --hmac=1` and `--hmac=2` (nvme-cli 2.3).
+const HOST_KEY: &str = "DHHC-1:01:09GFUL+L04EJzFZN2elQGibBeBw1RuITyd7jlFaOZAJwwOLq:";
+const CTRL_KEY: &str =
+    "DHHC-1:02:qsB+HoiBIHLENgMh7Azb0yY7CSO1/fBCrqiqru1/4OXqsdkcG+UeondUvX166gT7al+LeQ==:";
+
+#[test]
+fn secrets_go_into_the_option_string_and_nowhere_else() {
+    let mut o = opts();
+    o.dhchap_secret = Some(HOST_KEY.parse().unwrap());
+    o.dhchap_ctrl_secret = Some(CTRL_KEY.parse().unwrap());
+    let (line, names) = option_string(&o, &host()).unwrap();
+    assert!(line.ends_with(&format!(
+        ",dhchap_secret={HOST_KEY},dhchap_ctrl_secret={CTRL_KEY}"
+    )));
+    // One field per option still: the secrets hold no ','.
+    assert_eq!(line.split(',').count(), names.len(), "{line}");
+    assert_eq!(
+        &names[names.len() - 2..],
+        ["dhchap_secret", "dhchap_ctrl_secret"]
+    );
+    // Neither the options' debug form nor the description shows a key.
+    for shown in [format!("{o:?}"), o.describe()] {
+        assert!(
+            !shown.contains("09GFUL") && !shown.contains("qsB+Ho"),
+            "{shown}"
+        );
+    }
+}
+
+#[test]
+fn authentication_errors_say_what_failed() {
+    assert!(connect_hint(Some(libc::ENOKEY)).contains("no host secret"));
+    assert!(connect_hint(Some(libc::EKEYREJECTED)).contains("rejected the host secret"));
+    assert!(connect_hint(Some(libc::EPROTONOSUPPORT)).contains("CONFIG_NVME_HOST_AUTH"));
+}
