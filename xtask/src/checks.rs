@@ -68,6 +68,7 @@ const MAX_CRATE_BYTES: u64 = 1 << 20;
 /// in cargo's local overlay of the packages made in the same call. `--offline`: the steps
 /// before have fetched every dependency; `--allow-dirty`: this is a check, not a publish.
 fn package() -> Result<()> {
+    forget_unpacked_packages()?;
     process::run(cargo().args([
         "package",
         "-p",
@@ -89,6 +90,42 @@ fn package() -> Result<()> {
                     path.display()
                 )
                 .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes cargo's unpacked copies of our own packages from earlier runs. cargo unpacks the
+/// overlay's lunkit-sys into `$CARGO_HOME/registry/src/<registry>/lunkit-sys-<version>/` and
+/// reuses that copy while the version is unchanged, so lunkit would be verified against an
+/// old lunkit-sys (an item added since: "unresolved import"). Only names of this workspace's
+/// unpublished crates are removed.
+fn forget_unpacked_packages() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return Ok(());
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        let Ok(crates) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for krate in crates.flatten() {
+            let name = krate.file_name();
+            let ours = name.to_str().is_some_and(|n| {
+                ["lunkit-sys-", "lunkit-"].iter().any(|p| {
+                    n.strip_prefix(p)
+                        .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                })
+            });
+            if ours {
+                std::fs::remove_dir_all(krate.path())
+                    .map_err(|e| format!("{}: {e}", krate.path().display()))?;
             }
         }
     }
