@@ -96,12 +96,17 @@ fn package() -> Result<()> {
     Ok(())
 }
 
-/// Removes cargo's unpacked copies of our own packages from earlier runs. cargo unpacks the
-/// overlay's lunkit-sys into `$CARGO_HOME/registry/src/<registry>/lunkit-sys-<version>/` and
-/// reuses that copy while the version is unchanged, so lunkit would be verified against an
-/// old lunkit-sys (an item added since: "unresolved import"). Only names of this workspace's
-/// unpublished crates are removed.
+/// Removes what cargo kept of our own packages from earlier runs: its unpacked copies of the
+/// overlay's lunkit-sys (`$CARGO_HOME/registry/src/<registry>/lunkit-sys-<version>/`) and the
+/// verification's build (`target/package/`). A registry crate is taken as immutable, so
+/// while the version is unchanged cargo reuses both, and lunkit would be verified against an
+/// old lunkit-sys (an item added since: "unresolved import"). Only names of this
+/// workspace's unpublished crates are removed.
 fn forget_unpacked_packages() -> Result<()> {
+    let built = paths::target_dir().join("package");
+    if built.exists() {
+        std::fs::remove_dir_all(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+    }
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
