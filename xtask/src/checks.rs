@@ -69,16 +69,21 @@ const MAX_CRATE_BYTES: u64 = 1 << 20;
 /// before have fetched every dependency; `--allow-dirty`: this is a check, not a publish.
 fn package() -> Result<()> {
     forget_unpacked_packages()?;
-    process::run(cargo().args([
-        "package",
-        "-p",
-        "lunkit-sys",
-        "-p",
-        "lunkit",
-        "--allow-dirty",
-        "--offline",
-    ]))?;
-    let dir = paths::target_dir().join("package");
+    process::run(
+        cargo()
+            .args([
+                "package",
+                "-p",
+                "lunkit-sys",
+                "-p",
+                "lunkit",
+                "--allow-dirty",
+                "--offline",
+                "--target-dir",
+            ])
+            .arg(verify_dir()),
+    )?;
+    let dir = verify_dir().join("package");
     let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries.flatten() {
         let path = entry.path();
@@ -98,12 +103,12 @@ fn package() -> Result<()> {
 
 /// Removes what cargo kept of our own packages from earlier runs: its unpacked copies of the
 /// overlay's lunkit-sys (`$CARGO_HOME/registry/src/<registry>/lunkit-sys-<version>/`) and the
-/// verification's build (`target/package/`). A registry crate is taken as immutable, so
-/// while the version is unchanged cargo reuses both, and lunkit would be verified against an
-/// old lunkit-sys (an item added since: "unresolved import"). Only names of this
-/// workspace's unpublished crates are removed.
+/// verification's build ([`verify_dir`]). A registry crate is taken as immutable, so while
+/// the version is unchanged cargo reuses both, and lunkit would be verified against an old
+/// lunkit-sys (an item added since: "unresolved import"). Only names of this workspace's
+/// unpublished crates are removed.
 fn forget_unpacked_packages() -> Result<()> {
-    let built = paths::target_dir().join("package");
+    let built = verify_dir();
     if built.exists() {
         std::fs::remove_dir_all(&built).map_err(|e| format!("{}: {e}", built.display()))?;
     }
@@ -135,6 +140,12 @@ fn forget_unpacked_packages() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where `cargo package` builds and verifies: a target directory of its own, emptied before
+/// each run (see [`forget_unpacked_packages`]).
+fn verify_dir() -> std::path::PathBuf {
+    paths::target_dir().join("package-verify")
 }
 
 /// `cargo check` of the whole workspace (every target, every feature, the committed
