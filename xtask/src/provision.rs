@@ -36,6 +36,9 @@ pub const APT_PACKAGES: &[&str] = &[
 /// the default kernel, however new.
 pub const AUTH_KERNEL: &str = "6.12.117+deb12-amd64";
 
+/// The guest's vCPUs: two, like a small node, so that work side by side really overlaps.
+pub const DEFAULT_CPUS: u8 = 2;
+
 /// virtme-ng from PyPI, pinned: its command line and guest init are what we tested.
 pub const VIRTME_NG: &str = "virtme-ng";
 pub const VIRTME_NG_VERSION: &str = "1.42";
@@ -63,6 +66,8 @@ pub struct Lab {
     /// `/boot/vmlinuz-<version>`, the newest one with modules.
     pub kernel: PathBuf,
     pub kernel_version: String,
+    /// The guest's vCPUs ([`DEFAULT_CPUS`] but for a kernel that needs fewer).
+    pub cpus: u8,
     /// The venv's `bin/` (holds `vng` and `virtme-run`).
     pub venv_bin: PathBuf,
 }
@@ -100,35 +105,39 @@ pub fn ensure() -> Result<Lab> {
     Ok(Lab {
         kernel,
         kernel_version,
+        cpus: DEFAULT_CPUS,
         venv_bin,
     })
 }
 
-/// `lab` booting kernel `version` instead, installing `linux-image-<version>` when it is
-/// missing and we may.
+/// `lab` booting kernel `version` with `cpus` vCPUs instead, installing
+/// `linux-image-<version>` when it is missing or broken and we may.
 ///
 /// The kernel's image is installed as `/boot/lunkit-lab-vmlinuz-<version>` (a `dpkg-divert`
 /// made before the install): under its own name no lookup for `/boot/vmlinuz-*` takes it,
 /// neither [`newest_kernel`] nor the host's boot loader. Without an initramfs
 /// (`INITRD=No`): virtme-ng boots without one, and making it takes minutes.
-pub fn with_kernel(lab: &Lab, version: &str) -> Result<Lab> {
+pub fn with_kernel(lab: &Lab, version: &str, cpus: u8) -> Result<Lab> {
     let kernel = PathBuf::from(format!("/boot/lunkit-lab-vmlinuz-{version}"));
-    let installed = || kernel.is_file() && Path::new("/lib/modules").join(version).is_dir();
-    if !installed() {
+    if let Some(why) = kernel_unready(&kernel, version) {
         let package = format!("linux-image-{version}");
         if !may_install() {
             return Err(format!(
-                "VM tests ask for kernel {version}, which is not installed. As root on Debian, \
-                 run:\n  dpkg-divert --package lunkit-lab --add --rename --divert {} \
-                 /boot/vmlinuz-{version}\n  apt-get update && apt-get install -y {package}",
+                "VM tests ask for kernel {version}, which is not ready ({why}). As root on \
+                 Debian, run:\n  dpkg-divert --package lunkit-lab --add --rename --divert {} \
+                 /boot/vmlinuz-{version}\n  apt-get update && apt-get install -y --reinstall \
+                 {package}",
                 kernel.display()
             )
             .into());
         }
         eprintln!(
-            "xtask: installing {package} with apt-get, its image as {}",
+            "xtask: kernel {version} is not ready ({why}): installing {package} with apt-get, \
+             its image as {}",
             kernel.display()
         );
+        // Idempotent: an existing identical diversion is left as it is, and `--rename` moves
+        // an image a by-hand install left under the usual name.
         process::run(
             Command::new("dpkg-divert")
                 .args(["--package", "lunkit-lab", "--add", "--rename", "--divert"])
@@ -136,21 +145,64 @@ pub fn with_kernel(lab: &Lab, version: &str) -> Result<Lab> {
                 .arg(format!("/boot/vmlinuz-{version}")),
         )?;
         process::run(Command::new("apt-get").arg("update"))?;
+        // `--reinstall`: a package dpkg calls installed may still have lost its files (a
+        // modules tree emptied by hand, an image deleted); a missing one is just installed.
         process::run(
             Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", &package])
+                .args(["install", "-y", "--reinstall", "--no-install-recommends"])
+                .arg(&package)
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .env("INITRD", "No"),
         )?;
-        if !installed() {
-            return Err(format!("{package} installed, but {} is missing", kernel.display()).into());
+        if let Some(why) = kernel_unready(&kernel, version) {
+            return Err(format!("{package} installed, but {why}").into());
         }
     }
+    // Says in the log what this run found, for a guest that later fails to boot.
+    eprintln!(
+        "xtask: kernel {version}: {} and {} modules",
+        kernel.display(),
+        module_count(version)
+    );
     Ok(Lab {
         kernel,
         kernel_version: version.to_owned(),
+        cpus,
         venv_bin: lab.venv_bin.clone(),
     })
+}
+
+/// What keeps the guest from booting `kernel` (version `version`), or `None`.
+///
+/// Without its modules the guest cannot mount its root: virtme-ng builds the guest's
+/// initramfs from `/lib/modules/<version>` (virtio, 9p, overlayfs), and a guest without them
+/// panics in a few seconds and exits 255 having printed nothing. A directory is not enough:
+/// an emptied one, or one holding only what `depmod` wrote, passes `is_dir`. So every module
+/// `modules.dep` lists must be there (a few thousand `stat`s, milliseconds).
+pub fn kernel_unready(kernel: &Path, version: &str) -> Option<String> {
+    if !kernel.is_file() {
+        return Some(format!("{} is missing", kernel.display()));
+    }
+    let modules = Path::new("/lib/modules").join(version);
+    let dep = modules.join("modules.dep");
+    let text = match std::fs::read_to_string(&dep) {
+        Ok(t) => t,
+        Err(e) => return Some(format!("cannot read {}: {e}", dep.display())),
+    };
+    let listed: Vec<&str> = text.lines().filter_map(|l| l.split(':').next()).collect();
+    if listed.is_empty() {
+        return Some(format!("{} lists no module", dep.display()));
+    }
+    if let Some(gone) = listed.iter().find(|m| !modules.join(m).is_file()) {
+        return Some(format!("{} lists {gone}, which is missing", dep.display()));
+    }
+    None
+}
+
+/// How many modules `version`'s `modules.dep` lists (0 when unreadable).
+pub fn module_count(version: &str) -> usize {
+    let dep = Path::new("/lib/modules").join(version).join("modules.dep");
+    std::fs::read_to_string(dep).map_or(0, |t| t.lines().count())
 }
 
 /// Whether this process may install Debian packages: root on Debian.

@@ -6,7 +6,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::process::{Tee, TeeOptions};
-use crate::provision::Lab;
+use crate::provision::{self, Lab};
 use crate::{Result, process};
 
 /// One guest run.
@@ -44,11 +44,10 @@ impl Boot {
         if argv.is_empty() {
             return Err("no command to run in the guest".into());
         }
-        let mut vng = Command::new(lab.venv_bin.join("vng"));
-        vng.arg("--run")
-            .arg(&lab.kernel)
-            .args(["--disable-kvm", "--memory", "2G", "--cpus", "2"])
-            .args(["--overlay-rwdir", "/etc", "--overlay-rwdir", "/var"]);
+        if let Some(why) = provision::kernel_unready(&lab.kernel, &lab.kernel_version) {
+            return Err(format!("cannot boot kernel {}: {why}", lab.kernel_version).into());
+        }
+        let mut vng = vng(lab);
         // vng's argument parser takes a value that starts with '-' only after '='.
         if !self.kernel_args.is_empty() {
             vng.arg(format!("--append={}", self.kernel_args.join(" ")));
@@ -70,16 +69,13 @@ impl Boot {
             }
             vng.arg(format!("--rwdir={}", dir.display()));
         }
+        // The kernel's console on stderr, for a guest that dies before its init says anything.
+        if std::env::var_os("LUNKIT_VM_CONSOLE").is_some_and(|v| v == "1") {
+            vng.arg("--verbose");
+        }
         // vng joins several words with shlex (each stays one argument in the guest) and runs
         // a single word as a shell command line, like `sh -c`.
         vng.arg("--").args(argv);
-        // vng runs virtme-run from its own bin/.
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs = vec![lab.venv_bin.clone()];
-        dirs.extend(std::env::split_paths(&path));
-        vng.env("PATH", std::env::join_paths(dirs)?);
-        // QEMU must not read the terminal: the guest command gets no stdin.
-        vng.stdin(Stdio::null());
         eprintln!(
             "xtask: booting {} under TCG (about 15-20 s)",
             lab.kernel_version
@@ -99,4 +95,49 @@ impl Boot {
         );
         out
     }
+}
+
+/// `vng --run KERNEL` with the lab's machine: TCG, 2 GiB, the lab's vCPUs, `/etc` and `/var` as
+/// overlays, virtme-run on PATH, no stdin.
+fn vng(lab: &Lab) -> Command {
+    let mut vng = Command::new(lab.venv_bin.join("vng"));
+    vng.arg("--run")
+        .arg(&lab.kernel)
+        .args(["--disable-kvm", "--memory", "2G", "--cpus"])
+        .arg(lab.cpus.to_string())
+        .args(["--overlay-rwdir", "/etc", "--overlay-rwdir", "/var"]);
+    // vng runs virtme-run from its own bin/.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::iter::once(lab.venv_bin.clone()).chain(std::env::split_paths(&path));
+    if let Ok(joined) = std::env::join_paths(dirs) {
+        vng.env("PATH", joined);
+    }
+    // QEMU must not read the terminal: the guest command gets no stdin.
+    vng.stdin(Stdio::null());
+    vng
+}
+
+/// Boots `lab`'s kernel once more with its console shown (`vng --verbose`), running only
+/// `true`, and returns the console's last `n` lines with the exit status.
+///
+/// For a guest that ran nothing: one that panics before its init (no root, no modules)
+/// exits 255 having printed nothing, and only the kernel's console says why. This boot is a
+/// diagnosis, never a retry: the tests it follows stay failed.
+pub fn console_tail(lab: &Lab, n: usize) -> Result<(String, Vec<String>)> {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", "180"]);
+    let inner = vng(lab);
+    cmd.arg(inner.get_program())
+        .args(inner.get_args())
+        .arg("--verbose")
+        .args(["--", "true"]);
+    cmd.envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    cmd.stdin(Stdio::null());
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run the diagnostic boot: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stderr) + String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let tail = lines[lines.len().saturating_sub(n)..].to_vec();
+    Ok((out.status.to_string(), tail))
 }
