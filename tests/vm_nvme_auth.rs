@@ -7,7 +7,10 @@
 //! no key is refused with `ENOKEY`; a wrong host key, or a controller key other than the
 //! target's, with `EKEYREJECTED`; neither leaves a controller. A host NQN given without a
 //! host id is refused with `EINVAL` before any of that ("found same hostid … but different
-//! hostnqn": the kernel's default host holds the default id).
+//! hostnqn": the kernel's default host holds the default id). A key refusal, either way,
+//! sometimes waits out the kernel's 60 s admin timeout and then fails with `EKEYREJECTED`
+//! or `EIO`: the target had dropped the queue before the host's AUTH_Failure2 came (seen in
+//! about one refusal of five).
 //!
 //! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
 
@@ -62,6 +65,14 @@ fn delete(controller: &str) {
     .unwrap_or_else(|e| panic!("delete {controller}: {e}"));
 }
 
+/// Whether a refused connect's errno is `want`, or the `EIO` a refused secret sometimes
+/// becomes: when the target drops the queue before the host's AUTH_Failure2, the host
+/// waits out its 60 s admin timeout and the connect fails with the NVMe status's EIO.
+/// Only a key refusal (`EKEYREJECTED`) races so; `ENOKEY` is the host's own check.
+fn refused_as(errno: Option<i32>, want: i32) -> bool {
+    errno == Some(want) || (want == libc::EKEYREJECTED && errno == Some(libc::EIO))
+}
+
 /// The host's controllers to [`NQN`].
 fn controllers() -> Vec<String> {
     fs::read_dir("/sys/class/nvme")
@@ -107,7 +118,7 @@ fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
         (format!(",dhchap_secret={OTHER_KEY}"), libc::EKEYREJECTED),
     ] {
         let e = connect(&extra).expect_err("a host without its key is refused");
-        assert_eq!(e.raw_os_error(), Some(errno), "{e}");
+        assert!(refused_as(e.raw_os_error(), errno), "{e}");
         assert_eq!(controllers(), Vec::<String>::new());
     }
     // The right key, one-way: the host proves itself.
@@ -126,7 +137,7 @@ fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
         ",dhchap_secret={HOST_KEY},dhchap_ctrl_secret={OTHER_KEY}"
     ))
     .expect_err("the controller's key is not the one the host expects");
-    assert_eq!(e.raw_os_error(), Some(libc::EKEYREJECTED), "{e}");
+    assert!(refused_as(e.raw_os_error(), libc::EKEYREJECTED), "{e}");
     assert_eq!(controllers(), Vec::<String>::new());
     target.teardown().unwrap();
 }
@@ -156,6 +167,10 @@ fn the_librarys_connect_authenticates_and_names_a_refusal_without_the_key() {
         });
         o.dhchap_secret = host_key.map(|k| k.parse().unwrap());
         o.dhchap_ctrl_secret = ctrl_key.map(|k| k.parse().unwrap());
+        // Past the kernel's 60 s admin timeout: a controller refused for its key is
+        // sometimes answered only then (the target dropped the queue before the host's
+        // failure message; seen under TCG in about one run of three).
+        o.timeout = std::time::Duration::from_secs(90);
         o
     };
     for (host_key, ctrl_key, errno, says) in [
@@ -174,8 +189,14 @@ fn the_librarys_connect_authenticates_and_names_a_refusal_without_the_key() {
         ),
     ] {
         let e = nvme::connect(&root, &opts(host_key, ctrl_key)).expect_err("refused");
-        assert_eq!(e.errno(), Some(errno), "{e}");
+        assert!(refused_as(e.errno(), errno), "{e}");
         let (shown, debug) = (e.to_string(), format!("{e:?}"));
+        // After the stall the kernel's EIO gets its own hint, which names the cause too.
+        let says = if e.errno() == Some(libc::EIO) {
+            "refused secret"
+        } else {
+            says
+        };
         assert!(shown.contains(says) && shown.contains(NQN), "{shown}");
         for key in [HOST_KEY, CTRL_KEY, OTHER_KEY] {
             let b64 = key.split(':').nth(2).unwrap();
@@ -188,6 +209,58 @@ fn the_librarys_connect_authenticates_and_names_a_refusal_without_the_key() {
         c.state.as_ref().map(ToString::to_string).as_deref(),
         Some("live"),
         "{c:?}"
+    );
+    delete(&c.controller);
+    target.teardown().unwrap();
+}
+
+/// 6.12 pairs one host id with each host NQN, and without `hostid=` gives a connect its
+/// default host's id, which is paired with the kernel's own NQN: a node or a PV naming
+/// another host NQN without a host id (csi-driver-nvmf's `hostNqn` without `hostId`) is
+/// refused with `EINVAL`. The library sends one it derives, the same for the NQN every
+/// time, and the kernel keeps it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_host_nqn_without_a_host_id_connects_with_one_derived_from_it() {
+    require_vm();
+    const PLAIN: &str = "nqn.2010-06.com.example:a-node-without-a-host-id";
+    let mut target = Target::builder()
+        .nqn(NQN)
+        .namespace(16 << 20)
+        .port(PortConfig::new(53, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    target
+        .require_host(PLAIN, None, None)
+        .expect("an allowed host");
+    // The kernel's own answer without an id: refused, nothing made.
+    let raw = format!("transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn={NQN},hostnqn={PLAIN}");
+    let mut dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(FABRICS)
+        .unwrap();
+    let e = dev.write_all(raw.as_bytes()).expect_err("no host id");
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    drop(dev);
+    assert_eq!(controllers(), Vec::<String>::new());
+
+    let host = nvme::Host {
+        nqn: PLAIN.parse().unwrap(),
+        id: None,
+    };
+    let mut opts =
+        nvme::ConnectOptions::new("127.0.0.1".parse().unwrap(), 4420, NQN.parse().unwrap());
+    opts.host = Some(host.clone());
+    let c = nvme::connect(&Root::default(), &opts).expect("connect as a plain host NQN");
+    assert!(!c.existing, "{c:?}");
+    let held = fs::read_to_string(format!("/sys/class/nvme/{}/hostid", c.controller)).unwrap();
+    assert_eq!(held.trim(), host.id_from_nqn().to_string());
+    // Again: the controller that is there, found by the id the kernel holds for the NQN.
+    let again = nvme::connect(&Root::default(), &opts).expect("connect again");
+    assert!(
+        again.existing && again.controller == c.controller,
+        "{again:?}"
     );
     delete(&c.controller);
     target.teardown().unwrap();

@@ -604,37 +604,30 @@ impl Inner {
 
     /// The host identity a volume's connects present: the node's (`None`: lunkit reads
     /// `/etc/nvme` under the root), or the volume's `hostNqn`/`hostId`. A volume that names
-    /// only one of the two gets the other as csi-driver-nvmf and nvme-cli give it: the
-    /// node's host NQN with its `hostId`; with its `hostNqn`, the UUID in that NQN
-    /// (`nqn.2014-08.org.nvmexpress:uuid:<id>`, nvme-cli's rule) or else the node's host id.
+    /// only its `hostId` gets the node's host NQN with it, as csi-driver-nvmf gives it. One
+    /// that names only its `hostNqn` gets no id here, and lunkit's connect chooses it
+    /// ([`lunkit::nvme::with_host_id`]: the id the kernel already pairs with that NQN, the
+    /// UUID in a `nqn.2014-08.org.nvmexpress:uuid:<id>` NQN, or one derived from the NQN).
+    /// csi-driver-nvmf gives such a volume the node's host id, which newer kernels (6.12)
+    /// refuse under a second NQN (`EINVAL`).
     fn nvme_host(&self, what: &str, vol: &NvmeVolume) -> Result<Option<lunkit::nvme::Host>> {
         if vol.host_nqn.is_none() && vol.host_id.is_none() {
             return Ok(None);
         }
-        let node = || {
-            lunkit::nvme::Host::from_node(self.root()).map_err(|e| {
-                Error::lunkit(
-                    format!("{what}: the node's host identity (for hostNqn or hostId)"),
-                    e,
-                )
-            })
-        };
         let nqn = match &vol.host_nqn {
             Some(n) => n.clone(),
-            None => node()?.nqn,
+            None => {
+                lunkit::nvme::Host::from_node(self.root())
+                    .map_err(|e| {
+                        Error::lunkit(format!("{what}: the node's host NQN (for hostId)"), e)
+                    })?
+                    .nqn
+            }
         };
-        let id = match vol.host_id {
-            Some(i) => Some(i),
-            None => match nqn
-                .to_string()
-                .rsplit_once(":uuid:")
-                .and_then(|(_, u)| u.parse().ok())
-            {
-                Some(u) => Some(u),
-                None => node()?.id,
-            },
-        };
-        Ok(Some(lunkit::nvme::Host { nqn, id }))
+        Ok(Some(lunkit::nvme::Host {
+            nqn,
+            id: vol.host_id,
+        }))
     }
 
     /// Connects every port of `vol` (as `host`, when given) and waits until a namespace of

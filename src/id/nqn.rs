@@ -79,6 +79,11 @@ impl FromStr for Nqn {
 pub struct Uuid([u8; 16]);
 
 impl Uuid {
+    /// The UUID of these 16 bytes.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Uuid {
+        Uuid(bytes)
+    }
+
     /// The 16 bytes.
     pub fn bytes(&self) -> [u8; 16] {
         self.0

@@ -92,8 +92,10 @@ pub fn connect(root: &Root, opts: &ConnectOptions) -> Result<Connected> {
         Some(h) => h.clone(),
         None => Host::from_node(root)?,
     };
+    let controllers = sysnvme::controllers(root)?;
+    let host = with_host_id(host, &controllers);
     let (options, names) = fabrics::option_string(opts, &host)?;
-    if let Some(c) = find_controller(root, opts, &host)? {
+    if let Some(c) = matching(controllers, opts, &host) {
         return Ok(existing(c, start));
     }
     let supported = fabrics::supported_options(root)?;
@@ -126,6 +128,25 @@ pub fn connect(root: &Root, opts: &ConnectOptions) -> Result<Connected> {
     }
 }
 
+/// `host` with the host id its connect sends, never `None` (newer kernels refuse a host NQN
+/// without one: [`Host::id_from_nqn`]): the one given; else the id a controller connected
+/// as this NQN already holds (the kernel keeps one id per NQN, whoever chose it); else
+/// [`Host::id_from_nqn`].
+pub fn with_host_id(host: Host, controllers: &[sysnvme::NvmeController]) -> Host {
+    if host.id.is_some() {
+        return host;
+    }
+    let held = controllers
+        .iter()
+        .filter(|c| c.hostnqn.as_deref() == Some(host.nqn.as_str()))
+        .find_map(|c| c.hostid.as_deref()?.parse().ok());
+    let id = held.unwrap_or_else(|| host.id_from_nqn());
+    Host {
+        id: Some(id),
+        ..host
+    }
+}
+
 fn existing(c: sysnvme::NvmeController, start: Instant) -> Connected {
     Connected {
         cntlid: c.cntlid.unwrap_or_default(),
@@ -146,7 +167,16 @@ pub fn find_controller(
     opts: &ConnectOptions,
     host: &Host,
 ) -> Result<Option<sysnvme::NvmeController>> {
-    Ok(sysnvme::controllers(root)?.into_iter().find(|c| {
+    Ok(matching(sysnvme::controllers(root)?, opts, host))
+}
+
+/// [`find_controller`] among `controllers`.
+fn matching(
+    controllers: Vec<sysnvme::NvmeController>,
+    opts: &ConnectOptions,
+    host: &Host,
+) -> Option<sysnvme::NvmeController> {
+    controllers.into_iter().find(|c| {
         c.transport.as_deref() == Some(opts.transport.as_str())
             && c.subsysnqn.as_deref() == Some(opts.nqn.as_str())
             && c.address_field("traddr")
@@ -163,7 +193,7 @@ pub fn find_controller(
                 _ => true,
             }
             && !c.parsed_state.as_ref().is_some_and(CtrlState::is_going)
-    }))
+    })
 }
 
 /// The controllers of subsystem `nqn` on this node.
@@ -458,4 +488,57 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
         asked.push(c.name);
     }
     Ok(asked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A node where controller nvme0 connected as `hostnqn` with `hostid`.
+    fn node(name: &str, hostnqn: &str, hostid: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("lunkit-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let d = dir.join("sys/class/nvme/nvme0");
+        fs::create_dir_all(&d).unwrap();
+        for (f, v) in [
+            ("transport", "tcp"),
+            ("state", "live"),
+            ("subsysnqn", "nqn.2014-08.org.lunkit:lab"),
+            ("hostnqn", hostnqn),
+            ("hostid", hostid),
+        ] {
+            fs::write(d.join(f), format!("{v}\n")).unwrap();
+        }
+        dir
+    }
+
+    fn named(nqn: &str, id: Option<&str>) -> Host {
+        Host {
+            nqn: nqn.parse().unwrap(),
+            id: id.map(|i| i.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_connect_sends_the_id_given_else_the_one_the_kernel_holds_else_the_nqns() {
+        const HELD: &str = "0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b";
+        const GIVEN: &str = "11111111-2222-4333-8444-555555555555";
+        let dir = node("hostid", "nqn.2010-06.com.example:node-a", HELD);
+        let controllers = sysnvme::controllers(&Root::new(&dir)).unwrap();
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(controllers.len(), 1);
+
+        let a = "nqn.2010-06.com.example:node-a";
+        let given = with_host_id(named(a, Some(GIVEN)), &controllers);
+        assert_eq!(given.id.unwrap().to_string(), GIVEN);
+        // The kernel pairs one id with one NQN: reuse the pairing it holds.
+        let held = with_host_id(named(a, None), &controllers);
+        assert_eq!(held.id.unwrap().to_string(), HELD);
+        // Another NQN gets its own id, never the one paired with node-a.
+        let b = named("nqn.2010-06.com.example:node-b", None);
+        let own = with_host_id(b.clone(), &controllers);
+        assert_eq!(own.id, Some(b.id_from_nqn()));
+        assert_ne!(own.id.unwrap().to_string(), HELD);
+    }
 }

@@ -126,11 +126,49 @@ impl FromStr for Interface {
 pub struct Host {
     /// The host NQN.
     pub nqn: Nqn,
-    /// The host identifier; `None` lets the kernel use its default host's.
+    /// The host identifier; `None` lets [`crate::nvme::connect`] choose it
+    /// ([`Host::id_from_nqn`], after the id the kernel already holds for this NQN).
     pub id: Option<Uuid>,
 }
 
+/// The prefix of an NQN made from a UUID (NVMe Base 2.0, 4.5): `<prefix><uuid>`.
+const UUID_NQN_PREFIX: &str = "nqn.2014-08.org.nvmexpress:uuid:";
+
 impl Host {
+    /// The host id for this NQN when none is given: the UUID an NQN of the form
+    /// `nqn.2014-08.org.nvmexpress:uuid:<uuid>` carries (the rule nvme-cli follows, and how
+    /// the kernel makes its own default host), else a UUID derived from the NQN's bytes.
+    ///
+    /// Why a connect always needs one: newer kernels (Debian's 6.12, not its 6.1) keep one
+    /// host id per host NQN in nvme-fabrics and refuses a connect whose NQN
+    /// or id is already paired otherwise (`EINVAL`, "found same hostid … but different
+    /// hostnqn"). Without `hostid=` the kernel takes its default host's id, which is paired
+    /// with the default NQN, so any other NQN is refused.
+    ///
+    /// The derived id is FNV-1a (128 bits) of the NQN, marked as a version-8 (custom) UUID:
+    /// the same NQN gets the same id on every node and after every reboot, and two NQNs
+    /// share one only by a 2^-122 chance. It is not secret and needs not be: the NQN is the
+    /// host's identity to a subsystem; the id only has to stay paired with it.
+    pub fn id_from_nqn(&self) -> Uuid {
+        if let Some(u) = self
+            .nqn
+            .as_str()
+            .strip_prefix(UUID_NQN_PREFIX)
+            .and_then(|u| u.parse::<Uuid>().ok())
+        {
+            return u;
+        }
+        let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+        for &b in self.nqn.as_str().as_bytes() {
+            h ^= u128::from(b);
+            h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+        }
+        let mut bytes = h.to_be_bytes();
+        bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
+        bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 9562 variant
+        Uuid::from_bytes(bytes)
+    }
+
     /// The node's own identity, from `<root>/etc/nvme/hostnqn` and `<root>/etc/nvme/hostid`
     /// (written by `nvme gen-hostnqn` or the image; one line each).
     ///
@@ -216,6 +254,13 @@ pub struct ConnectOptions {
     pub dhchap_secret: Option<Secret>,
     /// The controller's secret (`dhchap_ctrl_secret=`): with it the authentication is
     /// bidirectional, and a controller that cannot prove itself with it is refused.
+    ///
+    /// A refusal either way (this secret, or [`dhchap_secret`](Self::dhchap_secret)) is
+    /// usually `EKEYREJECTED` at once. Seen on 6.12 in about one refusal of five under TCG:
+    /// the target dropped the queue before the host's failure message reached it, and the
+    /// connect failed only at the kernel's admin command timeout (`nvme_core.admin_timeout`,
+    /// 60 s), with `EKEYREJECTED` or `EIO`. A [`timeout`](Self::timeout) below that reports a
+    /// timeout instead; the kernel still ends the attempt and leaves no controller.
     pub dhchap_ctrl_secret: Option<Secret>,
     /// How long the connect may take.
     pub timeout: Duration,
@@ -493,6 +538,12 @@ fn connect_hint(errno: Option<i32>) -> &'static str {
         Some(libc::EKEYREJECTED) => {
             "DH-HMAC-CHAP authentication failed: the subsystem rejected the host secret, or \
              the controller could not prove itself with the controller secret"
+        }
+        Some(libc::EIO) => {
+            "the controller failed while it was being set up (the kernel's log says why); \
+             with DH-HMAC-CHAP, a refused secret comes back this way when the target dropped \
+             the connection before the host's failure message, after the kernel's admin \
+             timeout (nvme_core.admin_timeout, 60 s)"
         }
         Some(libc::EPROTONOSUPPORT) => {
             "the subsystem requires DH-HMAC-CHAP authentication, which this kernel was built \

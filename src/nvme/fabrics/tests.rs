@@ -234,4 +234,34 @@ fn authentication_errors_say_what_failed() {
     assert!(connect_hint(Some(libc::ENOKEY)).contains("no host secret"));
     assert!(connect_hint(Some(libc::EKEYREJECTED)).contains("rejected the host secret"));
     assert!(connect_hint(Some(libc::EPROTONOSUPPORT)).contains("CONFIG_NVME_HOST_AUTH"));
+    assert!(connect_hint(Some(libc::EIO)).contains("DH-HMAC-CHAP"));
+}
+
+#[test]
+fn a_uuid_nqn_gives_its_own_uuid_as_the_host_id() {
+    let h = Host { id: None, ..host() };
+    assert_eq!(
+        h.id_from_nqn().to_string(),
+        "1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+    );
+}
+
+#[test]
+fn another_nqn_gets_a_stable_version_8_id_of_its_own() {
+    let named = |nqn: &str| Host {
+        nqn: nqn.parse().unwrap(),
+        id: None,
+    };
+    let a = named("nqn.2010-06.com.example:node-a").id_from_nqn();
+    let b = named("nqn.2010-06.com.example:node-b").id_from_nqn();
+    assert_eq!(a, named("nqn.2010-06.com.example:node-a").id_from_nqn());
+    assert_ne!(a, b);
+    for id in [a, b] {
+        let bytes = id.bytes();
+        assert_eq!(bytes[6] >> 4, 8, "{id}: version 8");
+        assert_eq!(bytes[8] >> 6, 0b10, "{id}: RFC 9562 variant");
+    }
+    // A uuid-form NQN whose UUID is malformed is just another name.
+    let odd = named("nqn.2014-08.org.nvmexpress:uuid:not-a-uuid").id_from_nqn();
+    assert_eq!(odd.bytes()[6] >> 4, 8);
 }
