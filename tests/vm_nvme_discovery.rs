@@ -172,3 +172,133 @@ fn discovery_follows_referrals_once_each_and_leaves_no_controller() {
     b.teardown().unwrap();
     a.teardown().unwrap();
 }
+
+/// The subsystem's controllers, by address, with their states.
+fn paths_of(nqn: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = fs::read_dir("/sys/class/nvme")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    fs::read_to_string(e.path().join("subsysnqn")).is_ok_and(|n| n.trim() == nqn)
+                })
+                .map(|e| {
+                    let read = |f: &str| {
+                        fs::read_to_string(e.path().join(f))
+                            .unwrap_or_default()
+                            .trim()
+                            .to_owned()
+                    };
+                    let addr = read("address");
+                    let traddr = addr
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix("traddr="))
+                        .unwrap_or("")
+                        .to_owned();
+                    (traddr, read("state"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Persistent discovery (issue 35, item 3): a follower keeps a discovery controller on the
+/// first port; the target then offers a second path (a port, and a referral to it on the
+/// first port, as nvmet lists only a port's own subsystems) and takes it back. The node
+/// gets the path and loses it with no call but the follower's, and the follower's events
+/// come from the kernel (the discovery-change AEN as a uevent), not from polling.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_persistent_discovery_follower_connects_a_new_path_and_drops_a_gone_one() {
+    use lunkit::nvme::discovery::follow::{FollowOptions, Follower, PathAction};
+    use std::sync::mpsc;
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    use std::time::{Duration, Instant};
+
+    require_vm();
+    let mut a = Target::builder()
+        .nqn(A)
+        .namespace(16 * MIB)
+        .port(PortConfig::new(44, "127.0.0.1", "4420"))
+        .build()
+        .expect("target A");
+    let root = Root::default();
+    let mut path =
+        lunkit::nvme::ConnectOptions::new("127.0.0.1".parse().unwrap(), 4420, A.parse().unwrap());
+    path.host = Some(host());
+    let first = lunkit::nvme::connect(&root, &path).expect("the volume's first path");
+
+    let mut opts = FollowOptions::new("127.0.0.1".parse().unwrap(), 4420);
+    opts.host = Some(host());
+    let mut follower = Follower::start(&root, opts).expect("follower");
+    let ours = follower.controller().to_owned();
+    assert_eq!(discovery_controllers(), vec![ours.clone()]);
+    assert_eq!(follower.entries().len(), 1, "{:?}", follower.entries());
+
+    let (tx, rx) = mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        while !stopping.load(Ordering::Relaxed) {
+            match follower.next(Instant::now() + Duration::from_millis(500)) {
+                Ok(Some(change)) => tx.send(Ok(change)).unwrap(),
+                Ok(None) => {}
+                Err(e) => tx.send(Err(e)).unwrap(),
+            }
+        }
+        follower.stop()
+    });
+    // What the follower did next, within a minute (a wait's bound, not a timed check).
+    let next = || {
+        let change = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the follower saw the change")
+            .expect("the follower read the log");
+        eprintln!("follower: {change:#?}");
+        change
+    };
+
+    a.add_port(PortConfig::new(45, "127.0.0.2", "4420"))
+        .unwrap();
+    a.add_referral(44, "to-45", "127.0.0.2", "4420").unwrap();
+    let change = next();
+    assert_eq!(change.added.len(), 1, "{change:?}");
+    assert_eq!(change.added[0].address, "127.0.0.2");
+    assert!(
+        matches!(&change.paths[..], [p] if matches!(p.action, PathAction::Connected { existing: false, .. })),
+        "{change:?}"
+    );
+    assert_eq!(
+        paths_of(A),
+        [
+            ("127.0.0.1".into(), "live".into()),
+            ("127.0.0.2".into(), "live".into())
+        ]
+    );
+
+    a.remove_referral(44, "to-45").unwrap();
+    let change = next();
+    assert_eq!(change.removed.len(), 1, "{change:?}");
+    assert!(
+        matches!(&change.paths[..], [p] if matches!(p.action, PathAction::Deleted { .. })),
+        "{change:?}"
+    );
+    assert_eq!(paths_of(A), [("127.0.0.1".into(), "live".into())]);
+    a.remove_port(45).unwrap();
+
+    stop.store(true, Ordering::Relaxed);
+    thread
+        .join()
+        .unwrap()
+        .expect("the follower's controller deleted");
+    assert_eq!(discovery_controllers(), Vec::<String>::new());
+    let c = lunkit::nvme::sysfs::controller(&root, &first.controller)
+        .unwrap()
+        .expect("the first path");
+    fs::write(format!("/sys/class/nvme/{}/delete_controller", c.name), "1").unwrap();
+    a.teardown().unwrap();
+}

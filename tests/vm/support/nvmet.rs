@@ -327,6 +327,25 @@ impl Target {
         Ok(())
     }
 
+    /// Removes referral `name` of port `port_id` ([`Target::add_referral`]); nvmet raises a
+    /// discovery-change event to the hosts connected to that port.
+    pub fn remove_referral(&mut self, port_id: u16, name: &str) -> Result<()> {
+        let Some(i) = self
+            .referrals
+            .iter()
+            .position(|(p, n)| *p == port_id && n == name)
+        else {
+            return Err(format!("{}: no referral {name} on port {port_id}", self.nqn).into());
+        };
+        let dir = port_dir(port_id).join("referrals").join(name);
+        remove_referral_dir(&dir);
+        if dir.exists() {
+            return Err(format!("{} is still there", dir.display()).into());
+        }
+        self.referrals.remove(i);
+        Ok(())
+    }
+
     /// Lets only `hostnqn` in from now on (`attr_allow_any_host` 0, an `allowed_hosts`
     /// link), and, with `key`, only once it authenticates with DH-HMAC-CHAP
     /// (`hosts/<nqn>/dhchap_key`; `ctrl_key` makes it bidirectional: the target proves
