@@ -9,12 +9,14 @@
 //!
 //! One module per command: [`list`], [`scan`] (`scan` and a SCSI `attach`), [`attach`] (an
 //! NVMe `attach`), [`detach`], [`resize`], [`teardown`] (`flush`, `delete`), [`multipath`]
-//! (`multipath remove`), [`nvme`] (`nvme connect`, `disconnect`, `rescan`) and [`watch`].
+//! (`multipath remove`), [`nvme`] (`nvme connect`, `disconnect`, `rescan`), [`discovery`]
+//! (`nvme discover`), [`doctor`] and [`watch`].
 //! `batch` prints each line's own document.
 
 pub mod attach;
 pub mod detach;
 pub mod discovery;
+pub mod doctor;
 pub mod list;
 pub mod multipath;
 pub mod nvme;
