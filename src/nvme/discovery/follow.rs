@@ -10,7 +10,7 @@
 //! again (referrals followed, as [`super::discover`] does), and for the subsystems this node
 //! already uses:
 //!
-//! - connects each new path;
+//! - connects each new path (not one whose port requires TLS: that is reported as failed);
 //! - deletes the controller of each path the log no longer lists, but only while another
 //!   controller of the subsystem is `live` and the path's namespaces are native-multipath
 //!   paths (`nvmeXcYnZ`), so that no device anyone opened goes away.
@@ -304,6 +304,12 @@ impl Follower {
         if !self.uses(&opts)? {
             return Ok(None);
         }
+        if let Some(refusal) = tls_refusal(e) {
+            return Ok(Some(PathChange {
+                entry: e.clone(),
+                action: PathAction::Failed(refusal),
+            }));
+        }
         let action = match crate::nvme::connect(&self.root, &opts) {
             Ok(c) => PathAction::Connected {
                 controller: c.controller,
@@ -363,6 +369,19 @@ impl Follower {
             .iter()
             .any(|c| c.hostnqn.as_deref() == Some(self.host.nqn.as_str())))
     }
+}
+
+/// The refusal of a path whose port requires a secure channel (`TREQ`): lunkit does not set
+/// up NVMe/TCP TLS, which needs a handshake daemon (tlshd) Debian 12 does not package.
+pub fn tls_refusal(e: &Entry) -> Option<Error> {
+    e.secure_channel_required().then(|| {
+        Error::invalid(
+            "discovery entry",
+            &format!("{} at {}:{}", e.subsystem, e.address, e.service_id),
+            "the port requires a secure channel (NVMe/TCP TLS), which lunkit does not set up: \
+             it needs a TLS handshake daemon (tlshd) that Debian 12 does not package",
+        )
+    })
 }
 
 /// Whether `ev` says the log of discovery controller `controller` changed.

@@ -113,3 +113,17 @@ fn native_multipath_paths_are_told_from_devices() {
         assert!(!is_path(d), "{d}");
     }
 }
+
+#[test]
+fn a_port_that_requires_tls_is_refused_by_name() {
+    let mut e = entry("nqn.2014-08.org.lunkit:a", "127.0.0.2", 4420, Subtype::Nvm);
+    assert!(tls_refusal(&e).is_none());
+    e.requirements = 0b01; // TREQ: secure channel required
+    let refusal = tls_refusal(&e).expect("refused").to_string();
+    assert!(
+        refusal.contains("TLS") && refusal.contains("127.0.0.2:4420"),
+        "{refusal}"
+    );
+    e.requirements = 0b10; // not required
+    assert!(tls_refusal(&e).is_none());
+}
