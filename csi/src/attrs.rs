@@ -533,6 +533,16 @@ pub fn parse_nvme(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Nvme
             )));
         }
     }
+    // NVMe/TCP TLS needs a TLS handshake daemon (tlshd) that Debian 12 does not package:
+    // refused by name rather than connected in the clear.
+    for key in ["tls", "tlsKey"] {
+        if get(key).is_some_and(|v| !v.eq_ignore_ascii_case("false")) {
+            return Err(Error::Unimplemented(format!(
+                "volume {volume_id}: volume attribute {key}: NVMe/TCP TLS is not supported \
+                 (it needs a TLS handshake daemon, tlshd, which lunkit does not set up)"
+            )));
+        }
+    }
     let addr = get("targetTrAddr").ok_or_else(|| bad("targetTrAddr", "missing".into()))?;
     let ip: std::net::IpAddr = addr
         .trim_start_matches('[')
@@ -1165,6 +1175,8 @@ mod tests {
             ("targetTrAddr", "san.example.invalid", Code::InvalidArgument),
             ("targetTrPort", "0", Code::InvalidArgument),
             ("targetTrType", "rdma", Code::Unimplemented),
+            ("tls", "true", Code::Unimplemented),
+            ("tlsKey", "NVMeTLSkey-1:01:abc:", Code::Unimplemented),
             ("nqn", "not an nqn", Code::InvalidArgument),
             ("nsid", "0", Code::InvalidArgument),
             ("deviceUUID", "1234", Code::InvalidArgument),
