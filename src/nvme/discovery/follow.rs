@@ -45,6 +45,10 @@ use crate::uevent::{Monitor, Received, Uevent};
 /// 0xf0, discovery log change; log page 0x70), as the kernel prints it.
 pub const AEN_DISCOVERY_CHANGE: &str = "0x70f002";
 
+/// How long after a failed read of the log the follower reads it again, unless another
+/// event comes first.
+const READ_RETRY: Duration = Duration::from_secs(5);
+
 /// nvme-cli's keep-alive for persistent discovery controllers (`NVMF_DEF_DISC_TMO`).
 pub const DEFAULT_KEEP_ALIVE: u32 = 30;
 
@@ -212,10 +216,20 @@ impl Follower {
     ///
     /// [`Error::NotFound`] when the discovery controller is gone (deleted by someone, or
     /// by the kernel after `ctrl_loss_tmo`); those of [`super::discover`] when the log
-    /// cannot be read, the change being kept for the next call.
+    /// cannot be read, the change being kept: the next call reads again on the next event
+    /// or 5 s later, whichever comes first.
     pub fn next(&mut self, deadline: Instant) -> Result<Option<Change>> {
         let trigger = match self.pending.take() {
-            Some(t) => t,
+            // A read that failed (the controller reconnecting, say) is made again on the
+            // next event or after READ_RETRY, not at once: a caller's loop must not spin.
+            Some(t) => {
+                let retry_at = Instant::now() + READ_RETRY;
+                if self.wait(retry_at.min(deadline))?.is_none() && deadline < retry_at {
+                    self.pending = Some(t);
+                    return Ok(None);
+                }
+                t
+            }
             None => match self.wait(deadline)? {
                 Some(t) => t,
                 None => return Ok(None),
