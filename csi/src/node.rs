@@ -319,10 +319,10 @@ fn attach_recorded(
     let a = ops::attach(root, spec, opts)?;
     crate::metrics::global().attached(&a);
     let target = spec.to_string();
-    if a.nvme.is_none() {
-        log::step("attach", "scan", &target, "done", a.scan_elapsed);
+    if let Some(scsi) = a.scsi() {
+        log::step("attach", "scan", &target, "done", scsi.scan_elapsed);
     }
-    for p in a.nvme.iter().flat_map(|n| &n.portals) {
+    for p in a.nvme().iter().flat_map(|n| &n.portals) {
         if let Ok(c) = &p.result {
             log::step("attach", "connect", &p.portal, "done", c.elapsed);
         }
@@ -475,8 +475,13 @@ impl Inner {
         let mut opts = AttachOptions::new(root);
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
         opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
-        opts.portals = vol.portals.clone();
-        opts.nvme_host = host;
+        opts.nvme.connect = vol
+            .portals
+            .iter()
+            .map(|p| lunkit::nvme::parse_portal(p))
+            .collect::<lunkit::Result<_>>()
+            .map_err(|e| Error::lunkit(what.clone(), e))?;
+        opts.nvme.host = host;
         let spec = VolumeSpec::Nvme {
             nqn: vol.nqn.clone(),
             namespace: NamespaceSelector::Id(nsid),
@@ -484,8 +489,7 @@ impl Inner {
         let what = format!("{what} namespace {nsid}");
         let a = attach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
         let device = a
-            .nvme
-            .as_ref()
+            .nvme()
             .and_then(|n| n.devices.first())
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
@@ -778,7 +782,7 @@ impl Inner {
         };
         let mut opts = AttachOptions::new(self.root());
         opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
-        opts.portals = vol.portals.clone();
+        opts.scsi.iscsi_portals = vol.portals.clone();
         self.attach_scsi(id, &spec, opts, record, deadline)
     }
 
@@ -819,7 +823,7 @@ impl Inner {
                 .ok()
                 .flatten();
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
-        opts.wait_map = false;
+        opts.scsi.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
         let before = scsi_addresses(root)?;
         let a = match attach_recorded(root, spec, &opts) {
@@ -829,7 +833,12 @@ impl Inner {
         let wwid = a.wwid.clone();
         record.wwid = wwid.as_ref().map(Wwid::to_multipath);
         self.store.save(record)?;
-        let disks: Vec<String> = a.devices().map(|p| p.name.clone()).collect();
+        let disks: Vec<String> = a
+            .scsi()
+            .iter()
+            .flat_map(|s| s.devices())
+            .map(|p| p.name.clone())
+            .collect();
         if let Some(md) = multipathd.as_mut() {
             let wwid = wwid.ok_or_else(|| {
                 Error::FailedPrecondition(format!(

@@ -2,8 +2,8 @@
 //! [`VolumeSpec::Nvme`], reached through [`super::attach()`] and
 //! [`super::detach()`] with the same options, locks, reports and exit codes as a SCSI LUN.
 //!
-//! **Attach** connects every portal given ([`AttachOptions::portals`](super::AttachOptions::portals), `addr:port`) that is
-//! not connected yet, all at once, then waits (uevents, with sysfs re-checks) until the
+//! **Attach** connects every portal given ([`NvmeAttachOptions::connect`](super::NvmeAttachOptions::connect))
+//! where no controller is connected yet, all at once, then waits (uevents, with sysfs re-checks) until the
 //! namespace's block device is there with a path through every live controller of the
 //! subsystem. With native multipath (`CONFIG_NVME_MULTIPATH`, on in distribution kernels) that
 //! device is the head `nvme<S>n<N>`; without it, each controller has its own. Its identity is
