@@ -9,13 +9,14 @@
 //!
 //! An NVMe/TCP namespace goes the same way, named
 //! `VolumeSpec::Nvme { nqn, namespace: NamespaceSelector::Id(1) }` with the portals to
-//! connect in `AttachOptions::portals`; the report's `nvme` then holds its devices.
+//! connect in `AttachOptions::nvme.connect`; the report is then `AttachedFamily::Nvme`, with
+//! its devices, controllers and each portal's connect.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use lunkit::Root;
-use lunkit::ops::{self, AttachOptions, DetachOptions, VolumeSpec};
+use lunkit::ops::{self, AttachOptions, AttachedFamily, DetachOptions, VolumeSpec};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -45,13 +46,25 @@ fn run(spec: VolumeSpec) -> Result<(), lunkit::Error> {
     // timeout bounds the whole call, lock wait and map included.
     let mut attach = AttachOptions::new(&root);
     attach.scan.timeout = Duration::from_secs(30);
-    attach.wait_map = true;
+    attach.scsi.wait_map = true;
     let volume = ops::attach(&root, &spec, &attach)?;
-    for path in &volume.paths {
-        println!("path {path}");
-    }
-    if let Some(map) = &volume.map {
-        println!("map  /dev/mapper/{} ({})", map.name, map.node.name);
+    // The report says which family the volume is of, with only what applies to it.
+    match &volume.family {
+        AttachedFamily::Scsi(scsi) => {
+            for path in &scsi.paths {
+                println!("path {path}");
+            }
+            if let Some(map) = &scsi.map {
+                println!("map  /dev/mapper/{} ({})", map.name, map.node.name);
+            }
+        }
+        AttachedFamily::Nvme(nvme) => {
+            for d in &nvme.devices {
+                println!("namespace {d} via {}", nvme.controllers.join(", "));
+            }
+        }
+        // Another family, in a later lunkit.
+        _ => {}
     }
     println!("attached in {:?}", volume.elapsed);
 

@@ -558,6 +558,8 @@ fn attach_waits_for_the_volume_lock_a_detach_holds() {
     }
     drop(held);
     let attached = lunkit::ops::attach(&root, &spec, &opts).unwrap();
-    assert_eq!(attached.devices().count(), 2);
+    let scsi = attached.scsi().expect("an FC LUN is a SCSI attachment");
+    assert_eq!(scsi.devices().count(), 2);
+    assert!(attached.nvme().is_none());
     assert_eq!(fs::read_to_string(&rescan).unwrap(), "1");
 }

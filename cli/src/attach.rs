@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use lunkit::ops::{self, AttachOptions};
+use lunkit::ops::{self, AttachOptions, AttachedFamily};
 use lunkit::{Root, Wwn};
 
 use crate::json::scan::Udev;
@@ -40,18 +40,18 @@ pub struct Attach {
 
 pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
     let spec = cmd.volume.spec()?;
+    let nvme = matches!(spec, ops::VolumeSpec::Nvme { .. });
     let mut opts = AttachOptions::new(root);
     opts.scan = cmd.common.options()?;
-    opts.portals = cmd.portals;
-    opts.initiators = cmd.initiators;
-    opts.wait_map = cmd.wait_map;
+    opts.scsi.fc_initiators = cmd.initiators;
+    opts.scsi.wait_map = cmd.wait_map;
     if let Some(nqn) = &cmd.hostnqn {
-        opts.nvme_host = Some(lunkit::nvme::Host {
+        opts.nvme.host = Some(lunkit::nvme::Host {
             nqn: nqn.parse()?,
             id: cmd.hostid.as_deref().map(str::parse).transpose()?,
         });
     }
-    if matches!(spec, ops::VolumeSpec::Nvme { .. }) && cmd.wait_map {
+    if nvme && cmd.wait_map {
         return Err(lunkit::Error::invalid(
             "option",
             "--wait-map",
@@ -59,39 +59,53 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
              its head)",
         ));
     }
+    // `--portal` is the sessions to scan through for iSCSI, the portals to connect for NVMe.
+    if nvme {
+        opts.nvme.connect = cmd
+            .portals
+            .iter()
+            .map(|p| lunkit::nvme::parse_portal(p))
+            .collect::<lunkit::Result<_>>()?;
+    } else {
+        opts.scsi.iscsi_portals = cmd.portals;
+    }
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;
-    if let Some(nvme) = &volume.nvme {
-        let udev = wait_udev(
-            root,
-            &cmd.common,
-            nvme.devices.iter().map(|d| (d.name.clone(), d.dev)),
-            start,
-            opts.scan.timeout,
-        )?;
-        print_nvme(
-            volume.wwid.as_ref(),
-            nvme,
-            udev,
-            start.elapsed(),
-            cmd.common.json,
-        );
-        return Ok(());
+    match &volume.family {
+        AttachedFamily::Nvme(nvme) => {
+            let udev = wait_udev(
+                root,
+                &cmd.common,
+                nvme.devices.iter().map(|d| (d.name.clone(), d.dev)),
+                start,
+                opts.scan.timeout,
+            )?;
+            print_nvme(
+                volume.wwid.as_ref(),
+                nvme,
+                udev,
+                start.elapsed(),
+                cmd.common.json,
+            );
+        }
+        AttachedFamily::Scsi(scsi) => {
+            let udev = wait_udev(
+                root,
+                &cmd.common,
+                scsi.devices().map(|d| (d.name.clone(), d.dev)),
+                start,
+                opts.scan.timeout,
+            )?;
+            print(
+                &scsi.paths,
+                scsi.map.as_ref(),
+                udev,
+                start.elapsed(),
+                cmd.common.json,
+            );
+        }
+        _ => unreachable!("lunkit attaches SCSI LUNs and NVMe namespaces only"),
     }
-    let udev = wait_udev(
-        root,
-        &cmd.common,
-        volume.devices().map(|d| (d.name.clone(), d.dev)),
-        start,
-        opts.scan.timeout,
-    )?;
-    print(
-        &volume.paths,
-        volume.map.as_ref(),
-        udev,
-        start.elapsed(),
-        cmd.common.json,
-    );
     Ok(())
 }
 

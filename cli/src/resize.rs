@@ -57,10 +57,11 @@ pub fn run(root: &Root, cmd: Resize) -> lunkit::Result<()> {
 }
 
 fn print(r: &Resized) {
-    for p in &r.paths {
+    let scsi = r.scsi();
+    for p in scsi.iter().flat_map(|s| &s.paths) {
         println!("{:<24} {:>16} -> {:>16} bytes", p.device, p.before, p.after);
     }
-    if let Some(n) = &r.nvme {
+    if let Some(n) = r.nvme() {
         for d in &n.devices {
             println!("{:<24} {:>16} -> {:>16} bytes", d.device, d.before, d.after);
         }
@@ -68,7 +69,7 @@ fn print(r: &Resized) {
             println!("{c:<24} reports {size:>16} bytes");
         }
     }
-    if let Some(m) = &r.map {
+    if let Some(m) = scsi.and_then(|s| s.map.as_ref()) {
         println!(
             "{:<24} {:>16} -> {:>16} bytes ({})",
             m.device,
@@ -84,6 +85,6 @@ fn print(r: &Resized) {
         r.size(),
         ms(r.elapsed),
         ms(r.rescan_elapsed),
-        ms(r.map_elapsed)
+        ms(scsi.map_or(std::time::Duration::ZERO, |s| s.map_elapsed))
     );
 }

@@ -141,10 +141,10 @@ impl Metrics {
 
     /// Records what an attach reports: the scan, each NVMe connect, the whole attach.
     pub fn attached(&self, a: &lunkit::ops::Attachment) {
-        if a.nvme.is_none() {
-            self.step("attach", "scan", "done", a.scan_elapsed);
+        if let Some(scsi) = a.scsi() {
+            self.step("attach", "scan", "done", scsi.scan_elapsed);
         }
-        for p in a.nvme.iter().flat_map(|n| &n.portals) {
+        for p in a.nvme().iter().flat_map(|n| &n.portals) {
             if let Ok(c) = &p.result {
                 self.step("attach", "connect", "done", c.elapsed);
             }

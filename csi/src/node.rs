@@ -223,30 +223,50 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
     }
 }
 
-/// Whether `ns` is the namespace the attributes named by UUID or kernel identity (either
-/// may be absent: then only the other, or nothing, is checked). An `eui.…` identity is the
-/// namespace's NGUID or EUI-64 whichever form the kernel's `wwid` took: a namespace that
-/// also reports a UUID shows `uuid.…` there, and its `nguid` and `eui` attributes still
-/// carry the ids csi-driver-nvmf's `deviceEUI` names.
-fn names_namespace(uuid: Option<&str>, wwid: Option<&str>, ns: &lunkit::NvmeNamespace) -> bool {
-    let same = |want: Option<&str>, got: Option<&str>| {
-        want.is_none_or(|w| got.is_some_and(|g| g.eq_ignore_ascii_case(w)))
-    };
-    let hex = |s: &str| -> String {
-        s.chars()
-            .filter(char::is_ascii_hexdigit)
-            .map(|c| c.to_ascii_lowercase())
-            .collect()
-    };
-    let by_eui = |w: &str| {
-        w.strip_prefix("eui.").is_some_and(|e| {
-            [ns.nguid.as_deref(), ns.eui.as_deref()]
-                .into_iter()
-                .flatten()
-                .any(|id| hex(id) == e && hex(id).bytes().any(|b| b != b'0'))
+/// The namespace the attributes name by what it is rather than by its id, as lunkit selects
+/// it: the UUID (`deviceUUID`, `deviceID: uuid.…`); an NGUID or EUI-64 (`deviceEUI`,
+/// `deviceID: eui.…`, 32 or 16 hex digits), matched against the namespace's own `nguid` or
+/// `eui` whichever form its `wwid` took (a namespace that also reports a UUID shows
+/// `uuid.…` there); or `nvme.…`, the kernel's name for a namespace that reports none of
+/// them, which is the subsystem's vendor, serial and model and the namespace id, so it
+/// selects that id ([`names_namespace`] checks the rest). `None` when the attributes name
+/// none of them (or the form is not one of these).
+fn identity_selector(uuid: Option<&str>, wwid: Option<&str>) -> Option<NamespaceSelector> {
+    if let Some(u) = uuid.or_else(|| wwid.and_then(|w| w.strip_prefix("uuid."))) {
+        return u.parse().ok().map(NamespaceSelector::Uuid);
+    }
+    let wwid = wwid?;
+    if let Some(nsid) = wwid.strip_prefix("nvme.") {
+        // `nvme.%04x-%*phN-%*phN-%08x`: the id is the last group.
+        let (_, nsid) = nsid.rsplit_once('-')?;
+        return (nsid.len() == 8)
+            .then(|| u32::from_str_radix(nsid, 16).ok())
+            .flatten()
+            .map(NamespaceSelector::Id);
+    }
+    wwid.parse::<lunkit::id::Nguid>()
+        .map(NamespaceSelector::Nguid)
+        .or_else(|_| {
+            wwid.parse::<lunkit::id::Eui64>()
+                .map(NamespaceSelector::Eui64)
         })
-    };
-    same(uuid, ns.uuid.as_deref()) && (same(wwid, ns.wwid.as_deref()) || wwid.is_some_and(by_eui))
+        .ok()
+}
+
+/// Whether `ns` is the namespace the attributes named by UUID or kernel identity (either
+/// may be absent: then nothing is checked): lunkit's selector of [`identity_selector`], and
+/// for an `nvme.…` identity the whole of it, not only the id it carries.
+fn names_namespace(uuid: Option<&str>, wwid: Option<&str>, ns: &lunkit::NvmeNamespace) -> bool {
+    if uuid.is_none() && wwid.is_none() {
+        return true;
+    }
+    let synthesized = wwid.filter(|w| w.starts_with("nvme."));
+    identity_selector(uuid, wwid).is_some_and(|s| s.matches(ns))
+        && synthesized.is_none_or(|w| {
+            ns.wwid
+                .as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case(w))
+        })
 }
 
 fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -319,10 +339,10 @@ fn attach_recorded(
     let a = ops::attach(root, spec, opts)?;
     crate::metrics::global().attached(&a);
     let target = spec.to_string();
-    if a.nvme.is_none() {
-        log::step("attach", "scan", &target, "done", a.scan_elapsed);
+    if let Some(scsi) = a.scsi() {
+        log::step("attach", "scan", &target, "done", scsi.scan_elapsed);
     }
-    for p in a.nvme.iter().flat_map(|n| &n.portals) {
+    for p in a.nvme().iter().flat_map(|n| &n.portals) {
         if let Ok(c) = &p.result {
             log::step("attach", "connect", &p.portal, "done", c.elapsed);
         }
@@ -448,9 +468,10 @@ impl Inner {
         Instant::now() + self.config.stage_timeout
     }
 
-    /// Brings an NVMe namespace onto the node: connects every port through lunkit, finds the
-    /// namespace by its UUID when no nsid was given, and waits for its device. Records the
-    /// nsid as soon as it is known. Returns the device and the namespace's identity.
+    /// Brings an NVMe namespace onto the node through lunkit: connects every port, and
+    /// waits for the namespace's device, named by its nsid or, without one, by what the
+    /// attributes say it is ([`identity_selector`]). Records the nsid as soon as the attach
+    /// says it, then checks the namespace is the one the attributes name. Returns its device.
     fn attach_nvme(
         &self,
         id: &str,
@@ -461,41 +482,52 @@ impl Inner {
         let root = self.root();
         let what = format!("volume {id}: attach NVMe {}", vol.nqn);
         let host = self.nvme_host(&what, vol)?;
-        let nsid = match vol.nsid {
-            Some(n) => n,
-            None => {
-                let n = self.nsid_by_identity(&what, vol, host.as_ref(), deadline)?;
-                if let Target::Nvme { nsid, .. } = &mut record.target {
-                    *nsid = Some(n);
-                }
-                self.store.save(record)?;
-                n
-            }
+        let (uuid, wwid) = (vol.device_uuid.as_deref(), vol.device_wwid.as_deref());
+        let namespace = match vol.nsid {
+            Some(n) => NamespaceSelector::Id(n),
+            None => identity_selector(uuid, wwid).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{what}: neither nsid nor a deviceID lunkit can find the namespace by"
+                ))
+            })?,
         };
         let mut opts = AttachOptions::new(root);
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
         opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
-        opts.portals = vol.portals.clone();
-        opts.nvme_host = host;
+        opts.nvme.connect = vol
+            .portals
+            .iter()
+            .map(|p| lunkit::nvme::parse_portal(p))
+            .collect::<lunkit::Result<_>>()
+            .map_err(|e| Error::lunkit(what.clone(), e))?;
+        opts.nvme.host = host;
         let spec = VolumeSpec::Nvme {
             nqn: vol.nqn.clone(),
-            namespace: NamespaceSelector::Id(nsid),
+            namespace,
         };
-        let what = format!("{what} namespace {nsid}");
+        let what = format!("{what} {namespace}");
         let a = attach_recorded(root, &spec, &opts).map_err(|e| Error::lunkit(what.clone(), e))?;
-        let device = a
-            .nvme
-            .as_ref()
-            .and_then(|n| n.devices.first())
+        let nvme = a
+            .nvme()
+            .ok_or_else(|| Error::Internal(format!("{what}: not attached as NVMe")))?;
+        let nsid = nvme
+            .nsid
+            .ok_or_else(|| Error::NotFound(format!("{what}: the namespace shows no id")))?;
+        if let Target::Nvme { nsid: n, .. } = &mut record.target {
+            *n = Some(nsid);
+        }
+        self.store.save(record)?;
+        let device = nvme
+            .devices
+            .first()
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
-        if vol.device_uuid.is_some() || vol.device_wwid.is_some() {
+        if uuid.is_some() || wwid.is_some() {
             let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
                 .map_err(|e| Error::lunkit(what.clone(), e))?
                 .into_iter()
                 .find(|(ns, _)| ns.nsid == Some(nsid))
                 .map(|(ns, _)| ns);
-            let (uuid, wwid) = (vol.device_uuid.as_deref(), vol.device_wwid.as_deref());
             if !found
                 .as_ref()
                 .is_some_and(|ns| names_namespace(uuid, wwid, ns))
@@ -630,64 +662,6 @@ impl Inner {
         }))
     }
 
-    /// Connects every port of `vol` (as `host`, when given) and waits until a namespace of
-    /// the subsystem is the one its `deviceUUID`/`deviceID` names; returns its nsid.
-    fn nsid_by_identity(
-        &self,
-        what: &str,
-        vol: &NvmeVolume,
-        host: Option<&lunkit::nvme::Host>,
-        deadline: Instant,
-    ) -> Result<u32> {
-        let (uuid, wwid) = (vol.device_uuid.as_deref(), vol.device_wwid.as_deref());
-        let Some(named) = uuid.or(wwid) else {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: neither nsid nor deviceID"
-            )));
-        };
-        let root = self.root();
-        let mut connected = 0;
-        let mut failures = Vec::new();
-        for portal in &vol.portals {
-            let sa: std::net::SocketAddr = portal
-                .parse()
-                .map_err(|_| Error::InvalidArgument(format!("{what}: port {portal:?}")))?;
-            let mut c = lunkit::nvme::ConnectOptions::new(sa.ip(), sa.port(), vol.nqn.clone());
-            c.host = host.cloned();
-            c.timeout = deadline
-                .saturating_duration_since(Instant::now())
-                .min(c.timeout);
-            match lunkit::nvme::connect(root, &c) {
-                Ok(_) => connected += 1,
-                Err(e) => failures.push(format!("{portal}: {e}")),
-            }
-        }
-        if connected == 0 {
-            return Err(Error::NotFound(format!(
-                "{what}: no port could be connected: {}",
-                failures.join("; ")
-            )));
-        }
-        let mut pause = Duration::from_millis(5);
-        loop {
-            let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
-                .map_err(|e| Error::lunkit(what.to_owned(), e))?
-                .into_iter()
-                .find(|(ns, _)| names_namespace(uuid, wwid, ns))
-                .and_then(|(ns, _)| ns.nsid);
-            if let Some(n) = found {
-                return Ok(n);
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::NotFound(format!(
-                    "{what}: no namespace {named} appeared in the subsystem"
-                )));
-            }
-            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-            pause = (pause * 2).min(Duration::from_millis(200));
-        }
-    }
-
     /// The volume with the portals SendTargets discovery found added (`discovery: true`),
     /// recorded before any is logged in to; the volume as it is otherwise. Checks its
     /// `initiatorName` first ([`iscsi::check_initiator`]).
@@ -771,7 +745,7 @@ impl Inner {
         };
         let mut opts = AttachOptions::new(self.root());
         opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
-        opts.portals = vol.portals.clone();
+        opts.scsi.iscsi_portals = vol.portals.clone();
         self.attach_scsi(id, &spec, opts, record, deadline)
     }
 
@@ -812,7 +786,7 @@ impl Inner {
                 .ok()
                 .flatten();
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
-        opts.wait_map = false;
+        opts.scsi.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
         let before = scsi_addresses(root)?;
         let a = match attach_recorded(root, spec, &opts) {
@@ -822,7 +796,12 @@ impl Inner {
         let wwid = a.wwid.clone();
         record.wwid = wwid.as_ref().map(Wwid::to_multipath);
         self.store.save(record)?;
-        let disks: Vec<String> = a.devices().map(|p| p.name.clone()).collect();
+        let disks: Vec<String> = a
+            .scsi()
+            .iter()
+            .flat_map(|s| s.devices())
+            .map(|p| p.name.clone())
+            .collect();
         if let Some(md) = multipathd.as_mut() {
             let wwid = wwid.ok_or_else(|| {
                 Error::FailedPrecondition(format!(
@@ -1745,7 +1724,8 @@ impl Node for NodeService {
 
 #[cfg(test)]
 mod tests {
-    use super::names_namespace;
+    use super::{identity_selector, names_namespace};
+    use lunkit::ops::NamespaceSelector;
 
     fn namespace() -> lunkit::NvmeNamespace {
         lunkit::NvmeNamespace {
@@ -1785,5 +1765,53 @@ mod tests {
             &ns
         ));
         assert!(names_namespace(None, None, &ns));
+    }
+
+    #[test]
+    fn each_identity_form_is_a_lunkit_selector() {
+        let ns = namespace();
+        let uuid = "58668891-c3e4-45d0-b90e-824525c16080";
+        assert_eq!(
+            identity_selector(Some(uuid), None),
+            Some(NamespaceSelector::Uuid(uuid.parse().unwrap()))
+        );
+        assert_eq!(
+            identity_selector(None, Some("eui.00000000000000000042aa42aa42aa42")),
+            Some(NamespaceSelector::Nguid(
+                "00000000000000000042aa42aa42aa42".parse().unwrap()
+            ))
+        );
+        // An EUI-64 is found by the namespace's `eui`, even though its `wwid` is the UUID.
+        let mut with_eui = namespace();
+        with_eui.eui = Some("00 25 38 5b 71 b0 e7 a1".into());
+        let eui = identity_selector(None, Some("eui.0025385b71b0e7a1")).unwrap();
+        assert_eq!(
+            eui,
+            NamespaceSelector::Eui64("0025385b71b0e7a1".parse().unwrap())
+        );
+        assert!(eui.matches(&with_eui) && !eui.matches(&ns));
+        assert!(names_namespace(
+            None,
+            Some("eui.0025385b71b0e7a1"),
+            &with_eui
+        ));
+        // The kernel's own name for a namespace without ids carries its nsid; the rest of it
+        // (vendor, serial, model) is checked against the namespace's `wwid`.
+        let synthesized = "nvme.1b36-6465616462656566-51454d55-00000002";
+        assert_eq!(
+            identity_selector(None, Some(synthesized)),
+            Some(NamespaceSelector::Id(2))
+        );
+        let mut plain = namespace();
+        plain.nsid = Some(2);
+        plain.wwid = Some(synthesized.into());
+        assert!(names_namespace(None, Some(synthesized), &plain));
+        plain.wwid = Some("nvme.1b36-6465616462656567-51454d55-00000002".into());
+        assert!(
+            !names_namespace(None, Some(synthesized), &plain),
+            "another subsystem's namespace 2"
+        );
+        assert_eq!(identity_selector(None, Some("nvme.1b36-00")), None);
+        assert_eq!(identity_selector(None, None), None);
     }
 }

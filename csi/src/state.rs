@@ -67,7 +67,7 @@ pub enum Target {
         nqn: String,
         /// The ports staging connects.
         portals: Vec<String>,
-        /// The namespace id: given, or found by `device_uuid` once connected.
+        /// The namespace id: given, or the one the attach by `device_uuid` or `device_wwid` found.
         nsid: Option<u32>,
         /// The namespace UUID the volume attributes named.
         device_uuid: Option<String>,

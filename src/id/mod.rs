@@ -1,10 +1,11 @@
 //! The identifiers lunkit names things by: a SCSI address ([`Hctl`]), a volume's identity
 //! ([`Wwid`]), an FC port ([`Wwn`]), an NVMe subsystem or host ([`Nqn`], [`Uuid`]), an NVMe
-//! namespace ([`Nguid`]), a device number ([`DevNum`]), a sysfs object ([`ObjectId`]) and the uuid format of multipath maps
+//! namespace ([`Nguid`], [`Eui64`]), a device number ([`DevNum`]), a sysfs object ([`ObjectId`]) and the uuid format of multipath maps
 //! ([`mpath`]). Each parses strictly (a typed [`crate::Error::Invalid`] for
 //! anything else) and prints the way the kernel writes it.
 
 mod devnum;
+mod eui64;
 mod hctl;
 pub mod mpath;
 mod nguid;
@@ -14,6 +15,7 @@ mod wwn;
 
 pub use crate::sysfs::ObjectId;
 pub use devnum::DevNum;
+pub use eui64::Eui64;
 pub use hctl::Hctl;
 pub use nguid::Nguid;
 pub use nqn::{MAX_NQN_LEN, Nqn, Uuid};

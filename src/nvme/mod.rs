@@ -40,7 +40,7 @@ pub mod sysfs;
 pub use fabrics::{ConnectOptions, Host, Interface, Transport};
 pub use identify::{IdentifyNamespace, identify_namespace};
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::block::{self, BlockNode, UsageScope};
@@ -70,6 +70,25 @@ pub struct Connected {
     pub state: Option<String>,
     /// How long the call took.
     pub elapsed: Duration,
+}
+
+/// Parses a portal as a caller writes it, `addr:port` or `[v6addr]:port` (an IP address, no
+/// host name): what [`crate::ops::NvmeAttachOptions::connect`] holds.
+///
+/// ```
+/// let p = lunkit::nvme::parse_portal("[fd00::1]:4420")?;
+/// assert_eq!((p.ip().to_string(), p.port()), ("fd00::1".to_owned(), 4420));
+/// assert!(lunkit::nvme::parse_portal("array.example:4420").is_err());
+/// # Ok::<(), lunkit::Error>(())
+/// ```
+pub fn parse_portal(s: &str) -> Result<SocketAddr> {
+    s.parse().map_err(|_| {
+        Error::invalid(
+            "NVMe portal",
+            s,
+            "expected ADDR:PORT with an IP address (IPv6 in brackets)",
+        )
+    })
 }
 
 /// Connects one path to a subsystem, or returns the controller already connected there.

@@ -40,12 +40,13 @@ pub mod volume;
 
 pub use nvme::NamespaceDevice;
 pub use options::{
-    AttachOptions, DEFAULT_DETACH_TIMEOUT, DEFAULT_RESIZE_TIMEOUT, DetachOptions, RESCAN_INTERVAL,
-    ResizeOptions,
+    AttachOptions, DEFAULT_DETACH_TIMEOUT, DEFAULT_RESIZE_TIMEOUT, DetachOptions,
+    NvmeAttachOptions, RESCAN_INTERVAL, ResizeOptions, ScsiAttachOptions,
 };
 pub use report::{
-    Attachment, DetachReport, MapDevice, MapSize, NamespaceSize, NvmeAttachment, NvmeResize,
-    Outcome, PathSize, PortalConnect, Resized, Step, StepKind,
+    AttachedFamily, Attachment, DetachReport, MapDevice, MapSize, NamespaceSize, NvmeAttachment,
+    NvmeResize, Outcome, PathSize, PortalConnect, Resized, ResizedFamily, ScsiAttachment,
+    ScsiResize, Step, StepKind,
 };
 pub use spec::{Identity, NamespaceSelector, VolumeSpec};
 pub use volume::{ForeignMap, OrphanMap, VolumeState};
@@ -62,7 +63,7 @@ use crate::root::Root;
 /// refused.
 ///
 /// multipathd, not lunkit, builds the map (it owns the multipath configuration, and the node
-/// has one multipath policy). [`AttachOptions::wait_map`] waits for it: a map whose uuid is
+/// has one multipath policy). [`ScsiAttachOptions::wait_map`] waits for it: a map whose uuid is
 /// `mpath-<WWID>` with every path that came among its slaves, within the same deadline as the
 /// scan.
 ///
@@ -73,19 +74,22 @@ use crate::root::Root;
 /// let root = Root::default();
 /// let spec = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
 /// let mut opts = AttachOptions::new(&root);
-/// opts.wait_map = true;
+/// opts.scsi.wait_map = true;
 /// let volume = attach(&root, &spec, &opts)?;
-/// for path in &volume.paths {
-///     println!("{path}");
-/// }
-/// if let Some(map) = &volume.map {
-///     println!("/dev/mapper/{} ({})", map.name, map.node.name);
+/// if let Some(scsi) = volume.scsi() {
+///     for path in &scsi.paths {
+///         println!("{path}");
+///     }
+///     if let Some(map) = &scsi.map {
+///         println!("/dev/mapper/{} ({})", map.name, map.node.name);
+///     }
 /// }
 /// # Ok::<(), lunkit::Error>(())
 /// ```
 ///
 /// Scans the volume's LUN on every path at once and returns every path's outcome, with the
-/// multipath map when [`AttachOptions::wait_map`] is set.
+/// multipath map when [`ScsiAttachOptions::wait_map`] is set ([`AttachedFamily::Scsi`]); an
+/// NVMe namespace's devices, controllers and connects ([`AttachedFamily::Nvme`]).
 ///
 /// It holds the volume's lock throughout, the one [`detach()`] and
 /// [`resize()`] take (in this process, and across processes through
@@ -216,11 +220,13 @@ pub fn detach_with(
 /// let mut opts = ResizeOptions::new(&root);
 /// opts.expect_size = Some(20 << 30);
 /// let resized = resize(&root, &spec, &opts)?;
-/// for p in &resized.paths {
-///     println!("{}: {} -> {} bytes", p.device, p.before, p.after);
-/// }
-/// if let Some(map) = &resized.map {
-///     println!("{}: {} -> {} bytes ({})", map.device, map.before, map.after, map.by.as_str());
+/// if let Some(scsi) = resized.scsi() {
+///     for p in &scsi.paths {
+///         println!("{}: {} -> {} bytes", p.device, p.before, p.after);
+///     }
+///     if let Some(map) = &scsi.map {
+///         println!("{}: {} -> {} bytes ({})", map.device, map.before, map.after, map.by.as_str());
+///     }
 /// }
 /// // Now grow the filesystem on it: resize2fs /dev/mapper/mpatha.
 /// # Ok::<(), lunkit::Error>(())

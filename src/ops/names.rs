@@ -37,6 +37,7 @@ fn records(dir: &Path, spec: &VolumeSpec) -> Vec<PathBuf> {
             vec![match namespace {
                 NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
                 NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
+                NamespaceSelector::Eui64(e) => format!("nvme-{nqn}-eui64-{e}"),
                 NamespaceSelector::Uuid(u) => format!("nvme-{nqn}-uuid-{u}"),
             }]
         }
@@ -157,7 +158,8 @@ pub(crate) fn is_attached(dir: &Path, spec: &VolumeSpec) -> bool {
 
 /// The namespaces of subsystem `nqn` marked attached in lock directory `dir`, whether their
 /// devices are on the node or not: every mark file in `<dir>/attached/` whose name ends in a
-/// namespace id, NGUID or UUID (`…-ns-<id>`, `…-nguid-<NGUID>`, `…-uuid-<UUID>`) that, asked back through
+/// namespace id, NGUID, EUI-64 or UUID (`…-ns-<id>`, `…-nguid-<NGUID>`, `…-eui64-<EUI-64>`,
+/// `…-uuid-<UUID>`) that, asked back through
 /// `is_attached` for `nqn`, is marked. The NQN is never parsed out of a file name;
 /// this module alone knows how it is spelt there.
 pub(crate) fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
@@ -181,11 +183,15 @@ pub(crate) fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
             .rsplit_once("-nguid-")
             .and_then(|(_, g)| g.parse().ok())
             .map(NamespaceSelector::Nguid);
+        let eui = name
+            .rsplit_once("-eui64-")
+            .and_then(|(_, e)| e.parse().ok())
+            .map(NamespaceSelector::Eui64);
         let uuid = name
             .rsplit_once("-uuid-")
             .and_then(|(_, u)| u.parse().ok())
             .map(NamespaceSelector::Uuid);
-        for selector in id.into_iter().chain(nguid).chain(uuid) {
+        for selector in id.into_iter().chain(nguid).chain(eui).chain(uuid) {
             let spec = VolumeSpec::Nvme {
                 nqn: nqn.clone(),
                 namespace: selector,
@@ -321,18 +327,21 @@ mod tests {
         let u: NamespaceSelector =
             NamespaceSelector::Uuid("6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80".parse().unwrap());
         mark_attached(&dir, &spec(&a, g)).unwrap();
+        let e = NamespaceSelector::Eui64("0025385b71b0e7a1".parse().unwrap());
+        mark_attached(&dir, &spec(&a, e)).unwrap();
         mark_attached(&dir, &spec(&b, NamespaceSelector::Id(5))).unwrap();
         mark_attached(&dir, &spec(&b, u)).unwrap();
         std::fs::write(dir.join("attached").join("stray"), "").unwrap();
 
         let mut of_a = marked(&dir, &a).unwrap();
         of_a.sort_by_key(ToString::to_string);
-        assert_eq!(of_a, vec![NamespaceSelector::Id(2), g]);
+        assert_eq!(of_a, vec![NamespaceSelector::Id(2), e, g]);
         let mut of_b = marked(&dir, &b).unwrap();
         of_b.sort_by_key(ToString::to_string);
         assert_eq!(of_b, vec![NamespaceSelector::Id(5), u]);
 
         unmark_attached(&dir, &spec(&a, g)).unwrap();
+        unmark_attached(&dir, &spec(&a, e)).unwrap();
         assert_eq!(marked(&dir, &a).unwrap(), vec![NamespaceSelector::Id(2)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

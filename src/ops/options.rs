@@ -1,9 +1,11 @@
 //! How the workflows behave: one option struct per verb, shared by both families.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::id::Wwn;
+use crate::nvme::Host;
 use crate::root::Root;
 use crate::scsi::scan::ScanOptions;
 
@@ -95,30 +97,41 @@ impl DetachOptions {
     }
 }
 
-/// How [`attach`](super::attach()) behaves. [`AttachOptions::new`] remembers names in the lock directory
-/// under the root, as detach expects; the default remembers nothing.
+/// How [`attach`](super::attach()) behaves. [`AttachOptions::new`] remembers names in the lock
+/// directory under the root, as detach expects; the default remembers nothing.
+///
+/// What applies to every volume is here; what applies to one protocol family only is in
+/// [`AttachOptions::scsi`] or [`AttachOptions::nvme`], and the other family's part is not
+/// read:
+///
+/// ```
+/// let root = lunkit::Root::default();
+/// let mut opts = lunkit::ops::AttachOptions::new(&root);
+/// opts.scan.min_paths = 2;
+/// // An iSCSI or FC LUN: wait for multipathd's map too.
+/// opts.scsi.wait_map = true;
+/// // An NVMe namespace: connect this portal if it is not connected yet.
+/// opts.nvme.connect.push("192.0.2.10:4420".parse().unwrap());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct AttachOptions {
-    /// The scan: its deadline (which also bounds the map wait), the expected WWID and how
-    /// many paths must come.
+    /// The deadline (which also bounds the map wait), the expected WWID and how many paths
+    /// must come: SCSI paths, or NVMe controllers the namespace is reached through.
     pub scan: ScanOptions,
-    /// iSCSI: only sessions through these portals (`addr:port`); empty for every session.
-    /// NVMe: connect these portals (`addr:port`, `[v6addr]:port`) that are not connected
-    /// yet; empty to use the controllers already connected.
-    pub portals: Vec<String>,
-    /// FC: only through these local ports (initiator WWPNs); empty for every port.
-    pub initiators: Vec<Wwn>,
-    /// Also wait until multipathd has built the volume's map with every path that came.
-    pub wait_map: bool,
     /// The directory of detach's lock files ([`crate::ops::DetachOptions::lock_dir`]). Attach
-    /// remembers there which WWID an iSCSI or FC target and LUN named, so that a later detach
-    /// by the same name finds the volume's multipath map even once every path is gone. `None`
-    /// (the default) remembers nothing; the CLI uses `<root>/run/lunkit/locks`.
-    pub lock_dir: Option<std::path::PathBuf>,
-    /// NVMe: this node's identity for the connects; `None` reads `/etc/nvme/hostnqn` and
-    /// `/etc/nvme/hostid` under the root ([`crate::nvme::Host::from_node`]).
-    pub nvme_host: Option<crate::nvme::Host>,
+    /// remembers there which WWID an iSCSI or FC target and LUN named, and which NVMe
+    /// namespaces are attached, so that a later detach by the same name finds the volume's
+    /// multipath map even once every path is gone, and a detach of another namespace keeps
+    /// the controllers this one needs. `None` (the default) remembers nothing; the CLI uses
+    /// `<root>/run/lunkit/locks`.
+    pub lock_dir: Option<PathBuf>,
+    /// For a SCSI LUN ([`VolumeSpec::Iscsi`](super::VolumeSpec::Iscsi),
+    /// [`VolumeSpec::Fc`](super::VolumeSpec::Fc), an H:C:T:L): which paths, and the map.
+    pub scsi: ScsiAttachOptions,
+    /// For an NVMe namespace ([`VolumeSpec::Nvme`](super::VolumeSpec::Nvme)): what to
+    /// connect, and as whom.
+    pub nvme: NvmeAttachOptions,
 }
 
 impl AttachOptions {
@@ -130,4 +143,36 @@ impl AttachOptions {
             ..AttachOptions::default()
         }
     }
+}
+
+/// The part of [`AttachOptions`] that applies to a SCSI LUN only. The default scans through
+/// every session and every local port, and does not wait for a map.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ScsiAttachOptions {
+    /// iSCSI: scan only through the sessions logged in through these portals (`addr:port`,
+    /// `[v6addr]:port`, as the session shows its connection); empty for every session to
+    /// the target. Attach never logs in.
+    pub iscsi_portals: Vec<String>,
+    /// FC: scan only through these local ports (initiator WWPNs); empty for every port that
+    /// sees one of the target's ports.
+    pub fc_initiators: Vec<Wwn>,
+    /// Also wait until multipathd has built the volume's map with every path that came.
+    pub wait_map: bool,
+}
+
+/// The part of [`AttachOptions`] that applies to an NVMe namespace only. The default
+/// connects nothing and uses the controllers already connected.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct NvmeAttachOptions {
+    /// Connect to the subsystem through these portals (TCP, each one controller), all at
+    /// once, where no controller is connected yet; empty to use the controllers already
+    /// connected. [`NvmeAttachment::portals`](super::NvmeAttachment::portals) says how each
+    /// went; a portal that fails does not fail the attach while the namespace comes through
+    /// the others.
+    pub connect: Vec<SocketAddr>,
+    /// This node's identity for the connects; `None` reads `/etc/nvme/hostnqn` and
+    /// `/etc/nvme/hostid` under the root ([`crate::nvme::Host::from_node`]).
+    pub host: Option<Host>,
 }

@@ -1,5 +1,6 @@
 //! What the workflows report: an attach ([`Attachment`]), a detach ([`DetachReport`], made
-//! of [`Step`]s) and a resize ([`Resized`]), for both families.
+//! of [`Step`]s) and a resize ([`Resized`]). An attach and a resize say which family the
+//! volume is of ([`AttachedFamily`], [`ResizedFamily`]), each with only what applies to it.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,14 +13,17 @@ use crate::scsi::scan::PathScan;
 
 use super::spec::Identity;
 
-/// What an NVMe attach did, in [`Attachment::nvme`].
+/// What an NVMe attach did: [`AttachedFamily::Nvme`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvmeAttachment {
+    /// The namespace's id, as the node sees it (whichever way the namespace was named).
+    pub nsid: Option<u32>,
     /// The namespace's block devices (one head under native multipath).
     pub devices: Vec<BlockNode>,
     /// The controllers through which the namespace came.
     pub controllers: Vec<String>,
-    /// Every portal asked for, with how its connect went.
+    /// Every portal asked for ([`NvmeAttachOptions::connect`](super::NvmeAttachOptions::connect)),
+    /// with how its connect went.
     pub portals: Vec<PortalConnect>,
 }
 
@@ -86,7 +90,7 @@ pub struct NamespaceSize {
     pub after: u64,
 }
 
-/// What a resize of an NVMe namespace saw and did, in [`Resized::nvme`].
+/// What a resize of an NVMe namespace saw and did: [`ResizedFamily::Nvme`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvmeResize {
     /// The namespace's block devices.
@@ -96,49 +100,81 @@ pub struct NvmeResize {
     pub reported: Vec<(String, u64)>,
 }
 
+/// What a resize of a SCSI LUN saw and did: [`ResizedFamily::Scsi`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScsiResize {
+    /// Every path, in address order.
+    pub paths: Vec<PathSize>,
+    /// The multipath map, when the volume has one.
+    pub map: Option<MapSize>,
+    /// How long growing the map took (multipathd's `resize map` or the table reload).
+    pub map_elapsed: Duration,
+}
+
+/// Which family a resized volume is of, with what the resize did there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResizedFamily {
+    /// A SCSI LUN: its paths and its map.
+    Scsi(ScsiResize),
+    /// An NVMe namespace: its devices and what its controllers reported.
+    Nvme(NvmeResize),
+}
+
 /// What [`resize`](super::resize()) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resized {
     /// The volume's WWID, when it has one.
     pub wwid: Option<Wwid>,
-    /// Every path, in address order (SCSI; empty for an NVMe namespace).
-    pub paths: Vec<PathSize>,
-    /// The multipath map, when the volume has one.
-    pub map: Option<MapSize>,
-    /// The namespace, for a volume named [`super::VolumeSpec::Nvme`].
-    pub nvme: Option<NvmeResize>,
+    /// What was resized, by family.
+    pub family: ResizedFamily,
     /// Whether any path (or NVMe controller) was rescanned: not when the volume already had
     /// the expected size.
     pub rescanned: bool,
     /// How long the rescans took, the wait for [`super::ResizeOptions::expect_size`] included.
     pub rescan_elapsed: Duration,
-    /// How long growing the map took (multipathd's `resize map` or the table reload).
-    pub map_elapsed: Duration,
     /// How long the whole resize took.
     pub elapsed: Duration,
 }
 
 impl Resized {
+    /// The SCSI part, for a SCSI LUN.
+    pub fn scsi(&self) -> Option<&ScsiResize> {
+        match &self.family {
+            ResizedFamily::Scsi(s) => Some(s),
+            ResizedFamily::Nvme(_) => None,
+        }
+    }
+
+    /// The NVMe part, for an NVMe namespace.
+    pub fn nvme(&self) -> Option<&NvmeResize> {
+        match &self.family {
+            ResizedFamily::Nvme(n) => Some(n),
+            ResizedFamily::Scsi(_) => None,
+        }
+    }
+
     /// The volume's size now, in bytes: the map's, or the paths' without one, or the NVMe
     /// namespace device's.
     pub fn size(&self) -> u64 {
-        if let Some(n) = &self.nvme {
-            return n.devices.first().map_or(0, |d| d.after);
-        }
-        match &self.map {
-            Some(m) => m.after,
-            None => self.paths.first().map_or(0, |p| p.after),
+        match &self.family {
+            ResizedFamily::Nvme(n) => n.devices.first().map_or(0, |d| d.after),
+            ResizedFamily::Scsi(s) => match &s.map {
+                Some(m) => m.after,
+                None => s.paths.first().map_or(0, |p| p.after),
+            },
         }
     }
 
     /// Whether any device changed size.
     pub fn changed(&self) -> bool {
-        self.paths.iter().any(|p| p.before != p.after)
-            || self.map.as_ref().is_some_and(|m| m.before != m.after)
-            || self
-                .nvme
-                .as_ref()
-                .is_some_and(|n| n.devices.iter().any(|d| d.before != d.after))
+        match &self.family {
+            ResizedFamily::Nvme(n) => n.devices.iter().any(|d| d.before != d.after),
+            ResizedFamily::Scsi(s) => {
+                s.paths.iter().any(|p| p.before != p.after)
+                    || s.map.as_ref().is_some_and(|m| m.before != m.after)
+            }
+        }
     }
 }
 
@@ -253,25 +289,58 @@ pub struct DetachReport {
 /// A volume brought onto the node.
 #[derive(Debug)]
 pub struct Attachment {
-    /// Its WWID, as its paths report it (they all agree).
+    /// Its WWID, as its paths report it (they all agree): a SCSI LUN's from VPD page 0x83,
+    /// an NVMe namespace's as the kernel's `wwid` gives it (`uuid.…`, `eui.…`, `nvme.…`).
     pub wwid: Option<Wwid>,
-    /// Every path, scanned or skipped, with its outcome.
-    pub paths: Vec<PathScan>,
-    /// Its multipath map, when [`super::AttachOptions::wait_map`] asked for it.
-    pub map: Option<MapDevice>,
-    /// For an NVMe namespace, its devices, controllers and each portal's connect (`paths`
-    /// is empty then).
-    pub nvme: Option<NvmeAttachment>,
-    /// How long the scan took.
-    pub scan_elapsed: Duration,
+    /// What came, by family.
+    pub family: AttachedFamily,
     /// How long the whole attach took, the map wait included.
     pub elapsed: Duration,
 }
 
-impl Attachment {
+/// Which family an attached volume is of, with what came there.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AttachedFamily {
+    /// A SCSI LUN: its paths and, when asked for, its multipath map.
+    Scsi(ScsiAttachment),
+    /// An NVMe namespace: its devices, its controllers and each portal's connect.
+    Nvme(NvmeAttachment),
+}
+
+/// What a SCSI attach did: [`AttachedFamily::Scsi`].
+#[derive(Debug)]
+pub struct ScsiAttachment {
+    /// Every path, scanned or skipped, with its outcome.
+    pub paths: Vec<PathScan>,
+    /// Its multipath map, when [`super::ScsiAttachOptions::wait_map`] asked for it.
+    pub map: Option<MapDevice>,
+    /// How long the scan took.
+    pub scan_elapsed: Duration,
+}
+
+impl ScsiAttachment {
     /// The path devices that came, in path order.
     pub fn devices(&self) -> impl Iterator<Item = &crate::scsi::PathDevice> {
         self.paths.iter().filter_map(PathScan::device)
+    }
+}
+
+impl Attachment {
+    /// The SCSI part, for a SCSI LUN.
+    pub fn scsi(&self) -> Option<&ScsiAttachment> {
+        match &self.family {
+            AttachedFamily::Scsi(s) => Some(s),
+            AttachedFamily::Nvme(_) => None,
+        }
+    }
+
+    /// The NVMe part, for an NVMe namespace.
+    pub fn nvme(&self) -> Option<&NvmeAttachment> {
+        match &self.family {
+            AttachedFamily::Nvme(n) => Some(n),
+            AttachedFamily::Scsi(_) => None,
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::id::{Hctl, Nguid, Nqn, Uuid, Wwid, Wwn};
+use crate::id::{Eui64, Hctl, Nguid, Nqn, Uuid, Wwid, Wwn};
 
 /// How a caller names a volume.
 ///
@@ -37,7 +37,7 @@ pub enum VolumeSpec {
     Nvme {
         /// The subsystem NQN.
         nqn: Nqn,
-        /// Which of its namespaces: by id, by NGUID or by UUID.
+        /// Which of its namespaces: by id, by NGUID, by EUI-64 or by UUID.
         namespace: NamespaceSelector,
     },
 }
@@ -45,16 +45,21 @@ pub enum VolumeSpec {
 /// Which namespace of an NVMe subsystem a volume is.
 ///
 /// The namespace id is what the array's mapping says (LUN-like, and reusable once a namespace
-/// is deleted); the NGUID and the UUID are the namespace's own, globally unique identity, so
-/// naming a volume by one of them can never reach another volume that took over the id. They
-/// can only be matched once the namespace is on the node: until then, an attach by NGUID or
-/// UUID waits for a namespace of the subsystem that reports it.
+/// is deleted); the NGUID, the EUI-64 and the UUID are the namespace's own, globally unique
+/// identity, so naming a volume by one of them can never reach another volume that took over
+/// the id. They can only be matched once the namespace is on the node: until then, an attach
+/// by one of them waits for a namespace of the subsystem that reports it. A namespace may
+/// report any of the three, and sysfs shows each (`nguid`, `eui`, `uuid`) whichever of them
+/// its `wwid` is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NamespaceSelector {
     /// The namespace id (1 to 0xFFFFFFFE).
     Id(u32),
     /// The namespace's NGUID.
     Nguid(Nguid),
+    /// The namespace's EUI-64 (sysfs `eui`). The all-zero one, which sysfs shows for a
+    /// namespace without one, is refused.
+    Eui64(Eui64),
     /// The namespace's UUID (its Namespace Identification Descriptor; sysfs `uuid`). A CSI
     /// volume handle often carries it. The nil UUID, which sysfs shows for a namespace
     /// without one, is refused.
@@ -62,21 +67,24 @@ pub enum NamespaceSelector {
 }
 
 impl NamespaceSelector {
-    /// Whether the namespace sysfs shows as `ns` is the one selected. An NGUID that sysfs
-    /// does not report, or reports malformed, matches nothing.
+    /// Whether the namespace sysfs shows as `ns` is the one selected. An NGUID, EUI-64 or
+    /// UUID that sysfs does not report, or reports malformed, matches nothing; nor does an
+    /// all-zero one, which is what sysfs shows for a namespace that has none.
     pub fn matches(&self, ns: &crate::nvme::sysfs::NvmeNamespace) -> bool {
+        fn parsed<T: std::str::FromStr>(s: Option<&String>) -> Option<T> {
+            s.and_then(|s| s.parse().ok())
+        }
         match self {
             NamespaceSelector::Id(id) => ns.nsid == Some(*id),
-            NamespaceSelector::Nguid(g) => ns
-                .nguid
-                .as_deref()
-                .and_then(|s| s.parse::<Nguid>().ok())
-                .is_some_and(|n| n == *g),
-            NamespaceSelector::Uuid(u) => ns
-                .uuid
-                .as_deref()
-                .and_then(|s| s.parse::<Uuid>().ok())
-                .is_some_and(|n| n == *u),
+            NamespaceSelector::Nguid(g) => {
+                g.bytes() != [0; 16] && parsed::<Nguid>(ns.nguid.as_ref()) == Some(*g)
+            }
+            NamespaceSelector::Eui64(e) => {
+                e.bytes() != [0; 8] && parsed::<Eui64>(ns.eui.as_ref()) == Some(*e)
+            }
+            NamespaceSelector::Uuid(u) => {
+                u.bytes() != [0; 16] && parsed::<Uuid>(ns.uuid.as_ref()) == Some(*u)
+            }
         }
     }
 }
@@ -93,6 +101,12 @@ impl From<Nguid> for NamespaceSelector {
     }
 }
 
+impl From<Eui64> for NamespaceSelector {
+    fn from(eui: Eui64) -> Self {
+        NamespaceSelector::Eui64(eui)
+    }
+}
+
 impl From<Uuid> for NamespaceSelector {
     fn from(uuid: Uuid) -> Self {
         NamespaceSelector::Uuid(uuid)
@@ -104,6 +118,7 @@ impl fmt::Display for NamespaceSelector {
         match self {
             NamespaceSelector::Id(id) => write!(f, "namespace {id}"),
             NamespaceSelector::Nguid(g) => write!(f, "namespace NGUID {g}"),
+            NamespaceSelector::Eui64(e) => write!(f, "namespace EUI-64 {e}"),
             NamespaceSelector::Uuid(u) => write!(f, "namespace UUID {u}"),
         }
     }
@@ -169,7 +184,7 @@ mod tests {
             wwid: None,
             uuid: uuid.map(str::to_owned),
             nguid: nguid.map(str::to_owned),
-            eui: None,
+            eui: Some(format!("00 00 00 00 00 00 00 {nsid:02x}")),
             size_bytes: None,
             paths: Vec::new(),
         }
@@ -183,7 +198,8 @@ mod tests {
         let other = namespace(4, Some("00000000000000000000000000000001"), None);
         let by_uuid = NamespaceSelector::Uuid(uuid.parse().unwrap());
         let by_nguid = NamespaceSelector::Nguid(nguid.parse().unwrap());
-        for s in [NamespaceSelector::Id(3), by_nguid, by_uuid] {
+        let by_eui = NamespaceSelector::Eui64("0000000000000003".parse().unwrap());
+        for s in [NamespaceSelector::Id(3), by_nguid, by_eui, by_uuid] {
             assert!(s.matches(&ns), "{s} should match {}", ns.name);
             assert!(!s.matches(&other), "{s} should not match {}", other.name);
         }
@@ -191,5 +207,18 @@ mod tests {
         assert!(by_uuid.matches(&namespace(3, None, Some(&uuid.to_uppercase()))));
         assert!(!by_uuid.matches(&namespace(3, None, Some("not-a-uuid"))));
         assert_eq!(by_uuid.to_string(), format!("namespace UUID {uuid}"));
+        assert_eq!(by_eui.to_string(), "namespace EUI-64 0000000000000003");
+        // sysfs shows all zeros for an id a namespace does not report: a selector of zeros
+        // names nothing, not every such namespace.
+        let zeros = "00000000-0000-0000-0000-000000000000";
+        let mut none = namespace(3, Some(zeros), Some(zeros));
+        none.eui = Some("00 00 00 00 00 00 00 00".into());
+        for s in [
+            NamespaceSelector::Nguid(zeros.parse().unwrap()),
+            NamespaceSelector::Eui64("0000000000000000".parse().unwrap()),
+            NamespaceSelector::Uuid(zeros.parse().unwrap()),
+        ] {
+            assert!(!s.matches(&none), "{s}");
+        }
     }
 }

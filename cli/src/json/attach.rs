@@ -114,6 +114,7 @@ mod tests {
     #[test]
     fn an_nvme_attach_names_each_portals_outcome() {
         let nvme = NvmeAttachment {
+            nsid: Some(1),
             devices: vec![BlockNode {
                 name: "nvme0n1".into(),
                 dev: DevNum {

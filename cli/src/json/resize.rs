@@ -87,14 +87,15 @@ pub fn report(spec: &VolumeSpec, result: &lunkit::Result<Resized>, elapsed: Dura
 
 impl Result {
     fn new(r: &Resized) -> Self {
+        let scsi = r.scsi();
         Result {
             wwid: r.wwid.as_ref().map(|w| w.to_multipath()),
             size: r.size(),
             changed: r.changed(),
             rescanned: r.rescanned,
-            paths: r
-                .paths
+            paths: scsi
                 .iter()
+                .flat_map(|s| &s.paths)
                 .map(|p| PathSize {
                     hctl: p.hctl.to_string(),
                     disk: p.disk.clone(),
@@ -102,14 +103,14 @@ impl Result {
                     after: p.after,
                 })
                 .collect(),
-            map: r.map.as_ref().map(|m| MapSize {
+            map: scsi.and_then(|s| s.map.as_ref()).map(|m| MapSize {
                 name: m.name.clone(),
                 device: m.device.clone(),
                 before: m.before,
                 after: m.after,
                 by: m.by.as_str(),
             }),
-            nvme: r.nvme.as_ref().map(|n| Nvme {
+            nvme: r.nvme().map(|n| Nvme {
                 devices: n
                     .devices
                     .iter()
@@ -130,7 +131,7 @@ impl Result {
             }),
             elapsed_us: micros(r.elapsed),
             rescan_us: micros(r.rescan_elapsed),
-            map_us: micros(r.map_elapsed),
+            map_us: micros(scsi.map_or(Duration::ZERO, |s| s.map_elapsed)),
         }
     }
 }
@@ -140,30 +141,34 @@ mod tests {
     use super::*;
     use crate::json::{Layout, to_text};
     use lunkit::multipath::GrownBy;
-    use lunkit::ops::{MapSize as LibMap, NamespaceSize as LibNs, NvmeResize, PathSize as LibPath};
+    use lunkit::ops::{
+        MapSize as LibMap, NamespaceSize as LibNs, NvmeResize, PathSize as LibPath, ResizedFamily,
+        ScsiResize,
+    };
     use serde_json::{Value, json};
 
     fn grown() -> Resized {
         Resized {
             wwid: Some("naa.6001405a1b2c3d4e5f60718293a4b5c6".parse().unwrap()),
-            paths: vec![LibPath {
-                hctl: "6:0:0:0".parse().unwrap(),
-                disk: "sda".into(),
-                device: "6:0:0:0 (sda)".into(),
-                before: 100,
-                after: 200,
-            }],
-            map: Some(LibMap {
-                name: "mpatha".into(),
-                device: "mpatha (dm-0)".into(),
-                before: 100,
-                after: 200,
-                by: GrownBy::Multipathd,
+            family: ResizedFamily::Scsi(ScsiResize {
+                paths: vec![LibPath {
+                    hctl: "6:0:0:0".parse().unwrap(),
+                    disk: "sda".into(),
+                    device: "6:0:0:0 (sda)".into(),
+                    before: 100,
+                    after: 200,
+                }],
+                map: Some(LibMap {
+                    name: "mpatha".into(),
+                    device: "mpatha (dm-0)".into(),
+                    before: 100,
+                    after: 200,
+                    by: GrownBy::Multipathd,
+                }),
+                map_elapsed: Duration::from_micros(40),
             }),
-            nvme: None,
             rescanned: true,
             rescan_elapsed: Duration::from_micros(30),
-            map_elapsed: Duration::from_micros(40),
             elapsed: Duration::from_micros(150),
         }
     }
@@ -208,9 +213,7 @@ mod tests {
     #[test]
     fn an_nvme_resize_lists_devices_and_what_each_controller_reported() {
         let mut r = grown();
-        r.paths.clear();
-        r.map = None;
-        r.nvme = Some(NvmeResize {
+        r.family = ResizedFamily::Nvme(NvmeResize {
             devices: vec![LibNs {
                 device: "nvme0n1".into(),
                 before: 64,
@@ -220,6 +223,15 @@ mod tests {
         });
         let v = serde_json::to_value(report(&spec(), &Ok(r), Duration::ZERO)).unwrap();
         assert_eq!(v["result"]["size"], json!(128));
+        // The SCSI fields stay in the document, empty, as before the families were typed.
+        assert_eq!(
+            (
+                &v["result"]["paths"],
+                &v["result"]["map"],
+                &v["result"]["map_us"]
+            ),
+            (&json!([]), &Value::Null, &json!(0))
+        );
         assert_eq!(
             v["result"]["nvme"],
             json!({

@@ -18,19 +18,8 @@ use super::{NamespaceDevice, by_id, check_selector, selected, subsystem_lock_key
 use crate::ops::lock;
 use crate::ops::names;
 use crate::ops::options::AttachOptions;
-use crate::ops::report::{Attachment, NvmeAttachment, PortalConnect};
+use crate::ops::report::{AttachedFamily, Attachment, NvmeAttachment, PortalConnect};
 use crate::ops::spec::{NamespaceSelector, VolumeSpec};
-
-/// Parses a portal, `addr:port` or `[v6addr]:port`.
-fn portal(s: &str) -> Result<SocketAddr> {
-    s.parse().map_err(|_| {
-        Error::invalid(
-            "NVMe portal",
-            s,
-            "expected ADDR:PORT with an IP address (IPv6 in brackets)",
-        )
-    })
-}
 
 /// [`super::attach()`] of [`VolumeSpec::Nvme`].
 pub(in crate::ops) fn attach(
@@ -46,19 +35,15 @@ pub(in crate::ops) fn attach(
     // Held until this namespace is marked attached: a detach of another namespace of the
     // subsystem decides which controllers are needed under the same lock.
     let _subsys = lock::lock(&subsystem_lock_key(nqn), opts.lock_dir.as_deref(), deadline)?;
-    let portals: Vec<SocketAddr> = opts
-        .portals
-        .iter()
-        .map(|p| portal(p))
-        .collect::<Result<_>>()?;
-    let host = match &opts.nvme_host {
+    let portals = &opts.nvme.connect;
+    let host = match &opts.nvme.host {
         Some(h) => Some(h.clone()),
         None if portals.is_empty() => None,
         None => Some(Host::from_node(root)?),
     };
     // Subscribed before any connect, so the namespace's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
-    let connects = connect_all(root, nqn, &portals, host.as_ref(), deadline);
+    let connects = connect_all(root, nqn, portals, host.as_ref(), deadline);
     let min = opts.scan.min_paths.max(1);
     let wait = Wait {
         root,
@@ -69,6 +54,7 @@ pub(in crate::ops) fn attach(
     };
     let devices = wait.for_paths(monitor.as_mut(), &connects, deadline)?;
     let canonical = by_id(nqn, &devices);
+    let nsid = devices.iter().find_map(|(ns, _)| ns.nsid);
     let devices: Vec<NamespaceDevice> = devices.into_iter().map(|(_, d)| d).collect();
     let wwid = devices.first().and_then(|d| d.wwid.clone());
     if let Some(expected) = &opts.scan.expect_wwid {
@@ -89,14 +75,12 @@ pub(in crate::ops) fn attach(
     controllers.dedup();
     Ok(Attachment {
         wwid,
-        paths: Vec::new(),
-        map: None,
-        nvme: Some(NvmeAttachment {
+        family: AttachedFamily::Nvme(NvmeAttachment {
+            nsid,
             devices: devices.into_iter().map(|d| d.node).collect(),
             controllers,
             portals: connects,
         }),
-        scan_elapsed: start.elapsed(),
         elapsed: start.elapsed(),
     })
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::block::{self, BlockNode};
 use crate::error::{Error, Result};
 use crate::helper;
-use crate::id::{Nqn, Uuid, Wwid};
+use crate::id::{Eui64, Nqn, Uuid, Wwid};
 use crate::nvme::sysfs::{CtrlState, NvmeController, NvmeNamespace};
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
@@ -452,8 +452,8 @@ fn needed_by_others(
     Ok(needed)
 }
 
-/// Every selector that names the namespace being detached: the one given, and its id and
-/// NGUID as sysfs shows them in `found`. A mark under any of them is its own.
+/// Every selector that names the namespace being detached: the one given, and its id, NGUID,
+/// EUI-64 and UUID as sysfs shows them in `found`. A mark under any of them is its own.
 fn own_selectors(
     namespace: &NamespaceSelector,
     found: &[(NvmeNamespace, NamespaceDevice)],
@@ -466,6 +466,13 @@ fn own_selectors(
                 .as_deref()
                 .and_then(|g| g.parse().ok())
                 .map(NamespaceSelector::Nguid),
+        );
+        own.extend(
+            ns.eui
+                .as_deref()
+                .and_then(|e| e.parse::<Eui64>().ok())
+                .filter(|e| e.bytes() != [0; 8])
+                .map(NamespaceSelector::Eui64),
         );
         own.extend(
             ns.uuid

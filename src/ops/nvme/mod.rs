@@ -2,8 +2,8 @@
 //! [`VolumeSpec::Nvme`], reached through [`super::attach()`] and
 //! [`super::detach()`] with the same options, locks, reports and exit codes as a SCSI LUN.
 //!
-//! **Attach** connects every portal given ([`AttachOptions::portals`](super::AttachOptions::portals), `addr:port`) that is
-//! not connected yet, all at once, then waits (uevents, with sysfs re-checks) until the
+//! **Attach** connects every portal given ([`NvmeAttachOptions::connect`](super::NvmeAttachOptions::connect))
+//! where no controller is connected yet, all at once, then waits (uevents, with sysfs re-checks) until the
 //! namespace's block device is there with a path through every live controller of the
 //! subsystem. With native multipath (`CONFIG_NVME_MULTIPATH`, on in distribution kernels) that
 //! device is the head `nvme<S>n<N>`; without it, each controller has its own. Its identity is
@@ -97,6 +97,7 @@ fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
     match namespace {
         NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
         NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
+        NamespaceSelector::Eui64(e) => format!("nvme-{nqn}-eui64-{e}"),
         NamespaceSelector::Uuid(u) => format!("nvme-{nqn}-uuid-{u}"),
     }
 }
@@ -111,7 +112,8 @@ pub fn subsystem_lock_key(nqn: &Nqn) -> String {
 }
 
 /// Namespace ids are 1 to 0xFFFFFFFE: 0 is none and 0xFFFFFFFF means every namespace. The
-/// nil UUID is what sysfs shows for a namespace that has none: it names no namespace.
+/// nil UUID and the all-zero NGUID and EUI-64 are what sysfs shows for a namespace that has
+/// none: they name no namespace.
 fn check_selector(namespace: &NamespaceSelector) -> Result<()> {
     let nsid = match *namespace {
         NamespaceSelector::Id(nsid) => nsid,
@@ -122,7 +124,23 @@ fn check_selector(namespace: &NamespaceSelector) -> Result<()> {
                 "the nil UUID names no namespace (sysfs shows it for one without a UUID)",
             ));
         }
-        NamespaceSelector::Nguid(_) | NamespaceSelector::Uuid(_) => return Ok(()),
+        NamespaceSelector::Nguid(g) if g.bytes() == [0; 16] => {
+            return Err(Error::invalid(
+                "namespace NGUID",
+                &g.to_string(),
+                "the all-zero NGUID names no namespace (sysfs shows it for one without one)",
+            ));
+        }
+        NamespaceSelector::Eui64(e) if e.bytes() == [0; 8] => {
+            return Err(Error::invalid(
+                "namespace EUI-64",
+                &e.to_string(),
+                "the all-zero EUI-64 names no namespace (sysfs shows it for one without one)",
+            ));
+        }
+        NamespaceSelector::Nguid(_) | NamespaceSelector::Eui64(_) | NamespaceSelector::Uuid(_) => {
+            return Ok(());
+        }
     };
     if nsid == 0 || nsid == u32::MAX {
         return Err(Error::invalid(
@@ -164,10 +182,15 @@ mod tests {
     #[test]
     fn selectors_that_name_no_namespace_are_refused() {
         let nil = NamespaceSelector::Uuid("00000000-0000-0000-0000-000000000000".parse().unwrap());
+        let zero = NamespaceSelector::Eui64("0000000000000000".parse().unwrap());
+        let zero_nguid =
+            NamespaceSelector::Nguid("00000000000000000000000000000000".parse().unwrap());
         for bad in [
             NamespaceSelector::Id(0),
             NamespaceSelector::Id(u32::MAX),
             nil,
+            zero,
+            zero_nguid,
         ] {
             let e = check_selector(&bad).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Invalid, "{bad}: {e}");

@@ -16,7 +16,7 @@ use crate::wait;
 use super::{check_selector, lock_key, selected};
 use crate::ops::lock;
 use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
-use crate::ops::report::{NamespaceSize, NvmeResize, Resized};
+use crate::ops::report::{NamespaceSize, NvmeResize, Resized, ResizedFamily};
 use crate::ops::spec::{NamespaceSelector, VolumeSpec};
 
 /// Identify Namespace `nsid` through every controller in `names` at once: each one's answer
@@ -154,12 +154,9 @@ pub(in crate::ops) fn resize(
     let rescan_elapsed = rescan_start.elapsed();
     Ok(Resized {
         wwid,
-        paths: Vec::new(),
-        map: None,
-        nvme: Some(NvmeResize { devices, reported }),
+        family: ResizedFamily::Nvme(NvmeResize { devices, reported }),
         rescanned,
         rescan_elapsed,
-        map_elapsed: std::time::Duration::ZERO,
         elapsed: start.elapsed(),
     })
 }

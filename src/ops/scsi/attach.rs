@@ -18,7 +18,7 @@ use super::locate::locate;
 use crate::ops::lock::{self, VolumeLock};
 use crate::ops::names;
 use crate::ops::options::AttachOptions;
-use crate::ops::report::{Attachment, MapDevice};
+use crate::ops::report::{AttachedFamily, Attachment, MapDevice, ScsiAttachment};
 use crate::ops::spec::{Identity, VolumeSpec};
 
 /// Attaches the volume `spec`, named by a SCSI address ([`crate::ops::attach()`]).
@@ -50,17 +50,18 @@ pub(in crate::ops) fn attach(
         // A hint for a later detach; failing to write it does not undo the attach.
         let _ = names::remember(dir, spec, w);
     }
-    let map = if opts.wait_map {
+    let map = if opts.scsi.wait_map {
         Some(wait_map(root, wwid.as_ref(), &report, deadline)?)
     } else {
         None
     };
     Ok(Attachment {
         wwid,
-        paths: report.paths,
-        map,
-        nvme: None,
-        scan_elapsed,
+        family: AttachedFamily::Scsi(ScsiAttachment {
+            paths: report.paths,
+            map,
+            scan_elapsed,
+        }),
         elapsed: start.elapsed(),
     })
 }
@@ -88,14 +89,14 @@ fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanRepo
         VolumeSpec::Iscsi { target, lun } => {
             let lun = IscsiLun {
                 target: target.clone(),
-                portals: opts.portals.clone(),
+                portals: opts.scsi.iscsi_portals.clone(),
                 lun: *lun,
             };
             crate::iscsi::scan(root, &lun, &opts.scan)
         }
         VolumeSpec::Fc { wwpns, lun } => {
             let lun = FcLun {
-                initiators: opts.initiators.clone(),
+                initiators: opts.scsi.fc_initiators.clone(),
                 ..FcLun::new(wwpns.clone(), *lun)
             };
             crate::fc::scan(root, &lun, &opts.scan)

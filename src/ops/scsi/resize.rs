@@ -15,7 +15,7 @@ use super::identify::identify;
 use super::locate::{VolumePath, locate};
 use crate::ops::lock;
 use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
-use crate::ops::report::{MapSize, PathSize, Resized};
+use crate::ops::report::{MapSize, PathSize, Resized, ResizedFamily, ScsiResize};
 use crate::ops::spec::VolumeSpec;
 use crate::scsi::sysfs::ScsiState;
 
@@ -93,12 +93,13 @@ pub(in crate::ops) fn resize(
     };
     Ok(Resized {
         wwid: id.wwid,
-        paths,
-        map,
-        nvme: None,
+        family: ResizedFamily::Scsi(ScsiResize {
+            paths,
+            map,
+            map_elapsed: map_start.elapsed(),
+        }),
         rescanned: !already,
         rescan_elapsed,
-        map_elapsed: map_start.elapsed(),
         elapsed: start.elapsed(),
     })
 }
