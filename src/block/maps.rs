@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -22,7 +23,7 @@ pub(super) struct MapsLine<'a> {
     pub(super) writable_shared: bool,
     /// The device of the filesystem holding the mapped file (`major:minor`, hex in the
     /// line) and the file's inode: together they name the file.
-    pub(super) file: (u32, u32, u64),
+    pub(super) file: FileKey,
 }
 
 /// Parses one line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`.
@@ -59,8 +60,39 @@ pub(super) struct Mapped {
 }
 
 /// Which mapped files are block devices, by file (see [`MapsLine::file`]): the same
-/// libraries are mapped by every process, and each is looked at once per walk.
-pub(super) type FileKinds = HashMap<(u32, u32, u64), Option<DevNum>>;
+/// libraries are mapped by every process, and each is looked at once per walk, whichever of
+/// the walk's threads meets it first. A look is a `statx` through `map_files/`, which reaches
+/// the file's filesystem (a round trip to the server on a network or 9p root), so it is the
+/// walk's costliest call per file.
+///
+/// Held for one walk only: a file's (device, inode) pair names it while the walk runs, and
+/// could name another file (a device node, say) once that one is deleted and its inode
+/// number reused.
+#[derive(Debug, Default)]
+pub(super) struct FileKinds(Mutex<HashMap<FileKey, Option<DevNum>>>);
+
+/// A mapped file: its filesystem's device number and its inode ([`MapsLine::file`]).
+type FileKey = (u32, u32, u64);
+
+impl FileKinds {
+    /// What the walk found `file` to be, if a thread looked at it already.
+    fn get(&self, file: FileKey) -> Option<Option<DevNum>> {
+        self.lock().get(&file).copied()
+    }
+
+    /// Remembers what `file` is. Two threads that met it at once both looked, and agree.
+    fn insert(&self, file: FileKey, dev: Option<DevNum>) {
+        self.lock().insert(file, dev);
+    }
+
+    /// The map, also after a thread panicked holding it: each entry is written whole, so
+    /// what it holds is still true.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FileKey, Option<DevNum>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// The block devices `pid` has mapped, each once (writable if any mapping of it is). The
 /// errno when its `maps` or a `map_files/` entry cannot be read (`EACCES` without ptrace
@@ -68,14 +100,14 @@ pub(super) type FileKinds = HashMap<(u32, u32, u64), Option<DevNum>>;
 pub(super) fn mapped_devices(
     proc_fd: &OwnedFd,
     pid: u32,
-    kinds: &mut FileKinds,
+    kinds: &FileKinds,
 ) -> Result<Vec<Mapped>, Errno> {
     let text = read_all(proc_fd, &format!("{pid}/maps"))?;
     let text = String::from_utf8_lossy(&text);
     let mut found: Vec<Mapped> = Vec::new();
     for line in text.lines().filter_map(parse_line) {
-        let dev = match kinds.get(&line.file) {
-            Some(d) => *d,
+        let dev = match kinds.get(line.file) {
+            Some(d) => d,
             None => {
                 let link = CString::new(format!("{pid}/map_files/{}", line.range))
                     .map_err(|_| Errno::INVAL)?;

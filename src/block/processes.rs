@@ -58,8 +58,6 @@ struct Sightings {
     fds: Vec<Sighting>,
     /// Block devices mapped, by pid.
     mapped: Vec<(u32, super::maps::Mapped)>,
-    /// Which mapped files are block devices, as this share found them.
-    kinds: super::maps::FileKinds,
     tables: Vec<(mountinfo::MountTable, MountNamespace)>,
     unchecked: Vec<Unchecked>,
 }
@@ -107,6 +105,7 @@ impl Walk {
             held: helper::held(),
             pids,
             next: AtomicUsize::new(0),
+            kinds: super::maps::FileKinds::default(),
         });
         // Each share takes the next processes as it goes, so one that drew kernel threads
         // (nothing to read) goes on to the costly processes with the rest, and a share
@@ -241,6 +240,8 @@ struct ScanCtx {
     pids: Vec<u32>,
     /// The index in `pids` of the next processes to take.
     next: AtomicUsize,
+    /// Which mapped files are block devices, as any share found them.
+    kinds: super::maps::FileKinds,
 }
 
 impl ScanCtx {
@@ -357,7 +358,7 @@ impl ScanCtx {
 
     /// The block devices `pid` has memory-mapped ([`super::maps`]), into `out`.
     fn maps_of(&self, pid: u32, out: &mut Sightings) {
-        match super::maps::mapped_devices(&self.proc_fd, pid, &mut out.kinds) {
+        match super::maps::mapped_devices(&self.proc_fd, pid, &self.kinds) {
             Ok(found) => out.mapped.extend(found.into_iter().map(|m| (pid, m))),
             Err(e) if process_gone(e) => {}
             Err(e) => out.unchecked.push(Unchecked {
