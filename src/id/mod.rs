@@ -24,6 +24,23 @@ pub use wwn::Wwn;
 
 use std::str::FromStr;
 
+/// The `N` bytes that exactly `2N` hex digits (either case) spell, or `None`. Every
+/// identifier lunkit reads in hex (NGUID, EUI-64, UUID) goes through it once its separators
+/// are gone.
+pub(crate) fn hex_bytes<const N: usize>(digits: &[u8]) -> Option<[u8; N]> {
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let hi = char::from(pair[0]).to_digit(16)?;
+        let lo = char::from(pair[1]).to_digit(16)?;
+        // Two hex digits: at most 255.
+        *o = u8::try_from(hi * 16 + lo).ok()?;
+    }
+    Some(out)
+}
+
 /// Parses a non-empty string of ASCII digits; `u32::from_str` alone would accept a leading `+`.
 /// Every number lunkit reads from a name, an address or the kernel goes through it.
 pub(crate) fn decimal<T: FromStr>(s: &str) -> Option<T> {

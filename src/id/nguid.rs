@@ -52,21 +52,9 @@ impl FromStr for Nguid {
         if digits.len() != 32 {
             return Err(Error::invalid(KIND, s, FORMS));
         }
-        let mut out = [0u8; 16];
-        for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-            let hi = char::from(pair[0]).to_digit(16);
-            let lo = char::from(pair[1]).to_digit(16);
-            let (Some(hi), Some(lo)) = (hi, lo) else {
-                return Err(Error::invalid(
-                    KIND,
-                    s,
-                    "contains a character that is not a hex digit",
-                ));
-            };
-            // Two hex digits: at most 255.
-            *o = u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX);
-        }
-        Ok(Nguid(out))
+        super::hex_bytes(&digits)
+            .map(Nguid)
+            .ok_or_else(|| Error::invalid(KIND, s, "contains a character that is not a hex digit"))
     }
 }
 

@@ -116,19 +116,10 @@ impl FromStr for Uuid {
                 "expected 8-4-4-4-12 hex digits, like 1b4e28ba-2fa1-11d2-883f-b9a761bde3fb",
             ));
         }
-        let hex: Vec<u32> = b
-            .iter()
-            .filter(|&&c| c != b'-')
-            .map(|&c| char::from(c).to_digit(16))
-            .collect::<Option<_>>()
-            .filter(|h: &Vec<u32>| h.len() == 32)
-            .ok_or_else(|| Error::invalid(KIND, s, "contains a character that is not hex"))?;
-        let mut out = [0u8; 16];
-        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-            // Two hex digits: at most 255.
-            *o = u8::try_from(pair[0] * 16 + pair[1]).unwrap_or(u8::MAX);
-        }
-        Ok(Uuid(out))
+        let digits: Vec<u8> = b.iter().copied().filter(|&c| c != b'-').collect();
+        super::hex_bytes(&digits)
+            .map(Uuid)
+            .ok_or_else(|| Error::invalid(KIND, s, "contains a character that is not hex"))
     }
 }
 
