@@ -824,10 +824,12 @@ fn filesystem_sequence(c: &mut Client, seed: u64) {
     );
 }
 
-/// The one multipath map's device node.
+/// The one multipath map's device node, `/dev/dm-N`, which the kernel makes with the device. Not
+/// `/dev/mapper/NAME`: that is udev's, and may come later than the stage that mounted the
+/// map (seen once: `blkid -p` right after a stage found no such file, exit 2).
 fn multipath_dev() -> String {
     let maps = multipath::maps();
-    format!("/dev/mapper/{}", maps[0].name)
+    format!("/dev/{}", maps[0].dm)
 }
 
 /// The client's call runs on a thread while the plugin is killed (SIGKILL) at a point of its
