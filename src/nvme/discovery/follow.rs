@@ -39,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::nvme::fabrics::{ConnectOptions, Host};
 use crate::nvme::sysfs::{self as sysnvme, CtrlState, NvmeController};
 use crate::root::Root;
-use crate::uevent::{Monitor, Received, Uevent};
+use crate::uevent::{Action, Monitor, Received, Uevent};
 
 /// The `NVME_AEN` value of a Discovery Log Page change notice (event type 2, notice; info
 /// 0xf0, discovery log change; log page 0x70), as the kernel prints it.
@@ -280,25 +280,31 @@ impl Follower {
 
     /// The next event that says the log changed, for this controller.
     fn wait(&mut self, deadline: Instant) -> Result<Option<Trigger>> {
+        // Looked at once; from then on the controller's own `remove` uevent says it went.
+        if sysnvme::controller(&self.root, &self.controller)?.is_none() {
+            return Err(self.gone());
+        }
         loop {
-            if sysnvme::controller(&self.root, &self.controller)?.is_none() {
-                return Err(Error::NotFound {
-                    what: format!(
-                        "persistent discovery controller {} (deleted, or the kernel gave up \
-                         reconnecting)",
-                        self.controller
-                    ),
-                });
-            }
             match self.monitor.recv(Some(deadline))? {
                 Received::TimedOut => return Ok(None),
                 Received::Overflow => return Ok(Some(Trigger::Overflow)),
+                Received::Event(ev) if removes(&ev, &self.controller) => return Err(self.gone()),
                 Received::Event(ev) => {
                     if let Some(t) = trigger(&ev, &self.controller) {
                         return Ok(Some(t));
                     }
                 }
             }
+        }
+    }
+
+    fn gone(&self) -> Error {
+        Error::NotFound {
+            what: format!(
+                "persistent discovery controller {} (deleted, or the kernel gave up \
+                 reconnecting)",
+                self.controller
+            ),
         }
     }
 
@@ -396,6 +402,13 @@ pub fn tls_refusal(e: &Entry) -> Option<Error> {
              it needs a TLS handshake daemon (tlshd) that Debian 12 does not package",
         )
     })
+}
+
+/// Whether `ev` is the removal of controller `controller`.
+pub fn removes(ev: &Uevent, controller: &str) -> bool {
+    ev.action == Action::Remove
+        && ev.subsystem.as_deref() == Some("nvme")
+        && ev.devpath.rsplit('/').next() == Some(controller)
 }
 
 /// Whether `ev` says the log of discovery controller `controller` changed.

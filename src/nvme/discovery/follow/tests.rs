@@ -19,8 +19,12 @@ fn entry(subsystem: &str, address: &str, port: u16, subtype: Subtype) -> Entry {
 }
 
 fn event(devpath: &str, subsystem: &str, env: &[(&str, &str)]) -> Uevent {
+    event_of("change", devpath, subsystem, env)
+}
+
+fn event_of(action: &str, devpath: &str, subsystem: &str, env: &[(&str, &str)]) -> Uevent {
     let mut buf = format!(
-        "change@{devpath}\0ACTION=change\0DEVPATH={devpath}\0SUBSYSTEM={subsystem}\0SEQNUM=7\0"
+        "{action}@{devpath}\0ACTION={action}\0DEVPATH={devpath}\0SUBSYSTEM={subsystem}\0SEQNUM=7\0"
     );
     for (k, v) in env {
         buf.push_str(&format!("{k}={v}\0"));
@@ -126,4 +130,13 @@ fn a_port_that_requires_tls_is_refused_by_name() {
     );
     e.requirements = 0b10; // not required
     assert!(tls_refusal(&e).is_none());
+}
+
+#[test]
+fn only_this_controllers_remove_event_says_it_went() {
+    let path = "/devices/virtual/nvme-fabrics/ctl/nvme3";
+    assert!(removes(&event_of("remove", path, "nvme", &[]), "nvme3"));
+    assert!(!removes(&event_of("remove", path, "nvme", &[]), "nvme30"));
+    assert!(!removes(&event_of("change", path, "nvme", &[]), "nvme3"));
+    assert!(!removes(&event_of("remove", path, "block", &[]), "nvme3"));
 }
