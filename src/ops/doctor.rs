@@ -267,6 +267,7 @@ fn nvme_down(t: &Topology) -> Vec<Finding> {
 
 /// Each iSCSI session with its LUNs' block devices and the multipath maps on them.
 fn sessions(t: &Topology) -> Vec<(String, Vec<String>, Vec<String>)> {
+    let maps: Vec<_> = t.multipath_maps().collect();
     t.iscsi_sessions
         .iter()
         .map(|s| {
@@ -278,8 +279,8 @@ fn sessions(t: &Topology) -> Vec<(String, Vec<String>, Vec<String>)> {
                         .collect()
                 })
                 .unwrap_or_default();
-            let own = t
-                .multipath_maps()
+            let own = maps
+                .iter()
                 .filter(|m| m.paths.iter().any(|p| devices.contains(p)))
                 .map(|m| m.dm.to_owned())
                 .collect();
