@@ -727,19 +727,17 @@ fn block_sequence(c: &mut Client, seed: u64) {
     );
 }
 
-/// Kubelet's filesystem sequence, with `--root /` and with the plugin under `--root` at a
-/// bind of the host's `/` (as a DaemonSet runs it): stage formats and mounts the device found
-/// under the root (not under it twice), two pods get it (one read-only), unstage refuses
-/// while they do, and nothing is left after.
+/// Kubelet's filesystem sequence, with the plugin under `--root` at a bind of the host's `/`
+/// (as a DaemonSet runs it): stage formats and mounts the device found under the root (not
+/// under it twice), two pods get it (one read-only), unstage refuses while they do, and
+/// nothing is left after. (`--root /` runs the block sequence; one root each keeps CI short.)
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn filesystem_volume_through_kubelets_sequence() {
     require_vm();
     let mut lab = Lab::build();
-    for host_root in [true, false] {
-        lab.run_under(host_root);
-        filesystem_sequence(&mut lab.client(), 23 + u64::from(host_root));
-    }
+    lab.run_under(true);
+    filesystem_sequence(&mut lab.client(), 24);
     drop(lab);
 }
 
@@ -1019,16 +1017,14 @@ fn controllers_of(nqn: &str) -> Vec<String> {
 /// stage connects both ports and finds the namespace by its UUID, two pods get it (one
 /// read-only), unstage refuses while they do, and after unpublish and unstage no controller,
 /// namespace device, record or mount is left, and the data is in the target's file. Run under
-/// `--root` at a bind of the host's `/`, then under `--root /`.
+/// `--root` at a bind of the host's `/` (the block sequence runs under `--root /`).
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
     require_vm();
     let mut lab = Lab::build_nvme();
-    for host_root in [true, false] {
-        lab.run_under(host_root);
-        nvme_filesystem_sequence(&mut lab, 47 + u64::from(host_root));
-    }
+    lab.run_under(true);
+    nvme_filesystem_sequence(&mut lab, 48);
     drop(lab);
 }
 
@@ -1249,21 +1245,14 @@ fn read_only_access_never_formats_and_mounts_read_only() {
 
 /// An NVMe/TCP raw-block volume named by `nsid` (lunkit's key) over both ports: published to
 /// a pod, written through the device node, and after unpublish and unstage the bytes are in
-/// the target's file and no controller is left. Run under `--root /`, then under `--root` at
-/// a bind of the host's `/`.
+/// the target's file and no controller is left. Run under `--root /` (the filesystem sequence
+/// runs under `--root` at a bind of the host's `/`).
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn nvme_block_volume_by_nsid_through_kubelets_sequence() {
     require_vm();
-    let mut lab = Lab::build_nvme();
-    for host_root in [false, true] {
-        lab.run_under(host_root);
-        nvme_block_sequence(
-            &mut lab.client(),
-            lab.nvmet.as_ref().unwrap(),
-            61 + u64::from(host_root),
-        );
-    }
+    let lab = Lab::build_nvme();
+    nvme_block_sequence(&mut lab.client(), lab.nvmet.as_ref().unwrap(), 61);
     drop(lab);
 }
 
@@ -1306,21 +1295,15 @@ fn nvme_block_sequence(c: &mut Client, target: &nvmet::Target, seed: u64) {
 /// fabric does not show), through kubelet's block sequence on real FC: stage brings the LUN in
 /// through both target ports with multipathd's map over the two, the pod writes, stats see the
 /// capacity and both paths running, and unstage leaves no device, map or record behind. The
-/// data is in the target's backing file. Run under `--root` at a bind of the host's `/`, then
-/// under `--root /`.
+/// data is in the target's backing file. Run under `--root` at a bind of the host's `/`, as
+/// a DaemonSet runs it.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn fc_block_volume_through_both_target_ports() {
     require_vm();
     let mut lab = Lab::build_fc();
-    for host_root in [true, false] {
-        lab.run_under(host_root);
-        fc_block_sequence(
-            &mut lab.client(),
-            lab.fcoe.as_ref().unwrap(),
-            71 + u64::from(host_root),
-        );
-    }
+    lab.run_under(true);
+    fc_block_sequence(&mut lab.client(), lab.fcoe.as_ref().unwrap(), 72);
     drop(lab);
 }
 
