@@ -29,6 +29,7 @@ use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
 use support::child::Finished;
 use support::cli::random;
+use support::cmdline;
 use support::fcoe::{self, FcoeConfig, FcoeLab};
 use support::iscsi;
 use support::lio::{ChapAcl, LioConfig, LioTarget};
@@ -1464,7 +1465,7 @@ fn chap_login_refused_with_a_wrong_secret_and_staged_with_the_right_one() {
 
     // Every process's command line, read in a tight loop on a thread through both stages, as
     // any local user (or hostPID pod) could: no password may ever be in one.
-    let watcher = CmdlineWatcher::start(&all_secrets);
+    let watcher = cmdline::Watcher::start(&all_secrets, "iscsiadm");
 
     // (a) The wrong secret: the target refuses the login.
     let e = c
@@ -1499,10 +1500,14 @@ fn chap_login_refused_with_a_wrong_secret_and_staged_with_the_right_one() {
         ..stage
     };
     c.node_stage_volume(stage.clone()).expect("stage with CHAP");
-    let (iscsiadms, leaks) = watcher.stop();
-    assert_eq!(leaks, Vec::<String>::new(), "a password in a command line");
+    let seen = watcher.stop();
+    assert_eq!(
+        seen.leaks,
+        Vec::<String>::new(),
+        "a password in a command line"
+    );
     assert!(
-        iscsiadms > 0,
+        seen.marked > 0,
         "the watcher saw no iscsiadm command line: it proves nothing"
     );
     assert_eq!(our_sessions(), vec![PORTALS[0].to_owned()]);
@@ -2136,55 +2141,6 @@ fn a_device_that_fails_reads_is_refused_never_formatted() {
     assert_eq!(blkid.trim(), "ext4", "the filesystem survived");
     drop(failing);
     drop(lab);
-}
-
-/// A thread reading every `/proc/*/cmdline` in a tight loop, as any local user can, looking
-/// for secrets; it also counts the iscsiadm command lines it saw, so that a run that caught
-/// none (and so proves nothing) is told apart.
-struct CmdlineWatcher {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<(usize, Vec<String>)>,
-}
-
-impl CmdlineWatcher {
-    fn start(secrets: &[&str]) -> CmdlineWatcher {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let secrets: Vec<Vec<u8>> = secrets.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut iscsiadms = std::collections::HashSet::new();
-            let mut leaks = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                let Ok(dir) = fs::read_dir("/proc") else {
-                    continue;
-                };
-                for e in dir.flatten() {
-                    let Ok(line) = fs::read(e.path().join("cmdline")) else {
-                        continue;
-                    };
-                    if line.windows(8).any(|w| w == b"iscsiadm") {
-                        iscsiadms.insert(line.clone());
-                    }
-                    if secrets
-                        .iter()
-                        .any(|s| line.windows(s.len()).any(|w| w == s.as_slice()))
-                    {
-                        leaks.push(String::from_utf8_lossy(&line).replace('\0', " "));
-                    }
-                }
-            }
-            (iscsiadms.len(), leaks)
-        });
-        CmdlineWatcher { stop, thread }
-    }
-
-    /// Stops the watcher: how many distinct iscsiadm command lines it saw, and every command
-    /// line that held a secret.
-    fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().expect("the watcher thread")
-    }
 }
 
 /// Stage under the distro's multipath defaults: multipathd with no multipath.conf (Debian's

@@ -16,14 +16,24 @@
 
 use lunkit_lab as support;
 
+mod csi_plugin;
+
+use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
+use std::time::Duration;
 
+use csi_plugin::{Plugin, Ready};
 use lunkit::Root;
 use lunkit::nvme::dhchap::Secret;
 use lunkit::nvme::{self, fabrics};
+use lunkit_csi::Code;
+use lunkit_csi::proto::volume_capability::{
+    AccessMode, AccessType, BlockVolume, access_mode::Mode,
+};
+use lunkit_csi::proto::{NodeStageVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability};
 use support::nvmet::{PortConfig, Target};
-use support::{cmd, require_vm};
+use support::{cmd, cmdline, require_vm};
 
 const FABRICS: &str = "/dev/nvme-fabrics";
 const NQN: &str = "nqn.2014-08.org.lunkit:auth";
@@ -264,4 +274,107 @@ fn a_host_nqn_without_a_host_id_connects_with_one_derived_from_it() {
     );
     delete(&c.controller);
     target.teardown().unwrap();
+}
+
+/// lunkit-csi stages a raw-block NVMe volume whose subsystem requires DH-HMAC-CHAP both
+/// ways, its secrets in the stage request's `secrets` (`dhchapSecret`, `dhchapCtrlSecret`):
+/// without them the stage is refused naming the cause and leaves no controller; with them
+/// the namespace comes, and the unstage leaves nothing. No secret is ever in a process's
+/// command line, nor in the refusal's message.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_plugin_stages_a_volume_with_dh_hmac_chap_secrets_from_the_stage_secrets() {
+    require_vm();
+    const BASE: &str = "/tmp/lunkit-auth-csi";
+    let _ = fs::remove_dir_all(BASE);
+    fs::create_dir_all(format!("{BASE}/staging/pv-auth")).unwrap();
+    let mut target = Target::builder()
+        .nqn(NQN)
+        .namespace(16 << 20)
+        .port(PortConfig::new(54, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    target
+        .require_host(HOSTNQN, Some(HOST_KEY), Some(CTRL_KEY))
+        .expect("a host that must authenticate");
+    let mut plugin_cmd = Plugin::binary();
+    plugin_cmd.args(["--root", "/"]);
+    let plugin = Plugin::start(
+        plugin_cmd,
+        BASE,
+        &[],
+        Ready::Probe,
+        Duration::from_secs(120),
+    );
+    let mut c = plugin.client();
+    let stage = NodeStageVolumeRequest {
+        volume_id: "pv-auth".into(),
+        staging_target_path: format!("{BASE}/staging/pv-auth"),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Block(BlockVolume {})),
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+        }),
+        volume_context: HashMap::from(
+            [
+                ("targetTrAddr", "127.0.0.1"),
+                ("targetTrPort", "4420"),
+                ("nqn", NQN),
+                ("nsid", "1"),
+                ("hostNqn", HOSTNQN),
+                ("hostId", HOSTID),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        ),
+        ..Default::default()
+    };
+    let b64: Vec<&str> = [HOST_KEY, CTRL_KEY]
+        .iter()
+        .map(|k| k.split(':').nth(2).unwrap())
+        .collect();
+    let watcher = cmdline::Watcher::start(&b64, "");
+
+    // No secret: the kernel's own refusal (ENOKEY, the host's check), named; nothing left.
+    let e = c.node_stage_volume(stage.clone()).expect_err("no secret");
+    assert_ne!(e.code(), Code::Ok);
+    assert!(
+        e.message().starts_with("volume pv-auth: ") && e.message().contains("no host secret"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(controllers(), Vec::<String>::new());
+
+    // Both secrets: staged, the namespace's device recorded; unstaged, nothing left.
+    let stage = NodeStageVolumeRequest {
+        secrets: HashMap::from([
+            ("dhchapSecret".to_owned(), HOST_KEY.to_owned()),
+            ("dhchapCtrlSecret".to_owned(), CTRL_KEY.to_owned()),
+        ]),
+        ..stage
+    };
+    c.node_stage_volume(stage.clone())
+        .expect("stage with both secrets");
+    let ctrls = controllers();
+    assert_eq!(ctrls.len(), 1, "{ctrls:?}");
+    let state = fs::read_to_string(format!("/sys/class/nvme/{}/state", ctrls[0])).unwrap();
+    assert_eq!(state.trim(), "live");
+    c.node_unstage_volume(NodeUnstageVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        staging_target_path: stage.staging_target_path.clone(),
+    })
+    .expect("unstage");
+    assert_eq!(controllers(), Vec::<String>::new());
+
+    let seen = watcher.stop();
+    assert_eq!(
+        seen.leaks,
+        Vec::<String>::new(),
+        "a secret in a command line"
+    );
+    assert!(seen.sweeps > 0, "the watcher never read /proc");
+    drop(c);
+    drop(plugin);
+    target.teardown().unwrap();
+    let _ = fs::remove_dir_all(BASE);
 }

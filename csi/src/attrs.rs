@@ -33,6 +33,9 @@
 //! | `portals` | lunkit's own: more ports, a JSON array of `addr:port` strings |
 //! | `wwid` | as for iSCSI: the identity the namespace must report (`uuid.…`, `eui.…`) |
 //!
+//! An NVMe subsystem that requires in-band authentication (DH-HMAC-CHAP) gets its secrets
+//! from NodeStageVolume's `secrets` ([`NvmeAuth`]), never from the attributes.
+//!
 //! Fibre Channel volumes use the names of Kubernetes' in-tree FC volume (`targetWWNs`, `lun`):
 //!
 //! | key | meaning |
@@ -351,6 +354,67 @@ pub struct NvmeVolume {
     pub host_nqn: Option<lunkit::Nqn>,
     /// The host id to connect with (`hostId`), instead of the node's.
     pub host_id: Option<lunkit::id::Uuid>,
+    /// The DH-HMAC-CHAP secrets, from the request's secrets.
+    pub auth: NvmeAuth,
+}
+
+/// DH-HMAC-CHAP secrets of an NVMe volume, from NodeStageVolume's `secrets` (the PV's
+/// `nodeStageSecretRef`), in the `DHHC-1:…` form `nvme gen-dhchap-key` prints:
+///
+/// | secret key | meaning |
+/// |---|---|
+/// | `dhchapSecret` | the host's secret: the node proves itself with it |
+/// | `dhchapCtrlSecret` | the controller's secret: with it the subsystem must prove itself too (needs `dhchapSecret`) |
+///
+/// Each is checked (form, length, CRC) before any connect; an error names the key, never the
+/// value. The values go to the kernel in the connect's option string only, never on a
+/// command line or in a log. In the volume attributes, where anyone who reads the PV reads
+/// them, they are refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NvmeAuth {
+    /// `dhchapSecret`.
+    pub secret: Option<lunkit::nvme::dhchap::Secret>,
+    /// `dhchapCtrlSecret`.
+    pub ctrl_secret: Option<lunkit::nvme::dhchap::Secret>,
+}
+
+/// The stage secret keys of [`NvmeAuth`].
+pub const DHCHAP_KEYS: [&str; 2] = ["dhchapSecret", "dhchapCtrlSecret"];
+
+/// Reads an NVMe volume's DH-HMAC-CHAP secrets from a request's `secrets` ([`NvmeAuth`]).
+/// `INVALID_ARGUMENT` names the volume and the key for a bad value, a controller secret
+/// without the host's, or a secret found in the volume attributes.
+pub fn nvme_auth(
+    volume_id: &str,
+    ctx: &HashMap<String, String>,
+    secrets: &HashMap<String, String>,
+) -> Result<NvmeAuth> {
+    if let Some(k) = DHCHAP_KEYS.iter().find(|k| ctx.contains_key(**k)) {
+        return Err(Error::InvalidArgument(format!(
+            "volume {volume_id}: volume attribute {k}: a secret is not taken from the volume \
+             attributes (anyone who can read the PV reads them); put it in the \
+             nodeStageSecretRef secret under the same key"
+        )));
+    }
+    let read = |key: &str| -> Result<Option<lunkit::nvme::dhchap::Secret>> {
+        let Some(v) = secrets.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        v.parse().map(Some).map_err(|e: lunkit::Error| {
+            Error::InvalidArgument(format!("volume {volume_id}: stage secret {key}: {e}"))
+        })
+    };
+    let auth = NvmeAuth {
+        secret: read(DHCHAP_KEYS[0])?,
+        ctrl_secret: read(DHCHAP_KEYS[1])?,
+    };
+    if auth.ctrl_secret.is_some() && auth.secret.is_none() {
+        return Err(Error::InvalidArgument(format!(
+            "volume {volume_id}: stage secret dhchapCtrlSecret: given without dhchapSecret \
+             (authentication both ways needs the host's secret too)"
+        )));
+    }
+    Ok(auth)
 }
 
 /// How the attributes name a namespace beside (or instead of) its id.
@@ -473,7 +537,7 @@ pub fn parse(
         [a, b, ..] => Err(Error::InvalidArgument(format!(
             "volume {volume_id}: volume attributes name both {a} and {b}"
         ))),
-        [w] if w.contains("NVMe") => parse_nvme(volume_id, ctx).map(Volume::Nvme),
+        [w] if w.contains("NVMe") => parse_nvme(volume_id, ctx, secrets).map(Volume::Nvme),
         [w] if w.contains("FC") => parse_fc(volume_id, ctx).map(Volume::Fc),
         _ => parse_iscsi(volume_id, ctx, secrets).map(Volume::Iscsi),
     }
@@ -514,8 +578,13 @@ fn lun_number(text: &str) -> Option<u64> {
     text.parse::<u64>().ok().filter(|&l| l < (1 << 32))
 }
 
-/// Reads an NVMe/TCP volume from its attributes.
-pub fn parse_nvme(volume_id: &str, ctx: &HashMap<String, String>) -> Result<NvmeVolume> {
+/// Reads an NVMe/TCP volume from its attributes, and its DH-HMAC-CHAP secrets from `secrets`
+/// ([`nvme_auth`]).
+pub fn parse_nvme(
+    volume_id: &str,
+    ctx: &HashMap<String, String>,
+    secrets: &HashMap<String, String>,
+) -> Result<NvmeVolume> {
     let bad = |key: &str, why: String| {
         Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
     };
@@ -619,6 +688,7 @@ pub fn parse_nvme(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Nvme
         wwid,
         host_nqn,
         host_id,
+        auth: nvme_auth(volume_id, ctx, secrets)?,
     })
 }
 
@@ -1389,5 +1459,84 @@ mod tests {
         assert!(portal("").is_err());
         assert!(portal("[::1]x").is_err());
         assert!(portal("[nothex]:3260").is_err());
+    }
+
+    /// Printed by `nvme gen-dhchap-key --hmac=1` and `--hmac=2` (nvme-cli 2.3).
+    const HOST_KEY: &str = "DHHC-1:01:09GFUL+L04EJzFZN2elQGibBeBw1RuITyd7jlFaOZAJwwOLq:";
+    const CTRL_KEY: &str =
+        "DHHC-1:02:qsB+HoiBIHLENgMh7Azb0yY7CSO1/fBCrqiqru1/4OXqsdkcG+UeondUvX166gT7al+LeQ==:";
+
+    fn nvme_attrs() -> HashMap<String, String> {
+        ctx(&[
+            ("targetTrAddr", "10.0.0.1"),
+            ("nqn", "nqn.2026-11.invalid.lunkit:auth"),
+            ("nsid", "1"),
+        ])
+    }
+
+    #[test]
+    fn dhchap_secrets_come_from_the_stage_secrets_checked() {
+        let none = parse_nvme("pv-n", &nvme_attrs(), &HashMap::new()).unwrap();
+        assert_eq!(none.auth, NvmeAuth::default());
+        let both = ctx(&[("dhchapSecret", HOST_KEY), ("dhchapCtrlSecret", CTRL_KEY)]);
+        let v = parse_nvme("pv-n", &nvme_attrs(), &both).unwrap();
+        assert_eq!(v.auth.secret.as_ref().map(|s| s.expose()), Some(HOST_KEY));
+        assert_eq!(
+            v.auth.ctrl_secret.as_ref().map(|s| s.expose()),
+            Some(CTRL_KEY)
+        );
+        // Through `parse`, as NodeStageVolume reads them.
+        let Volume::Nvme(v) = parse("pv-n", &nvme_attrs(), &both).unwrap() else {
+            panic!("not NVMe");
+        };
+        assert!(v.auth.secret.is_some() && v.auth.ctrl_secret.is_some());
+    }
+
+    #[test]
+    fn bad_or_misplaced_dhchap_secrets_are_refused_naming_the_key_not_the_value() {
+        // One character of the key changed: the CRC no longer matches.
+        let typo = HOST_KEY.replacen("09GF", "09GG", 1);
+        let cases: Vec<(HashMap<String, String>, HashMap<String, String>, &str)> = vec![
+            (
+                nvme_attrs(),
+                ctx(&[("dhchapSecret", &typo)]),
+                "stage secret dhchapSecret",
+            ),
+            (
+                nvme_attrs(),
+                ctx(&[("dhchapSecret", "DHHC-1:01:short:")]),
+                "stage secret dhchapSecret",
+            ),
+            (
+                nvme_attrs(),
+                ctx(&[("dhchapCtrlSecret", CTRL_KEY)]),
+                "given without dhchapSecret",
+            ),
+            (
+                {
+                    let mut a = nvme_attrs();
+                    a.insert("dhchapSecret".into(), HOST_KEY.into());
+                    a
+                },
+                HashMap::new(),
+                "volume attribute dhchapSecret: a secret is not taken",
+            ),
+        ];
+        for (attrs, secrets, says) in cases {
+            let e = parse_nvme("pv-n", &attrs, &secrets).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+            let text = e.to_string();
+            assert!(
+                text.starts_with("volume pv-n: ") && text.contains(says),
+                "{text}"
+            );
+            for secret in [HOST_KEY, CTRL_KEY, typo.as_str()] {
+                let key_part = &secret[10..30];
+                assert!(
+                    !text.contains(key_part),
+                    "the error shows the secret: {text}"
+                );
+            }
+        }
     }
 }

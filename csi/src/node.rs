@@ -501,6 +501,10 @@ impl Inner {
             .collect::<lunkit::Result<_>>()
             .map_err(|e| Error::lunkit(what.clone(), e))?;
         opts.nvme.host = host;
+        opts.nvme.dhchap_secret.clone_from(&vol.auth.secret);
+        opts.nvme
+            .dhchap_ctrl_secret
+            .clone_from(&vol.auth.ctrl_secret);
         let spec = VolumeSpec::Nvme {
             nqn: vol.nqn.clone(),
             namespace,

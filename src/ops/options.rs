@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::id::Wwn;
 use crate::nvme::Host;
+use crate::nvme::dhchap::Secret;
 use crate::root::Root;
 use crate::scsi::scan::ScanOptions;
 
@@ -175,4 +176,10 @@ pub struct NvmeAttachOptions {
     /// This node's identity for the connects; `None` reads `/etc/nvme/hostnqn` and
     /// `/etc/nvme/hostid` under the root ([`crate::nvme::Host::from_node`]).
     pub host: Option<Host>,
+    /// The host's DH-HMAC-CHAP secret for every connect
+    /// ([`ConnectOptions::dhchap_secret`](crate::nvme::ConnectOptions::dhchap_secret)).
+    pub dhchap_secret: Option<Secret>,
+    /// The controller's secret, for authentication both ways
+    /// ([`ConnectOptions::dhchap_ctrl_secret`](crate::nvme::ConnectOptions::dhchap_ctrl_secret)).
+    pub dhchap_ctrl_secret: Option<Secret>,
 }

@@ -1,7 +1,6 @@
 //! The NVMe attach: every portal asked for connected at once, then the namespace's device
 //! awaited with a path through every live controller.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Instant;
 
@@ -17,7 +16,7 @@ use crate::wait;
 use super::{NamespaceDevice, by_id, check_selector, selected, subsystem_lock_key};
 use crate::ops::lock;
 use crate::ops::names;
-use crate::ops::options::AttachOptions;
+use crate::ops::options::{AttachOptions, NvmeAttachOptions};
 use crate::ops::report::{AttachedFamily, Attachment, NvmeAttachment, PortalConnect};
 use crate::ops::spec::{NamespaceSelector, VolumeSpec};
 
@@ -43,7 +42,7 @@ pub(in crate::ops) fn attach(
     };
     // Subscribed before any connect, so the namespace's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
-    let connects = connect_all(root, nqn, portals, host.as_ref(), deadline);
+    let connects = connect_all(root, nqn, &opts.nvme, host.as_ref(), deadline);
     let min = opts.scan.min_paths.max(1);
     let wait = Wait {
         root,
@@ -85,18 +84,21 @@ pub(in crate::ops) fn attach(
     })
 }
 
-/// Connects every portal of `portals` side by side, each with what is left of `deadline`,
-/// and says how each went.
+/// Connects every portal of `nvme.connect` side by side as `host`, with the secrets of
+/// `nvme`, each with what is left of `deadline`, and says how each went.
 fn connect_all(
     root: &Root,
     nqn: &Nqn,
-    portals: &[SocketAddr],
+    nvme: &NvmeAttachOptions,
     host: Option<&Host>,
     deadline: Instant,
 ) -> Vec<PortalConnect> {
+    let portals = &nvme.connect;
     let results = helper::fan_out("lunkit-nvme-connect", portals, |p| {
         let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
         o.host = host.cloned();
+        o.dhchap_secret.clone_from(&nvme.dhchap_secret);
+        o.dhchap_ctrl_secret.clone_from(&nvme.dhchap_ctrl_secret);
         o.timeout = deadline.saturating_duration_since(Instant::now());
         fabrics_nvme::connect(root, &o)
     });
@@ -122,8 +124,9 @@ struct Wait<'a> {
 
 impl Wait<'_> {
     /// The namespace's devices once they have a path through every live controller of the
-    /// subsystem, or at the deadline whatever came if that is at least `min` paths. Nothing
-    /// at all, with every connect failed, is [`Error::NotFound`]; too few is
+    /// subsystem, or at the deadline whatever came if that is at least `min` paths. Every
+    /// connect failed with no controller of the subsystem left is [`Error::NotFound`] at
+    /// once, and nothing at all at the deadline with every connect failed too; too few is
     /// [`Error::Timeout`], naming each portal's connect.
     fn for_paths(
         &self,
@@ -144,6 +147,13 @@ impl Wait<'_> {
                 }
             )
         };
+        // Every connect failed and the subsystem has no controller at all: nothing can bring
+        // the namespace, so waiting out the deadline (a CSI stage's is minutes) says nothing
+        // more than the connects said.
+        let all_failed = !connects.is_empty() && connects.iter().all(|c| c.result.is_err());
+        if all_failed && fabrics_nvme::controllers_of(root, nqn)?.is_empty() {
+            return Err(Error::NotFound { what: what() });
+        }
         let relevant = |ev: &Uevent| {
             matches!(
                 ev.subsystem.as_deref(),

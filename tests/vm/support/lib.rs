@@ -15,6 +15,7 @@
 pub mod child;
 pub mod cli;
 pub mod cmd;
+pub mod cmdline;
 pub mod diag;
 pub mod fcoe;
 pub mod iscsi;
