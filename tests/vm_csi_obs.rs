@@ -27,6 +27,7 @@ use lunkit_csi::{Client, Code};
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::multipath::{self, Multipathd};
+use support::nvmet::{PortConfig, Target};
 use support::{cmd, require_vm, wait};
 
 const BASE: &str = "/tmp/lunkit-csi-obs";
@@ -407,4 +408,85 @@ fn metrics_and_the_log_show_a_stage_and_an_unstage_with_lunkits_steps() {
     assert_eq!(delete["outcome"], "done", "{delete}");
     assert_eq!(delete["method"], "NodeUnstageVolume", "{delete}");
     assert!(delete["duration_seconds"].as_f64().is_some(), "{delete}");
+}
+
+/// The plugin's background doctor (`--doctor-interval`): an NVMe controller whose port went
+/// away shows in `lunkit_csi_doctor_findings{kind="nvme-controller-down"}` and is logged once
+/// however many examinations see it; gone, the count is 0 again. The plugin never touches it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_background_doctor_counts_a_controller_that_is_not_live_and_logs_it_once() {
+    require_vm();
+    let mut lab = Lab::build(&[
+        "--metrics-address",
+        METRICS,
+        "--log-format",
+        "json",
+        "--doctor-interval",
+        "1",
+    ]);
+    const KIND: &str = "lunkit_csi_doctor_findings{kind=\"nvme-controller-down\"}";
+    const OK: &str = "lunkit_csi_doctor_examinations_total{result=\"ok\"}";
+    let mut t = Target::builder()
+        .nqn("nqn.2014-08.org.lunkit:csi-obs-doctor")
+        .namespace(16 << 20)
+        .port(PortConfig::new(62, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    let opts = lunkit::nvme::ConnectOptions::new(
+        "127.0.0.1".parse().unwrap(),
+        4420,
+        t.nqn().parse().unwrap(),
+    );
+    let c = lunkit::nvme::connect(&lunkit::Root::default(), &opts).expect("connect");
+    let state = format!("/sys/class/nvme/{}/state", c.controller);
+    t.remove_port(62).unwrap();
+    // The host notices the lost link on its own (keep-alive, I/O errors).
+    wait::until_true(
+        "the controller to leave live",
+        Duration::from_secs(60),
+        || fs::read_to_string(&state).map_or(true, |s| s.trim() != "live"),
+    )
+    .expect("the controller not live");
+    let found = wait::until(
+        "the finding on the metrics",
+        Duration::from_secs(60),
+        || {
+            let body = scrape();
+            Ok((sample(&body, KIND) == Some(1.0)).then(|| sample(&body, OK).unwrap_or(0.0)))
+        },
+    )
+    .expect("the finding counted");
+    // Two examinations more, which see the same controller.
+    wait::until_true("two more examinations", Duration::from_secs(60), || {
+        sample(&scrape(), OK).is_some_and(|n| n >= found + 2.0)
+    })
+    .expect("the doctor examines again");
+    assert!(
+        fs::metadata(&state).is_ok(),
+        "the plugin's doctor took the controller away"
+    );
+    fs::write(
+        format!("/sys/class/nvme/{}/delete_controller", c.controller),
+        "1",
+    )
+    .unwrap();
+    wait::until_true("the count back to 0", Duration::from_secs(60), || {
+        sample(&scrape(), KIND) == Some(0.0)
+    })
+    .expect("the finding gone");
+    t.teardown().unwrap();
+
+    let log = lab.stop_plugin();
+    let logged: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["msg"] == "doctor finding" && l["kind"] == "nvme-controller-down")
+        .collect();
+    assert_eq!(logged.len(), 1, "logged once: {log}");
+    assert_eq!(logged[0]["objects"], c.controller.as_str(), "{log}");
+    assert!(
+        logged[0]["why"].as_str().is_some_and(|w| !w.is_empty()),
+        "{log}"
+    );
 }

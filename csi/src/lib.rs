@@ -31,6 +31,7 @@
 pub mod attrs;
 pub mod authority;
 pub mod client;
+pub mod doctor;
 pub mod error;
 pub mod exec;
 pub mod fs;

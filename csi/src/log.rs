@@ -89,6 +89,12 @@ pub fn step(operation: &str, step: &str, target: &str, outcome: &str, took: Dura
     );
 }
 
+/// A leftover on the node the background examination found for the first time
+/// ([`crate::doctor`]): its line, a warning.
+pub fn finding(kind: &str, objects: &str, why: &str) {
+    tracing::warn!(kind, objects, why, "doctor finding");
+}
+
 /// A note: what the plugin did or worked around, outside a call's outcome.
 pub fn note(level: Level, message: &str) {
     match level {

@@ -51,6 +51,10 @@ struct Args {
     /// Serve Prometheus metrics on ADDR:PORT (plain HTTP, GET /metrics); none when not given.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_address: Option<String>,
+    /// Look for leftovers on the node (lunkit doctor, read only) every this many seconds:
+    /// counts by kind on the metrics, each new finding logged once; 0 never looks.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    doctor_interval: u64,
     /// How the log on standard error is written: text, or one JSON object a line.
     #[arg(long, value_enum, default_value_t = log::Format::Text)]
     log_format: log::Format,
@@ -120,6 +124,11 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let constrained = !segments.is_empty();
     config.topology = segments;
     config.transports = args.transports.into_iter().collect();
+    if args.doctor_interval > 0 {
+        let every = Duration::from_secs(args.doctor_interval);
+        lunkit_csi::doctor::spawn(config.root.clone(), every)
+            .map_err(|e| Error::Internal(format!("cannot start the doctor thread: {e}")))?;
+    }
     let node = NodeService::new(config)?;
     let identity = IdentityService::new(args.driver_name)
         .accessibility_constraints(constrained)

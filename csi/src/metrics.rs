@@ -11,6 +11,10 @@
 //!   waiting for its map shows here while it waits.
 //! - `lunkit_csi_volumes_staged`: the stage records in phase `staged`, read from the state
 //!   directory at each scrape, so it is right after a restart too.
+//! - `lunkit_csi_doctor_findings{kind}`: what the last background examination of the node
+//!   found ([`crate::doctor`]), by kind (`scsi-device-down`...); a kind once found stays at
+//!   0 after it went. `lunkit_csi_doctor_examinations_total{result}`: examinations made,
+//!   `ok` or `error`.
 //!
 //! The registry is the process's ([`global`]): calls are recorded whether or not anything
 //! serves it, at the cost of a lock and a map update per call. The HTTP side is hand-written
@@ -81,6 +85,10 @@ struct Series {
     steps: BTreeMap<(&'static str, &'static str, &'static str), Histogram>,
     /// method → calls being answered.
     in_flight: BTreeMap<String, u64>,
+    /// kind → findings of the last examination.
+    findings: BTreeMap<&'static str, usize>,
+    /// Examinations that ended well, and those that failed.
+    examinations: (u64, u64),
 }
 
 /// The plugin's metrics.
@@ -165,6 +173,21 @@ impl Metrics {
         self.step("detach", "detach", "done", r.duration);
     }
 
+    /// Records an examination of the node: its findings' counts by kind, every kind counted
+    /// before set to 0 first; `None` for one that failed.
+    pub fn examined(&self, findings: Option<&[lunkit::ops::doctor::Finding]>) {
+        let mut s = self.series();
+        let Some(findings) = findings else {
+            s.examinations.1 += 1;
+            return;
+        };
+        s.examinations.0 += 1;
+        s.findings.values_mut().for_each(|n| *n = 0);
+        for f in findings {
+            *s.findings.entry(f.kind.as_str()).or_default() += 1;
+        }
+    }
+
     /// The exposition text, with `staged` as the staged volumes' gauge.
     pub fn render(&self, staged: usize) -> String {
         let s = self.series();
@@ -213,6 +236,21 @@ impl Metrics {
             "# HELP lunkit_csi_volumes_staged Volumes staged on this node.\n\
              # TYPE lunkit_csi_volumes_staged gauge\n\
              lunkit_csi_volumes_staged {staged}\n"
+        );
+        out.push_str(
+            "# HELP lunkit_csi_doctor_findings What the last examination of the node found, by kind.\n\
+             # TYPE lunkit_csi_doctor_findings gauge\n",
+        );
+        for (kind, n) in &s.findings {
+            let _ = writeln!(out, "lunkit_csi_doctor_findings{{kind=\"{kind}\"}} {n}");
+        }
+        let _ = write!(
+            out,
+            "# HELP lunkit_csi_doctor_examinations_total Examinations of the node, by result.\n\
+             # TYPE lunkit_csi_doctor_examinations_total counter\n\
+             lunkit_csi_doctor_examinations_total{{result=\"ok\"}} {}\n\
+             lunkit_csi_doctor_examinations_total{{result=\"error\"}} {}\n",
+            s.examinations.0, s.examinations.1
         );
         out
     }
@@ -479,7 +517,44 @@ mod tests {
         assert!(
             !text.contains("lunkit_csi_rpc_errors_total{method=\"NodeStageVolume\",code=\"OK\"}")
         );
-        assert!(text.ends_with("lunkit_csi_volumes_staged 3\n"), "{text}");
+        assert!(text.contains("lunkit_csi_volumes_staged 3\n"), "{text}");
+    }
+
+    #[test]
+    fn examinations_count_findings_by_kind_and_a_kind_gone_shows_zero() {
+        use lunkit::ops::doctor::{Finding, Kind};
+        let f = |kind, o: &str| Finding {
+            kind,
+            objects: vec![o.to_owned()],
+            why: String::new(),
+            devices: vec![],
+            usage: None,
+        };
+        let m = Metrics::default();
+        m.examined(Some(&[
+            f(Kind::NvmeControllerDown, "nvme0"),
+            f(Kind::NvmeControllerDown, "nvme1"),
+            f(Kind::IdleSession, "session1"),
+        ]));
+        let text = m.render(0);
+        for line in [
+            "lunkit_csi_doctor_findings{kind=\"nvme-controller-down\"} 2\n",
+            "lunkit_csi_doctor_findings{kind=\"idle-session\"} 1\n",
+            "lunkit_csi_doctor_examinations_total{result=\"ok\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        m.examined(None);
+        m.examined(Some(&[f(Kind::IdleSession, "session1")]));
+        let text = m.render(0);
+        for line in [
+            "lunkit_csi_doctor_findings{kind=\"nvme-controller-down\"} 0\n",
+            "lunkit_csi_doctor_findings{kind=\"idle-session\"} 1\n",
+            "lunkit_csi_doctor_examinations_total{result=\"ok\"} 2\n",
+            "lunkit_csi_doctor_examinations_total{result=\"error\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[test]
