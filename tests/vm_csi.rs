@@ -841,7 +841,8 @@ fn multipath_dev() -> String {
 fn unstage_killed_at_any_point_ends_clean_when_repeated() {
     require_vm();
     let mut lab = Lab::build();
-    for (round, delay_ms) in [30u64, 300, 600, 1000, 1600].into_iter().enumerate() {
+    // Three points into an unstage of about 1 to 3 s (five took 56 s of CI's 45 minutes).
+    for (round, delay_ms) in [30u64, 600, 1600].into_iter().enumerate() {
         let mut c = lab.client();
         let stage = stage_req(&format!("pv-kill-{round}"), 0, false);
         c.node_stage_volume(stage.clone()).expect("stage");
@@ -1131,13 +1132,15 @@ fn nvme_filesystem_sequence(lab: &mut Lab, seed: u64) {
     assert!(found, "the target's file holds the file pod a wrote");
 }
 
-/// Twenty raw-block volumes (LUNs 0 to 19 of one target) staged at once, each call on its own
+/// Twelve raw-block volumes (LUNs 0 to 11 of one target) staged at once, each call on its own
 /// connection, then published, unpublished and unstaged at once: every volume gets its own
 /// 2-path map, the target's sessions are logged in once and out once, and nothing is left.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn twenty_volumes_staged_and_unstaged_in_parallel() {
-    const N: u32 = 20;
+fn twelve_volumes_staged_and_unstaged_in_parallel() {
+    // Twelve: twenty took 99 s of CI's 45 minutes, most of it multipathd building the maps
+    // one after another; the overlap of the calls is the same with twelve.
+    const N: u32 = 12;
     require_vm();
     let lab = Lab::prepare(
         Some(
