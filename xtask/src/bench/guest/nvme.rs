@@ -7,6 +7,10 @@
 //!   peers do: `nvme connect` once per port, then a 1 s poll for the device.
 //! - `nvme-disconnect`: `lunkit detach --nvme-nqn` against `1` written to both controllers'
 //!   `delete_controller` at once (the floor), and against `nvme disconnect -n NQN`.
+//! - `nvme-connect-all` (issue 35): the same namespace found through discovery, given only
+//!   the first port's discovery service, which refers to the second's: `lunkit attach
+//!   --discover` against `nvme connect-all` and a 1 s poll, and against the connect floor
+//!   (the two connects alone, the entries known): discovery's own cost is in the ratio.
 //!
 //! The peak RSS column compares lunkit's process with nvme-cli's. Between runs the
 //! controllers are made or deleted from this process and udev settles, so every run starts
@@ -45,7 +49,15 @@ enum Connect {
     Lunkit,
     Floor,
     NvmeCli,
+    /// `lunkit attach --discover` the first port.
+    LunkitDiscover,
+    /// `nvme connect-all` at the first port.
+    NvmeCliConnectAll,
 }
+
+/// The referral on the first port to the second port's discovery service: discovery at the
+/// first port then lists both paths (nvmet lists only a port's own subsystems).
+const REFERRAL: &str = "bench-second-port";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Disconnect {
@@ -58,7 +70,7 @@ enum Disconnect {
 /// down again whatever happened.
 pub(super) fn phase(ctx: &mut Ctx) -> Result<()> {
     let ports = PortConfig::lab_pair();
-    let target = NvmetTarget::builder()
+    let mut target = NvmetTarget::builder()
         .nqn(NQN)
         .namespace_id(NSID, NS_BYTES)
         .build()?;
@@ -71,7 +83,12 @@ pub(super) fn phase(ctx: &mut Ctx) -> Result<()> {
         let rows = (|| -> Result<()> {
             settle(ctx)?;
             connect_row(ctx, &ports, &portals)?;
-            disconnect_row(ctx, &ports)
+            disconnect_row(ctx, &ports)?;
+            let second = &ports[1];
+            target.add_referral(ports[0].id, REFERRAL, &second.traddr, &second.trsvcid)?;
+            let all = connect_all_row(ctx, &ports, &portals);
+            target.remove_referral(ports[0].id, REFERRAL)?;
+            all
         })();
         delete_controllers()?;
         let stopped = mpd.stop();
@@ -239,6 +256,63 @@ fn connect_row(ctx: &mut Ctx, ports: &[PortConfig], portals: &[String]) -> Resul
     rounds(ctx, &list, |ctx, m| connect_once(ctx, ports, portals, m)).map(|_| ())
 }
 
+fn connect_all_row(ctx: &mut Ctx, ports: &[PortConfig], portals: &[String]) -> Result<()> {
+    let lunkit = Measurement::new(
+        "nvme-connect-all",
+        "lunkit",
+        "lunkit attach --discover",
+        &format!(
+            "`lunkit attach --nvme-nqn NQN --nsid {NSID} --discover {} --hostnqn H --hostid I \
+             --json` (release build), spawn to exit: a discovery controller to the first \
+             port, its log page read, the referral to the second port followed (a second \
+             discovery controller), both deleted, then both paths connected at once and the \
+             head waited for with a path through both. The library time is `elapsed_us`.",
+            portals[0]
+        ),
+    );
+    let floor = Measurement::new(
+        "nvme-connect-all",
+        "floor",
+        "kernel floor (connects alone)",
+        "as nvme-connect's floor: both connect strings written at once, the entries known \
+         without asking discovery, until the head's `add` and both hidden paths.",
+    );
+    let cli = Measurement::new(
+        "nvme-connect-all",
+        "nvme-cli",
+        "nvme connect-all + 1 s poll",
+        "`nvme connect-all -t tcp -a ADDR -s PORT --hostnqn H --hostid I` at the first port \
+         (it follows the referral and connects both paths, one after the other), then the \
+         head and both paths checked at once and every 1 s; spawn to the check that sees them.",
+    );
+    let mut list = vec![(Connect::Floor, floor), (Connect::NvmeCliConnectAll, cli)];
+    match subcommand_available(&ctx.lunkit, "attach") {
+        Ok(()) => list.insert(0, (Connect::LunkitDiscover, lunkit)),
+        Err(why) => unavailable(ctx, lunkit, why)?,
+    }
+    if Command::new("nvme").arg("version").output().is_err() {
+        let cli = list.pop().expect("the nvme-cli method").1;
+        unavailable(ctx, cli, "nvme-cli is not installed".to_owned())?;
+    }
+    rounds(ctx, &list, |ctx, m| connect_once(ctx, ports, portals, m)).map(|_| ())
+}
+
+/// `lunkit attach --nvme-nqn` with `how` (`--portal` or `--discover` arguments): the run's
+/// wall, library time and peak RSS.
+fn lunkit_attach(ctx: &Ctx, how: &[&str], run: &mut Run) -> Result<()> {
+    let nsid = NSID.to_string();
+    let mut cmd = Command::new(&ctx.lunkit);
+    cmd.args(["attach", "--nvme-nqn", NQN, "--nsid", &nsid])
+        .args(how)
+        .args(["--hostnqn", HOSTNQN, "--hostid", HOSTID])
+        .args(["--timeout", "60", "--json"]);
+    let out = proc::timed(&mut cmd, true)?.ok("lunkit attach --nvme-nqn")?;
+    run.wall_us = out.wall.as_micros() as u64;
+    run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+    run.rss_kib = Some(out.rss_kib);
+    Ok(())
+}
+
 fn connect_once(
     ctx: &mut Ctx,
     ports: &[PortConfig],
@@ -255,32 +329,32 @@ fn connect_once(
     let result = (|| -> Result<()> {
         match m {
             Connect::Lunkit => {
-                let nsid = NSID.to_string();
+                let how = ["--portal", &portals[0], "--portal", &portals[1]];
+                lunkit_attach(ctx, &how, &mut run)?;
+            }
+            Connect::LunkitDiscover => lunkit_attach(ctx, &["--discover", &portals[0]], &mut run)?,
+            Connect::NvmeCliConnectAll => {
+                let p = &ports[0];
                 let out = proc::timed(
-                    Command::new(&ctx.lunkit).args([
-                        "attach",
-                        "--nvme-nqn",
-                        NQN,
-                        "--nsid",
-                        &nsid,
-                        "--portal",
-                        &portals[0],
-                        "--portal",
-                        &portals[1],
+                    Command::new("nvme").args([
+                        "connect-all",
+                        "-t",
+                        "tcp",
+                        "-a",
+                        &p.traddr,
+                        "-s",
+                        &p.trsvcid,
                         "--hostnqn",
                         HOSTNQN,
                         "--hostid",
                         HOSTID,
-                        "--timeout",
-                        "60",
-                        "--json",
                     ]),
                     true,
                 )?
-                .ok("lunkit attach --nvme-nqn")?;
-                run.wall_us = out.wall.as_micros() as u64;
-                run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
+                .ok("nvme connect-all")?;
                 run.rss_kib = Some(out.rss_kib);
+                poll_every(Duration::from_secs(1), "the head over both paths", complete)?;
+                run.wall_us = t_start.elapsed().as_micros() as u64;
             }
             Connect::Floor => {
                 connect_floor(ports)?;
