@@ -244,16 +244,12 @@ fn connect_row(ctx: &mut Ctx, ports: &[PortConfig], portals: &[String]) -> Resul
          one after the other, as the peers do, then the head and both paths checked at once \
          and every 1 s; spawn of the first to the check that sees them.",
     );
-    let mut list = vec![(Connect::Floor, floor), (Connect::NvmeCli, cli)];
-    match subcommand_available(&ctx.lunkit, "attach") {
-        Ok(()) => list.insert(0, (Connect::Lunkit, lunkit)),
-        Err(why) => unavailable(ctx, lunkit, why)?,
-    }
-    if Command::new("nvme").arg("version").output().is_err() {
-        let cli = list.pop().expect("the nvme-cli method").1;
-        unavailable(ctx, cli, "nvme-cli is not installed".to_owned())?;
-    }
-    rounds(ctx, &list, |ctx, m| connect_once(ctx, ports, portals, m)).map(|_| ())
+    let methods = [
+        (Connect::Lunkit, lunkit),
+        (Connect::Floor, floor),
+        (Connect::NvmeCli, cli),
+    ];
+    connect_rounds(ctx, methods, ports, portals)
 }
 
 fn connect_all_row(ctx: &mut Ctx, ports: &[PortConfig], portals: &[String]) -> Result<()> {
@@ -285,10 +281,28 @@ fn connect_all_row(ctx: &mut Ctx, ports: &[PortConfig], portals: &[String]) -> R
          (it follows the referral and connects both paths, one after the other), then the \
          head and both paths checked at once and every 1 s; spawn to the check that sees them.",
     );
-    let mut list = vec![(Connect::Floor, floor), (Connect::NvmeCliConnectAll, cli)];
+    let methods = [
+        (Connect::LunkitDiscover, lunkit),
+        (Connect::Floor, floor),
+        (Connect::NvmeCliConnectAll, cli),
+    ];
+    connect_rounds(ctx, methods, ports, portals)
+}
+
+/// The rounds of a connect row whose `methods` are lunkit's, the floor and nvme-cli's, in
+/// that order; lunkit's is said unavailable when its `attach` is missing, nvme-cli's when
+/// it is not installed.
+fn connect_rounds(
+    ctx: &mut Ctx,
+    methods: [(Connect, Measurement); 3],
+    ports: &[PortConfig],
+    portals: &[String],
+) -> Result<()> {
+    let [lunkit, floor, cli] = methods;
+    let mut list = vec![floor, cli];
     match subcommand_available(&ctx.lunkit, "attach") {
-        Ok(()) => list.insert(0, (Connect::LunkitDiscover, lunkit)),
-        Err(why) => unavailable(ctx, lunkit, why)?,
+        Ok(()) => list.insert(0, lunkit),
+        Err(why) => unavailable(ctx, lunkit.1, why)?,
     }
     if Command::new("nvme").arg("version").output().is_err() {
         let cli = list.pop().expect("the nvme-cli method").1;
