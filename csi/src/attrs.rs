@@ -1496,7 +1496,8 @@ mod tests {
     fn bad_or_misplaced_dhchap_secrets_are_refused_naming_the_key_not_the_value() {
         // One character of the key changed: the CRC no longer matches.
         let typo = HOST_KEY.replacen("09GF", "09GG", 1);
-        let cases: Vec<(HashMap<String, String>, HashMap<String, String>, &str)> = vec![
+        type Case<'a> = (HashMap<String, String>, HashMap<String, String>, &'a str);
+        let cases: Vec<Case> = vec![
             (
                 nvme_attrs(),
                 ctx(&[("dhchapSecret", &typo)]),
