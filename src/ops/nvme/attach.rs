@@ -59,6 +59,8 @@ pub(in crate::ops) fn attach(
     let devices = match found {
         Ok(d) => d,
         Err(e) => {
+            // Still under the subsystem's lock: no other attach can have come to rely on
+            // the controllers this one made.
             connects::undo(root, nqn, &connects.portals);
             return Err(e);
         }
