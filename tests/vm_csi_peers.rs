@@ -521,3 +521,60 @@ fn csi_driver_nvmf_example_pvs_by_device_id_with_their_own_host_identity() {
     assert!(stage_records().is_empty(), "stage records left");
     drop(lab);
 }
+
+/// The node's controllers of any subsystem to the discovery NQN.
+fn discovery_controllers() -> Vec<String> {
+    support::sysfs::names("/sys/class/nvme")
+        .into_iter()
+        .filter(|c| {
+            support::sysfs::attr(format!("/sys/class/nvme/{c}/subsysnqn")).as_deref()
+                == Some("nqn.2014-08.org.nvmexpress.discovery")
+        })
+        .collect()
+}
+
+/// lunkit's own `discoveryAddrs` (issue 35, item 6): a PV that names no port, only the
+/// discovery service on the first one, whose log refers to the second (nvmet lists a port's
+/// own subsystems only). Stage connects both ports and records the address; unstage leaves
+/// no controller, and no discovery controller is left at any point.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
+    require_vm();
+    let mut lab = Lab::build_nvme();
+    lab.nvmet
+        .as_mut()
+        .unwrap()
+        .add_referral(1, "to-2", "127.0.0.2", "4420")
+        .unwrap();
+    let mut c = lab.client();
+    let attrs = [
+        ("nqn", NVME_NQN),
+        ("nsid", "1"),
+        ("discoveryAddrs", "127.0.0.1:4420"),
+    ];
+    let stage = stage_req("pv-nvme-discovery", &attrs);
+    c.node_stage_volume(stage.clone())
+        .expect("stage through discovery");
+    let mut addresses = controllers_attr("address");
+    addresses.iter_mut().for_each(|a| {
+        *a = a
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("traddr="))
+            .unwrap_or_default()
+            .to_owned();
+    });
+    assert_eq!(addresses, ["127.0.0.1", "127.0.0.2"], "both ports");
+    assert_eq!(discovery_controllers(), Vec::<String>::new());
+    let records = stage_records();
+    assert!(
+        records.len() == 1 && records[0].contains("127.0.0.1:4420"),
+        "the record keeps the discovery address: {records:?}"
+    );
+    publish_and_unpublish(&mut c, &stage, LUN_SIZE);
+    c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
+    assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
+    assert_eq!(discovery_controllers(), Vec::<String>::new());
+    assert!(stage_records().is_empty(), "stage records left");
+    drop(lab);
+}

@@ -22,6 +22,11 @@ pub struct Attach {
     /// NVMe: connect this portal if it is not connected yet. Repeatable.
     #[arg(long = "portal", value_name = "ADDR:PORT")]
     portals: Vec<String>,
+    /// NVMe: ask the discovery service at ADDR (port 8009 unless given; an IPv6 address in
+    /// brackets with a port) for the subsystem's paths, referrals followed, and connect every
+    /// TCP path it lists with the --portal ones. Repeatable.
+    #[arg(long = "discover", value_name = "ADDR[:PORT]", requires = "nvme_nqn")]
+    discover: Vec<String>,
     /// FC: only through this local port (initiator WWPN); repeatable.
     #[arg(long = "initiator", value_name = "WWPN")]
     initiators: Vec<Wwn>,
@@ -66,6 +71,11 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
             .iter()
             .map(|p| lunkit::nvme::parse_portal(p))
             .collect::<lunkit::Result<_>>()?;
+        opts.nvme.discover = cmd
+            .discover
+            .iter()
+            .map(|a| lunkit::nvme::discovery::parse_address(a))
+            .collect::<lunkit::Result<_>>()?;
     } else {
         opts.scsi.iscsi_portals = cmd.portals;
     }
@@ -109,7 +119,8 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
     Ok(())
 }
 
-/// An NVMe attach: each portal's connect, then the namespace's devices.
+/// An NVMe attach: what each discovery service listed, each portal's connect, then the
+/// namespace's devices.
 fn print_nvme(
     wwid: Option<&lunkit::Wwid>,
     nvme: &ops::NvmeAttachment,
@@ -123,8 +134,12 @@ fn print_nvme(
         return;
     }
     let udev_of = |i: usize| udev.as_ref().and_then(|u| u.get(i));
+    for d in &nvme.discovery {
+        println!("{d}");
+    }
     for p in &nvme.portals {
-        println!("{p}");
+        let found = if p.discovered { " [discovered]" } else { "" };
+        println!("{p}{found}");
     }
     for (i, d) in nvme.devices.iter().enumerate() {
         let u = udev_of(i).map_or(String::new(), |u| {

@@ -21,7 +21,7 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `targetTrAddr` | the first port's IP address |
+//! | `targetTrAddr` | the first port's IP address (optional with `discoveryAddrs`) |
 //! | `targetTrPort` | its TCP port (4420 when left out) |
 //! | `targetTrType` | the transport: `tcp` (others are refused) |
 //! | `nqn` | the subsystem NQN |
@@ -31,6 +31,7 @@
 //! | `nsid` | lunkit's own: the namespace id, instead of (or checked against) the above |
 //! | `hostNqn`, `hostId` | the host identity this volume's connects present, instead of the node's |
 //! | `portals` | lunkit's own: more ports, a JSON array of `addr:port` strings |
+//! | `discoveryAddrs` | lunkit's own: discovery services whose logs list the ports (connect-all), a JSON array or a comma-separated list of `addr[:port]` (port 8009 when left out; `[v6addr]:port`) |
 //! | `wwid` | as for iSCSI: the identity the namespace must report (`uuid.…`, `eui.…`) |
 //!
 //! An NVMe subsystem that requires in-band authentication (DH-HMAC-CHAP) gets its secrets
@@ -339,8 +340,12 @@ pub const NVME_PORT: u16 = 4420;
 pub struct NvmeVolume {
     /// The subsystem NQN.
     pub nqn: lunkit::Nqn,
-    /// Every port, `ip:port` (`[v6]:port`), `targetTrAddr` first, without duplicates.
+    /// Every port, `ip:port` (`[v6]:port`), `targetTrAddr` first, without duplicates
+    /// (empty when the volume gives only discovery addresses).
     pub portals: Vec<String>,
+    /// The discovery services to ask for the subsystem's ports (`discoveryAddrs`), `ip:port`,
+    /// without duplicates: stage connects every TCP port their logs list, with `portals`.
+    pub discovery: Vec<String>,
     /// The namespace id, when given.
     pub nsid: Option<u32>,
     /// The namespace UUID (lower case), when given (`deviceUUID`, or `deviceID: uuid.…`).
@@ -612,21 +617,21 @@ pub fn parse_nvme(
             )));
         }
     }
-    let addr = get("targetTrAddr").ok_or_else(|| bad("targetTrAddr", "missing".into()))?;
-    let ip: std::net::IpAddr = addr
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .map_err(|_| bad("targetTrAddr", format!("{addr:?} is not an IP address")))?;
-    let port = match get("targetTrPort") {
-        None => NVME_PORT,
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| bad("targetTrPort", format!("{p:?} is not a port")))?,
+    let discovery = match get("discoveryAddrs") {
+        None => Vec::new(),
+        Some(list) => discovery_addrs(list).map_err(|why| bad("discoveryAddrs", why))?,
     };
-    let mut portals = vec![std::net::SocketAddr::new(ip, port).to_string()];
+    // With discovery addresses the first port is optional: the logs list the ports.
+    let mut portals = match get("targetTrAddr") {
+        Some(addr) => vec![first_port(addr, get("targetTrPort")).map_err(|(k, why)| bad(k, why))?],
+        None if !discovery.is_empty() => Vec::new(),
+        None => {
+            return Err(bad(
+                "targetTrAddr",
+                "missing (give it, or discoveryAddrs)".into(),
+            ));
+        }
+    };
     if let Some(list) = get("portals") {
         let more: Vec<String> = serde_json::from_str(list)
             .map_err(|e| bad("portals", format!("not a JSON array of strings: {e}")))?;
@@ -682,6 +687,7 @@ pub fn parse_nvme(
     Ok(NvmeVolume {
         nqn,
         portals,
+        discovery,
         nsid,
         device_uuid,
         device_wwid,
@@ -690,6 +696,56 @@ pub fn parse_nvme(
         host_id,
         auth: nvme_auth(volume_id, ctx, secrets)?,
     })
+}
+
+/// The first port, `ip:port`, from csi-driver-nvmf's `targetTrAddr` and `targetTrPort`; an
+/// error names the key at fault.
+fn first_port(
+    addr: &str,
+    port: Option<&str>,
+) -> std::result::Result<String, (&'static str, String)> {
+    let ip: std::net::IpAddr = addr
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| ("targetTrAddr", format!("{addr:?} is not an IP address")))?;
+    let port = match port {
+        None => NVME_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| ("targetTrPort", format!("{p:?} is not a port")))?,
+    };
+    Ok(std::net::SocketAddr::new(ip, port).to_string())
+}
+
+/// `discoveryAddrs`: a JSON array of strings or a comma-separated list, each `addr`,
+/// `addr:port` or `[v6addr]:port` (port 8009 when left out), as `ip:port`, each once.
+fn discovery_addrs(list: &str) -> std::result::Result<Vec<String>, String> {
+    // `[fd00::1]:8009` starts with a bracket too; a JSON array's next character is a quote.
+    let json = list
+        .strip_prefix('[')
+        .map(str::trim_start)
+        .is_some_and(|r| r.starts_with('"') || r.starts_with(']'));
+    let items: Vec<String> = if json {
+        serde_json::from_str(list).map_err(|e| format!("not a JSON array of strings: {e}"))?
+    } else {
+        list.split(',').map(str::to_owned).collect()
+    };
+    let mut addrs = Vec::new();
+    for item in items {
+        let a = lunkit::nvme::discovery::parse_address(item.trim())
+            .map_err(|e| e.to_string())?
+            .to_string();
+        if !addrs.contains(&a) {
+            addrs.push(a);
+        }
+    }
+    if addrs.is_empty() {
+        return Err("no address".into());
+    }
+    Ok(addrs)
 }
 
 /// `8-4-4-4-12` hex digits.
@@ -1267,6 +1323,66 @@ mod tests {
         m.remove("nsid");
         let e = parse("pv-n", &m, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("deviceID: missing"), "{e}");
+    }
+
+    #[test]
+    fn reads_discovery_addresses_with_or_without_a_first_port() {
+        let nqn = ("nqn", "nqn.2014-08.org.lunkit:lab");
+        let nvme = |attrs: &[(&str, &str)]| match parse("pv-d", &ctx(attrs), &HashMap::new()) {
+            Ok(Volume::Nvme(v)) => Ok(v),
+            Ok(other) => panic!("not NVMe: {other:?}"),
+            Err(e) => Err(e),
+        };
+        // Alone: the logs list the ports. Port 8009 unless given, each address once, in
+        // either list form, IPv6 in brackets.
+        for list in [
+            r#"["192.0.2.10", "192.0.2.11:4420", "192.0.2.10:8009", "[fd00::1]:8009"]"#,
+            "192.0.2.10, 192.0.2.11:4420,192.0.2.10:8009,[fd00::1]:8009",
+            "192.0.2.10,192.0.2.11:4420,fd00::1",
+        ] {
+            let v = nvme(&[nqn, ("nsid", "1"), ("discoveryAddrs", list)]).unwrap();
+            assert_eq!(
+                v.discovery,
+                ["192.0.2.10:8009", "192.0.2.11:4420", "[fd00::1]:8009"],
+                "{list}"
+            );
+            assert!(v.portals.is_empty(), "{v:?}");
+        }
+        // With csi-driver-nvmf's first port: both are connected.
+        let v = nvme(&[
+            nqn,
+            ("nsid", "1"),
+            ("targetTrAddr", "192.0.2.20"),
+            ("discoveryAddrs", "[fd00::1]"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (v.portals, v.discovery),
+            (
+                vec!["192.0.2.20:4420".to_owned()],
+                vec!["[fd00::1]:8009".to_owned()]
+            )
+        );
+        // Neither a port nor a discovery address: nothing to connect.
+        let e = nvme(&[nqn, ("nsid", "1")]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("targetTrAddr: missing"), "{e}");
+        for bad in [
+            "array.example",
+            "192.0.2.10:0",
+            "192.0.2.10,,192.0.2.11",
+            r#"["192.0.2.10", 8009]"#,
+            "[]",
+            ",",
+        ] {
+            let e = nvme(&[nqn, ("nsid", "1"), ("discoveryAddrs", bad)]).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{bad}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with("volume pv-d: volume attribute discoveryAddrs:"),
+                "{e}"
+            );
+        }
     }
 
     /// csi-driver-nvmf's example PVs (examples/kubernetes/*/pv.yaml), with the forms their

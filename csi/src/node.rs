@@ -189,6 +189,7 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
             Target::Nvme {
                 nqn: a,
                 portals: pa,
+                discovery: da,
                 nsid: na,
                 device_uuid: ua,
                 device_wwid: wa,
@@ -196,11 +197,12 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
             Target::Nvme {
                 nqn: b,
                 portals: pb,
+                discovery: db,
                 nsid: nb,
                 device_uuid: ub,
                 device_wwid: wb,
             },
-        ) => a == b && pa == pb && ua == ub && wa == wb && (nb.is_none() || na == nb),
+        ) => a == b && pa == pb && da == db && ua == ub && wa == wb && (nb.is_none() || na == nb),
         // The portals discovery found are what the array advertised then, not what the
         // request names.
         (
@@ -469,7 +471,8 @@ impl Inner {
     }
 
     /// Brings an NVMe namespace onto the node through lunkit: connects every port, and
-    /// waits for the namespace's device, named by its nsid or, without one, by what the
+    /// every port the discovery addresses list (connect-all), and waits for the namespace's
+    /// device, named by its nsid or, without one, by what the
     /// attributes say it is ([`identity_selector`]). Records the nsid as soon as the attach
     /// says it, then checks the namespace is the one the attributes name. Returns its device.
     fn attach_nvme(
@@ -498,6 +501,12 @@ impl Inner {
             .portals
             .iter()
             .map(|p| lunkit::nvme::parse_portal(p))
+            .collect::<lunkit::Result<_>>()
+            .map_err(|e| Error::lunkit(what.clone(), e))?;
+        opts.nvme.discover = vol
+            .discovery
+            .iter()
+            .map(|a| lunkit::nvme::discovery::parse_address(a))
             .collect::<lunkit::Result<_>>()
             .map_err(|e| Error::lunkit(what.clone(), e))?;
         opts.nvme.host = host;
@@ -900,6 +909,7 @@ impl Inner {
                 Target::Nvme {
                     nqn: v.nqn.to_string(),
                     portals: v.portals.clone(),
+                    discovery: v.discovery.clone(),
                     nsid: v.nsid,
                     device_uuid: v.device_uuid.clone(),
                     device_wwid: v.device_wwid.clone(),

@@ -67,6 +67,9 @@ pub enum Target {
         nqn: String,
         /// The ports staging connects.
         portals: Vec<String>,
+        /// The discovery services whose logs' ports staging connects too (`discoveryAddrs`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        discovery: Vec<String>,
         /// The namespace id: given, or the one the attach by `device_uuid` or `device_wwid` found.
         nsid: Option<u32>,
         /// The namespace UUID the volume attributes named.
@@ -405,6 +408,7 @@ mod tests {
         let nvme = |nsid| Target::Nvme {
             nqn: "nqn.2014-08.org.lunkit:csi".into(),
             portals: vec!["127.0.0.1:4420".into()],
+            discovery: Vec::new(),
             nsid,
             device_uuid: None,
             device_wwid: None,
@@ -447,6 +451,31 @@ mod tests {
         o.remove("map");
         fs::write(store.path("pv-1"), serde_json::to_vec(&v).unwrap()).unwrap();
         assert_eq!(store.load("pv-1").unwrap(), Some(record("pv-1")));
+    }
+
+    #[test]
+    fn an_nvme_record_keeps_its_discovery_addresses_and_one_from_before_them_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut r = record("pv-n");
+        let nvme = |discovery: Vec<String>| Target::Nvme {
+            nqn: "nqn.2014-08.org.lunkit:csi".into(),
+            portals: Vec::new(),
+            discovery,
+            nsid: Some(1),
+            device_uuid: None,
+            device_wwid: None,
+        };
+        r.target = nvme(vec!["192.0.2.10:8009".into()]);
+        store.save(&r).unwrap();
+        assert_eq!(store.load("pv-n").unwrap(), Some(r.clone()));
+        // Written before `discovery` existed: no key, no addresses.
+        r.target = nvme(Vec::new());
+        let mut v = serde_json::to_value(&r).unwrap();
+        assert!(v["target"].get("discovery").is_none(), "{v}");
+        v["target"].as_object_mut().unwrap().remove("discovery");
+        fs::write(store.path("pv-n"), serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(store.load("pv-n").unwrap(), Some(r));
     }
 
     #[test]

@@ -594,6 +594,7 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
     r.target = Target::Nvme {
         nqn: "nqn.2014-08.org.lunkit:lab".into(),
         portals: vec!["127.0.0.1:4420".into()],
+        discovery: Vec::new(),
         nsid: Some(1),
         device_uuid: None,
         device_wwid: None,
@@ -619,6 +620,7 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
     r.target = Target::Nvme {
         nqn: "nqn.2014-08.org.lunkit:lab".into(),
         portals: vec!["127.0.0.1:4420".into()],
+        discovery: Vec::new(),
         nsid: None,
         device_uuid: Some("963dcb64-5e7a-4000-8000-000000000001".into()),
         device_wwid: None,

@@ -133,6 +133,7 @@ async fn a_staged_nvme_volume_makes_nvme_checked() {
         target: Target::Nvme {
             nqn: "nqn.2014-08.org.example:a".into(),
             portals: vec!["127.0.0.1:4420".into()],
+            discovery: Vec::new(),
             nsid: Some(1),
             device_uuid: None,
             device_wwid: None,

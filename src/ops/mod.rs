@@ -44,9 +44,9 @@ pub use options::{
     NvmeAttachOptions, RESCAN_INTERVAL, ResizeOptions, ScsiAttachOptions,
 };
 pub use report::{
-    AttachedFamily, Attachment, DetachReport, MapDevice, MapSize, NamespaceSize, NvmeAttachment,
-    NvmeResize, Outcome, PathSize, PortalConnect, Resized, ResizedFamily, ScsiAttachment,
-    ScsiResize, Step, StepKind,
+    AttachedFamily, Attachment, DetachReport, DiscoveryService, MapDevice, MapSize, NamespaceSize,
+    NvmeAttachment, NvmeResize, Outcome, PathSize, PortalConnect, Resized, ResizedFamily,
+    ScsiAttachment, ScsiResize, Step, StepKind,
 };
 pub use spec::{Identity, NamespaceSelector, VolumeSpec};
 pub use volume::{ForeignMap, OrphanMap, VolumeState};

@@ -164,6 +164,12 @@ pub struct ScsiAttachOptions {
 
 /// The part of [`AttachOptions`] that applies to an NVMe namespace only. The default
 /// connects nothing and uses the controllers already connected.
+///
+/// An attach that connects (given portals or discovery addresses) knows every path it can
+/// have once its connects are done: it fails at once, rather than at its deadline, when the
+/// subsystem then has no controller or fewer than
+/// [`ScanOptions::min_paths`](crate::ScanOptions::min_paths). A failed attach deletes the
+/// controllers it made; those it found connected stay.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct NvmeAttachOptions {
@@ -173,11 +179,23 @@ pub struct NvmeAttachOptions {
     /// went; a portal that fails does not fail the attach while the namespace comes through
     /// the others.
     pub connect: Vec<SocketAddr>,
-    /// This node's identity for the connects; `None` reads `/etc/nvme/hostnqn` and
-    /// `/etc/nvme/hostid` under the root ([`crate::nvme::Host::from_node`]).
+    /// Discovery services to ask for the subsystem's paths (NVMe/TCP discovery listens on
+    /// 8009; many targets answer on 4420 too): each one's Discovery Log Page is read, its
+    /// referrals followed ([`crate::nvme::discovery::discover`]), and every TCP path it
+    /// lists for the subsystem is connected with those of [`NvmeAttachOptions::connect`],
+    /// all at once. A path whose port requires TLS is not connected, but reported failed.
+    /// A service that does not answer is reported
+    /// ([`NvmeAttachment::discovery`](super::NvmeAttachment::discovery)), and fails the
+    /// attach only when no path comes at all. Its discovery controller is disconnected
+    /// after the read.
+    pub discover: Vec<SocketAddr>,
+    /// This node's identity for the connects and the discovery; `None` reads
+    /// `/etc/nvme/hostnqn` and `/etc/nvme/hostid` under the root
+    /// ([`crate::nvme::Host::from_node`]).
     pub host: Option<Host>,
-    /// The host's DH-HMAC-CHAP secret for every connect
-    /// ([`ConnectOptions::dhchap_secret`](crate::nvme::ConnectOptions::dhchap_secret)).
+    /// The host's DH-HMAC-CHAP secret for every connect to the subsystem
+    /// ([`ConnectOptions::dhchap_secret`](crate::nvme::ConnectOptions::dhchap_secret)); the
+    /// discovery controllers of [`discover`](Self::discover) connect without one.
     pub dhchap_secret: Option<Secret>,
     /// The controller's secret, for authentication both ways
     /// ([`ConnectOptions::dhchap_ctrl_secret`](crate::nvme::ConnectOptions::dhchap_ctrl_secret)).

@@ -23,8 +23,11 @@ pub struct NvmeAttachment {
     /// The controllers through which the namespace came.
     pub controllers: Vec<String>,
     /// Every portal asked for ([`NvmeAttachOptions::connect`](super::NvmeAttachOptions::connect)),
-    /// with how its connect went.
+    /// then every path of the subsystem that discovery found, with how its connect went.
     pub portals: Vec<PortalConnect>,
+    /// Every discovery service asked ([`NvmeAttachOptions::discover`](super::NvmeAttachOptions::discover),
+    /// and the services their logs refer to), with the subsystem's paths it listed.
+    pub discovery: Vec<DiscoveryService>,
 }
 
 /// One portal's connect.
@@ -32,8 +35,38 @@ pub struct NvmeAttachment {
 pub struct PortalConnect {
     /// `addr:port`.
     pub portal: String,
-    /// The controller made or found, or why there is none.
+    /// Whether a discovery log listed it, rather than the caller.
+    pub discovered: bool,
+    /// The controller made or found, or why there is none (for a discovered path, also:
+    /// its port requires TLS).
     pub result: std::result::Result<Connected, String>,
+}
+
+/// One discovery service an NVMe attach asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryService {
+    /// `addr:port`.
+    pub service: String,
+    /// The discovery address given through which it was reached: itself, or the one whose
+    /// log (or a log it referred to) refers to it.
+    pub via: String,
+    /// The subsystem's TCP paths its log listed (`addr:port`; what became of each is in
+    /// [`NvmeAttachment::portals`]), or why it did not answer.
+    pub result: std::result::Result<Vec<String>, String>,
+}
+
+impl std::fmt::Display for DiscoveryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "discovery at {}", self.service)?;
+        if self.via != self.service {
+            write!(f, " (referred, via {})", self.via)?;
+        }
+        match &self.result {
+            Ok(paths) if paths.is_empty() => write!(f, ": no path of the subsystem"),
+            Ok(paths) => write!(f, ": listed {}", paths.join(", ")),
+            Err(e) => write!(f, ": failed: {e}"),
+        }
+    }
 }
 
 impl std::fmt::Display for PortalConnect {

@@ -1,10 +1,10 @@
-//! An NVMe `lunkit attach --json`: each portal's connect, then the namespace's devices. (A
-//! SCSI attach prints [`super::scan::Scan`].)
+//! An NVMe `lunkit attach --json`: what each discovery service listed, each portal's
+//! connect, then the namespace's devices. (A SCSI attach prints [`super::scan::Scan`].)
 
 use std::time::Duration;
 
 use lunkit::Wwid;
-use lunkit::ops::{NvmeAttachment, PortalConnect};
+use lunkit::ops::{DiscoveryService, NvmeAttachment, PortalConnect};
 use serde::Serialize;
 
 use super::scan::Udev;
@@ -18,8 +18,10 @@ pub struct NvmeAttach {
     pub devices: Vec<Device>,
     /// The controllers through which the namespace came (`nvme0`).
     pub controllers: Vec<String>,
-    /// Every portal asked for.
+    /// Every portal asked for, then every path discovery found.
     pub portals: Vec<Portal>,
+    /// Every discovery service asked (`--discover`, and those their logs refer to).
+    pub discovery: Vec<Service>,
     pub elapsed_us: u64,
 }
 
@@ -38,10 +40,27 @@ pub struct Device {
 pub struct Portal {
     /// `addr:port`.
     pub portal: String,
+    /// Whether a discovery log listed it (not `--portal`).
+    pub discovered: bool,
     /// `connected`, `existing` or `failed`.
     pub outcome: &'static str,
     /// The controller made or found.
     pub controller: Option<String>,
+    /// Why it failed.
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Service {
+    /// `addr:port`.
+    pub service: String,
+    /// The `--discover` address through which it was reached (itself, or the one whose log
+    /// referred to it).
+    pub via: String,
+    /// `answered` or `failed`.
+    pub outcome: &'static str,
+    /// The subsystem's paths its log listed (`addr:port`), when it answered.
+    pub paths: Vec<String>,
     /// Why it failed.
     pub detail: Option<String>,
 }
@@ -72,6 +91,7 @@ impl NvmeAttach {
                 .collect(),
             controllers: nvme.controllers.clone(),
             portals: nvme.portals.iter().map(Portal::new).collect(),
+            discovery: nvme.discovery.iter().map(Service::new).collect(),
             elapsed_us: micros(elapsed),
         }
     }
@@ -86,8 +106,25 @@ impl Portal {
         };
         Portal {
             portal: p.portal.clone(),
+            discovered: p.discovered,
             outcome,
             controller,
+            detail,
+        }
+    }
+}
+
+impl Service {
+    fn new(d: &DiscoveryService) -> Self {
+        let (outcome, paths, detail) = match &d.result {
+            Ok(paths) => ("answered", paths.clone(), None),
+            Err(e) => ("failed", Vec::new(), Some(e.clone())),
+        };
+        Service {
+            service: d.service.clone(),
+            via: d.via.clone(),
+            outcome,
+            paths,
             detail,
         }
     }
@@ -112,7 +149,7 @@ mod tests {
     }
 
     #[test]
-    fn an_nvme_attach_names_each_portals_outcome() {
+    fn an_nvme_attach_names_each_portals_outcome_and_what_each_discovery_service_listed() {
         let nvme = NvmeAttachment {
             nsid: Some(1),
             devices: vec![BlockNode {
@@ -127,14 +164,34 @@ mod tests {
             portals: vec![
                 PortalConnect {
                     portal: "127.0.0.1:4420".into(),
+                    discovered: false,
                     result: connected("nvme0", false),
                 },
                 PortalConnect {
                     portal: "127.0.0.2:4420".into(),
+                    discovered: true,
                     result: connected("nvme1", true),
                 },
                 PortalConnect {
                     portal: "127.0.0.3:4420".into(),
+                    discovered: true,
+                    result: Err("connection refused".into()),
+                },
+            ],
+            discovery: vec![
+                DiscoveryService {
+                    service: "127.0.0.1:8009".into(),
+                    via: "127.0.0.1:8009".into(),
+                    result: Ok(vec!["127.0.0.2:4420".into()]),
+                },
+                DiscoveryService {
+                    service: "127.0.0.3:8009".into(),
+                    via: "127.0.0.1:8009".into(),
+                    result: Ok(vec!["127.0.0.3:4420".into()]),
+                },
+                DiscoveryService {
+                    service: "127.0.0.9:8009".into(),
+                    via: "127.0.0.9:8009".into(),
                     result: Err("connection refused".into()),
                 },
             ],
@@ -155,9 +212,14 @@ mod tests {
                 "devices": [{"name": "nvme0n1", "path": "/dev/nvme0n1", "major": 259, "minor": 0}],
                 "controllers": ["nvme0", "nvme1"],
                 "portals": [
-                    {"portal": "127.0.0.1:4420", "outcome": "connected", "controller": "nvme0", "detail": null},
-                    {"portal": "127.0.0.2:4420", "outcome": "existing", "controller": "nvme1", "detail": null},
-                    {"portal": "127.0.0.3:4420", "outcome": "failed", "controller": null, "detail": "connection refused"},
+                    {"portal": "127.0.0.1:4420", "discovered": false, "outcome": "connected", "controller": "nvme0", "detail": null},
+                    {"portal": "127.0.0.2:4420", "discovered": true, "outcome": "existing", "controller": "nvme1", "detail": null},
+                    {"portal": "127.0.0.3:4420", "discovered": true, "outcome": "failed", "controller": null, "detail": "connection refused"},
+                ],
+                "discovery": [
+                    {"service": "127.0.0.1:8009", "via": "127.0.0.1:8009", "outcome": "answered", "paths": ["127.0.0.2:4420"], "detail": null},
+                    {"service": "127.0.0.3:8009", "via": "127.0.0.1:8009", "outcome": "answered", "paths": ["127.0.0.3:4420"], "detail": null},
+                    {"service": "127.0.0.9:8009", "via": "127.0.0.9:8009", "outcome": "failed", "paths": [], "detail": "connection refused"},
                 ],
                 "elapsed_us": 42,
             })

@@ -22,11 +22,13 @@
 
 pub mod follow;
 mod log;
+mod paths;
 
 pub use log::{
     AddressFamily, ENTRY_LEN, Entry, HEADER_LEN, HEADER_READ_LEN, Header, LOG_ID, Log, MAX_RECORDS,
     Subtype, TransportType,
 };
+pub use paths::{DEFAULT_PORT, ListedPath, parse_address, paths_of};
 
 use std::collections::{HashSet, VecDeque};
 use std::net::IpAddr;

@@ -1,23 +1,24 @@
-//! The NVMe attach: every portal asked for connected at once, then the namespace's device
-//! awaited with a path through every live controller.
+//! The NVMe attach: every portal asked for and every path discovered connected at once
+//! ([`super::connects`]), then the namespace's device awaited with a path through every
+//! live controller.
 
 use std::path::Path;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::helper;
 use crate::id::{Nqn, Wwid};
 use crate::nvme::sysfs::{CtrlState, NvmeNamespace};
-use crate::nvme::{self as fabrics_nvme, ConnectOptions, Host};
+use crate::nvme::{self as fabrics_nvme, Host};
 use crate::root::Root;
 use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
+use super::connects::{self, Connects};
 use super::{NamespaceDevice, by_id, check_selector, selected, subsystem_lock_key};
 use crate::ops::lock;
 use crate::ops::names;
-use crate::ops::options::{AttachOptions, NvmeAttachOptions};
-use crate::ops::report::{AttachedFamily, Attachment, NvmeAttachment, PortalConnect};
+use crate::ops::options::AttachOptions;
+use crate::ops::report::{AttachedFamily, Attachment, NvmeAttachment};
 use crate::ops::spec::{NamespaceSelector, VolumeSpec};
 
 /// [`super::attach()`] of [`VolumeSpec::Nvme`].
@@ -34,82 +35,86 @@ pub(in crate::ops) fn attach(
     // Held until this namespace is marked attached: a detach of another namespace of the
     // subsystem decides which controllers are needed under the same lock.
     let _subsys = lock::lock(&subsystem_lock_key(nqn), opts.lock_dir.as_deref(), deadline)?;
-    let portals = &opts.nvme.connect;
-    let host = match &opts.nvme.host {
+    let nvme = &opts.nvme;
+    let host = match &nvme.host {
         Some(h) => Some(h.clone()),
-        None if portals.is_empty() => None,
+        None if nvme.connect.is_empty() && nvme.discover.is_empty() => None,
         None => Some(Host::from_node(root)?),
     };
     // Subscribed before any connect, so the namespace's `add` cannot slip past.
     let mut monitor = Monitor::open().ok();
-    let connects = connect_all(root, nqn, &opts.nvme, host.as_ref(), deadline);
-    let min = opts.scan.min_paths.max(1);
+    let connects = connects::connect(root, nqn, nvme, host.as_ref(), deadline);
     let wait = Wait {
         root,
         spec,
         nqn,
         namespace,
-        min,
+        min: opts.scan.min_paths.max(1),
     };
-    let devices = wait.for_paths(monitor.as_mut(), &connects, deadline)?;
-    let canonical = by_id(nqn, &devices);
-    let nsid = devices.iter().find_map(|(ns, _)| ns.nsid);
-    let devices: Vec<NamespaceDevice> = devices.into_iter().map(|(_, d)| d).collect();
-    let wwid = devices.first().and_then(|d| d.wwid.clone());
-    if let Some(expected) = &opts.scan.expect_wwid {
-        if let Some(d) = devices.iter().find(|d| d.wwid.as_ref() != Some(expected)) {
-            return Err(Error::WwidMismatch {
-                device: format!("{} ({spec})", d.node.name),
-                expected: Some(expected.clone()),
-                reference: None,
-                actual: d.wwid.clone(),
-            });
+    let found = wait.reachable(&connects).and_then(|()| {
+        let devices = wait.for_paths(monitor.as_mut(), &connects, deadline)?;
+        check_wwid(spec, &devices, opts.scan.expect_wwid.as_ref())?;
+        Ok(devices)
+    });
+    let devices = match found {
+        Ok(d) => d,
+        Err(e) => {
+            // Still under the subsystem's lock: no other attach can have come to rely on
+            // the controllers this one made.
+            connects::undo(root, nqn, &connects.portals);
+            return Err(e);
         }
-    }
+    };
+    let wwid = devices.first().and_then(|(_, d)| d.wwid.clone());
     if let Some(dir) = &opts.lock_dir {
-        remember(dir, spec, canonical.as_ref(), wwid.as_ref());
+        remember(dir, spec, by_id(nqn, &devices).as_ref(), wwid.as_ref());
     }
-    let mut controllers: Vec<String> = devices.iter().flat_map(|d| d.controllers.clone()).collect();
-    controllers.sort();
-    controllers.dedup();
     Ok(Attachment {
         wwid,
-        family: AttachedFamily::Nvme(NvmeAttachment {
-            nsid,
-            devices: devices.into_iter().map(|d| d.node).collect(),
-            controllers,
-            portals: connects,
-        }),
+        family: AttachedFamily::Nvme(report(devices, connects)),
         elapsed: start.elapsed(),
     })
 }
 
-/// Connects every portal of `nvme.connect` side by side as `host`, with the secrets of
-/// `nvme`, each with what is left of `deadline`, and says how each went.
-fn connect_all(
-    root: &Root,
-    nqn: &Nqn,
-    nvme: &NvmeAttachOptions,
-    host: Option<&Host>,
-    deadline: Instant,
-) -> Vec<PortalConnect> {
-    let portals = &nvme.connect;
-    let results = helper::fan_out("lunkit-nvme-connect", portals, |p| {
-        let mut o = ConnectOptions::new(p.ip(), p.port(), nqn.clone());
-        o.host = host.cloned();
-        o.dhchap_secret.clone_from(&nvme.dhchap_secret);
-        o.dhchap_ctrl_secret.clone_from(&nvme.dhchap_ctrl_secret);
-        o.timeout = deadline.saturating_duration_since(Instant::now());
-        fabrics_nvme::connect(root, &o)
-    });
-    portals
+/// The report of an attach whose namespace came as `devices`.
+fn report(devices: Vec<(NvmeNamespace, NamespaceDevice)>, connects: Connects) -> NvmeAttachment {
+    let nsid = devices.iter().find_map(|(ns, _)| ns.nsid);
+    let mut controllers: Vec<String> = devices
         .iter()
-        .zip(results)
-        .map(|(p, r)| PortalConnect {
-            portal: p.to_string(),
-            result: r.map_err(|e| e.to_string()),
-        })
-        .collect()
+        .flat_map(|(_, d)| d.controllers.clone())
+        .collect();
+    controllers.sort();
+    controllers.dedup();
+    NvmeAttachment {
+        nsid,
+        devices: devices.into_iter().map(|(_, d)| d.node).collect(),
+        controllers,
+        portals: connects.portals,
+        discovery: connects.discovery,
+    }
+}
+
+/// Every device of the namespace has the WWID the caller expects, if any.
+fn check_wwid(
+    spec: &VolumeSpec,
+    devices: &[(NvmeNamespace, NamespaceDevice)],
+    expected: Option<&Wwid>,
+) -> Result<()> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    match devices
+        .iter()
+        .find(|(_, d)| d.wwid.as_ref() != Some(expected))
+    {
+        Some((_, d)) => Err(Error::WwidMismatch {
+            device: format!("{} ({spec})", d.node.name),
+            expected: Some(expected.clone()),
+            reference: None,
+            actual: d.wwid.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The wait of an attach for the namespace's devices.
@@ -123,37 +128,52 @@ struct Wait<'a> {
 }
 
 impl Wait<'_> {
+    /// After an attach's connects, whether the paths it wants can come at all: it made
+    /// every connect it was asked for, so a subsystem with no controller now, or fewer than
+    /// `min`, would only run out the deadline. Nothing was asked: the controllers already
+    /// connected are used, and someone may be connecting them still.
+    fn reachable(&self, connects: &Connects) -> Result<()> {
+        if !connects.asked() {
+            return Ok(());
+        }
+        let have = fabrics_nvme::controllers_of(self.root, self.nqn)?
+            .iter()
+            .filter(|c| !c.parsed_state.as_ref().is_some_and(CtrlState::is_going))
+            .count();
+        if have >= self.min {
+            return Ok(());
+        }
+        let what = if have == 0 {
+            format!("a path to {}{}", self.spec, connects.describe())
+        } else {
+            format!(
+                "{} paths to {} (the minimum asked; the subsystem has {have} controller(s)){}",
+                self.min,
+                self.spec,
+                connects.describe()
+            )
+        };
+        Err(Error::NotFound { what })
+    }
+
     /// The namespace's devices once they have a path through every live controller of the
-    /// subsystem, or at the deadline whatever came if that is at least `min` paths. Every
-    /// connect failed with no controller of the subsystem left is [`Error::NotFound`] at
-    /// once, and nothing at all at the deadline with every connect failed too; too few is
+    /// subsystem, or at the deadline whatever came if that is at least `min` paths. Nothing
+    /// at all, with every connect failed, is [`Error::NotFound`]; too few is
     /// [`Error::Timeout`], naming each portal's connect.
     fn for_paths(
         &self,
         monitor: Option<&mut Monitor>,
-        connects: &[PortalConnect],
+        connects: &Connects,
         deadline: Instant,
     ) -> Result<Vec<(NvmeNamespace, NamespaceDevice)>> {
         let (root, nqn, namespace, min) = (self.root, self.nqn, self.namespace, self.min);
         let what = || {
-            let said: Vec<String> = connects.iter().map(ToString::to_string).collect();
             format!(
                 "{} on every live controller of the subsystem{}",
                 self.spec,
-                if said.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (portals: {})", said.join("; "))
-                }
+                connects.describe()
             )
         };
-        // Every connect failed and the subsystem has no controller at all: nothing can bring
-        // the namespace, so waiting out the deadline (a CSI stage's is minutes) says nothing
-        // more than the connects said.
-        let all_failed = !connects.is_empty() && connects.iter().all(|c| c.result.is_err());
-        if all_failed && fabrics_nvme::controllers_of(root, nqn)?.is_empty() {
-            return Err(Error::NotFound { what: what() });
-        }
         let relevant = |ev: &Uevent| {
             matches!(
                 ev.subsystem.as_deref(),
@@ -181,13 +201,12 @@ impl Wait<'_> {
                 if !devices.is_empty() && reached >= min {
                     return Ok(devices);
                 }
-                Err(
-                    if devices.is_empty() && connects.iter().all(|c| c.result.is_err()) {
-                        Error::NotFound { what }
-                    } else {
-                        Error::Timeout { what, waited }
-                    },
-                )
+                let none_connected = connects.portals.iter().all(|c| c.result.is_err());
+                Err(if devices.is_empty() && none_connected {
+                    Error::NotFound { what }
+                } else {
+                    Error::Timeout { what, waited }
+                })
             }
             found => found,
         }

@@ -3,6 +3,8 @@
 //! [`super::detach()`] with the same options, locks, reports and exit codes as a SCSI LUN.
 //!
 //! **Attach** connects every portal given ([`NvmeAttachOptions::connect`](super::NvmeAttachOptions::connect))
+//! and every TCP path of the subsystem that the discovery services given list
+//! ([`NvmeAttachOptions::discover`](super::NvmeAttachOptions::discover), referrals followed),
 //! where no controller is connected yet, all at once, then waits (uevents, with sysfs re-checks) until the
 //! namespace's block device is there with a path through every live controller of the
 //! subsystem. With native multipath (`CONFIG_NVME_MULTIPATH`, on in distribution kernels) that
@@ -48,6 +50,7 @@ use super::names;
 use super::spec::{Identity, NamespaceSelector, VolumeSpec};
 
 mod attach;
+mod connects;
 mod detach;
 mod resize;
 

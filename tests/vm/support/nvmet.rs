@@ -39,6 +39,9 @@ pub struct PortConfig {
     pub id: u16,
     pub traddr: String,
     pub trsvcid: String,
+    /// Whether the port's discovery entries say a secure channel (TLS) is required
+    /// (`addr_treq`). 6.1's nvmet only reports it: it still takes plain connects.
+    pub tls_required: bool,
 }
 
 impl PortConfig {
@@ -47,6 +50,15 @@ impl PortConfig {
             id,
             traddr: traddr.to_owned(),
             trsvcid: trsvcid.to_owned(),
+            tls_required: false,
+        }
+    }
+
+    /// The port, listed in the discovery log as requiring TLS ([`PortConfig::tls_required`]).
+    pub fn requiring_tls(self) -> Self {
+        Self {
+            tls_required: true,
+            ..self
         }
     }
 
@@ -657,7 +669,11 @@ fn configure_port(dir: &Path, port: &PortConfig) -> Result<()> {
     write(&dir.join("addr_trtype"), "tcp")?;
     write(&dir.join("addr_adrfam"), "ipv4")?;
     write(&dir.join("addr_traddr"), &port.traddr)?;
-    write(&dir.join("addr_trsvcid"), &port.trsvcid)
+    write(&dir.join("addr_trsvcid"), &port.trsvcid)?;
+    if port.tls_required {
+        write(&dir.join("addr_treq"), "required")?;
+    }
+    Ok(())
 }
 
 /// Links subsystem `subsys` to port `dir` (`ports/N/subsystems/NQN` -> `subsystems/NQN`);
