@@ -60,7 +60,9 @@ impl Run<'_> {
         for (map, _) in &stuck {
             self.disable_queueing(map)?;
         }
-        self.take_down_paths(&state.paths, !state.maps.is_empty(), &claims)?;
+        // Those maps stay until their paths are gone, holding them as device-mapper does.
+        let held: Vec<String> = stuck.iter().map(|(m, _)| m.node.name.clone()).collect();
+        self.take_down_paths(&state.paths, !state.maps.is_empty(), &claims, &held)?;
         for (map, why) in stuck {
             self.take_down_map(map, Some(why))?;
         }
@@ -223,12 +225,15 @@ impl Run<'_> {
     /// already: a path freed by its map's removal is then never free for a mount or a new
     /// stack before it is gone. A claim refused (`EBUSY`: something took it since the
     /// map went, multipathd re-creating the map, say) fails its flush, and the next round
-    /// looks again.
+    /// looks again. A path whose only holders are the maps `held_by_maps` (kernel names: maps
+    /// no path can serve, removed after their paths) is claimed by device-mapper for them,
+    /// exclusively, so nothing else can take it, and neither can this: it is not claimed.
     fn take_down_paths(
         &mut self,
         paths: &[VolumePath],
         behind_map: bool,
         claimed: &[block::Claim],
+        held_by_maps: &[String],
     ) -> Result<()> {
         let root = self.root;
         let deadline = self.deadline;
@@ -237,7 +242,10 @@ impl Run<'_> {
         let one = |p: &VolumePath| -> PathResult {
             let t0 = Instant::now();
             let claim = match &p.disk {
-                Some(d) if !claimed.iter().any(|c| c.node().dev == d.dev) => {
+                Some(d)
+                    if !claimed.iter().any(|c| c.node().dev == d.dev)
+                        && !held_by(root, d, held_by_maps) =>
+                {
                     block::try_claim(d, deadline)
                 }
                 _ => Ok(None),
@@ -318,6 +326,13 @@ impl Run<'_> {
             }
         }
     }
+}
+
+/// Whether `disk` is held by the maps `maps` (kernel names) and by nothing else.
+fn held_by(root: &Root, disk: &block::BlockNode, maps: &[String]) -> bool {
+    !maps.is_empty()
+        && crate::block::sysfs::holders_of_number(root, disk.dev)
+            .is_ok_and(|h| !h.is_empty() && h.iter().all(|x| maps.contains(x)))
 }
 
 /// A step's start and length.
