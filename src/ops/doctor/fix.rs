@@ -214,11 +214,17 @@ pub struct Fixes {
 ///
 /// # Errors
 ///
-/// Those of [`Topology::read`] (the fresh look a map's removal is checked against). A
+/// Those of [`Topology::read`] (the fresh look a map's removal is checked against, read
+/// when one is to be removed). A
 /// finding whose fix fails is [`FixOutcome::Failed`], and the others are still tried.
 pub fn fix(root: &Root, found: &Examination, opts: &FixOptions) -> Result<Fixes> {
     let start = Instant::now();
-    let now = Topology::read(root)?;
+    // Only a map's removal needs the fresh look (read once, only then).
+    let maps = |f: &&Finding| rank(f.kind) == 0 && considered(f, &opts.kinds).is_none();
+    let now = match found.findings.iter().any(|f| maps(&f)) {
+        true => Some(Topology::read(root)?),
+        false => None,
+    };
     let mut order: Vec<usize> = (0..found.findings.len()).collect();
     order.sort_by_key(|&i| rank(found.findings[i].kind));
     let mut outcomes = vec![FixOutcome::Gone; found.findings.len()];
@@ -226,7 +232,7 @@ pub fn fix(root: &Root, found: &Examination, opts: &FixOptions) -> Result<Fixes>
         let f = &found.findings[i];
         outcomes[i] = considered(f, &opts.kinds).unwrap_or_else(|| {
             let deadline = crate::wait::deadline_after(opts.timeout);
-            act(root, f, &now, opts, deadline).unwrap_or_else(outcome_of)
+            act(root, f, now.as_ref(), opts, deadline).unwrap_or_else(outcome_of)
         });
     }
     Ok(Fixes {
@@ -278,14 +284,19 @@ fn outcome_of(e: Error) -> FixOutcome {
 fn act(
     root: &Root,
     f: &Finding,
-    now: &Topology,
+    now: Option<&Topology>,
     opts: &FixOptions,
     deadline: Instant,
 ) -> Result<FixOutcome> {
     match f.kind {
         Kind::ScsiDeviceDown => scsi_device(root, f, deadline),
         Kind::RemappedPath => remapped_path(root, f, deadline),
-        Kind::MapWithoutPaths | Kind::MapPathsDown => map(root, f, now, opts, deadline),
+        Kind::MapWithoutPaths | Kind::MapPathsDown => match now {
+            Some(now) => map(root, f, now, opts, deadline),
+            None => Err(Error::Internal {
+                what: "a map's fix without the fresh look".into(),
+            }),
+        },
         Kind::NvmeControllerDown => controller(root, f, deadline),
         Kind::IdleSession => Ok(FixOutcome::Unsupported(NO_LOGOUT.into())),
     }
@@ -330,7 +341,9 @@ fn scsi_device(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome
     match scsi::sysfs::state(root, hctl) {
         Some(ScsiState::Offline | ScsiState::TransportOffline) => {}
         state => {
-            let state = state.as_ref().map_or("in an unknown state", ScsiState::as_str);
+            let state = state
+                .as_ref()
+                .map_or("in an unknown state", ScsiState::as_str);
             return Ok(FixOutcome::Changed(format!("it is {state} now")));
         }
     }
@@ -356,7 +369,9 @@ fn remapped_path(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutco
         return Ok(FixOutcome::Gone);
     };
     let Some(hctl) = block::scsi_address(root, &node) else {
-        return Ok(FixOutcome::Changed(format!("{path} is not a SCSI disk now")));
+        return Ok(FixOutcome::Changed(format!(
+            "{path} is not a SCSI disk now"
+        )));
     };
     let expect = PathIdentity::of(root, hctl);
     if let Some(why) = wwid_changed(f.identity.as_deref(), expect.wwid.as_ref()) {
@@ -416,7 +431,12 @@ fn summary(wwid: &str, report: &DetachReport) -> String {
         .steps
         .iter()
         .filter(|s| s.outcome == Outcome::Done)
-        .filter(|s| !matches!(s.kind, StepKind::Identify | StepKind::Lock | StepKind::Verify))
+        .filter(|s| {
+            !matches!(
+                s.kind,
+                StepKind::Identify | StepKind::Lock | StepKind::Verify
+            )
+        })
         .filter(|s| s.kind != StepKind::CheckInUse)
         .map(|s| format!("{} {}", s.kind.as_str(), s.target))
         .collect();
