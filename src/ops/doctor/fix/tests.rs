@@ -74,7 +74,12 @@ fn anything_using_the_devices_leaves_the_finding_and_names_the_user() {
             pid: None,
         },
     });
-    assert!(verdict(&u).unwrap().to_string().contains("/var/lib/kubelet"));
+    assert!(
+        verdict(&u)
+            .unwrap()
+            .to_string()
+            .contains("/var/lib/kubelet")
+    );
     // A holder (a map on the disk) is a user too.
     let mut u = Usage::default();
     u.holders.push("dm-3".into());

@@ -384,6 +384,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_path_is_held_by_maps_only_when_they_are_its_only_holders() {
+        let dir = std::env::temp_dir().join(format!("lunkit-held-by-{}", std::process::id()));
+        let root = Root::new(&dir);
+        let node = block::BlockNode {
+            name: "sdc".into(),
+            dev: DevNum {
+                major: 8,
+                minor: 32,
+            },
+            path: dir.join("dev/sdc"),
+        };
+        let holders = dir.join("sys/dev/block/8:32/holders");
+        std::fs::create_dir_all(holders.join("dm-0")).unwrap();
+        let maps = ["dm-0".to_owned()];
+        assert!(held_by(&root, &node, &maps));
+        // No map stays up: the path is claimed as usual.
+        assert!(!held_by(&root, &node, &[]));
+        // Another holder besides: not the map's alone.
+        std::fs::create_dir_all(holders.join("dm-7")).unwrap();
+        assert!(!held_by(&root, &node, &maps));
+        // No holder at all (the map let go of it).
+        std::fs::remove_dir_all(&holders).unwrap();
+        std::fs::create_dir_all(&holders).unwrap();
+        assert!(!held_by(&root, &node, &maps));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_flush_error_is_gone_only_when_sysfs_agrees() {
         let dir = std::env::temp_dir().join(format!("lunkit-flush-gone-{}", std::process::id()));
         let root = Root::new(&dir);
