@@ -1,23 +1,34 @@
 //! VM tests of `lunkit doctor` (issue 36): what a node accumulates, found in one read, each
-//! finding with the in-use check a detach makes, and nothing changed.
+//! finding with the in-use check a detach makes, and nothing changed; with `--fix`, what is
+//! not in use cleaned up, what is left named, and a second `--fix` changing nothing.
 //!
 //! Run by `cargo xtask test` inside the QEMU guest (ignored on the host).
 
 use lunkit_lab as support;
 
 use std::fs;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use lunkit::dm::{self, Control, DevId};
 use serde_json::Value;
 use support::cli::{describe, lunkit};
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
 use support::nvmet::{PortConfig, Target};
 use support::require_vm;
+use support::scsi_debug::ScsiDebug;
 
 /// `lunkit doctor --json`: its exit code and document.
 fn doctor() -> (i32, Value) {
-    let out = lunkit(&["doctor", "--json"]);
+    doctor_with(&[])
+}
+
+/// `lunkit doctor --json ARGS...`: its exit code and document.
+fn doctor_with(args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["doctor", "--json"];
+    all.extend_from_slice(args);
+    let out = lunkit(&all);
     let doc: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("doctor's JSON: {e}; {}", describe(&out)));
     eprintln!("doctor: {doc:#}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -47,6 +58,30 @@ fn findings(doc: &Value, kind: &str) -> Vec<(Vec<String>, Option<bool>, Option<S
         .collect()
 }
 
+/// What `--fix` did with the findings of `kind`, as (objects, outcome, detail).
+fn fixes(doc: &Value, kind: &str) -> Vec<(Vec<String>, String, String)> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .map(|f| {
+            let objects = f["objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_str().unwrap().to_owned())
+                .collect();
+            let fix = &f["fix"];
+            (
+                objects,
+                fix["outcome"].as_str().unwrap_or("none").to_owned(),
+                fix["detail"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// Sets a disk's SCSI state (`state` takes a name followed by a newline, nothing else).
 fn set_state(disk: &str, state: &str) {
     fs::write(
@@ -57,7 +92,9 @@ fn set_state(disk: &str, state: &str) {
 }
 
 /// Two sessions with one LUN each path: both idle; a session whose disk this test holds
-/// open is not; a disk set offline is found, in use (naming this process) or not.
+/// open is not; a disk set offline is found, in use (naming this process) or not. `--fix`
+/// deletes the one not in use and leaves the one held, naming the holder; a second `--fix`
+/// changes nothing.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
@@ -132,15 +169,135 @@ fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
         let state = fs::read_to_string(format!("/sys/block/{d}/device/state")).unwrap();
         assert_eq!(state.trim(), "offline");
     }
+
+    // --fix: B is deleted; A, held by this process, is left, and the holder named.
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!(code, 4, "{doc}");
+    let down = fixes(&doc, "scsi-device-down");
+    let a_fix = down.iter().find(|d| d.0.contains(&disk_a)).unwrap();
+    assert_eq!(a_fix.1, "in-use");
+    assert!(
+        a_fix.2.contains(&std::process::id().to_string()),
+        "{a_fix:?}"
+    );
+    let b_fix = down.iter().find(|d| d.0.contains(&disk_b)).unwrap();
+    assert_eq!(b_fix.1, "fixed", "{b_fix:?}");
+    assert!(!Path::new(&format!("/sys/block/{disk_b}")).exists());
+    let state = fs::read_to_string(format!("/sys/block/{disk_a}/device/state")).unwrap();
+    assert_eq!(state.trim(), "offline");
+    // Idle sessions are an opt-in kind: left.
+    for s in fixes(&doc, "idle-session") {
+        assert_eq!(s.1, "not-selected", "{s:?}");
+    }
+
+    // Again: B is not found any more, A is left as it was.
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!(code, 4, "{doc}");
+    let down = fixes(&doc, "scsi-device-down");
+    assert_eq!(down.len(), 1, "{doc}");
+    assert_eq!(
+        (down[0].0.contains(&disk_a), down[0].1.as_str()),
+        (true, "in-use")
+    );
+    assert!(Path::new(&format!("/sys/block/{disk_a}")).exists());
+
     drop(held);
     set_state(&disk_a, "running");
-    set_state(&disk_b, "running");
     lab.teardown().unwrap();
     let (code, _) = doctor();
     assert_eq!(code, 0);
 }
 
-/// An NVMe/TCP controller whose port went away reconnects: found, with its subsystem.
+/// A multipath map that queues, over two scsi_debug paths to one LU, both set offline:
+/// `--fix` detaches it (queueing off, as nothing has it open; paths deleted; map removed),
+/// the paths' own findings gone with it; a second `--fix` finds nothing and exits 0.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
+    require_vm();
+    let sd = ScsiDebug::load(
+        &[
+            ("add_host", "2"),
+            ("num_tgts", "1"),
+            ("max_luns", "1"),
+            ("dev_size_mb", "16"),
+            // One device identity on both hosts, as two paths to one LU have.
+            ("vpd_use_hostno", "0"),
+        ],
+        2,
+    )
+    .expect("load scsi_debug");
+    let mut paths = sd.disks();
+    paths.sort();
+    let map = queueing_map("lunkit-doctor", &paths);
+    for p in &paths {
+        set_state(p, "offline");
+    }
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    let fixed = fixes(&doc, "map-paths-down");
+    assert_eq!(fixed.len(), 1, "{doc}");
+    assert_eq!(fixed[0].0, ["lunkit-doctor".to_owned(), map.clone()]);
+    assert_eq!(fixed[0].1, "fixed", "{fixed:?}");
+    assert!(fixed[0].2.contains("disable-queueing"), "{fixed:?}");
+    assert!(!Path::new(&format!("/sys/block/{map}")).exists());
+    for p in &paths {
+        assert!(!Path::new(&format!("/sys/block/{p}")).exists(), "{p}");
+    }
+    // The paths' own findings (held by the map when examined) went with it.
+    let down = fixes(&doc, "scsi-device-down");
+    assert_eq!(down.len(), 2, "{doc}");
+    assert!(down.iter().all(|d| d.1 == "gone"), "{down:?}");
+    assert_eq!(code, 0, "{doc}");
+
+    // Again: nothing found, nothing changed.
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
+    drop(sd);
+}
+
+/// Creates multipath map `name` over `paths` (kernel names) with `queue_if_no_path`, as
+/// multipathd would: its uuid carries the paths' WWID.
+fn queueing_map(name: &str, paths: &[String]) -> String {
+    support::udev::settle(Duration::from_secs(30)).expect("udev settle");
+    support::cmd::run("modprobe", &["dm_multipath"]).expect("modprobe dm_multipath");
+    let dev = |d: &String| fs::read_to_string(format!("/sys/block/{d}/dev")).unwrap();
+    let devs: Vec<String> = paths.iter().map(|d| dev(d).trim().to_owned()).collect();
+    // The kernel's WWID (VPD page 0x83's best designator), which lunkit compares a map's
+    // with; scsi_debug offers a T10 one too, udev's ID_SERIAL.
+    let wwid: lunkit::Wwid = fs::read_to_string(format!("/sys/block/{}/device/wwid", paths[0]))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let wwid = wwid.to_multipath();
+    let sectors: u64 = fs::read_to_string(format!("/sys/block/{}/size", paths[0]))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let params = format!(
+        "1 queue_if_no_path 0 1 1 round-robin 0 2 1 {} 1 {} 1",
+        devs[0], devs[1]
+    );
+    let uuid = format!("mpath-{wwid}");
+    let ctl = Control::open(&lunkit::Root::default()).expect("open /dev/mapper/control");
+    let info = ctl.create(name, Some(&uuid)).expect("create map");
+    let table = dm::Target {
+        start: 0,
+        length: sectors,
+        target_type: "multipath".into(),
+        params,
+    };
+    ctl.load(&DevId::Name(name), &[table]).expect("load table");
+    ctl.resume(&DevId::Name(name)).expect("resume map");
+    support::udev::settle(Duration::from_secs(30)).expect("udev settle");
+    format!("dm-{}", info.dev.minor)
+}
+
+/// An NVMe/TCP controller whose port went away reconnects: found, with its subsystem. A
+/// plain `--fix` leaves it (an opt-in kind); `--fix nvme-controller-down` deletes it, and
+/// run again finds nothing.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_reconnecting_nvme_controller_is_found() {
@@ -179,10 +336,17 @@ fn a_reconnecting_nvme_controller_is_found() {
     assert_eq!(down.len(), 1, "{doc}");
     assert_eq!(down[0].0, std::slice::from_ref(&c.controller));
     assert!(code == 1 || code == 4, "{code}");
-    fs::write(
-        format!("/sys/class/nvme/{}/delete_controller", c.controller),
-        "1",
-    )
-    .unwrap();
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    let left = fixes(&doc, "nvme-controller-down");
+    assert_eq!((code, left[0].1.as_str()), (1, "not-selected"), "{doc}");
+    assert!(Path::new(&format!("/sys/class/nvme/{}", c.controller)).exists());
+
+    let (code, doc) = doctor_with(&["--fix", "nvme-controller-down"]);
+    let fixed = fixes(&doc, "nvme-controller-down");
+    assert_eq!((code, fixed[0].1.as_str()), (0, "fixed"), "{doc}");
+    assert!(!Path::new(&format!("/sys/class/nvme/{}", c.controller)).exists());
+    let (code, doc) = doctor_with(&["--fix", "nvme-controller-down"]);
+    assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
     t.teardown().unwrap();
 }

@@ -96,7 +96,10 @@ enum Command {
     /// Find what earlier attaches and detaches left on the node: SCSI devices the kernel set
     /// offline, paths an array re-mapped under a map, maps with no working path, iSCSI
     /// sessions nothing uses, NVMe controllers not live; each with the in-use check a detach
-    /// makes. Changes nothing. Exit 0 nothing found, 1 findings, 4 a finding in use.
+    /// makes. Changes nothing unless --fix: then cleans up what nothing uses (identity
+    /// checked again before each write) and says for each finding what it did or why it left
+    /// it. Exit 0 nothing found (or all of it cleaned up), 1 findings left, 4 a finding left
+    /// in use.
     Doctor(doctor::Doctor),
     /// Print kernel uevents as they arrive (like `udevadm monitor --kernel`).
     Watch {

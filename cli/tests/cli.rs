@@ -83,6 +83,25 @@ fn exit_codes() {
     assert_eq!(out.status.code(), Some(2), "usage error");
 }
 
+#[test]
+fn doctor_fix_refuses_an_unknown_kind_before_reading_the_node() {
+    // The root does not exist: a kind checked first is a usage error (2), not "not found".
+    let root = ["--root", "/nonexistent/lunkit"];
+    let out = lunkit(&[&root[..], &["doctor", "--fix", "idle-session,scsi-down"]].concat());
+    assert_eq!(out.status.code(), Some(2), "unknown kind");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"scsi-down\"") && err.contains("map-paths-down"),
+        "{err}"
+    );
+    let out = lunkit(&[&root[..], &["doctor", "--fix", "idle-session"]].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a known kind goes on to read the node"
+    );
+}
+
 /// A throwaway copy of a fixture tree (scans write into it).
 fn scratch(name: &str, tag: &str) -> PathBuf {
     let dst = std::env::temp_dir().join(format!("lunkit-cli-{tag}-{}", std::process::id()));

@@ -85,6 +85,7 @@ mod tests {
             kind,
             objects: vec![object.to_owned()],
             why: "because".into(),
+            identity: None,
             devices: vec![],
             usage: None,
         }

@@ -527,6 +527,7 @@ mod tests {
             kind,
             objects: vec![o.to_owned()],
             why: String::new(),
+            identity: None,
             devices: vec![],
             usage: None,
         };

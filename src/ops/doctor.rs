@@ -76,6 +76,10 @@ pub struct Finding {
     pub objects: Vec<String>,
     /// Why it is a problem, in a sentence.
     pub why: String,
+    /// What the objects were when found, for a fix to check again before it writes: the
+    /// WWID a SCSI device or path reported, a map's WWID, an NVMe controller's subsystem
+    /// NQN; `None` when there is none (an iSCSI session, a device without VPD page 0x83).
+    pub identity: Option<String>,
     /// The block devices whose users decide whether it may be cleaned up.
     pub devices: Vec<String>,
     /// Who uses those devices ([`crate::block::usage`], as a detach checks), when
@@ -182,6 +186,7 @@ fn scsi_down(t: &Topology) -> Vec<Finding> {
                 "the kernel set it {}: every command to it fails",
                 d.state.as_deref().unwrap_or("?")
             ),
+            identity: d.wwid.clone(),
             devices: d.block.iter().cloned().collect(),
             usage: None,
         })
@@ -196,6 +201,7 @@ fn maps(t: &Topology) -> Vec<Finding> {
             kind: Kind::MapWithoutPaths,
             objects: vec![name.clone(), m.dm.to_owned()],
             why: String::new(),
+            identity: Some(m.wwid.to_owned()),
             devices: vec![m.dm.to_owned()],
             usage: None,
         };
@@ -207,6 +213,7 @@ fn maps(t: &Topology) -> Vec<Finding> {
                     "{path} reports WWID {wwid}, not the map's {}: the LUN was re-mapped",
                     m.wwid
                 ),
+                identity: Some(wwid.clone()),
                 ..map()
             });
         }
@@ -258,6 +265,7 @@ fn nvme_down(t: &Topology) -> Vec<Finding> {
                     c.state.as_deref().unwrap_or("?"),
                     c.subsysnqn.as_deref().unwrap_or("?")
                 ),
+                identity: c.subsysnqn.clone(),
                 devices: heads,
                 usage: None,
             }
@@ -303,6 +311,7 @@ fn idle_session(session: String, devices: Vec<String>, usage: Usage) -> Finding 
         objects: std::iter::once(session)
             .chain(devices.iter().cloned())
             .collect(),
+        identity: None,
         devices,
         usage: Some(usage),
     }
@@ -326,6 +335,10 @@ fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> 
     };
     block::usage(root, &nodes, &scope, deadline)
 }
+
+mod fix;
+
+pub use fix::{FixOptions, FixOutcome, Fixes, fix};
 
 #[cfg(test)]
 mod tests;

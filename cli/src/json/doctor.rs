@@ -1,6 +1,7 @@
-//! `lunkit doctor --json`: every finding of [`lunkit::ops::doctor::examine`].
+//! `lunkit doctor --json`: every finding of [`lunkit::ops::doctor::examine`], and with
+//! `--fix` what [`lunkit::ops::doctor::fix`] did with each.
 
-use lunkit::ops::doctor::{Examination, Finding as Found};
+use lunkit::ops::doctor::{Examination, Finding as Found, FixOutcome, Fixes};
 use serde::Serialize;
 
 use super::{SCHEMA_VERSION, micros};
@@ -10,9 +11,12 @@ use super::{SCHEMA_VERSION, micros};
 pub struct Doctor {
     pub version: u32,
     pub findings: Vec<Finding>,
-    /// How many findings are in use (or could not be checked): those exit 4.
+    /// How many findings are in use (or could not be checked) as examined.
     pub in_use: usize,
-    /// The library's own time.
+    /// With `--fix`: how many findings are left on the node (exit 1, or 4 when one of them
+    /// is in use); `null` without `--fix`.
+    pub left: Option<usize>,
+    /// The library's own time (the examination and the fix).
     pub elapsed_us: u64,
 }
 
@@ -24,31 +28,56 @@ pub struct Finding {
     pub kind: &'static str,
     pub objects: Vec<String>,
     pub why: String,
+    /// The WWID or subsystem NQN it was found with; `null` when it has none.
+    pub identity: Option<String>,
     /// The block devices the in-use check looked at.
     pub devices: Vec<String>,
     /// Whether something uses them; `null` when not checked.
     pub in_use: Option<bool>,
     /// Who uses them, as a detach's refusal says it; `null` when nothing does.
     pub users: Option<String>,
+    /// What `--fix` did with it; `null` without `--fix`.
+    pub fix: Option<Fix>,
 }
 
-impl From<&Examination> for Doctor {
-    fn from(e: &Examination) -> Self {
+/// What `--fix` did with a finding.
+#[derive(Debug, Serialize)]
+pub struct Fix {
+    /// `fixed`, `gone` (already, when looked at again), or why it was left: `in-use`,
+    /// `changed`, `not-selected`, `unsupported`, `failed`.
+    pub outcome: &'static str,
+    /// Whether the finding is still on the node.
+    pub left: bool,
+    /// What was done, or why it was left (who uses it, what changed, the error).
+    pub detail: Option<String>,
+}
+
+impl Doctor {
+    /// The document for an examination and, with `--fix`, its fixes.
+    pub fn new(e: &Examination, fixes: Option<&Fixes>) -> Self {
+        let outcome = |i: usize| fixes.and_then(|x| x.outcomes.get(i));
         Doctor {
             version: SCHEMA_VERSION,
-            findings: e.findings.iter().map(Finding::from).collect(),
+            findings: e
+                .findings
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Finding::new(f, outcome(i)))
+                .collect(),
             in_use: e.findings.iter().filter(|f| f.in_use()).count(),
-            elapsed_us: micros(e.elapsed),
+            left: fixes.map(|x| x.outcomes.iter().filter(|o| o.is_left()).count()),
+            elapsed_us: micros(e.elapsed + fixes.map(|x| x.elapsed).unwrap_or_default()),
         }
     }
 }
 
-impl From<&Found> for Finding {
-    fn from(f: &Found) -> Self {
+impl Finding {
+    fn new(f: &Found, fix: Option<&FixOutcome>) -> Self {
         Finding {
             kind: f.kind.as_str(),
             objects: f.objects.clone(),
             why: f.why.clone(),
+            identity: f.identity.clone(),
             devices: f.devices.clone(),
             in_use: f.usage.as_ref().map(|_| f.in_use()),
             users: f
@@ -56,6 +85,11 @@ impl From<&Found> for Finding {
                 .as_ref()
                 .filter(|_| f.in_use())
                 .map(ToString::to_string),
+            fix: fix.map(|o| Fix {
+                outcome: o.as_str(),
+                left: o.is_left(),
+                detail: o.detail(),
+            }),
         }
     }
 }

@@ -126,6 +126,12 @@ fn down_devices_remapped_paths_and_dead_maps_are_named() {
     // What decides whether it may go: the map's users, not the path's.
     assert_eq!(remapped.devices, ["dm-1"]);
     assert_eq!(found[0].devices, ["sda"]);
+    // The identity a fix checks again before its write: the path's own WWID for a path
+    // (the foreign one, for a re-mapped path), the map's for a map.
+    assert_eq!(found[0].identity.as_deref(), Some(WWID));
+    let wwid = |w: &str| w.parse::<crate::id::Wwid>().unwrap();
+    assert_eq!(remapped.identity.as_deref().map(wwid), Some(wwid(OTHER)));
+    assert_eq!(found[2].identity.as_deref(), Some(&uuid[6..]));
 }
 
 #[test]

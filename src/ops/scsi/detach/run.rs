@@ -60,7 +60,9 @@ impl Run<'_> {
         for (map, _) in &stuck {
             self.disable_queueing(map)?;
         }
-        self.take_down_paths(&state.paths, !state.maps.is_empty(), &claims)?;
+        // Those maps stay until their paths are gone, holding them as device-mapper does.
+        let held: Vec<String> = stuck.iter().map(|(m, _)| m.node.name.clone()).collect();
+        self.take_down_paths(&state.paths, !state.maps.is_empty(), &claims, &held)?;
         for (map, why) in stuck {
             self.take_down_map(map, Some(why))?;
         }
@@ -223,12 +225,15 @@ impl Run<'_> {
     /// already: a path freed by its map's removal is then never free for a mount or a new
     /// stack before it is gone. A claim refused (`EBUSY`: something took it since the
     /// map went, multipathd re-creating the map, say) fails its flush, and the next round
-    /// looks again.
+    /// looks again. A path whose only holders are the maps `held_by_maps` (kernel names: maps
+    /// no path can serve, removed after their paths) is claimed by device-mapper for them,
+    /// exclusively, so nothing else can take it, and neither can this: it is not claimed.
     fn take_down_paths(
         &mut self,
         paths: &[VolumePath],
         behind_map: bool,
         claimed: &[block::Claim],
+        held_by_maps: &[String],
     ) -> Result<()> {
         let root = self.root;
         let deadline = self.deadline;
@@ -237,7 +242,10 @@ impl Run<'_> {
         let one = |p: &VolumePath| -> PathResult {
             let t0 = Instant::now();
             let claim = match &p.disk {
-                Some(d) if !claimed.iter().any(|c| c.node().dev == d.dev) => {
+                Some(d)
+                    if !claimed.iter().any(|c| c.node().dev == d.dev)
+                        && !held_by(root, d, held_by_maps) =>
+                {
                     block::try_claim(d, deadline)
                 }
                 _ => Ok(None),
@@ -320,6 +328,13 @@ impl Run<'_> {
     }
 }
 
+/// Whether `disk` is held by the maps `maps` (kernel names) and by nothing else.
+fn held_by(root: &Root, disk: &block::BlockNode, maps: &[String]) -> bool {
+    !maps.is_empty()
+        && crate::block::sysfs::holders_of_number(root, disk.dev)
+            .is_ok_and(|h| !h.is_empty() && h.iter().all(|x| maps.contains(x)))
+}
+
 /// A step's start and length.
 type Span = (Instant, Duration);
 /// One path's take-down: its flush's span and outcome, its delete's span and outcome (`None`
@@ -367,6 +382,34 @@ fn flush_found_it_gone(root: &Root, node: &block::BlockNode, e: &Error) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_is_held_by_maps_only_when_they_are_its_only_holders() {
+        let dir = std::env::temp_dir().join(format!("lunkit-held-by-{}", std::process::id()));
+        let root = Root::new(&dir);
+        let node = block::BlockNode {
+            name: "sdc".into(),
+            dev: DevNum {
+                major: 8,
+                minor: 32,
+            },
+            path: dir.join("dev/sdc"),
+        };
+        let holders = dir.join("sys/dev/block/8:32/holders");
+        std::fs::create_dir_all(holders.join("dm-0")).unwrap();
+        let maps = ["dm-0".to_owned()];
+        assert!(held_by(&root, &node, &maps));
+        // No map stays up: the path is claimed as usual.
+        assert!(!held_by(&root, &node, &[]));
+        // Another holder besides: not the map's alone.
+        std::fs::create_dir_all(holders.join("dm-7")).unwrap();
+        assert!(!held_by(&root, &node, &maps));
+        // No holder at all (the map let go of it).
+        std::fs::remove_dir_all(&holders).unwrap();
+        std::fs::create_dir_all(&holders).unwrap();
+        assert!(!held_by(&root, &node, &maps));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_flush_error_is_gone_only_when_sysfs_agrees() {
