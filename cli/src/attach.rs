@@ -39,6 +39,14 @@ pub struct Attach {
     /// NVMe: this host's id, a UUID (default: /etc/nvme/hostid under --root, if any).
     #[arg(long, value_name = "UUID", requires = "hostnqn")]
     hostid: Option<String>,
+    /// NVMe: a file holding the host's DH-HMAC-CHAP secret (`DHHC-1:…`) for every connect:
+    /// read here, never taken on the command line, where any user could read it.
+    #[arg(long, value_name = "FILE", requires = "nvme_nqn")]
+    dhchap_secret_file: Option<std::path::PathBuf>,
+    /// NVMe: a file holding the controller's secret: each controller must prove itself
+    /// with it.
+    #[arg(long, value_name = "FILE", requires = "dhchap_secret_file")]
+    dhchap_ctrl_secret_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -76,6 +84,9 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
             .iter()
             .map(|a| lunkit::nvme::discovery::parse_address(a))
             .collect::<lunkit::Result<_>>()?;
+        let secret = |f: &Option<std::path::PathBuf>| f.as_deref().map(crate::nvme::secret);
+        opts.nvme.dhchap_secret = secret(&cmd.dhchap_secret_file).transpose()?;
+        opts.nvme.dhchap_ctrl_secret = secret(&cmd.dhchap_ctrl_secret_file).transpose()?;
     } else {
         opts.scsi.iscsi_portals = cmd.portals;
     }

@@ -272,7 +272,7 @@ fn connect_options(root: &Root, c: &Connect) -> lunkit::Result<ConnectOptions> {
 
 /// The DH-HMAC-CHAP secret in `path`: its one line, checked. An error names the file and
 /// what is wrong, never the content.
-fn secret(path: &std::path::Path) -> lunkit::Result<Secret> {
+pub(crate) fn secret(path: &std::path::Path) -> lunkit::Result<Secret> {
     let text = std::fs::read_to_string(path).map_err(|e| lunkit::Error::io(path, e))?;
     text.trim_end_matches(['\n', '\r'])
         .parse::<Secret>()

@@ -516,6 +516,30 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
     );
     assert!(!text.contains("L04EJzFZN2el"), "the key was shown: {text}");
     assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    // The same file refused by an attach, before any connect; and a controller's secret
+    // alone, which cannot authenticate both ways, by the argument parser.
+    let attach = |extra: &[&str]| {
+        let mut args = vec!["--root", r, "attach", "--nvme-nqn", nqn, "--nsid", "1"];
+        args.extend_from_slice(&["--portal", "127.0.0.1:4420", "--json"]);
+        args.extend_from_slice(extra);
+        lunkit(&args)
+    };
+    let out = attach(&["--dhchap-secret-file", kf]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let text = format!("{out:?}");
+    assert!(
+        text.contains("host.key") && text.contains("CRC-32"),
+        "{text}"
+    );
+    assert!(!text.contains("L04EJzFZN2el"), "the key was shown: {text}");
+    assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    let out = attach(&["--dhchap-ctrl-secret-file", kf]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--dhchap-secret-file"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
     let missing = root.join("none.key");
     let m = missing.to_str().unwrap();
     let out = connect(&[
