@@ -208,9 +208,11 @@ fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
     assert_eq!(code, 0);
 }
 
-/// A multipath map that queues, over two scsi_debug paths to one LU, both set offline:
-/// `--fix` detaches it (queueing off, as nothing has it open; paths deleted; map removed),
-/// the paths' own findings gone with it; a second `--fix` finds nothing and exits 0.
+/// A multipath map that queues, over two scsi_debug paths to one LU, both set offline: a
+/// plain `--fix` leaves it (its kind is opt-in: paths down may come back by themselves) and
+/// its paths (held by it); `--fix map-paths-down,scsi-device-down` detaches it (queueing
+/// off, as nothing has it open; paths deleted; map removed), the paths' own findings gone
+/// with it; a second such `--fix` finds nothing and exits 0.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
@@ -235,6 +237,19 @@ fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
     }
 
     let (code, doc) = doctor_with(&["--fix"]);
+    let left = fixes(&doc, "map-paths-down");
+    assert_eq!(left.len(), 1, "{doc}");
+    assert_eq!(left[0].1, "not-selected", "{left:?}");
+    let held = fixes(&doc, "scsi-device-down");
+    assert!(
+        held.len() == 2 && held.iter().all(|d| d.1 == "in-use"),
+        "{doc}"
+    );
+    assert!(Path::new(&format!("/sys/block/{map}")).exists());
+    assert_eq!(code, 4, "{doc}");
+
+    let kinds = ["--fix", "map-paths-down,scsi-device-down"];
+    let (code, doc) = doctor_with(&kinds);
     let fixed = fixes(&doc, "map-paths-down");
     assert_eq!(fixed.len(), 1, "{doc}");
     assert_eq!(fixed[0].0, ["lunkit-doctor".to_owned(), map.clone()]);
@@ -251,7 +266,7 @@ fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
     assert_eq!(code, 0, "{doc}");
 
     // Again: nothing found, nothing changed.
-    let (code, doc) = doctor_with(&["--fix"]);
+    let (code, doc) = doctor_with(&kinds);
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
     drop(sd);
 }

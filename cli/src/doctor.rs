@@ -13,14 +13,16 @@ pub struct Doctor {
     /// Print the JSON document (schema version 1) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Skip the in-use check on each finding's devices (faster; in_use is then unknown).
-    /// A fix checks again before it writes, whatever this says.
+    /// Skip the in-use check on each finding's devices (faster; in_use is then unknown, and
+    /// idle sessions, which only that check tells, are not looked for). A fix checks again
+    /// before it writes, whatever this says.
     #[arg(long)]
     pub no_use_check: bool,
-    /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down,
-    /// remapped-path, map-without-paths and map-paths-down; with KINDs (comma-separated or
-    /// repeated), those only. idle-session and nvme-controller-down are cleaned up only when
-    /// named. Without --fix nothing is changed.
+    /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down
+    /// (offline devices; transport-offline ones only when named), remapped-path and
+    /// map-without-paths; with KINDs (comma-separated or repeated), those only.
+    /// map-paths-down, idle-session and nvme-controller-down are cleaned up only when named.
+    /// Without --fix nothing is changed.
     #[arg(long, value_name = "KIND", num_args = 0.., value_delimiter = ',')]
     pub fix: Option<Vec<String>>,
 }
@@ -80,11 +82,14 @@ fn exit(found: &Examination, fixes: Option<&doctor::Fixes>) -> u8 {
             found.findings.len(),
             found.findings.iter().filter(|f| f.in_use()).count(),
         ),
+        // A finding left for another reason (not selected, changed, failed) that the
+        // examination found in use counts as in use too: a script cleans only on 1.
         Some(x) => (
             x.outcomes.iter().filter(|o| o.is_left()).count(),
             x.outcomes
                 .iter()
-                .filter(|o| matches!(o, FixOutcome::InUse(_)))
+                .zip(&found.findings)
+                .filter(|(o, f)| matches!(o, FixOutcome::InUse(_)) || (o.is_left() && f.in_use()))
                 .count(),
         ),
     };

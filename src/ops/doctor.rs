@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::block::{self, Usage, UsageScope};
 use crate::error::Result;
-use crate::nvme::sysfs::CtrlState;
+use crate::nvme::sysfs::{CtrlState, parse_namespace_name};
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
 use crate::scsi::sysfs::ScsiState;
@@ -101,7 +101,9 @@ impl Finding {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DoctorOptions {
-    /// Run the in-use check on each finding's devices.
+    /// Run the in-use check on each finding's devices, and look for idle iSCSI sessions
+    /// (which only that check can tell). Without it nothing is opened or probed: the node
+    /// is only read.
     pub check_use: bool,
     /// The deadline of the whole examination (each in-use check's opens are bounded by it).
     pub timeout: Duration,
@@ -136,13 +138,17 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     let deadline = crate::wait::deadline_from(start, opts.timeout);
     let topology = Topology::read(root)?;
     let mut findings = classify(&topology);
-    for (session, devices, own) in sessions(&topology) {
-        let usage = usage(root, &devices, &own, deadline)?;
-        if usage.is_empty() {
-            findings.push(idle_session(session, devices, usage));
-        }
-    }
+    // An idle session is one whose LUNs nothing uses: only the in-use check (a walk of every
+    // process, an `O_EXCL` probe of each device) tells, so without it none is reported. A
+    // caller that looks often, as the CSI plugin does, must not probe devices a stage may be
+    // opening at that moment.
     if opts.check_use {
+        for (session, devices, own) in sessions(&topology) {
+            let usage = usage(root, &devices, &own, deadline)?;
+            if usage.is_empty() {
+                findings.push(idle_session(session, devices, usage));
+            }
+        }
         for f in findings.iter_mut().filter(|f| f.usage.is_none()) {
             if !f.devices.is_empty() {
                 f.usage = Some(usage(root, &f.devices, &[], deadline)?);
@@ -251,12 +257,23 @@ fn nvme_down(t: &Topology) -> Vec<Finding> {
                 .is_some_and(|s| *s != CtrlState::Live)
         })
         .map(|c| {
-            let heads: Vec<String> = t
+            // The subsystem's heads, and the controller's own namespace devices: without
+            // native multipath (`nvme_core.multipath=N`) `nvme0n1` is the controller's, not
+            // the subsystem's, and a fix must see who uses it.
+            let own = c
+                .namespaces
+                .iter()
+                .filter(|n| matches!(parse_namespace_name(n), Some((_, None, _))));
+            let mut heads: Vec<String> = t
                 .nvme_subsystems
                 .iter()
                 .filter(|s| s.controllers.contains(&c.name))
-                .flat_map(|s| s.namespaces.iter().cloned())
+                .flat_map(|s| s.namespaces.iter())
+                .chain(own)
+                .cloned()
                 .collect();
+            heads.sort();
+            heads.dedup();
             Finding {
                 kind: Kind::NvmeControllerDown,
                 objects: vec![c.name.clone()],

@@ -64,12 +64,17 @@ impl Kind {
     ];
 
     /// The kinds `--fix` without a list cleans up: each takes away only what no path can use
-    /// any more. Logging out a session and deleting a controller are asked for by name.
-    pub const SAFE: [Kind; 4] = [
+    /// any more. Logging out a session and deleting a controller are asked for by name, and
+    /// so is a map whose paths are all down: they may be `transport-offline` for an outage
+    /// the kernel recovers from by itself (a session's `replacement_timeout` is seconds),
+    /// and the map then serves a staged volume again. For the same reason a
+    /// `scsi-device-down` finding is cleaned up by default only when the device is
+    /// `offline` (the error handler gave up on it); a `transport-offline` one only when the
+    /// kind is named.
+    pub const SAFE: [Kind; 3] = [
         Kind::ScsiDeviceDown,
         Kind::RemappedPath,
         Kind::MapWithoutPaths,
-        Kind::MapPathsDown,
     ];
 
     /// Whether a fix of this kind is only made when asked for by name.
@@ -289,7 +294,10 @@ fn act(
     deadline: Instant,
 ) -> Result<FixOutcome> {
     match f.kind {
-        Kind::ScsiDeviceDown => scsi_device(root, f, deadline),
+        Kind::ScsiDeviceDown => {
+            let named = opts.kinds.contains(&Kind::ScsiDeviceDown);
+            scsi_device(root, f, named, deadline)
+        }
         Kind::RemappedPath => remapped_path(root, f, deadline),
         Kind::MapWithoutPaths | Kind::MapPathsDown => match now {
             Some(now) => map(root, f, now, opts, deadline),
@@ -328,8 +336,10 @@ pub fn wwid_changed(found: Option<&str>, now: Option<&Wwid>) -> Option<String> {
 }
 
 /// Deletes a SCSI device that is down: identity recorded, checked against the finding,
-/// the in-use check, then the identity-checked `delete` write.
-fn scsi_device(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome> {
+/// the in-use check, its state again, then the identity-checked `delete` write. A
+/// `transport-offline` device comes back by itself when its session or port recovers: it
+/// is deleted only when the kind was `named`.
+fn scsi_device(root: &Root, f: &Finding, named: bool, deadline: Instant) -> Result<FixOutcome> {
     let hctl: Hctl = object(f, 0)?.parse()?;
     let expect = PathIdentity::of(root, hctl);
     if expect.device.is_none() {
@@ -338,16 +348,15 @@ fn scsi_device(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome
     if let Some(why) = wwid_changed(f.identity.as_deref(), expect.wwid.as_ref()) {
         return Ok(FixOutcome::Changed(why));
     }
-    match scsi::sysfs::state(root, hctl) {
-        Some(ScsiState::Offline | ScsiState::TransportOffline) => {}
-        state => {
-            let state = state
-                .as_ref()
-                .map_or("in an unknown state", ScsiState::as_str);
-            return Ok(FixOutcome::Changed(format!("it is {state} now")));
-        }
+    if let Some(left) = still_down(root, hctl, named) {
+        return Ok(left);
     }
     if let Some(left) = verdict(&usage(root, &f.devices, &[], deadline)?) {
+        return Ok(left);
+    }
+    // Again after the in-use check, which takes a while: a device that came back may have
+    // found a user since.
+    if let Some(left) = still_down(root, hctl, named) {
         return Ok(left);
     }
     // No flush, and no claim: the kernel refuses every open of an offline device, so neither
@@ -359,6 +368,22 @@ fn scsi_device(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome
         )),
         Deleted::AlreadyGone => FixOutcome::Gone,
     })
+}
+
+/// `None` while the device at `hctl` is `offline`, or `transport-offline` and its kind
+/// `named`; else why it is left.
+fn still_down(root: &Root, hctl: Hctl, named: bool) -> Option<FixOutcome> {
+    match scsi::sysfs::state(root, hctl) {
+        Some(ScsiState::Offline) => None,
+        Some(ScsiState::TransportOffline) if named => None,
+        Some(ScsiState::TransportOffline) => Some(FixOutcome::NotSelected { opt_in: true }),
+        state => {
+            let state = state
+                .as_ref()
+                .map_or("in an unknown state", ScsiState::as_str);
+            Some(FixOutcome::Changed(format!("it is {state} now")))
+        }
+    }
 }
 
 /// Deletes a path whose WWID is not its map's, never the map: the map and the path are
@@ -456,10 +481,17 @@ fn controller(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome>
             c.subsysnqn.as_deref().unwrap_or("?")
         )));
     }
-    if c.parsed_state == Some(CtrlState::Live) {
-        return Ok(FixOutcome::Changed(format!("{name} is live again")));
+    if let Some(left) = controller_changed(&c) {
+        return Ok(left);
     }
     if let Some(left) = verdict(&usage(root, &f.devices, &[], deadline)?) {
+        return Ok(left);
+    }
+    // Again after the in-use check: it may have reconnected meanwhile.
+    let Some(c) = sysnvme::controller(root, name)?.filter(|n| n.cntlid == c.cntlid) else {
+        return Ok(FixOutcome::Gone);
+    };
+    if let Some(left) = controller_changed(&c) {
         return Ok(left);
     }
     // The write goes ahead only if the controller is still this one (subsystem and cntlid).
@@ -468,6 +500,19 @@ fn controller(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome>
         "deleted controller {name} (subsystem {})",
         c.subsysnqn.as_deref().unwrap_or("?")
     )))
+}
+
+/// Why controller `c` is no longer one to delete: live again, or `new` (a connect of an
+/// attach is still making it).
+fn controller_changed(c: &sysnvme::NvmeController) -> Option<FixOutcome> {
+    match c.parsed_state {
+        Some(CtrlState::Live) => Some(FixOutcome::Changed(format!("{} is live again", c.name))),
+        Some(CtrlState::New) => Some(FixOutcome::Changed(format!(
+            "{} is new: a connect is making it",
+            c.name
+        ))),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ pub(in crate::ops) fn attach(
         Err(e) => {
             // Still under the subsystem's lock: no other attach can have come to rely on
             // the controllers this one made.
-            connects::undo(root, nqn, &connects.portals);
+            connects::undo(root, nqn, &connects.portals, opts.lock_dir.as_deref());
             return Err(e);
         }
     };

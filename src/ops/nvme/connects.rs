@@ -3,6 +3,7 @@
 //! fails, the controllers it made deleted again.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
@@ -183,7 +184,16 @@ fn connect_all(
 /// it; those it found connected belong to someone else (another namespace's attach, an
 /// administrator's connect) and stay. What cannot be deleted is left to the kernel's own
 /// `ctrl_loss_tmo` and to a detach: the attach's own error is what the caller needs.
-pub(super) fn undo(root: &Root, nqn: &Nqn, portals: &[PortalConnect]) {
+///
+/// None is deleted while a namespace of the subsystem is marked attached in `lock_dir`
+/// (this one again, or another): a controller made now may have replaced one the kernel
+/// reaped, and is a path that volume may be using already; its detach decides.
+pub(super) fn undo(root: &Root, nqn: &Nqn, portals: &[PortalConnect], lock_dir: Option<&Path>) {
+    if let Some(dir) = lock_dir {
+        if !crate::ops::names::marked(dir, nqn).is_ok_and(|m| m.is_empty()) {
+            return;
+        }
+    }
     let deadline = Instant::now() + UNDO_TIMEOUT;
     let made: Vec<&Connected> = portals
         .iter()

@@ -29,7 +29,7 @@ fn no_kind_asked_fixes_the_safe_kinds_only() {
     for k in Kind::ALL {
         let o = considered(&finding(k), &[]);
         match k {
-            Kind::IdleSession | Kind::NvmeControllerDown => {
+            Kind::IdleSession | Kind::NvmeControllerDown | Kind::MapPathsDown => {
                 assert_eq!(o, Some(FixOutcome::NotSelected { opt_in: true }), "{k}")
             }
             _ => assert_eq!(o, None, "{k}"),
