@@ -111,6 +111,10 @@ const ROWS: &[(&str, &str)] = &[
         "nvme-disconnect",
         "Disconnect an NVMe/TCP namespace over 2 ports",
     ),
+    (
+        "nvme-connect-all",
+        "Connect an NVMe/TCP namespace through discovery (one address, a referral to the second port)",
+    ),
     ("listing", "Listing, 512 SCSI devices"),
     ("flush", "Flush a loop device (host)"),
 ];
