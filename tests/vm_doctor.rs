@@ -35,13 +35,13 @@ fn doctor_with(args: &[&str]) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), doc)
 }
 
-/// The findings of `kind`, as (objects, in_use, users).
-fn findings(doc: &Value, kind: &str) -> Vec<(Vec<String>, Option<bool>, Option<String>)> {
+/// The findings of `kind` in a `doctor --json` document, each with its objects.
+fn of_kind<'a>(doc: &'a Value, kind: &'a str) -> impl Iterator<Item = (Vec<String>, &'a Value)> {
     doc["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["kind"] == kind)
+        .filter(move |f| f["kind"] == kind)
         .map(|f| {
             let objects = f["objects"]
                 .as_array()
@@ -49,29 +49,24 @@ fn findings(doc: &Value, kind: &str) -> Vec<(Vec<String>, Option<bool>, Option<S
                 .iter()
                 .map(|o| o.as_str().unwrap().to_owned())
                 .collect();
-            (
-                objects,
-                f["in_use"].as_bool(),
-                f["users"].as_str().map(str::to_owned),
-            )
+            (objects, f)
+        })
+}
+
+/// The findings of `kind`, as (objects, in_use, users).
+fn findings(doc: &Value, kind: &str) -> Vec<(Vec<String>, Option<bool>, Option<String>)> {
+    of_kind(doc, kind)
+        .map(|(objects, f)| {
+            let users = f["users"].as_str().map(str::to_owned);
+            (objects, f["in_use"].as_bool(), users)
         })
         .collect()
 }
 
 /// What `--fix` did with the findings of `kind`, as (objects, outcome, detail).
 fn fixes(doc: &Value, kind: &str) -> Vec<(Vec<String>, String, String)> {
-    doc["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .map(|f| {
-            let objects = f["objects"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| o.as_str().unwrap().to_owned())
-                .collect();
+    of_kind(doc, kind)
+        .map(|(objects, f)| {
             let fix = &f["fix"];
             (
                 objects,

@@ -500,6 +500,17 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
     let key_file = root.join("host.key");
     std::fs::write(&key_file, format!("{}\n", good.replacen("09GF", "09GG", 1))).unwrap();
     let kf = key_file.to_str().unwrap();
+    // Exit 2 naming the file and why, never the key; nothing written.
+    let refused_naming_the_file = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let text = format!("{out:?}");
+        assert!(
+            text.contains("host.key") && text.contains("CRC-32"),
+            "{text}"
+        );
+        assert!(!text.contains("L04EJzFZN2el"), "the key was shown: {text}");
+        assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    };
     let out = connect(&[
         "--traddr",
         "127.0.0.1",
@@ -508,14 +519,7 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
         "--dhchap-secret-file",
         kf,
     ]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let text = format!("{out:?}");
-    assert!(
-        text.contains("host.key") && text.contains("CRC-32"),
-        "{text}"
-    );
-    assert!(!text.contains("L04EJzFZN2el"), "the key was shown: {text}");
-    assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    refused_naming_the_file(&out);
     // The same file refused by an attach, before any connect; and a controller's secret
     // alone, which cannot authenticate both ways, by the argument parser.
     let attach = |extra: &[&str]| {
@@ -525,14 +529,7 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
         lunkit(&args)
     };
     let out = attach(&["--dhchap-secret-file", kf]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let text = format!("{out:?}");
-    assert!(
-        text.contains("host.key") && text.contains("CRC-32"),
-        "{text}"
-    );
-    assert!(!text.contains("L04EJzFZN2el"), "the key was shown: {text}");
-    assert_eq!(std::fs::read(&fabrics).unwrap(), b"");
+    refused_naming_the_file(&out);
     let out = attach(&["--dhchap-ctrl-secret-file", kf]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
