@@ -533,10 +533,14 @@ fn discovery_controllers() -> Vec<String> {
         .collect()
 }
 
-/// lunkit's own `discoveryAddrs` (issue 35, item 6): a PV that names no port, only the
-/// discovery service on the first one, whose log refers to the second (nvmet lists a port's
-/// own subsystems only). Stage connects both ports and records the address; unstage leaves
-/// no controller, and no discovery controller is left at any point.
+/// lunkit's own `discoveryAddrs` (issue 35, items 3 and 6): a PV that names no port, only
+/// the discovery service on the first one, whose log refers to the second (nvmet lists a
+/// port's own subsystems only). Stage connects both ports and records the address.
+///
+/// The plugin then follows that service on a persistent discovery controller: a third port
+/// the array adds reaches the staged volume, and goes again when the array takes it back,
+/// with no call made. Unstage leaves no controller, and the discovery controller goes with
+/// the last volume that names the service.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
@@ -556,25 +560,61 @@ fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
     let stage = stage_req("pv-nvme-discovery", &attrs);
     c.node_stage_volume(stage.clone())
         .expect("stage through discovery");
-    let mut addresses = controllers_attr("address");
-    addresses.iter_mut().for_each(|a| {
-        *a = a
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("traddr="))
-            .unwrap_or_default()
-            .to_owned();
-    });
-    assert_eq!(addresses, ["127.0.0.1", "127.0.0.2"], "both ports");
-    assert_eq!(discovery_controllers(), Vec::<String>::new());
+    assert_eq!(addresses(), ["127.0.0.1", "127.0.0.2"], "both ports");
     let records = stage_records();
     assert!(
         records.len() == 1 && records[0].contains("127.0.0.1:4420"),
         "the record keeps the discovery address: {records:?}"
     );
+    // The plugin follows the service from its own thread: a bound on the wait, not a check
+    // of how fast.
+    let minute = Duration::from_secs(60);
+    support::wait::until_true("the plugin's persistent discovery controller", minute, || {
+        discovery_controllers().len() == 1
+    })
+    .unwrap();
+    let target = lab.nvmet.as_mut().unwrap();
+    target
+        .add_port(nvmet::PortConfig::new(3, "127.0.0.3", "4420"))
+        .unwrap();
+    target.add_referral(1, "to-3", "127.0.0.3", "4420").unwrap();
+    support::wait::until_true("the third port's path, with no call", minute, || {
+        addresses() == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    })
+    .unwrap();
     publish_and_unpublish(&mut c, &stage, LUN_SIZE);
+    target.remove_referral(1, "to-3").unwrap();
+    support::wait::until_true("the third port's path gone, with no call", minute, || {
+        addresses() == ["127.0.0.1", "127.0.0.2"]
+    })
+    .unwrap();
+    target.remove_port(3).unwrap();
     c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
     assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
-    assert_eq!(discovery_controllers(), Vec::<String>::new());
     assert!(stage_records().is_empty(), "stage records left");
+    support::wait::until_true("the discovery controller gone with the volume", minute, || {
+        discovery_controllers().is_empty()
+    })
+    .unwrap();
+    assert_eq!(
+        nvme_controllers(),
+        Vec::<String>::new(),
+        "no path connected again after the unstage"
+    );
     drop(lab);
+}
+
+/// The address (`traddr`) of every controller of [`NVME_NQN`], sorted.
+fn addresses() -> Vec<String> {
+    let mut v: Vec<String> = controllers_attr("address")
+        .iter()
+        .map(|a| {
+            a.split(',')
+                .find_map(|kv| kv.strip_prefix("traddr="))
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    v.sort();
+    v
 }

@@ -34,6 +34,7 @@ pub mod client;
 pub mod doctor;
 pub mod error;
 pub mod exec;
+pub mod follow;
 pub mod fs;
 pub mod identity;
 pub mod iscsi;

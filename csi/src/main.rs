@@ -55,6 +55,11 @@ struct Args {
     /// counts by kind on the metrics, each new finding logged once; 0 never looks.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     doctor_interval: u64,
+    /// Follow the discovery services that staged NVMe volumes name (`discoveryAddrs`): a
+    /// persistent discovery controller per service, and the ports the array adds or removes
+    /// later connected or deleted with no call; false leaves the paths as stage found them.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    follow_discovery: bool,
     /// How the log on standard error is written: text, or one JSON object a line.
     #[arg(long, value_enum, default_value_t = log::Format::Text)]
     log_format: log::Format,
@@ -124,6 +129,7 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let constrained = !segments.is_empty();
     config.topology = segments;
     config.transports = args.transports.into_iter().collect();
+    config.follow_discovery = args.follow_discovery;
     if args.doctor_interval > 0 {
         let every = Duration::from_secs(args.doctor_interval);
         lunkit_csi::doctor::spawn(config.root.clone(), every)

@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status};
 
 use crate::attrs::{self, FcVolume, IscsiVolume, NvmeVolume, Volume};
 use crate::error::{Error, Result};
+use crate::follow::Followers;
 use crate::log::{self, Level};
 use crate::probe::{Checks, Transport};
 use crate::proto::node_server::Node;
@@ -60,6 +61,10 @@ pub struct Config {
     pub iscsi_nodes: PathBuf,
     /// Transports Probe checks even with none of their volumes staged ([`crate::probe`]).
     pub transports: BTreeSet<Transport>,
+    /// Whether the discovery services staged NVMe volumes name (`discoveryAddrs`) are
+    /// followed, so that ports the array adds or removes later reach the volumes
+    /// ([`crate::follow`]).
+    pub follow_discovery: bool,
 }
 
 impl Config {
@@ -76,6 +81,7 @@ impl Config {
             topology: BTreeMap::new(),
             iscsi_nodes: PathBuf::from("/etc/iscsi/nodes"),
             transports: BTreeSet::new(),
+            follow_discovery: true,
         }
     }
 }
@@ -94,6 +100,8 @@ struct Inner {
     busy: Mutex<HashSet<String>>,
     /// One lock per iSCSI target: logins, and the decision to log out, never interleave.
     targets: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The persistent discovery followers, when `follow_discovery`.
+    followers: Option<Followers>,
 }
 
 /// A volume's in-flight slot, freed on drop.
@@ -193,6 +201,8 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 nsid: na,
                 device_uuid: ua,
                 device_wwid: wa,
+                host_nqn: ha,
+                host_id: ia,
             },
             Target::Nvme {
                 nqn: b,
@@ -201,8 +211,15 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 nsid: nb,
                 device_uuid: ub,
                 device_wwid: wb,
+                host_nqn: hb,
+                host_id: ib,
             },
-        ) => a == b && pa == pb && da == db && ua == ub && wa == wb && (nb.is_none() || na == nb),
+        ) => {
+            // A record written before hosts were recorded has none: it says nothing of them.
+            let hosts = (ha.is_none() && ia.is_none()) || (ha == hb && ia == ib);
+            a == b && pa == pb && da == db && ua == ub && wa == wb && hosts
+                && (nb.is_none() || na == nb)
+        }
         // The portals discovery found are what the array advertised then, not what the
         // request names.
         (
@@ -385,12 +402,21 @@ impl NodeService {
             &config.state_dir.join(SCRATCH),
             Instant::now() + Duration::from_secs(10),
         )?;
+        let followers = if config.follow_discovery {
+            let f = Followers::spawn(config.root.clone(), store.clone()).map_err(|e| {
+                Error::Internal(format!("cannot start the discovery followers' thread: {e}"))
+            })?;
+            Some(f)
+        } else {
+            None
+        };
         Ok(NodeService {
             inner: Arc::new(Inner {
                 config,
                 store,
                 busy: Mutex::new(HashSet::new()),
                 targets: Mutex::new(HashMap::new()),
+                followers,
             }),
         })
     }
@@ -456,6 +482,14 @@ impl NodeService {
 }
 
 impl Inner {
+    /// Tells the discovery followers the records may have changed (a stage or unstage ran,
+    /// whether it worked or not).
+    fn follow(&self) {
+        if let Some(f) = &self.followers {
+            f.notify();
+        }
+    }
+
     fn target_lock(&self, iqn: &str) -> Arc<Mutex<()>> {
         let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
         t.entry(iqn.to_owned()).or_default().clone()
@@ -913,6 +947,8 @@ impl Inner {
                     nsid: v.nsid,
                     device_uuid: v.device_uuid.clone(),
                     device_wwid: v.device_wwid.clone(),
+                    host_nqn: v.host_nqn.as_ref().map(ToString::to_string),
+                    host_id: v.host_id.as_ref().map(ToString::to_string),
                 },
                 v.wwid.as_ref().map(ToString::to_string),
             ),
@@ -1235,6 +1271,14 @@ impl Inner {
                     None => {
                         let lock = self.target_lock(&nqn.to_string());
                         let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        // The lock lunkit's attach, detach and discovery followers take on
+                        // the subsystem: no follower connects a path while this decides.
+                        let _subsystem = lunkit::ops::lock::lock(
+                            &lunkit::ops::nvme::subsystem_lock_key(&nqn),
+                            opts.lock_dir.as_deref(),
+                            Instant::now() + opts.timeout,
+                        )
+                        .map_err(|e| Error::lunkit(what.clone(), e))?;
                         if !others(&self.store)? {
                             let mut d = lunkit::nvme::DisconnectOptions::default();
                             d.timeout = opts.timeout;
@@ -1607,7 +1651,9 @@ impl Node for NodeService {
         let vol = attrs::parse(&id, &req.volume_context, &req.secrets)?;
         let slot = self.slot(&id)?;
         self.blocking(CALL, slot, move |inner| {
-            inner.stage(&req, vol, access, readonly)
+            let staged = inner.stage(&req, vol, access, readonly);
+            inner.follow();
+            staged
         })
         .await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
@@ -1626,8 +1672,12 @@ impl Node for NodeService {
             CALL,
         )?);
         let slot = self.slot(&id)?;
-        self.blocking(CALL, slot, move |inner| inner.unstage(&id, &staging))
-            .await?;
+        self.blocking(CALL, slot, move |inner| {
+            let unstaged = inner.unstage(&id, &staging);
+            inner.follow();
+            unstaged
+        })
+        .await?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 

@@ -78,6 +78,13 @@ pub enum Target {
         /// (`eui.…`, `nvme.…`: csi-driver-nvmf's `deviceID`, `deviceEUI`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         device_wwid: Option<String>,
+        /// The host NQN the volume connects as (`hostNqn`), when not the node's: the
+        /// discovery services are followed as that host ([`crate::follow`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_nqn: Option<String>,
+        /// The host id the volume connects with (`hostId`), when given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_id: Option<String>,
     },
     /// A Fibre Channel LUN.
     Fc {
@@ -412,6 +419,8 @@ mod tests {
             nsid,
             device_uuid: None,
             device_wwid: None,
+            host_nqn: None,
+            host_id: None,
         };
         let (mut c, mut d) = (record("pv-c"), record("pv-d"));
         (c.target, d.target) = (nvme(Some(1)), nvme(Some(1)));
@@ -465,6 +474,8 @@ mod tests {
             nsid: Some(1),
             device_uuid: None,
             device_wwid: None,
+            host_nqn: None,
+            host_id: None,
         };
         r.target = nvme(vec!["192.0.2.10:8009".into()]);
         store.save(&r).unwrap();

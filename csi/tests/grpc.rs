@@ -598,6 +598,8 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
         nsid: Some(1),
         device_uuid: None,
         device_wwid: None,
+        host_nqn: None,
+        host_id: None,
     };
     seed(dir, r);
     let s = node
@@ -624,6 +626,8 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
         nsid: None,
         device_uuid: Some("963dcb64-5e7a-4000-8000-000000000001".into()),
         device_wwid: None,
+        host_nqn: None,
+        host_id: None,
     };
     seed(dir, r);
     let s = node

@@ -137,6 +137,8 @@ async fn a_staged_nvme_volume_makes_nvme_checked() {
             nsid: Some(1),
             device_uuid: None,
             device_wwid: None,
+            host_nqn: None,
+            host_id: None,
         },
         access: Access::Block,
         wwid: None,

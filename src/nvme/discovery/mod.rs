@@ -20,7 +20,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod follow;
 mod log;
 mod paths;
 
@@ -28,7 +27,7 @@ pub use log::{
     AddressFamily, ENTRY_LEN, Entry, HEADER_LEN, HEADER_READ_LEN, Header, LOG_ID, Log, MAX_RECORDS,
     Subtype, TransportType,
 };
-pub use paths::{DEFAULT_PORT, ListedPath, parse_address, paths_of};
+pub use paths::{DEFAULT_PORT, ListedPath, parse_address, paths_of, tls_refusal};
 
 use std::collections::{HashSet, VecDeque};
 use std::net::IpAddr;

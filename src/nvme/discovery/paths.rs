@@ -6,7 +6,6 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
-use super::follow::tls_refusal;
 use super::{Entry, Subtype, TransportType};
 use crate::error::{Error, Result};
 use crate::id::Nqn;
@@ -100,6 +99,19 @@ pub fn parse_address(s: &str) -> Result<SocketAddr> {
                 "expected ADDR or ADDR:PORT with an IP address (IPv6 in brackets with a port)",
             )
         })
+}
+
+/// The refusal of a path whose port requires a secure channel (`TREQ`): lunkit does not set
+/// up NVMe/TCP TLS, which needs a handshake daemon (tlshd) Debian 12 does not package.
+pub fn tls_refusal(e: &Entry) -> Option<Error> {
+    e.secure_channel_required().then(|| {
+        Error::invalid(
+            "discovery entry",
+            &format!("{} at {}:{}", e.subsystem, e.address, e.service_id),
+            "the port requires a secure channel (NVMe/TCP TLS), which lunkit does not set up: \
+             it needs a TLS handshake daemon (tlshd) that Debian 12 does not package",
+        )
+    })
 }
 
 #[cfg(test)]

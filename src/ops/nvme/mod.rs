@@ -52,6 +52,7 @@ use super::spec::{Identity, NamespaceSelector, VolumeSpec};
 mod attach;
 mod connects;
 mod detach;
+pub mod follow;
 mod resize;
 
 pub(super) use attach::attach;

@@ -167,3 +167,17 @@ fn discovery_addresses_take_8009_unless_a_port_is_given() {
         assert_eq!(e.kind(), ErrorKind::Invalid, "{bad}: {e}");
     }
 }
+
+#[test]
+fn a_port_that_requires_tls_is_refused_by_name() {
+    let mut e = entry("nqn.2014-08.org.lunkit:a", "127.0.0.2", "4420");
+    assert!(tls_refusal(&e).is_none());
+    e.requirements = 0b01; // TREQ: secure channel required
+    let refusal = tls_refusal(&e).expect("refused").to_string();
+    assert!(
+        refusal.contains("TLS") && refusal.contains("127.0.0.2:4420"),
+        "{refusal}"
+    );
+    e.requirements = 0b10; // not required
+    assert!(tls_refusal(&e).is_none());
+}

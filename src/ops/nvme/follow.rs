@@ -18,7 +18,7 @@
 //! ```no_run
 //! use std::time::{Duration, Instant};
 //! use lunkit::Root;
-//! use lunkit::nvme::discovery::follow::{FollowOptions, Follower};
+//! use lunkit::ops::nvme::follow::{FollowOptions, Follower};
 //!
 //! let root = Root::default();
 //! let mut f = Follower::start(&root, FollowOptions::new("192.0.2.10".parse()?, 4420))?;
@@ -32,11 +32,17 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover};
+use super::subsystem_lock_key;
 use crate::error::{Error, Result};
+use crate::id::Nqn;
+use crate::nvme::discovery::{
+    DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover, tls_refusal,
+};
 use crate::nvme::fabrics::{ConnectOptions, Host};
+use crate::ops::lock::{self, VolumeLock};
 use crate::nvme::sysfs::{self as sysnvme, CtrlState, NvmeController};
 use crate::root::Root;
 use crate::uevent::{Action, Monitor, Received, Uevent};
@@ -48,6 +54,10 @@ pub const AEN_DISCOVERY_CHANGE: &str = "0x70f002";
 /// How long after a failed read of the log the follower reads it again, unless another
 /// event comes first.
 const READ_RETRY: Duration = Duration::from_secs(5);
+
+/// How long after a path's connect or delete failed the follower tries it again, unless
+/// another event comes first.
+const PATH_RETRY: Duration = Duration::from_secs(30);
 
 /// nvme-cli's keep-alive for persistent discovery controllers (`NVMF_DEF_DISC_TMO`).
 pub const DEFAULT_KEEP_ALIVE: u32 = 30;
@@ -64,8 +74,14 @@ pub struct FollowOptions {
     pub host: Option<Host>,
     /// The discovery controller's keep-alive, in seconds (non-zero: that is what keeps it).
     pub keep_alive_tmo: u32,
-    /// The deadline of each connect, log read and delete the follower makes.
+    /// The deadline of each connect, log read and delete the follower makes, and of each
+    /// wait for a subsystem's lock.
     pub step_timeout: Duration,
+    /// The directory of attach's and detach's lock files
+    /// ([`AttachOptions::lock_dir`](crate::ops::AttachOptions::lock_dir)); `None` takes
+    /// theirs by default, `<root>/run/lunkit/locks`. The follower decides about each
+    /// subsystem's paths under that subsystem's lock there ([`super::subsystem_lock_key`]).
+    pub lock_dir: Option<PathBuf>,
 }
 
 impl FollowOptions {
@@ -77,6 +93,7 @@ impl FollowOptions {
             host: None,
             keep_alive_tmo: DEFAULT_KEEP_ALIVE,
             step_timeout: Duration::from_secs(30),
+            lock_dir: None,
         }
     }
 }
@@ -91,6 +108,8 @@ pub enum Trigger {
     Rediscover,
     /// The uevent queue overflowed: an event may have been lost, so the log is read anyway.
     Overflow,
+    /// A path's connect or delete failed earlier and is tried again.
+    Retry,
 }
 
 /// What the follower did about one path.
@@ -150,12 +169,14 @@ pub struct Follower {
     opts: FollowOptions,
     host: Host,
     monitor: Monitor,
+    lock_dir: PathBuf,
     controller: String,
     /// Whether [`Follower::start`] made the controller (then [`Follower::stop`] deletes it).
     owned: bool,
     known: Vec<Entry>,
-    /// A change seen but not yet read (the read failed): the next call reads at once.
-    pending: Option<Trigger>,
+    /// A read to make again (the read failed, or a path did), and when it is due unless an
+    /// event comes first.
+    pending: Option<(Trigger, Instant)>,
 }
 
 impl Follower {
@@ -178,11 +199,16 @@ impl Follower {
         connect.keep_alive_tmo = Some(opts.keep_alive_tmo.max(1));
         connect.timeout = opts.step_timeout;
         let c = crate::nvme::connect(root, &connect)?;
+        let lock_dir = opts
+            .lock_dir
+            .clone()
+            .unwrap_or_else(|| root.run("lunkit/locks"));
         let mut f = Follower {
             root: root.clone(),
             opts,
             host,
             monitor,
+            lock_dir,
             controller: c.controller,
             owned: !c.existing,
             known: Vec::new(),
@@ -204,6 +230,19 @@ impl Follower {
         &self.controller
     }
 
+    /// Whether [`Follower::stop`] deletes the controller: [`Follower::start`] made it, or
+    /// [`Follower::take_ownership`] said so.
+    pub fn owned(&self) -> bool {
+        self.owned
+    }
+
+    /// Makes [`Follower::stop`] delete the controller though [`Follower::start`] found it
+    /// connected: for a caller that knows it made it earlier (a restarted CSI plugin that
+    /// recorded it), so that it is not left behind.
+    pub fn take_ownership(&mut self) {
+        self.owned = true;
+    }
+
     /// The NVM subsystem entries the log showed when last read.
     pub fn entries(&self) -> &[Entry] {
         &self.known
@@ -212,24 +251,29 @@ impl Follower {
     /// Waits until the kernel says the log changed (or may have), then reads it and acts
     /// on the difference. `None` when `deadline` passed with no such event.
     ///
+    /// A path whose connect or delete failed (a subsystem lock held past the step's
+    /// deadline, a port not answering yet) is tried again on the next event or 30 s later
+    /// ([`Trigger::Retry`]); one refused for TLS is not.
+    ///
     /// # Errors
     ///
     /// [`Error::NotFound`] when the discovery controller is gone (deleted by someone, or
-    /// by the kernel after `ctrl_loss_tmo`); those of [`super::discover`] when the log
-    /// cannot be read, the change being kept: the next call reads again on the next event
-    /// or 5 s later, whichever comes first.
+    /// by the kernel after `ctrl_loss_tmo`); those of [`crate::nvme::discovery::discover`]
+    /// when the log cannot be read, the change being kept: a later call reads again on the
+    /// next event or 5 s after the failure, whichever comes first.
     pub fn next(&mut self, deadline: Instant) -> Result<Option<Change>> {
         let trigger = match self.pending.take() {
-            // A read that failed (the controller reconnecting, say) is made again on the
-            // next event or after READ_RETRY, not at once: a caller's loop must not spin.
-            Some(t) => {
-                let retry_at = Instant::now() + READ_RETRY;
-                if self.wait(retry_at.min(deadline))?.is_none() && deadline < retry_at {
-                    self.pending = Some(t);
+            // A read that failed (the controller reconnecting, say) or a path that failed is
+            // tried again on the next event or when due, not at once: a caller's loop must
+            // not spin. The due time stays across calls with short deadlines.
+            Some((t, due)) => match self.wait(due.min(deadline))? {
+                Some(_) => t,
+                None if Instant::now() >= due => t,
+                None => {
+                    self.pending = Some((t, due));
                     return Ok(None);
                 }
-                t
-            }
+            },
             None => match self.wait(deadline)? {
                 Some(t) => t,
                 None => return Ok(None),
@@ -239,7 +283,7 @@ impl Follower {
         let now = match self.read() {
             Ok(now) => now,
             Err(e) => {
-                self.pending = Some(trigger);
+                self.pending = Some((trigger, Instant::now() + READ_RETRY));
                 return Err(e);
             }
         };
@@ -256,6 +300,9 @@ impl Follower {
             }
         }
         self.known = now;
+        if requeue(&mut self.known, &paths) {
+            self.pending = Some((Trigger::Retry, Instant::now() + PATH_RETRY));
+        }
         Ok(Some(Change {
             trigger,
             added,
@@ -317,6 +364,10 @@ impl Follower {
     }
 
     /// Connects the path of `e` when its subsystem has a controller on the node already.
+    ///
+    /// Decided under the subsystem's lock: a detach deletes the subsystem's last controllers
+    /// under it, so a path is never connected again for a subsystem a detach just took
+    /// away, and an attach's connects are never raced.
     fn connect(&self, e: &Entry) -> Result<Option<PathChange>> {
         let Some(opts) = self.path_options(e) else {
             return Ok(None);
@@ -324,11 +375,23 @@ impl Follower {
         if !self.uses(&opts)? {
             return Ok(None);
         }
-        if let Some(refusal) = tls_refusal(e) {
-            return Ok(Some(PathChange {
+        let failed = |err| {
+            Ok(Some(PathChange {
                 entry: e.clone(),
-                action: PathAction::Failed(refusal),
-            }));
+                action: PathAction::Failed(err),
+            }))
+        };
+        if let Some(refusal) = tls_refusal(e) {
+            return failed(refusal);
+        }
+        let _subsystem = match self.lock(&opts.nqn) {
+            Ok(l) => l,
+            Err(err) => return failed(err),
+        };
+        // Looked at again under the lock: a detach may have deleted the last controller
+        // between the first look and the lock.
+        if !self.uses(&opts)? {
+            return Ok(None);
         }
         let action = match crate::nvme::connect(&self.root, &opts) {
             Ok(c) => PathAction::Connected {
@@ -343,10 +406,29 @@ impl Follower {
         }))
     }
 
-    /// Deletes the controller of the path `e` listed, when that is safe.
+    /// The lock attach and detach take on subsystem `nqn`, within a step's deadline.
+    fn lock(&self, nqn: &Nqn) -> Result<VolumeLock> {
+        let deadline = Instant::now() + self.opts.step_timeout;
+        lock::lock(&subsystem_lock_key(nqn), Some(&self.lock_dir), deadline)
+    }
+
+    /// Deletes the controller of the path `e` listed, when that is safe; decided under the
+    /// subsystem's lock, as attach and detach decide which controllers are needed.
     fn drop_path(&self, e: &Entry) -> Result<Option<PathChange>> {
         let Some(opts) = self.path_options(e) else {
             return Ok(None);
+        };
+        if crate::nvme::find_controller(&self.root, &opts, &self.host)?.is_none() {
+            return Ok(None);
+        }
+        let _subsystem = match self.lock(&opts.nqn) {
+            Ok(l) => l,
+            Err(err) => {
+                return Ok(Some(PathChange {
+                    entry: e.clone(),
+                    action: PathAction::Failed(err),
+                }));
+            }
         };
         let Some(c) = crate::nvme::find_controller(&self.root, &opts, &self.host)? else {
             return Ok(None);
@@ -391,17 +473,31 @@ impl Follower {
     }
 }
 
-/// The refusal of a path whose port requires a secure channel (`TREQ`): lunkit does not set
-/// up NVMe/TCP TLS, which needs a handshake daemon (tlshd) Debian 12 does not package.
-pub fn tls_refusal(e: &Entry) -> Option<Error> {
-    e.secure_channel_required().then(|| {
-        Error::invalid(
-            "discovery entry",
-            &format!("{} at {}:{}", e.subsystem, e.address, e.service_id),
-            "the port requires a secure channel (NVMe/TCP TLS), which lunkit does not set up: \
-             it needs a TLS handshake daemon (tlshd) that Debian 12 does not package",
-        )
-    })
+/// Makes a read after `known` see each path of `paths` whose connect or delete failed as new
+/// (or as gone) again: a failed connect's entry is forgotten, a failed delete's remembered.
+/// Paths refused for TLS stay as they are: trying again changes nothing. Whether any path is
+/// to be tried again.
+pub fn requeue(known: &mut Vec<Entry>, paths: &[PathChange]) -> bool {
+    let failed: Vec<&Entry> = paths
+        .iter()
+        .filter(|p| matches!(p.action, PathAction::Failed(_)))
+        .map(|p| &p.entry)
+        .filter(|e| tls_refusal(e).is_none())
+        .collect();
+    if failed.is_empty() {
+        return false;
+    }
+    let key = |e: &Entry| (e.subsystem.clone(), e.address.clone(), e.service_id.clone());
+    let failed_keys: HashSet<_> = failed.iter().map(|e| key(e)).collect();
+    let listed: HashSet<_> = known.iter().map(key).collect();
+    known.retain(|e| !failed_keys.contains(&key(e)));
+    known.extend(
+        failed
+            .into_iter()
+            .filter(|e| !listed.contains(&key(e)))
+            .cloned(),
+    );
+    true
 }
 
 /// Whether `ev` is the removal of controller `controller`.

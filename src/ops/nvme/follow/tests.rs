@@ -1,5 +1,5 @@
 use super::*;
-use crate::nvme::discovery::{AddressFamily, TransportType};
+use crate::nvme::discovery::{AddressFamily, Subtype, TransportType};
 
 fn entry(subsystem: &str, address: &str, port: u16, subtype: Subtype) -> Entry {
     Entry {
@@ -119,24 +119,42 @@ fn native_multipath_paths_are_told_from_devices() {
 }
 
 #[test]
-fn a_port_that_requires_tls_is_refused_by_name() {
-    let mut e = entry("nqn.2014-08.org.lunkit:a", "127.0.0.2", 4420, Subtype::Nvm);
-    assert!(tls_refusal(&e).is_none());
-    e.requirements = 0b01; // TREQ: secure channel required
-    let refusal = tls_refusal(&e).expect("refused").to_string();
-    assert!(
-        refusal.contains("TLS") && refusal.contains("127.0.0.2:4420"),
-        "{refusal}"
-    );
-    e.requirements = 0b10; // not required
-    assert!(tls_refusal(&e).is_none());
-}
-
-#[test]
 fn only_this_controllers_remove_event_says_it_went() {
     let path = "/devices/virtual/nvme-fabrics/ctl/nvme3";
     assert!(removes(&event_of("remove", path, "nvme", &[]), "nvme3"));
     assert!(!removes(&event_of("remove", path, "nvme", &[]), "nvme30"));
     assert!(!removes(&event_of("change", path, "nvme", &[]), "nvme3"));
     assert!(!removes(&event_of("remove", path, "block", &[]), "nvme3"));
+}
+
+#[test]
+fn a_failed_path_is_seen_again_by_the_next_read_and_a_tls_refusal_is_not() {
+    let (a, b, c) = (
+        entry("nqn.2014-08.org.lunkit:a", "127.0.0.2", 4420, Subtype::Nvm),
+        entry("nqn.2014-08.org.lunkit:a", "127.0.0.3", 4420, Subtype::Nvm),
+        entry("nqn.2014-08.org.lunkit:a", "127.0.0.4", 4420, Subtype::Nvm),
+    );
+    let mut tls = entry("nqn.2014-08.org.lunkit:a", "127.0.0.5", 4420, Subtype::Nvm);
+    tls.requirements = 0b01;
+    let failed = |e: &Entry| PathChange {
+        entry: e.clone(),
+        action: PathAction::Failed(Error::NotFound { what: "x".into() }),
+    };
+    let connected = |e: &Entry| PathChange {
+        entry: e.clone(),
+        action: PathAction::Connected {
+            controller: "nvme3".into(),
+            existing: false,
+        },
+    };
+    // The log now lists a, b and the TLS port; c was dropped from it.
+    let mut known = vec![a.clone(), b.clone(), tls.clone()];
+    let paths = [connected(&a), failed(&b), failed(&tls), failed(&c)];
+    assert!(requeue(&mut known, &paths));
+    let (added, removed) = diff(&known, &[a.clone(), b.clone(), tls.clone()]);
+    assert_eq!(added, [b], "the failed connect is new again");
+    assert_eq!(removed, [c], "the failed delete is gone again");
+    let mut known = vec![a.clone(), tls.clone()];
+    assert!(!requeue(&mut known, &[connected(&a), failed(&tls)]));
+    assert_eq!(known, [a, tls]);
 }

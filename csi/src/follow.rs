@@ -1,0 +1,408 @@
+//! Persistent discovery for the staged NVMe volumes that name discovery services
+//! (`discoveryAddrs`): one lunkit follower ([`lunkit::ops::nvme::follow::Follower`]) per
+//! service and host identity, on a thread of its own, for as long as a staged volume names
+//! it. A port the array links to a volume's subsystem later is connected, and one it unlinks
+//! loses its controller (when that is safe), with no call from the CO.
+//!
+//! The follower decides under the subsystem's lock that lunkit's attach and detach take, so
+//! an unstage that deletes the subsystem's last controllers is never undone by a follower
+//! reacting to a log change at the same moment.
+//!
+//! The set of services followed is derived from the stage records ([`Followers::sync`]), after
+//! every stage and unstage and at startup, so a restarted plugin follows what its records say.
+//! A persistent discovery controller the plugin connected is deleted when no staged volume
+//! names its service any more; one it found connected (by `nvme discover -p`, say) is left,
+//! unless a marker in the state directory says the plugin made it before a restart.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lunkit::Root;
+use lunkit::nvme::Host;
+use lunkit::ops::nvme::follow::{Change, FollowOptions, Follower, PathAction};
+
+use crate::log::{self, Level};
+use crate::state::{Record, Store, Target};
+
+/// How often a follower thread looks at its stop flag while it waits for the log to change.
+const STOP_CHECK: Duration = Duration::from_secs(2);
+
+/// How long a follower that could not start (the service unreachable) waits to try again.
+const RESTART_AFTER: Duration = Duration::from_secs(30);
+
+/// One service followed as one host: what a follower thread is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    /// The discovery service.
+    pub address: SocketAddr,
+    /// The host NQN the volume connects as (`hostNqn`); `None` for the node's.
+    pub host_nqn: Option<String>,
+    /// The host id the volume connects with (`hostId`); `None` for the node's or the one
+    /// lunkit derives.
+    pub host_id: Option<String>,
+}
+
+impl Key {
+    /// A stable file name for the key's ownership marker.
+    fn marker(&self) -> String {
+        let text = format!(
+            "{} {} {}",
+            self.address,
+            self.host_nqn.as_deref().unwrap_or("-"),
+            self.host_id.as_deref().unwrap_or("-")
+        );
+        // FNV-1a 64: short, and the same in every run (std's hasher is seeded).
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("discovery-{hash:016x}")
+    }
+
+    fn describe(&self) -> String {
+        match &self.host_nqn {
+            Some(n) => format!("discovery service {} as {n}", self.address),
+            None => format!("discovery service {}", self.address),
+        }
+    }
+}
+
+/// The services the NVMe records in `records` name, each with the host it connects as.
+/// Addresses a record cannot parse are skipped (stage checked them; a hand-edited record is
+/// not the follower's to refuse).
+pub fn wanted(records: &[Record]) -> BTreeSet<Key> {
+    let mut keys = BTreeSet::new();
+    for r in records {
+        let Target::Nvme {
+            discovery,
+            host_nqn,
+            host_id,
+            ..
+        } = &r.target
+        else {
+            continue;
+        };
+        for a in discovery {
+            if let Ok(address) = lunkit::nvme::discovery::parse_address(a) {
+                keys.insert(Key {
+                    address,
+                    host_nqn: host_nqn.clone(),
+                    host_id: host_id.clone(),
+                });
+            }
+        }
+    }
+    keys
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// The plugin's followers: a thread that keeps one follower thread per wanted key, told to
+/// look at the records again by [`Followers::notify`]. Stage and unstage only notify it, so
+/// neither waits for a follower to start or to stop.
+#[derive(Debug)]
+pub struct Followers {
+    tx: Mutex<mpsc::Sender<()>>,
+}
+
+impl Followers {
+    /// Starts the manager thread for the node under `root`, reading `store`'s records (once
+    /// now, then on every [`Followers::notify`]); ownership markers go in its directory's
+    /// `followed/`.
+    ///
+    /// # Errors
+    ///
+    /// The thread could not be started.
+    pub fn spawn(root: Root, store: Store) -> std::io::Result<Followers> {
+        let (tx, rx) = mpsc::channel();
+        let markers = store.dir().join("followed");
+        std::thread::Builder::new()
+            .name("lunkit-csi-followers".into())
+            .spawn(move || manage(&root, &store, &markers, &rx))?;
+        let f = Followers { tx: Mutex::new(tx) };
+        f.notify();
+        Ok(f)
+    }
+
+    /// Asks the manager to bring the followers in line with the records.
+    pub fn notify(&self) {
+        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = tx.send(());
+    }
+}
+
+/// The manager: on each notice (those queued meanwhile taken as one), the wanted keys from
+/// the records, then [`sync`].
+fn manage(root: &Root, store: &Store, markers: &Path, rx: &mpsc::Receiver<()>) {
+    let mut running = BTreeMap::new();
+    while rx.recv().is_ok() {
+        while rx.try_recv().is_ok() {}
+        match store.all() {
+            Ok(records) => sync(root, markers, &mut running, &wanted(&records)),
+            Err(e) => log::note(
+                Level::Warn,
+                &format!("following discovery services: the records: {e}"),
+            ),
+        }
+    }
+}
+
+/// Starts a follower for each key of `wanted` that has none, and stops (and waits for) each
+/// one `wanted` no longer has: its persistent discovery controller is deleted if the plugin
+/// made it.
+fn sync(
+    root: &Root,
+    markers: &Path,
+    running: &mut BTreeMap<Key, Running>,
+    wanted: &BTreeSet<Key>,
+) {
+    let gone: Vec<Key> = running
+        .keys()
+        .filter(|k| !wanted.contains(k))
+        .cloned()
+        .collect();
+    for key in gone {
+        if let Some(r) = running.remove(&key) {
+            r.stop.store(true, Ordering::Relaxed);
+            // At most a STOP_CHECK, a step's deadline while it acts, and the delete.
+            let _ = r.thread.join();
+        }
+    }
+    for key in wanted {
+        if running.contains_key(key) {
+            continue;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (root, marker) = (root.clone(), markers.join(key.marker()));
+        let (k, s) = (key.clone(), stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name("lunkit-csi-follow".into())
+            .spawn(move || follow(&root, &k, &marker, &s));
+        match spawned {
+            Ok(thread) => {
+                running.insert(key.clone(), Running { stop, thread });
+            }
+            Err(e) => log::note(
+                Level::Error,
+                &format!("cannot start following {}: {e}", key.describe()),
+            ),
+        }
+    }
+}
+
+/// A follower thread: started again after the service or its controller went, until `stop`.
+fn follow(root: &Root, key: &Key, marker: &Path, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        match start(root, key, marker) {
+            Ok(f) => {
+                if run(f, key, marker, stop) {
+                    return;
+                }
+            }
+            Err(e) => {
+                log::note(
+                    Level::Warn,
+                    &format!(
+                        "following {}: {e}; trying again in {}s",
+                        key.describe(),
+                        RESTART_AFTER.as_secs()
+                    ),
+                );
+                let until = Instant::now() + RESTART_AFTER;
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(STOP_CHECK);
+                }
+            }
+        }
+    }
+}
+
+/// Connects (or takes) the persistent discovery controller, and marks it the plugin's when
+/// the plugin made it.
+fn start(root: &Root, key: &Key, marker: &Path) -> lunkit::Result<Follower> {
+    let mut opts = FollowOptions::new(key.address.ip(), key.address.port());
+    opts.host = host(root, key)?;
+    let mut f = Follower::start(root, opts)?;
+    if f.owned() {
+        // Written before anything can stop the plugin: a restart then knows it made it.
+        let written = marker
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(marker, f.controller()));
+        if let Err(e) = written {
+            log::note(
+                Level::Warn,
+                &format!("{}: {e}: a restart will leave its controller", marker.display()),
+            );
+        }
+    } else if marker.exists() {
+        f.take_ownership();
+    }
+    log::note(
+        Level::Info,
+        &format!(
+            "following {} on persistent discovery controller {}",
+            key.describe(),
+            f.controller()
+        ),
+    );
+    Ok(f)
+}
+
+/// Follows until `stop` (then the controller is deleted when the plugin's, and `true` is
+/// returned) or until the controller is gone (`false`: start again).
+fn run(mut f: Follower, key: &Key, marker: &Path, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            let (name, owned) = (f.controller().to_owned(), f.owned());
+            match f.stop() {
+                Ok(()) if owned => {
+                    let _ = std::fs::remove_file(marker);
+                    log::note(
+                        Level::Info,
+                        &format!(
+                            "stopped following {}: controller {name} deleted",
+                            key.describe()
+                        ),
+                    );
+                }
+                Ok(()) => {}
+                Err(e) => log::note(
+                    Level::Warn,
+                    &format!("stopped following {}: {e}", key.describe()),
+                ),
+            }
+            return true;
+        }
+        match f.next(Instant::now() + STOP_CHECK) {
+            Ok(Some(change)) => report(key, &change),
+            Ok(None) => {}
+            Err(e) if e.kind() == lunkit::ErrorKind::NotFound => {
+                log::note(Level::Warn, &format!("following {}: {e}", key.describe()));
+                let _ = std::fs::remove_file(marker);
+                return false;
+            }
+            // The read is made again on the next event or a few seconds later.
+            Err(e) => log::note(Level::Warn, &format!("following {}: {e}", key.describe())),
+        }
+    }
+}
+
+/// The host identity of `key`, as stage resolves a volume's ([`crate::node`]): the node's
+/// NQN with a volume's `hostId` alone.
+fn host(root: &Root, key: &Key) -> lunkit::Result<Option<Host>> {
+    if key.host_nqn.is_none() && key.host_id.is_none() {
+        return Ok(None);
+    }
+    let nqn = match &key.host_nqn {
+        Some(n) => n.parse()?,
+        None => Host::from_node(root)?.nqn,
+    };
+    let id = key.host_id.as_deref().map(str::parse).transpose()?;
+    Ok(Some(Host { nqn, id }))
+}
+
+/// One line per path the follower acted on.
+fn report(key: &Key, change: &Change) {
+    for p in &change.paths {
+        let path = format!(
+            "{} at {}:{}",
+            p.entry.subsystem, p.entry.address, p.entry.service_id
+        );
+        let (level, what) = match &p.action {
+            PathAction::Connected {
+                controller,
+                existing,
+            } => (
+                Level::Info,
+                if *existing {
+                    format!("new path {path}: already connected as {controller}")
+                } else {
+                    format!("new path {path}: connected as {controller}")
+                },
+            ),
+            PathAction::Deleted { controller } => (
+                Level::Info,
+                format!("path {path} gone from the log: controller {controller} deleted"),
+            ),
+            PathAction::Left { controller, reason } => (
+                Level::Warn,
+                format!("path {path} gone from the log: controller {controller} left: {reason}"),
+            ),
+            PathAction::Failed(e) => (Level::Warn, format!("path {path}: {e}")),
+        };
+        log::note(level, &format!("{}: {what}", key.describe()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Access, Phase};
+
+    fn nvme(discovery: &[&str], host_nqn: Option<&str>) -> Record {
+        Record {
+            version: crate::state::RECORD_VERSION,
+            volume_id: "vol".into(),
+            staging_path: "/staging".into(),
+            phase: Phase::Staged,
+            target: Target::Nvme {
+                nqn: "nqn.2014-08.org.example:a".into(),
+                portals: vec![],
+                discovery: discovery.iter().map(|s| (*s).to_owned()).collect(),
+                nsid: Some(1),
+                device_uuid: None,
+                device_wwid: None,
+                host_nqn: host_nqn.map(str::to_owned),
+                host_id: None,
+            },
+            access: Access::Block,
+            wwid: None,
+            expected_wwid: None,
+            device: None,
+            map: false,
+        }
+    }
+
+    #[test]
+    fn each_service_and_host_is_followed_once_and_only_for_nvme_records() {
+        let a = nvme(&["192.0.2.10:8009", "192.0.2.11"], None);
+        let b = nvme(&["192.0.2.10:8009"], None);
+        let c = nvme(&["192.0.2.10:8009"], Some("nqn.2014-08.org.example:host2"));
+        let d = nvme(&[], None);
+        let keys = wanted(&[a, b, c, d]);
+        let shown: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{} {:?}", k.address, k.host_nqn))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "192.0.2.10:8009 None",
+                "192.0.2.10:8009 Some(\"nqn.2014-08.org.example:host2\")",
+                "192.0.2.11:8009 None",
+            ]
+        );
+        assert!(wanted(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_marker_name_is_stable_and_tells_keys_apart() {
+        let k = |nqn: Option<&str>| Key {
+            address: "192.0.2.10:8009".parse().unwrap(),
+            host_nqn: nqn.map(str::to_owned),
+            host_id: None,
+        };
+        assert_eq!(k(None).marker(), k(None).marker());
+        assert_ne!(k(None).marker(), k(Some("nqn.2014-08.org.example:h")).marker());
+        assert!(k(None).marker().starts_with("discovery-"));
+        assert_eq!(k(None).marker().len(), "discovery-".len() + 16);
+    }
+}
