@@ -167,7 +167,9 @@ impl Drop for Lab {
             let _ = t.teardown();
         }
         if let Some(t) = self.nvmet.take() {
-            for c in nvme_controllers() {
+            // A follower's persistent discovery controller, when the test failed before
+            // the unstage that deletes it.
+            for c in nvme_controllers().into_iter().chain(discovery_controllers()) {
                 let _ = fs::write(format!("/sys/class/nvme/{c}/delete_controller"), "1");
             }
             let _ = t.teardown();
@@ -589,6 +591,13 @@ fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
     })
     .unwrap();
     target.remove_port(3).unwrap();
+    // A plugin killed and started again takes the controller it made (its marker), not a
+    // second one, and still deletes it with the last volume.
+    let ours = discovery_controllers();
+    lab.plugin.take().expect("the plugin runs").stop("KILL");
+    lab.start_plugin();
+    let mut c = lab.client();
+    assert_eq!(discovery_controllers(), ours, "no second controller");
     c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
     assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
     assert!(stage_records().is_empty(), "stage records left");

@@ -199,13 +199,20 @@ fn sync(
 
 /// A follower thread: started again after the service or its controller went, until `stop`.
 fn follow(root: &Root, key: &Key, marker: &Path, stop: &AtomicBool) {
-    while !stop.load(Ordering::Relaxed) {
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        // Stopped before it started (a restarted plugin whose last volume was unstaged at
+        // once): a controller the marker says is the plugin's is still taken, to delete it.
+        if stopping && !marker.exists() {
+            return;
+        }
         match start(root, key, marker) {
             Ok(f) => {
                 if run(f, key, marker, stop) {
                     return;
                 }
             }
+            Err(_) if stopping => return,
             Err(e) => {
                 log::note(
                     Level::Warn,
