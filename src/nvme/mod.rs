@@ -114,7 +114,7 @@ pub fn connect(root: &Root, opts: &ConnectOptions) -> Result<Connected> {
     let controllers = sysnvme::controllers(root)?;
     let host = with_host_id(host, &controllers);
     let (options, names) = fabrics::option_string(opts, &host)?;
-    if let Some(c) = matching(controllers, opts, &host) {
+    if let Some(c) = matching(controllers, opts, &host).filter(|_| !opts.duplicate_connect) {
         return Ok(existing(c, start));
     }
     let supported = fabrics::supported_options(root)?;

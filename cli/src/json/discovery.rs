@@ -37,8 +37,6 @@ pub struct Service {
     pub error: Option<String>,
     /// The discovery controller read through (`nvme3`).
     pub controller: Option<String>,
-    /// Whether that controller was there before (left connected).
-    pub existing: Option<bool>,
     /// The log's generation counter.
     pub generation: Option<u64>,
     pub entries: Vec<Entry>,
@@ -82,7 +80,6 @@ fn service(s: &Asked) -> Service {
         trsvcid: s.trsvcid,
         error: s.result.as_ref().err().map(ToString::to_string),
         controller: log.map(|l| l.controller.clone()),
-        existing: log.map(|l| l.existing),
         generation: log.map(|l| l.log.generation),
         entries: log.map_or_else(Vec::new, |l| l.log.entries.iter().map(entry).collect()),
         rejected: log.map_or_else(Vec::new, |l| {

@@ -102,11 +102,8 @@ pub struct Service {
 /// What one discovery service answered.
 #[derive(Debug)]
 pub struct ServiceLog {
-    /// The discovery controller the log was read through (`nvme3`).
+    /// The discovery controller the log was read through (`nvme3`), deleted since.
     pub controller: String,
-    /// Whether that controller was there before (someone's persistent discovery
-    /// controller): it is then left connected.
-    pub existing: bool,
     /// The log.
     pub log: Log,
 }
@@ -143,9 +140,9 @@ impl Discovered {
 /// Asks the discovery service at `opts.traddr`:`opts.trsvcid` which subsystems this host
 /// may reach, and, with [`DiscoverOptions::follow_referrals`], the services it refers to.
 ///
-/// Each service is asked through a discovery controller connected for the purpose and
-/// disconnected after the read; a controller already there for the same service and host
-/// (a persistent one) is read and left alone.
+/// Each service is asked through a discovery controller connected for the purpose
+/// (`duplicate_connect`: never one another caller's discovery made and may delete under this
+/// read) and deleted after the read.
 ///
 /// # Errors
 ///
@@ -206,17 +203,15 @@ fn ask(
     let nqn = DISCOVERY_NQN.parse()?;
     let mut opts = ConnectOptions::new(traddr, trsvcid, nqn);
     opts.host = Some(host.clone());
+    opts.duplicate_connect = true;
     opts.timeout = deadline.saturating_duration_since(Instant::now());
     let c = super::connect(root, &opts)?;
     let log = read_log(root, &c.controller, deadline);
-    if !c.existing {
-        if let Some(ctrl) = sysnvme::controller(root, &c.controller)? {
-            super::delete_controller(root, &ctrl, deadline)?;
-        }
+    if let Some(ctrl) = sysnvme::controller(root, &c.controller)? {
+        super::delete_controller(root, &ctrl, deadline)?;
     }
     Ok(ServiceLog {
         controller: c.controller,
-        existing: c.existing,
         log: log?,
     })
 }

@@ -262,6 +262,10 @@ pub struct ConnectOptions {
     /// 60 s), with `EKEYREJECTED` or `EIO`. A [`timeout`](Self::timeout) below that reports a
     /// timeout instead; the kernel still ends the attempt and leaves no controller.
     pub dhchap_ctrl_secret: Option<Secret>,
+    /// Make a new controller even when one for the same path and host is there already
+    /// (`duplicate_connect`): for a discovery controller read once and deleted, which must
+    /// not be one that another caller's discovery made and is about to delete.
+    pub duplicate_connect: bool,
     /// How long the connect may take.
     pub timeout: Duration,
 }
@@ -282,6 +286,7 @@ impl ConnectOptions {
             host_iface: None,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            duplicate_connect: false,
             timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -350,6 +355,10 @@ pub fn option_string(opts: &ConnectOptions, host: &Host) -> Result<(String, Vec<
             .as_ref()
             .map(|k| k.expose().to_owned()),
     );
+    if opts.duplicate_connect {
+        s.push_str(",duplicate_connect");
+        names.push("duplicate_connect");
+    }
     if s.len() >= MAX_OPTIONS_LEN {
         // The options' names only: their values may hold a secret.
         return Err(Error::invalid(

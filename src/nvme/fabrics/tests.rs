@@ -72,6 +72,10 @@ fn the_option_string_is_the_kernels_grammar() {
         "{s}"
     );
     assert_eq!(names.len(), 10);
+    o.duplicate_connect = true;
+    let (s, names) = option_string(&o, &h).unwrap();
+    assert!(s.ends_with(",host_iface=eth0,duplicate_connect"), "{s}");
+    assert_eq!(names.last(), Some(&"duplicate_connect"));
 }
 
 #[test]
