@@ -21,6 +21,11 @@ use crate::ops::report::{DiscoveryService, PortalConnect};
 /// deadline (which may be what failed it): a controller just made is live, and goes at once.
 const UNDO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most an attach's discovery may take of its deadline. A read takes well under a
+/// second (two services and a referral: 450 ms under TCG); a service that does not answer
+/// must not use up the time the portals given and the device's wait need.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What an attach connected, and what discovery said.
 #[derive(Debug)]
 pub(super) struct Connects {
@@ -60,8 +65,10 @@ struct Planned {
     addr: std::result::Result<SocketAddr, String>,
 }
 
-/// Asks the discovery services of `opts`, then connects the portals given and the paths
-/// found, all at once, each within what is left of `deadline`.
+/// Connects the portals given while the discovery services of `opts` are asked, then the
+/// paths they list that were not given, each within what is left of `deadline`. Discovery
+/// has at most [`DISCOVERY_TIMEOUT`] of it: a service that hangs is reported, and leaves
+/// the attach time for its device.
 pub(super) fn connect(
     root: &Root,
     nqn: &Nqn,
@@ -69,9 +76,28 @@ pub(super) fn connect(
     host: Option<&Host>,
     deadline: Instant,
 ) -> Connects {
-    let (discovery, listed) = discover_all(root, nqn, &opts.discover, host, deadline);
-    let planned = plan(&opts.connect, listed);
-    let portals = connect_all(root, nqn, &planned, host, opts, deadline);
+    let given = plan(&opts.connect, Vec::new());
+    let discovery_deadline = deadline.min(Instant::now() + DISCOVERY_TIMEOUT);
+    let (mut portals, (discovery, listed)) = if opts.discover.is_empty() {
+        let portals = connect_all(root, nqn, &given, host, opts, deadline);
+        (portals, (Vec::new(), Vec::new()))
+    } else {
+        std::thread::scope(|s| {
+            let asking = s.spawn(|| {
+                discover_all(root, nqn, &opts.discover, host, discovery_deadline)
+            });
+            let portals = connect_all(root, nqn, &given, host, opts, deadline);
+            let found = asking
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (portals, found)
+        })
+    };
+    let rest: Vec<Planned> = plan(&opts.connect, listed)
+        .into_iter()
+        .filter(|p| p.discovered)
+        .collect();
+    portals.extend(connect_all(root, nqn, &rest, host, opts, deadline));
     Connects { portals, discovery }
 }
 
