@@ -21,6 +21,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -466,13 +467,25 @@ pub fn supported_options(root: &Root) -> Result<Vec<String>> {
     parse_options(&text)
 }
 
+/// Who learns of the controller a connect made: the caller while it waits, else nobody.
+#[derive(Debug)]
+enum Handoff {
+    /// The caller still waits.
+    Waiting,
+    /// The kernel answered; the caller takes the reply (even one that came at the deadline).
+    Answered(String),
+    /// The caller gave up: a controller made now is nobody's, and the helper deletes it.
+    Abandoned,
+}
+
 /// Writes the connect string `options` (from [`option_string`]) and reads the reply, giving
 /// up at `deadline`.
 ///
 /// The write cannot be interrupted and can block for as long as the kernel's TCP connect and
-/// admin commands wait, so it runs on a helper thread. Past the deadline
-/// this returns [`Error::Timeout`]; the kernel may still finish creating the controller
-/// afterwards, and the next connect of the same path finds it.
+/// admin commands wait, so it runs on a helper thread. Past the deadline this returns
+/// [`Error::Timeout`]; if the kernel still makes the controller afterwards, the helper
+/// deletes it, since no caller was told of it. A reply that comes just as the deadline
+/// passes is taken, not deleted.
 ///
 /// The kernel's refusals come back as [`Error::Connect`] with its errno and what it most
 /// likely means.
@@ -486,6 +499,9 @@ pub fn write(root: &Root, options: &str, describe: &str, deadline: Instant) -> R
     let subject = Subject::write(&path, describe);
     let what = || format!("the connect to {describe}");
     let options = options.to_owned();
+    let handoff = Arc::new(Mutex::new(Handoff::Waiting));
+    let helper_side = Arc::clone(&handoff);
+    let late = (root.clone(), option_value(&options, "nqn").map(str::to_owned));
     let text = helper::bounded(subject, deadline, &what, move || {
         file.write(options.as_bytes())
             .map_err(|e| Error::io(&path, e))
@@ -503,9 +519,26 @@ pub fn write(root: &Root, options: &str, describe: &str, deadline: Instant) -> R
             .take(MAX_OPTIONS_LEN as u64)
             .read_to_string(&mut text)
             .map_err(|e| Error::io(&path, e))?;
+        let mut h = helper_side.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*h, Handoff::Abandoned) {
+            drop(h);
+            delete_late(&late.0, &text, late.1.as_deref());
+        } else {
+            *h = Handoff::Answered(text.clone());
+        }
         Ok(text)
-    })
-    .map_err(|e| match e {
+    });
+    let text = match text {
+        Err(e @ Error::Timeout { .. }) => {
+            let mut h = handoff.lock().unwrap_or_else(PoisonError::into_inner);
+            match std::mem::replace(&mut *h, Handoff::Abandoned) {
+                Handoff::Answered(text) => Ok(text),
+                _ => Err(e),
+            }
+        }
+        other => other,
+    };
+    let text = text.map_err(|e| match e {
         Error::Io { source, .. } => Error::Connect {
             target: describe.to_owned(),
             hint: connect_hint(source.raw_os_error()),
@@ -514,6 +547,30 @@ pub fn write(root: &Root, options: &str, describe: &str, deadline: Instant) -> R
         e => e,
     })?;
     parse_reply(&text)
+}
+
+/// Deletes the controller a connect made after its caller gave up (`reply` names it), while
+/// it is still that one: the same subsystem and controller id.
+fn delete_late(root: &Root, reply: &str, nqn: Option<&str>) {
+    let Ok(r) = parse_reply(reply) else {
+        return;
+    };
+    let name = format!("nvme{}", r.instance);
+    if let Ok(Some(c)) = crate::nvme::sysfs::controller(root, &name) {
+        if c.cntlid == Some(r.cntlid) && c.subsysnqn.as_deref() == nqn {
+            let _ = super::delete_controller(root, &c, Instant::now() + LATE_DELETE);
+        }
+    }
+}
+
+/// How long a late connect's helper may take to delete the controller nobody asked for.
+const LATE_DELETE: Duration = Duration::from_secs(30);
+
+/// The value of option `name` in an option string (`nqn=…`): the first, as the kernel takes.
+fn option_value<'a>(options: &'a str, name: &str) -> Option<&'a str> {
+    options
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
 }
 
 /// Drops `O_NONBLOCK` (set for the open, against a FIFO) from `file`.
