@@ -114,6 +114,15 @@ pub enum Error {
         what: String,
     },
 
+    /// Every path the caller asked for refused this host: the subsystem's in-band
+    /// authentication (DH-HMAC-CHAP) failed or wanted a secret none was given for. Each
+    /// path's refusal is in `what`.
+    #[error("{what}: every connect was refused for this host's credentials")]
+    Refused {
+        /// The volume and each path's refusal.
+        what: String,
+    },
+
     /// A wait passed its deadline.
     #[error("timed out after {waited:.1?} waiting for {what}")]
     Timeout {
@@ -350,13 +359,17 @@ impl Error {
             | Error::Resize { .. } => ErrorKind::Other,
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
+            Error::Refused { .. } => ErrorKind::PermissionDenied,
             Error::Connect { source, .. } => match source.raw_os_error() {
                 // Nothing at that address: the path asked for is not there.
                 Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => {
                     ErrorKind::NotFound
                 }
                 Some(libc::ETIMEDOUT) => ErrorKind::Timeout,
-                Some(libc::EACCES | libc::EPERM) => ErrorKind::PermissionDenied,
+                // No privilege here, or the subsystem refused this host's credentials.
+                Some(libc::EACCES | libc::EPERM | libc::ENOKEY | libc::EKEYREJECTED) => {
+                    ErrorKind::PermissionDenied
+                }
                 _ => ErrorKind::Other,
             },
             // A file's ENXIO and ENODEV are not "not found", deliberately: opening an offline
@@ -478,6 +491,22 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::NotFound);
         let e = Error::io("/x", io::Error::from_raw_os_error(libc::EACCES));
         assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+        // A subsystem refusing the host's DH-HMAC-CHAP secret, or wanting one.
+        let connect = |errno| Error::Connect {
+            target: "nqn.2014-08.org.example:a at 192.0.2.1:4420".into(),
+            hint: "",
+            source: io::Error::from_raw_os_error(errno),
+        };
+        for (errno, kind) in [
+            (libc::EKEYREJECTED, ErrorKind::PermissionDenied),
+            (libc::ENOKEY, ErrorKind::PermissionDenied),
+            (libc::ECONNREFUSED, ErrorKind::NotFound),
+            (libc::EIO, ErrorKind::Other),
+        ] {
+            assert_eq!(connect(errno).kind(), kind, "{errno}");
+        }
+        let refused = Error::Refused { what: "x".into() };
+        assert_eq!(refused.kind(), ErrorKind::PermissionDenied);
     }
 
     #[test]

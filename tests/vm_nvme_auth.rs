@@ -340,7 +340,7 @@ fn the_plugin_stages_a_volume_with_dh_hmac_chap_secrets_from_the_stage_secrets()
 
     // No secret: the kernel's own refusal (ENOKEY, the host's check), named; nothing left.
     let e = c.node_stage_volume(stage.clone()).expect_err("no secret");
-    assert_ne!(e.code(), Code::Ok);
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
     assert!(
         e.message().starts_with("volume pv-auth: ") && e.message().contains("no host secret"),
         "{}",

@@ -40,6 +40,9 @@ pub struct PortalConnect {
     /// The controller made or found, or why there is none (for a discovered path, also:
     /// its port requires TLS).
     pub result: std::result::Result<Connected, String>,
+    /// The kind of a failed connect's error ([`crate::ErrorKind::PermissionDenied`] for a
+    /// refused DH-HMAC-CHAP secret); `None` when it connected or was not tried.
+    pub failure: Option<crate::ErrorKind>,
 }
 
 /// One discovery service an NVMe attach asked.

@@ -166,16 +166,19 @@ mod tests {
                     portal: "127.0.0.1:4420".into(),
                     discovered: false,
                     result: connected("nvme0", false),
+                    failure: None,
                 },
                 PortalConnect {
                     portal: "127.0.0.2:4420".into(),
                     discovered: true,
                     result: connected("nvme1", true),
+                    failure: None,
                 },
                 PortalConnect {
                     portal: "127.0.0.3:4420".into(),
                     discovered: true,
                     result: Err("connection refused".into()),
+                    failure: Some(lunkit::ErrorKind::NotFound),
                 },
             ],
             discovery: vec![

@@ -143,6 +143,14 @@ impl Wait<'_> {
         if have >= self.min {
             return Ok(());
         }
+        let mut failed = connects.portals.iter().filter_map(|p| p.failure).peekable();
+        let refused = failed.peek().is_some()
+            && failed.all(|k| k == crate::ErrorKind::PermissionDenied);
+        if have == 0 && refused {
+            return Err(Error::Refused {
+                what: format!("{}{}", self.spec, connects.describe()),
+            });
+        }
         let what = if have == 0 {
             format!("a path to {}{}", self.spec, connects.describe())
         } else {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::Nqn;
 use crate::nvme::discovery::{self, DiscoverOptions, Discovered, ListedPath, Service};
@@ -196,6 +196,7 @@ fn connect_all(
         .map(|(p, r)| PortalConnect {
             portal: p.portal.clone(),
             discovered: p.discovered,
+            failure: r.as_ref().err().map(Error::kind),
             result: match (r, &p.addr) {
                 (Ok(Some(c)), _) => Ok(c),
                 (Err(e), _) => Err(e.to_string()),
@@ -247,7 +248,6 @@ fn delete_made(root: &Root, nqn: &Nqn, c: &Connected, deadline: Instant) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
 
     fn listed(portal: &str, refused: bool) -> ListedPath {
         ListedPath {
