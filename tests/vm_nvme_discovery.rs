@@ -253,7 +253,7 @@ fn a_persistent_discovery_follower_connects_a_new_path_and_drops_a_gone_one() {
     let mut opts = FollowOptions::new("127.0.0.1".parse().unwrap(), 4420);
     opts.host = Some(host());
     // The lock waits this long before the follower gives the path up for now.
-    opts.step_timeout = Duration::from_secs(3);
+    opts.lock_timeout = Duration::from_secs(2);
     let mut follower = Follower::start(&root, opts).expect("follower");
     let ours = follower.controller().to_owned();
     assert_eq!(discovery_controllers(), vec![ours.clone()]);

@@ -102,7 +102,8 @@ pub struct Service {
 /// What one discovery service answered.
 #[derive(Debug)]
 pub struct ServiceLog {
-    /// The discovery controller the log was read through (`nvme3`), deleted since.
+    /// The discovery controller the log was read through (`nvme3`): deleted since, unless
+    /// it was the one [`discover_via`] was given.
     pub controller: String,
     /// The log.
     pub log: Log,
@@ -151,6 +152,26 @@ impl Discovered {
 /// [`Error::Replaced`] for a log that changed during every read. A referral's failure is
 /// in its [`Service::result`].
 pub fn discover(root: &Root, opts: &DiscoverOptions) -> Result<Discovered> {
+    discover_with(root, opts, None)
+}
+
+/// [`discover`], the first service read through discovery controller `controller` (`nvme3`,
+/// connected to it already, as a persistent one is) and left connected; the services it
+/// refers to are asked as [`discover`] asks them.
+///
+/// A persistent controller's log must be read through that controller: the target sends
+/// its next discovery-change event only once the host has read the log there (the event is
+/// masked until then, NVMe Base 5.2), so a read through another controller would leave it
+/// silent after its first change.
+///
+/// # Errors
+///
+/// As [`discover`]; [`Error::NotFound`] when `controller` is gone.
+pub fn discover_via(root: &Root, controller: &str, opts: &DiscoverOptions) -> Result<Discovered> {
+    discover_with(root, opts, Some(controller))
+}
+
+fn discover_with(root: &Root, opts: &DiscoverOptions, via: Option<&str>) -> Result<Discovered> {
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     let host = opts
@@ -164,7 +185,14 @@ pub fn discover(root: &Root, opts: &DiscoverOptions) -> Result<Discovered> {
         if services.len() >= opts.max_services.max(1) || !asked.insert((traddr, trsvcid)) {
             continue;
         }
-        let result = match ask(root, &host, traddr, trsvcid, deadline) {
+        let result = match (services.is_empty(), via) {
+            (true, Some(controller)) => read_log(root, controller, deadline).map(|log| ServiceLog {
+                controller: controller.to_owned(),
+                log,
+            }),
+            _ => ask(root, &host, traddr, trsvcid, deadline),
+        };
+        let result = match result {
             Err(e) if services.is_empty() => return Err(e),
             r => r,
         };

@@ -7,8 +7,8 @@
 //! sends a `change` uevent on the controller with `NVME_AEN=0x70f002`; when the controller
 //! reconnects after a link loss, one with `NVME_EVENT=rediscover` (the keys nvme-cli's
 //! `70-nvmf-autoconnect.rules` matches). [`Follower::next`] waits for either, reads the log
-//! again (referrals followed, as [`super::discover`] does), and for the subsystems this node
-//! already uses:
+//! again through that controller (which re-arms the event; referrals followed, as
+//! [`crate::nvme::discovery::discover`] does), and for the subsystems this node already uses:
 //!
 //! - connects each new path (not one whose port requires TLS: that is reported as failed);
 //! - deletes the controller of each path the log no longer lists, but only while another
@@ -39,7 +39,7 @@ use super::subsystem_lock_key;
 use crate::error::{Error, Result};
 use crate::id::Nqn;
 use crate::nvme::discovery::{
-    DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover, tls_refusal,
+    DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover_via, tls_refusal,
 };
 use crate::nvme::fabrics::{ConnectOptions, Host};
 use crate::ops::lock::{self, VolumeLock};
@@ -74,9 +74,11 @@ pub struct FollowOptions {
     pub host: Option<Host>,
     /// The discovery controller's keep-alive, in seconds (non-zero: that is what keeps it).
     pub keep_alive_tmo: u32,
-    /// The deadline of each connect, log read and delete the follower makes, and of each
-    /// wait for a subsystem's lock.
+    /// The deadline of each connect, log read and delete the follower makes.
     pub step_timeout: Duration,
+    /// How long the follower waits for a subsystem's lock (an attach holds it until its
+    /// device comes) before it leaves the path for the next try.
+    pub lock_timeout: Duration,
     /// The directory of attach's and detach's lock files
     /// ([`AttachOptions::lock_dir`](crate::ops::AttachOptions::lock_dir)); `None` takes
     /// theirs by default, `<root>/run/lunkit/locks`. The follower decides about each
@@ -93,6 +95,7 @@ impl FollowOptions {
             host: None,
             keep_alive_tmo: DEFAULT_KEEP_ALIVE,
             step_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(30),
             lock_dir: None,
         }
     }
@@ -181,11 +184,13 @@ pub struct Follower {
 
 impl Follower {
     /// Subscribes to uevents, connects the persistent discovery controller (or takes the
-    /// one connected already, as [`super::discover`] does) and reads the log once.
+    /// one connected already for the same service and host: a persistent one made by
+    /// someone else, or by this caller before a restart) and reads the log once.
     ///
     /// # Errors
     ///
-    /// Those of [`crate::nvme::connect`] and [`super::discover`]; [`Error::Io`] when the
+    /// Those of [`crate::nvme::connect`] and [`crate::nvme::discovery::discover_via`];
+    /// [`Error::Io`] when the
     /// uevent socket cannot be opened.
     pub fn start(root: &Root, opts: FollowOptions) -> Result<Follower> {
         let host = opts
@@ -258,7 +263,7 @@ impl Follower {
     /// # Errors
     ///
     /// [`Error::NotFound`] when the discovery controller is gone (deleted by someone, or
-    /// by the kernel after `ctrl_loss_tmo`); those of [`crate::nvme::discovery::discover`]
+    /// by the kernel after `ctrl_loss_tmo`); those of [`crate::nvme::discovery::discover_via`]
     /// when the log cannot be read, the change being kept: a later call reads again on the
     /// next event or 5 s after the failure, whichever comes first.
     pub fn next(&mut self, deadline: Instant) -> Result<Option<Change>> {
@@ -360,7 +365,11 @@ impl Follower {
         let mut opts = DiscoverOptions::new(self.opts.traddr, self.opts.trsvcid);
         opts.host = Some(self.host.clone());
         opts.timeout = self.opts.step_timeout;
-        Ok(discover(&self.root, &opts)?.subsystems().cloned().collect())
+        // Through the persistent controller itself: that read re-arms its change event.
+        Ok(discover_via(&self.root, &self.controller, &opts)?
+            .subsystems()
+            .cloned()
+            .collect())
     }
 
     /// Connects the path of `e` when its subsystem has a controller on the node already.
@@ -406,9 +415,9 @@ impl Follower {
         }))
     }
 
-    /// The lock attach and detach take on subsystem `nqn`, within a step's deadline.
+    /// The lock attach and detach take on subsystem `nqn`, within the lock's timeout.
     fn lock(&self, nqn: &Nqn) -> Result<VolumeLock> {
-        let deadline = Instant::now() + self.opts.step_timeout;
+        let deadline = Instant::now() + self.opts.lock_timeout;
         lock::lock(&subsystem_lock_key(nqn), Some(&self.lock_dir), deadline)
     }
 
