@@ -104,16 +104,18 @@ pub(super) fn mapped_devices(
 ) -> Result<Vec<Mapped>, Errno> {
     // A range gone before its file was looked at (unmapped, or split or merged by `munmap`
     // or `mprotect` of part of it) may leave its file mapped under another range: `maps` is
-    // read again. A process whose mappings keep changing under the walk is a gap (`EAGAIN`).
-    for _ in 0..MAPS_READS {
+    // read again. A process whose mappings still change after that (one starting, loading
+    // its libraries) has the ranges that went away passed over, the others counted.
+    let mut reads = 0;
+    loop {
+        reads += 1;
         let text = read_all(proc_fd, &format!("{pid}/maps"))?;
         let text = String::from_utf8_lossy(&text);
         let lines: Vec<MapsLine<'_>> = text.lines().filter_map(parse_line).collect();
-        if kinds.look_at_new(proc_fd, pid, &lines)? {
+        if kinds.look_at_new(proc_fd, pid, &lines)? || reads == MAPS_READS {
             return Ok(devices_of(&lines, kinds));
         }
     }
-    Err(Errno::AGAIN)
 }
 
 /// How many times [`mapped_devices`] reads a process's `maps` while ranges go away under it.
