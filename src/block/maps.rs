@@ -160,17 +160,27 @@ impl FileKinds {
         pid: u32,
         lines: &[MapsLine<'_>],
     ) -> Result<bool, Errno> {
-        let mut new: Vec<&MapsLine<'_>> = Vec::new();
-        for line in lines {
-            if self.get(line.file).is_none() && !new.iter().any(|n| n.file == line.file) {
-                new.push(line);
+        // Each new file with every range it is mapped at: one range gone (split, merged or
+        // unmapped under the walk) is not the file gone while another still maps it.
+        let mut new: Vec<Vec<&MapsLine<'_>>> = Vec::new();
+        for line in lines.iter().filter(|l| self.get(l.file).is_none()) {
+            match new.iter_mut().find(|n| n[0].file == line.file) {
+                Some(ranges) => ranges.push(line),
+                None => new.push(vec![line]),
             }
         }
-        let look = |some: &[&MapsLine<'_>]| -> Result<bool, Errno> {
+        let look = |some: &[Vec<&MapsLine<'_>>]| -> Result<bool, Errno> {
             let mut all = true;
-            for line in some {
-                match look_at(proc_fd.as_fd(), pid, line)? {
-                    Some(dev) => self.insert(line.file, dev),
+            for ranges in some {
+                let mut seen = None;
+                for line in ranges {
+                    seen = look_at(proc_fd.as_fd(), pid, line)?;
+                    if seen.is_some() {
+                        break;
+                    }
+                }
+                match seen {
+                    Some(dev) => self.insert(ranges[0].file, dev),
                     None => all = false,
                 }
             }
@@ -211,7 +221,7 @@ fn look_at(
     match super::processes::open_block_device(proc_fd, &link) {
         Ok(dev) => Ok(Some(dev)),
         Err(Errno::NOENT) => match rustix::fs::readlinkat(proc_fd, link.as_c_str(), Vec::new()) {
-            Ok(path) => by_path(proc_fd, &path, line.file).map(Some),
+            Ok(path) => by_path(proc_fd, pid, &path, line.file).map(Some),
             // The range went away since `maps` was read, the process still there.
             Err(Errno::NOENT) if still_there(proc_fd, pid) => Ok(None),
             Err(e) => Err(e),
@@ -220,16 +230,18 @@ fn look_at(
     }
 }
 
-/// What the file at `path` (as a `map_files/` link names it: in this process's root) is, if
-/// it is `file`; `ESTALE` if it is not, or cannot be looked at.
+/// What the file at `path` (as process `pid`'s `map_files/` link names it: in that
+/// process's root) is, if it is `file`; `ESTALE` if it is not, or cannot be looked at.
 fn by_path(
     proc_fd: BorrowedFd<'_>,
+    pid: u32,
     path: &std::ffi::CStr,
     file: FileKey,
 ) -> Result<Option<DevNum>, Errno> {
     use rustix::fs::{AtFlags, FileType, StatxFlags};
     let rel = path.to_bytes().strip_prefix(b"/").ok_or(Errno::STALE)?;
-    let mut at = b"self/root/".to_vec();
+    // The link names the file in the mapping process's root (a container's, say).
+    let mut at = format!("{pid}/root/").into_bytes();
     at.extend_from_slice(rel);
     let at = CString::new(at).map_err(|_| Errno::STALE)?;
     let st = rustix::fs::statx(
