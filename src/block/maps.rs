@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
 use rustix::fs::{Mode, OFlags};
@@ -102,21 +102,30 @@ pub(super) fn mapped_devices(
     pid: u32,
     kinds: &FileKinds,
 ) -> Result<Vec<Mapped>, Errno> {
-    let text = read_all(proc_fd, &format!("{pid}/maps"))?;
-    let text = String::from_utf8_lossy(&text);
+    // A range gone before its file was looked at (unmapped, or split or merged by `munmap`
+    // or `mprotect` of part of it) may leave its file mapped under another range: `maps` is
+    // read again. A process whose mappings still change after that (one starting, loading
+    // its libraries) has the ranges that went away passed over, the others counted.
+    let mut reads = 0;
+    loop {
+        reads += 1;
+        let text = read_all(proc_fd, &format!("{pid}/maps"))?;
+        let text = String::from_utf8_lossy(&text);
+        let lines: Vec<MapsLine<'_>> = text.lines().filter_map(parse_line).collect();
+        if kinds.look_at_new(proc_fd, pid, &lines)? || reads == MAPS_READS {
+            return Ok(devices_of(&lines, kinds));
+        }
+    }
+}
+
+/// How many times [`mapped_devices`] reads a process's `maps` while ranges go away under it.
+const MAPS_READS: usize = 3;
+
+/// The block devices `lines` map, each once, once `kinds` knows every file of them.
+fn devices_of(lines: &[MapsLine<'_>], kinds: &FileKinds) -> Vec<Mapped> {
     let mut found: Vec<Mapped> = Vec::new();
-    for line in text.lines().filter_map(parse_line) {
-        let dev = match kinds.get(line.file) {
-            Some(d) => d,
-            None => {
-                let link = CString::new(format!("{pid}/map_files/{}", line.range))
-                    .map_err(|_| Errno::INVAL)?;
-                let d = super::processes::open_block_device(proc_fd.as_fd(), &link)?;
-                kinds.insert(line.file, d);
-                d
-            }
-        };
-        let Some(dev) = dev else {
+    for line in lines {
+        let Some(Some(dev)) = kinds.get(line.file) else {
             continue;
         };
         match found.iter_mut().find(|m| m.dev == dev) {
@@ -127,7 +136,134 @@ pub(super) fn mapped_devices(
             }),
         }
     }
-    Ok(found)
+    found
+}
+
+/// Below this many files new to a walk in one process, they are looked at one after the
+/// other; from it on, by [`LOOKERS`] threads at once.
+const LOOK_ALONE_MAX: usize = 16;
+
+/// How many threads look at one process's new files at once. A look is a `statx` that waits
+/// on the file's filesystem (a round trip to the server on a network or 9p root), not on a
+/// CPU: a process that maps many files the walk has not met (a node's first JVM, say) costs
+/// a round trip per file one after the other, and a fraction of that side by side.
+const LOOKERS: usize = 8;
+
+impl FileKinds {
+    /// Looks at each file of `lines` the walk has not met yet, through `pid`'s
+    /// `map_files/` (one `statx` per file), and remembers what it is. `false` when a range
+    /// was gone before its file was looked at (`ENOENT`, the process still there); any other
+    /// error is the process's.
+    fn look_at_new(
+        &self,
+        proc_fd: &OwnedFd,
+        pid: u32,
+        lines: &[MapsLine<'_>],
+    ) -> Result<bool, Errno> {
+        // Each new file with every range it is mapped at: one range gone (split, merged or
+        // unmapped under the walk) is not the file gone while another still maps it.
+        let mut new: Vec<Vec<&MapsLine<'_>>> = Vec::new();
+        for line in lines.iter().filter(|l| self.get(l.file).is_none()) {
+            match new.iter_mut().find(|n| n[0].file == line.file) {
+                Some(ranges) => ranges.push(line),
+                None => new.push(vec![line]),
+            }
+        }
+        let look = |some: &[Vec<&MapsLine<'_>>]| -> Result<bool, Errno> {
+            let mut all = true;
+            for ranges in some {
+                let mut seen = None;
+                for line in ranges {
+                    seen = look_at(proc_fd.as_fd(), pid, line)?;
+                    if seen.is_some() {
+                        break;
+                    }
+                }
+                match seen {
+                    Some(dev) => self.insert(ranges[0].file, dev),
+                    None => all = false,
+                }
+            }
+            Ok(all)
+        };
+        if new.len() < LOOK_ALONE_MAX {
+            return look(&new);
+        }
+        std::thread::scope(|s| {
+            let shares: Vec<_> = new
+                .chunks(new.len().div_ceil(LOOKERS))
+                .map(|some| s.spawn(move || look(some)))
+                .collect();
+            // A thread that panicked may have looked at nothing: the process is a gap.
+            let mut all = true;
+            for t in shares {
+                all &= t.join().unwrap_or(Err(Errno::IO))?;
+            }
+            Ok(all)
+        })
+    }
+}
+
+/// What the file mapped at `range` in `pid` is (`Some(None)`: not a block device), or
+/// `None` when that range is gone.
+///
+/// `statx` through `map_files/` asks the file's filesystem, and a 9p root answers `ENOENT`
+/// for some files mapped from it (a process's own executable, seen in the lab's guest)
+/// while the mapping is there: then the file is looked at by the path the link names, and
+/// counts only if that path is the same file (device and inode as `maps` has them).
+/// Otherwise the process is a gap (`ESTALE`), never gone.
+fn look_at(
+    proc_fd: BorrowedFd<'_>,
+    pid: u32,
+    line: &MapsLine<'_>,
+) -> Result<Option<Option<DevNum>>, Errno> {
+    let link = CString::new(format!("{pid}/map_files/{}", line.range)).map_err(|_| Errno::INVAL)?;
+    match super::processes::open_block_device(proc_fd, &link) {
+        Ok(dev) => Ok(Some(dev)),
+        Err(Errno::NOENT) => match rustix::fs::readlinkat(proc_fd, link.as_c_str(), Vec::new()) {
+            Ok(path) => by_path(proc_fd, pid, &path, line.file).map(Some),
+            // The range went away since `maps` was read, the process still there.
+            Err(Errno::NOENT) if still_there(proc_fd, pid) => Ok(None),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// What the file at `path` (as process `pid`'s `map_files/` link names it: in that
+/// process's root) is, if it is `file`; `ESTALE` if it is not, or cannot be looked at.
+fn by_path(
+    proc_fd: BorrowedFd<'_>,
+    pid: u32,
+    path: &std::ffi::CStr,
+    file: FileKey,
+) -> Result<Option<DevNum>, Errno> {
+    use rustix::fs::{AtFlags, FileType, StatxFlags};
+    let rel = path.to_bytes().strip_prefix(b"/").ok_or(Errno::STALE)?;
+    // The link names the file in the mapping process's root (a container's, say).
+    let mut at = format!("{pid}/root/").into_bytes();
+    at.extend_from_slice(rel);
+    let at = CString::new(at).map_err(|_| Errno::STALE)?;
+    let st = rustix::fs::statx(
+        proc_fd,
+        at.as_c_str(),
+        AtFlags::STATX_DONT_SYNC,
+        StatxFlags::TYPE | StatxFlags::INO,
+    )
+    .map_err(|_| Errno::STALE)?;
+    if (st.stx_dev_major, st.stx_dev_minor, st.stx_ino) != file {
+        return Err(Errno::STALE);
+    }
+    let kind = FileType::from_raw_mode(st.stx_mode.into());
+    Ok((kind == FileType::BlockDevice).then_some(DevNum {
+        major: st.stx_rdev_major,
+        minor: st.stx_rdev_minor,
+    }))
+}
+
+/// Whether process `pid` still exists (its `/proc` directory is there).
+fn still_there(proc_fd: BorrowedFd<'_>, pid: u32) -> bool {
+    rustix::fs::statat(proc_fd, pid.to_string(), rustix::fs::AtFlags::empty()).is_ok()
 }
 
 /// The whole of a `/proc` file below `proc_fd` (a maps file has no size to ask for).

@@ -28,7 +28,8 @@ use lunkit_lab::nvmet::{PortConfig, Target as NvmetTarget};
 use lunkit_lab::sysfs;
 
 use super::{
-    Ctx, QUIET, TIMEOUT, ms, poll_every, rounds, say, seqnum, settle, unavailable, warm_cpu,
+    Ctx, QUIET, TIMEOUT, ms, poll_every, rounds, say, seqnum, settle, step_split, unavailable,
+    warm_cpu,
 };
 use crate::Result;
 use crate::bench::model::{Measurement, Run};
@@ -496,7 +497,9 @@ fn disconnect_once(ctx: &mut Ctx, ports: &[PortConfig], m: Disconnect) -> Result
                 run.wall_us = out.wall.as_micros() as u64;
                 run.lib_us = proc::json_u64(&out.stdout, "elapsed_us");
                 run.check_us = proc::json_step_us(&out.stdout, "check-in-use");
+                run.steps = proc::json_steps(&out.stdout).unwrap_or_default();
                 run.rss_kib = Some(out.rss_kib);
+                say(&step_split(&run));
             }
             Disconnect::Floor => {
                 let ctrls = controllers();
