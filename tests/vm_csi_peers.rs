@@ -169,7 +169,10 @@ impl Drop for Lab {
         if let Some(t) = self.nvmet.take() {
             // A follower's persistent discovery controller, when the test failed before
             // the unstage that deletes it.
-            for c in nvme_controllers().into_iter().chain(discovery_controllers()) {
+            for c in nvme_controllers()
+                .into_iter()
+                .chain(discovery_controllers())
+            {
                 let _ = fs::write(format!("/sys/class/nvme/{c}/delete_controller"), "1");
             }
             let _ = t.teardown();
@@ -571,9 +574,11 @@ fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
     // The plugin follows the service from its own thread: a bound on the wait, not a check
     // of how fast.
     let minute = Duration::from_secs(60);
-    support::wait::until_true("the plugin's persistent discovery controller", minute, || {
-        discovery_controllers().len() == 1
-    })
+    support::wait::until_true(
+        "the plugin's persistent discovery controller",
+        minute,
+        || discovery_controllers().len() == 1,
+    )
     .unwrap();
     let target = lab.nvmet.as_mut().unwrap();
     target
@@ -601,9 +606,11 @@ fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
     c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
     assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
     assert!(stage_records().is_empty(), "stage records left");
-    support::wait::until_true("the discovery controller gone with the volume", minute, || {
-        discovery_controllers().is_empty()
-    })
+    support::wait::until_true(
+        "the discovery controller gone with the volume",
+        minute,
+        || discovery_controllers().is_empty(),
+    )
     .unwrap();
     assert_eq!(
         nvme_controllers(),

@@ -157,12 +157,7 @@ fn manage(root: &Root, store: &Store, markers: &Path, rx: &mpsc::Receiver<()>) {
 /// Starts a follower for each key of `wanted` that has none, and stops (and waits for) each
 /// one `wanted` no longer has: its persistent discovery controller is deleted if the plugin
 /// made it.
-fn sync(
-    root: &Root,
-    markers: &Path,
-    running: &mut BTreeMap<Key, Running>,
-    wanted: &BTreeSet<Key>,
-) {
+fn sync(root: &Root, markers: &Path, running: &mut BTreeMap<Key, Running>, wanted: &BTreeSet<Key>) {
     let gone: Vec<Key> = running
         .keys()
         .filter(|k| !wanted.contains(k))
@@ -246,7 +241,10 @@ fn start(root: &Root, key: &Key, marker: &Path) -> lunkit::Result<Follower> {
         if let Err(e) = written {
             log::note(
                 Level::Warn,
-                &format!("{}: {e}: a restart will leave its controller", marker.display()),
+                &format!(
+                    "{}: {e}: a restart will leave its controller",
+                    marker.display()
+                ),
             );
         }
     } else if marker.exists() {
@@ -408,7 +406,10 @@ mod tests {
             host_id: None,
         };
         assert_eq!(k(None).marker(), k(None).marker());
-        assert_ne!(k(None).marker(), k(Some("nqn.2014-08.org.example:h")).marker());
+        assert_ne!(
+            k(None).marker(),
+            k(Some("nqn.2014-08.org.example:h")).marker()
+        );
         assert!(k(None).marker().starts_with("discovery-"));
         assert_eq!(k(None).marker().len(), "discovery-".len() + 16);
     }

@@ -217,7 +217,12 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
         ) => {
             // A record written before hosts were recorded has none: it says nothing of them.
             let hosts = (ha.is_none() && ia.is_none()) || (ha == hb && ia == ib);
-            a == b && pa == pb && da == db && ua == ub && wa == wb && hosts
+            a == b
+                && pa == pb
+                && da == db
+                && ua == ub
+                && wa == wb
+                && hosts
                 && (nb.is_none() || na == nb)
         }
         // The portals discovery found are what the array advertised then, not what the

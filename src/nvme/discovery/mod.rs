@@ -186,10 +186,12 @@ fn discover_with(root: &Root, opts: &DiscoverOptions, via: Option<&str>) -> Resu
             continue;
         }
         let result = match (services.is_empty(), via) {
-            (true, Some(controller)) => read_log(root, controller, deadline).map(|log| ServiceLog {
-                controller: controller.to_owned(),
-                log,
-            }),
+            (true, Some(controller)) => {
+                read_log(root, controller, deadline).map(|log| ServiceLog {
+                    controller: controller.to_owned(),
+                    log,
+                })
+            }
             _ => ask(root, &host, traddr, trsvcid, deadline),
         };
         let result = match result {

@@ -501,7 +501,10 @@ pub fn write(root: &Root, options: &str, describe: &str, deadline: Instant) -> R
     let options = options.to_owned();
     let handoff = Arc::new(Mutex::new(Handoff::Waiting));
     let helper_side = Arc::clone(&handoff);
-    let late = (root.clone(), option_value(&options, "nqn").map(str::to_owned));
+    let late = (
+        root.clone(),
+        option_value(&options, "nqn").map(str::to_owned),
+    );
     let text = helper::bounded(subject, deadline, &what, move || {
         file.write(options.as_bytes())
             .map_err(|e| Error::io(&path, e))

@@ -275,7 +275,10 @@ fn an_option_is_read_back_by_its_whole_name() {
     let s = "transport=tcp,traddr=192.0.2.1,trsvcid=4420,nqn=nqn.2014-08.org.example:a,\
              hostnqn=nqn.2014-08.org.example:h";
     assert_eq!(option_value(s, "nqn"), Some("nqn.2014-08.org.example:a"));
-    assert_eq!(option_value(s, "hostnqn"), Some("nqn.2014-08.org.example:h"));
+    assert_eq!(
+        option_value(s, "hostnqn"),
+        Some("nqn.2014-08.org.example:h")
+    );
     assert_eq!(option_value(s, "traddr"), Some("192.0.2.1"));
     assert_eq!(option_value(s, "host"), None);
     assert_eq!(option_value("duplicate_connect", "duplicate_connect"), None);

@@ -144,8 +144,8 @@ impl Wait<'_> {
             return Ok(());
         }
         let mut failed = connects.portals.iter().filter_map(|p| p.failure).peekable();
-        let refused = failed.peek().is_some()
-            && failed.all(|k| k == crate::ErrorKind::PermissionDenied);
+        let refused =
+            failed.peek().is_some() && failed.all(|k| k == crate::ErrorKind::PermissionDenied);
         if have == 0 && refused {
             return Err(Error::Refused {
                 what: format!("{}{}", self.spec, connects.describe()),

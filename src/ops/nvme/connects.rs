@@ -83,9 +83,8 @@ pub(super) fn connect(
         (portals, (Vec::new(), Vec::new()))
     } else {
         std::thread::scope(|s| {
-            let asking = s.spawn(|| {
-                discover_all(root, nqn, &opts.discover, host, discovery_deadline)
-            });
+            let asking =
+                s.spawn(|| discover_all(root, nqn, &opts.discover, host, discovery_deadline));
             let portals = connect_all(root, nqn, &given, host, opts, deadline);
             let found = asking
                 .join()

@@ -42,8 +42,8 @@ use crate::nvme::discovery::{
     DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover_via, tls_refusal,
 };
 use crate::nvme::fabrics::{ConnectOptions, Host};
-use crate::ops::lock::{self, VolumeLock};
 use crate::nvme::sysfs::{self as sysnvme, CtrlState, NvmeController};
+use crate::ops::lock::{self, VolumeLock};
 use crate::root::Root;
 use crate::uevent::{Action, Monitor, Received, Uevent};
 
