@@ -18,6 +18,7 @@ mod overlay;
 mod paths;
 mod process;
 mod provision;
+mod split;
 mod testrun;
 mod vm;
 mod vmtests;
