@@ -562,7 +562,7 @@ pub fn run_suite(lab: &Lab, name: &str, lunkit: &Path, tests: &[VmTest]) -> Suit
                 let o = Outcome::not_run(&t.key, why.clone(), name, boot_no);
                 results.insert(t.key.clone(), o);
             }
-            print_console_tail(lab);
+            print_console_tail(lab, name);
             break;
         }
     }
@@ -659,20 +659,20 @@ fn boot_once(
 }
 
 /// Why a guest ran nothing, from a diagnostic boot's console (its tests stay failed).
-fn print_console_tail(lab: &Lab) {
+fn print_console_tail(lab: &Lab, name: &str) {
     eprintln!(
-        "xtask: booting {} once more with its console shown, to say why (a diagnosis, not a \
-         retry)",
+        "xtask: [{name}] booting {} once more with its console shown, to say why (a \
+         diagnosis, not a retry)",
         lab.kernel_version
     );
     match crate::vm::console_tail(lab, 40) {
         Ok((status, lines)) => {
-            eprintln!("xtask: the diagnostic guest {status}; its console's last lines:");
+            eprintln!("xtask: [{name}] the diagnostic guest {status}; its console's last lines:");
             for l in lines {
-                eprintln!("  | {l}");
+                eprintln!("[{name}]   | {l}");
             }
         }
-        Err(e) => eprintln!("xtask: the diagnostic boot failed too: {e}"),
+        Err(e) => eprintln!("xtask: [{name}] the diagnostic boot failed too: {e}"),
     }
 }
 
