@@ -18,6 +18,7 @@ mod overlay;
 mod paths;
 mod process;
 mod provision;
+mod split;
 mod testrun;
 mod vm;
 mod vmtests;
@@ -34,7 +35,9 @@ usage: cargo xtask <command>
                           VM tests (names containing FILTER, or a part of it
                           split at |), each alone with a checked lab reset
                           between them, a fresh boot when the reset cannot
-                          clean; --host-only: stop before the VM;
+                          clean, in two guests side by side for the default
+                          kernel (LUNKIT_VM_GUESTS=1: one); --host-only: stop
+                          before the VM;
                           --repeat N: VM tests only, N times from fresh boots, with
                           a flake report
   lab [-- CMD...]         boot the iSCSI multipath lab, show `lunkit list`, run CMD there

@@ -1,8 +1,10 @@
 //! Running programs from xtask: status with a clear error, tee of stdout, and a deadline that
 //! kills the whole process group (vng -> virtme-run -> qemu).
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,7 +52,7 @@ pub fn run_tee(cmd: &mut Command, timeout: Option<Duration>) -> Result<(ExitStat
 }
 
 /// How [`tee`] runs a command.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct TeeOptions {
     /// Kill the command's process group after this long.
     pub timeout: Option<Duration>,
@@ -59,6 +61,11 @@ pub struct TeeOptions {
     /// Forward stderr to our stdout and keep its lines too, in arrival order with stdout's
     /// (a test's panic message is on stderr); otherwise stderr goes to our stderr unkept.
     pub merge_stderr: bool,
+    /// Put before every forwarded line (not the kept ones), to tell apart the output of
+    /// commands that run side by side.
+    pub prefix: Option<String>,
+    /// Append every line of both streams (unprefixed) to this file too.
+    pub log: Option<PathBuf>,
 }
 
 /// What [`tee`] saw.
@@ -83,6 +90,16 @@ pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
     if limited {
         cmd.process_group(0);
     }
+    let log = match &opts.log {
+        Some(path) => Some(Arc::new(Mutex::new(
+            File::options()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?,
+        ))),
+        None => None,
+    };
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", describe(cmd)))?;
@@ -91,30 +108,22 @@ pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
     let last_output_ms = Arc::new(AtomicU64::new(0));
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let mut readers = vec![forward_lines(
-        stdout,
-        Sink::Stdout,
-        Some(Arc::clone(&lines)),
+    let forward = |sink, keep| Forward {
+        sink,
+        keep,
+        prefix: opts.prefix.clone(),
+        log: log.clone(),
         start,
-        Arc::clone(&last_output_ms),
-    )];
-    readers.push(if opts.merge_stderr {
-        forward_lines(
-            stderr,
-            Sink::Stdout,
-            Some(Arc::clone(&lines)),
-            start,
-            Arc::clone(&last_output_ms),
-        )
-    } else {
-        forward_lines(
-            stderr,
-            Sink::Stderr,
-            None,
-            start,
-            Arc::clone(&last_output_ms),
-        )
-    });
+        last_output_ms: Arc::clone(&last_output_ms),
+    };
+    let readers = [
+        forward(Sink::Stdout, Some(Arc::clone(&lines))).spawn(stdout),
+        if opts.merge_stderr {
+            forward(Sink::Stdout, Some(Arc::clone(&lines))).spawn(stderr)
+        } else {
+            forward(Sink::Stderr, None).spawn(stderr)
+        },
+    ];
     let mut killed = None;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -171,47 +180,55 @@ enum Sink {
     Stderr,
 }
 
-/// Copies `pipe` line by line to `sink` (flushed per line, so the log is live), keeps the
-/// lines in `keep`, and notes when the last one came.
-fn forward_lines(
-    pipe: impl Read + Send + 'static,
+/// Where one of a command's streams goes, line by line.
+struct Forward {
     sink: Sink,
+    /// Keeps the lines (unprefixed), for the caller.
     keep: Option<Arc<Mutex<Vec<String>>>>,
+    prefix: Option<String>,
+    log: Option<Arc<Mutex<File>>>,
     start: Instant,
+    /// When the last line came, in ms since `start`.
     last_output_ms: Arc<AtomicU64>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(pipe);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-            last_output_ms.store(ms, Ordering::Relaxed);
-            let line = String::from_utf8_lossy(&buf);
-            let line = line.trim_end_matches(['\n', '\r']);
-            match sink {
-                Sink::Stdout => {
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{line}");
-                    let _ = out.flush();
+}
+
+impl Forward {
+    /// Copies `pipe` line by line to the sink (flushed per line, so the log is live) and the
+    /// log file, and keeps the lines.
+    fn spawn(self, pipe: impl Read + Send + 'static) -> JoinHandle<()> {
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(pipe);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
                 }
-                Sink::Stderr => {
-                    let mut err = std::io::stderr().lock();
-                    let _ = writeln!(err, "{line}");
-                    let _ = err.flush();
-                }
+                let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                self.last_output_ms.store(ms, Ordering::Relaxed);
+                let line = String::from_utf8_lossy(&buf);
+                self.line(line.trim_end_matches(['\n', '\r']));
             }
-            if let Some(keep) = &keep {
-                keep.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(line.to_owned());
-            }
+        })
+    }
+
+    fn line(&self, line: &str) {
+        let prefix = self.prefix.as_deref().unwrap_or_default();
+        // A failed write to our own output or the log must not stop the forwarding.
+        let _ = match self.sink {
+            Sink::Stdout => writeln!(std::io::stdout().lock(), "{prefix}{line}"),
+            Sink::Stderr => writeln!(std::io::stderr().lock(), "{prefix}{line}"),
+        };
+        if let Some(log) = &self.log {
+            let _ = writeln!(log.lock().unwrap_or_else(|e| e.into_inner()), "{line}");
         }
-    })
+        if let Some(keep) = &self.keep {
+            keep.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(line.to_owned());
+        }
+    }
 }
 
 /// The command line, for error messages.

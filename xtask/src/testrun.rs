@@ -157,8 +157,8 @@ fn run_one(lunkit: &Path, test: &VmTest) -> Result<(), String> {
         &mut cmd,
         &TeeOptions {
             timeout: Some(TEST_LIMIT),
-            idle_timeout: None,
             merge_stderr: true,
+            ..TeeOptions::default()
         },
     )
     .map_err(|e| e.to_string())?;

@@ -22,6 +22,11 @@ pub struct Boot {
     pub kernel_args: Vec<String>,
     /// A QEMU human monitor on this Unix socket, for [`crate::jit`] to read the code cache.
     pub monitor: Option<PathBuf>,
+    /// The guest's name, put before each line it prints: several guests run side by side
+    /// ([`crate::vmtests::run_suites`]).
+    pub name: Option<String>,
+    /// Append everything the guest prints (both streams) to this file too.
+    pub log: Option<PathBuf>,
 }
 
 impl Boot {
@@ -76,8 +81,10 @@ impl Boot {
         // vng joins several words with shlex (each stays one argument in the guest) and runs
         // a single word as a shell command line, like `sh -c`.
         vng.arg("--").args(argv);
+        let prefix = self.name.as_ref().map(|n| format!("[{n}] "));
         eprintln!(
-            "xtask: booting {} under TCG (about 15-20 s)",
+            "xtask: {}booting {} under TCG (about 15-20 s)",
+            prefix.as_deref().unwrap_or_default(),
             lab.kernel_version
         );
         let start = Instant::now();
@@ -87,10 +94,13 @@ impl Boot {
                 timeout: self.timeout,
                 idle_timeout: self.idle_timeout,
                 merge_stderr: false,
+                prefix: prefix.clone(),
+                log: self.log.clone(),
             },
         );
         eprintln!(
-            "xtask: guest finished after {:.1} s",
+            "xtask: {}guest finished after {:.1} s",
+            prefix.as_deref().unwrap_or_default(),
             start.elapsed().as_secs_f64()
         );
         out

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::provision::{self, Lab};
 use crate::vm::Boot;
-use crate::{Result, host, paths};
+use crate::{Result, host, paths, split};
 
 /// How long one VM test may run in the guest before it is killed and counted as failed. The
 /// longest test (vm_detach's cycles, then fifty of them) took 935 s on a 2-core machine shared
@@ -234,13 +234,27 @@ pub struct Outcome {
     pub status: Option<Status>,
     pub secs: Option<f64>,
     pub reason: Option<String>,
-    /// Which boot of the run it ran in (1-based).
+    /// The guest it ran in ([`run_suites`] names them).
+    pub guest: String,
+    /// Which boot of its guest it ran in (1-based).
     pub boot: usize,
 }
 
 impl Outcome {
     pub fn passed(&self) -> bool {
         self.status == Some(Status::Passed)
+    }
+
+    /// A test with no result, and why.
+    fn not_run(key: &str, reason: String, guest: &str, boot: usize) -> Outcome {
+        Outcome {
+            key: key.to_owned(),
+            status: None,
+            secs: None,
+            reason: Some(reason),
+            guest: guest.to_owned(),
+            boot,
+        }
     }
 
     fn label(&self) -> &'static str {
@@ -253,6 +267,20 @@ impl Outcome {
     }
 }
 
+/// One guest's share of a run.
+#[derive(Debug, Clone)]
+pub struct GuestSummary {
+    pub name: String,
+    pub tests: usize,
+    pub failed: usize,
+    /// The sum of its tests' durations.
+    pub test_secs: f64,
+    pub boots: usize,
+    pub wall: Duration,
+    /// Everything it printed, every boot.
+    pub log: PathBuf,
+}
+
 /// One run of a set of VM tests, over as many boots as it took.
 #[derive(Debug, Default)]
 pub struct SuiteRun {
@@ -263,6 +291,8 @@ pub struct SuiteRun {
     pub uptimes: Vec<f64>,
     /// Check + reset after each test.
     pub lab_secs: Vec<f64>,
+    /// Per guest, in the order they were started.
+    pub guests: Vec<GuestSummary>,
     pub wall: Duration,
 }
 
@@ -272,12 +302,40 @@ impl SuiteRun {
         (passed, self.outcomes.len() - passed)
     }
 
-    /// The per-test table and the timing line.
+    /// A guest's tests, none run, and why (its kernel could not be installed, its thread
+    /// panicked).
+    fn not_run(guest: &str, tests: &[VmTest], why: &str) -> SuiteRun {
+        eprintln!(
+            "xtask: [{guest}] none of its {} tests run: {why}",
+            tests.len()
+        );
+        let outcomes: Vec<Outcome> = tests
+            .iter()
+            .map(|t| Outcome::not_run(&t.key, format!("not run: {why}"), guest, 0))
+            .collect();
+        SuiteRun {
+            guests: vec![GuestSummary {
+                name: guest.to_owned(),
+                tests: tests.len(),
+                failed: tests.len(),
+                test_secs: 0.0,
+                boots: 0,
+                wall: Duration::ZERO,
+                log: guest_log(guest),
+            }],
+            outcomes,
+            ..SuiteRun::default()
+        }
+    }
+
+    /// The per-test table, the timing line and each guest's share.
     pub fn print(&self) {
         println!(
-            "xtask test: VM test results ({} boot{}, {}):",
+            "xtask test: VM test results ({} boot{} in {} guest{}, {}):",
             self.boots,
             if self.boots == 1 { "" } else { "s" },
+            self.guests.len(),
+            if self.guests.len() == 1 { "" } else { "s" },
             minutes(self.wall)
         );
         for o in &self.outcomes {
@@ -291,8 +349,9 @@ impl SuiteRun {
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default();
             println!(
-                "  {:<8} {secs:>8}  boot {}  {}{reason}",
+                "  {:<8} {secs:>8}  {} boot {}  {}{reason}",
                 o.label(),
+                o.guest,
                 o.boot,
                 o.key
             );
@@ -304,6 +363,26 @@ impl SuiteRun {
                 self.lab_secs.len(),
                 median(&self.uptimes).unwrap_or(0.0),
                 self.uptimes.len()
+            );
+        }
+        for g in &self.guests {
+            let failed = if g.failed == 0 {
+                String::new()
+            } else {
+                format!(
+                    ", {} failed: their output is in {} (from `{MARK} START <test>`)",
+                    g.failed,
+                    g.log.display()
+                )
+            };
+            println!(
+                "xtask test: guest {}: {} tests in {} boot{}, their sum {:.0} s, wall {}{failed}",
+                g.name,
+                g.tests,
+                g.boots,
+                if g.boots == 1 { "" } else { "s" },
+                g.test_secs,
+                minutes(g.wall)
             );
         }
     }
@@ -337,176 +416,153 @@ fn cpus_for(version: &str) -> u8 {
         .map_or(provision::DEFAULT_CPUS, |&(_, _, c)| c)
 }
 
-/// [`run_suite`] once per kernel the tests ask for, the kernels side by side: the default
-/// kernel's tests on this thread, each other kernel's (installed first when missing) in
-/// boots of its own on a thread of its own. One result, with the boots numbered across,
-/// the default kernel's first.
-///
-/// Side by side because the other kernels' groups are small (the 6.12 group is four tests
-/// on one vCPU): after the default group they added a kernel install and a boot, about a
-/// minute and a half of CI, to a run that must stay under 45 minutes. Each guest has its
-/// own overlays and `/tmp`; the host's two cores are shared for that minute.
-pub fn run_suites(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun> {
-    let start = Instant::now();
+/// Every guest a run boots: the default kernel's tests split over [`split::guests`] guests
+/// balanced by cost ([`split::partition`]), each other kernel's tests in a guest of their
+/// own. As `(kernel, guest name, tests)`, `None` for the default kernel.
+fn plan_guests(
+    lab: &Lab,
+    tests: &[VmTest],
+    guests: usize,
+    costs: &split::Costs,
+) -> Vec<(Option<&'static str>, String, Vec<VmTest>)> {
     let mut kernels: Vec<Option<&str>> = tests.iter().map(kernel_for).collect();
     kernels.sort();
     kernels.dedup();
-    let group = |kernel: Option<&str>| -> Vec<VmTest> {
-        tests
+    let mut plans = Vec::new();
+    for kernel in kernels {
+        let group: Vec<VmTest> = tests
             .iter()
             .filter(|t| kernel_for(t) == kernel)
             .cloned()
-            .collect()
-    };
-    let runs: Vec<Result<SuiteRun>> = std::thread::scope(|s| {
-        let others: Vec<_> = kernels
+            .collect();
+        let Some(version) = kernel else {
+            let parts = split::partition(&group, costs, guests, split::TOGETHER);
+            let many = parts.len() > 1;
+            for (i, part) in parts.into_iter().enumerate() {
+                let name = if many {
+                    format!("{}:{}", lab.kernel_version, char::from(b'a' + i as u8))
+                } else {
+                    lab.kernel_version.clone()
+                };
+                plans.push((None, name, part));
+            }
+            continue;
+        };
+        plans.push((Some(version), version.to_owned(), group));
+    }
+    plans
+}
+
+/// Runs `tests` in guests side by side ([`plan_guests`]): the default kernel's split over
+/// [`split::guests`] guests (`LUNKIT_VM_GUESTS`, 2 unless set), each other kernel's
+/// (installed first when missing) in a guest of its own. Each guest runs its share as
+/// [`run_suite`] does, one test at a time with the checked lab reset between them; one
+/// result, the outcomes in the given order, each naming its guest.
+///
+/// Side by side because one TCG guest kept only about 1.2 of CI's 2 cores busy: its tests
+/// wait on the kernel, udev and multipathd. Each guest has its own overlays, `/tmp`, lab
+/// baseline, plan file and log; a guest that dies fails only its own remaining tests. The
+/// other kernels' groups are small (the 6.12 group is four tests on one vCPU).
+pub fn run_suites(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun> {
+    let start = Instant::now();
+    let costs = split::Costs::load();
+    let plans = plan_guests(lab, tests, split::guests()?, &costs);
+    for (_, name, tests) in &plans {
+        eprintln!(
+            "xtask: guest {name}: {} VM test{}, about {:.0} s by earlier runs",
+            tests.len(),
+            if tests.len() == 1 { "" } else { "s" },
+            split::total(tests, &costs)
+        );
+    }
+    let runs: Vec<SuiteRun> = std::thread::scope(|s| {
+        let threads: Vec<_> = plans
             .iter()
-            .flatten()
-            .map(|&v| {
-                let tests = group(Some(v));
+            .map(|(kernel, name, tests)| {
                 s.spawn(move || {
-                    run_suite(
-                        &provision::with_kernel(lab, v, cpus_for(v))?,
-                        lunkit,
-                        &tests,
-                    )
+                    let lab = match kernel {
+                        Some(v) => provision::with_kernel(lab, v, cpus_for(v)),
+                        None => Ok(lab.clone()),
+                    };
+                    match lab {
+                        Ok(lab) => run_suite(&lab, name, lunkit, tests),
+                        Err(e) => SuiteRun::not_run(name, tests, &e.to_string()),
+                    }
                 })
             })
             .collect();
-        let mut runs = Vec::new();
-        if kernels.contains(&None) {
-            runs.push(run_suite(lab, lunkit, &group(None)));
-        }
-        for t in others {
-            runs.push(
-                t.join()
-                    .unwrap_or_else(|_| Err("a kernel's test thread panicked".into())),
-            );
-        }
-        runs
+        threads
+            .into_iter()
+            .zip(&plans)
+            .map(|(t, (_, name, tests))| {
+                t.join().unwrap_or_else(|_| {
+                    SuiteRun::not_run(name, tests, "the thread running this guest panicked")
+                })
+            })
+            .collect()
     });
     let mut all = SuiteRun::default();
     for run in runs {
-        let run = run?;
-        all.outcomes
-            .extend(run.outcomes.into_iter().map(|o| Outcome {
-                boot: o.boot + all.boots,
-                ..o
-            }));
+        all.outcomes.extend(run.outcomes);
         all.boots += run.boots;
         all.uptimes.extend(run.uptimes);
         all.lab_secs.extend(run.lab_secs);
+        all.guests.extend(run.guests);
     }
     let order = |o: &Outcome| tests.iter().position(|t| t.key == o.key);
     all.outcomes.sort_by_key(order);
     all.wall = start.elapsed();
+    match split::record(&all.outcomes) {
+        Ok(file) => eprintln!(
+            "xtask: the passed tests' durations are in {}",
+            file.display()
+        ),
+        Err(e) => eprintln!("xtask: the tests' durations were not recorded: {e}"),
+    }
     Ok(all)
 }
 
-/// Runs `tests`, each alone, with a checked lab reset between them; a guest whose lab cannot
-/// be reset stops, and a fresh one runs the rest.
-pub fn run_suite(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun> {
+/// Where guest `name`'s output goes, every boot of a run.
+fn guest_log(name: &str) -> PathBuf {
+    paths::target_dir()
+        .join("xtask-vm")
+        .join(format!("guest-{name}.log"))
+}
+
+/// Runs `tests` in guest `name`, each alone, with a checked lab reset between them; a guest
+/// whose lab cannot be reset stops, and a fresh one runs the rest. A guest that cannot boot,
+/// or runs no test, fails the tests it has left.
+pub fn run_suite(lab: &Lab, name: &str, lunkit: &Path, tests: &[VmTest]) -> SuiteRun {
     let start = Instant::now();
     let mut run = SuiteRun::default();
     let mut results: BTreeMap<String, Outcome> = BTreeMap::new();
     let mut remaining: Vec<VmTest> = tests.to_vec();
-    let plan_dir = paths::target_dir().join("xtask-vm");
-    std::fs::create_dir_all(&plan_dir)?;
+    let log = guest_log(name);
+    // One log per run: each boot appends.
+    let _ = std::fs::remove_file(&log);
     while !remaining.is_empty() {
         run.boots += 1;
         let boot_no = run.boots;
-        // Per kernel too: the kernels' guests run side by side ([`run_suites`]).
-        let plan = plan_dir.join(format!(
-            "plan-{}-{}-{boot_no}.txt",
-            std::process::id(),
-            lab.kernel_version
-        ));
-        std::fs::write(&plan, VmTest::plan(&remaining))
-            .map_err(|e| format!("cannot write {}: {e}", plan.display()))?;
-        eprintln!(
-            "xtask: boot {boot_no} of {}: {} VM test{} to run",
-            lab.kernel_version,
-            remaining.len(),
-            if remaining.len() == 1 { "" } else { "s" }
-        );
-        let boot = Boot {
-            timeout: Some(boot_limit(remaining.len())),
-            idle_timeout: Some(TEST_LIMIT + Duration::from_secs(300)),
-            ..Boot::default()
+        let end = match boot_once(lab, name, lunkit, &remaining, boot_no, &mut run) {
+            Ok((end, outcomes)) => {
+                results.extend(outcomes.into_iter().map(|o| (o.key.clone(), o)));
+                end
+            }
+            Err(e) => format!("could not be run: {e}"),
         };
-        let argv = host::guest_argv(&[
-            "run-tests",
-            &lunkit.to_string_lossy(),
-            &plan.to_string_lossy(),
-        ])?;
-        let tee = boot.run_tee(lab, &argv)?;
-        let _ = std::fs::remove_file(&plan);
-        let guest_end = tee.killed.clone().unwrap_or_else(|| {
-            tee.status
-                .map_or_else(|| "was not reaped".to_owned(), |s| format!("exited ({s})"))
-        });
-        let mut started = None;
-        let mut ran = 0;
-        for line in tee.lines.iter().filter_map(|l| Line::parse(l)) {
-            match line {
-                Line::Booted { uptime } => run.uptimes.push(uptime),
-                Line::Start { key } => started = Some(key),
-                Line::Result { key, status, secs } => {
-                    started = None;
-                    ran += 1;
-                    results.insert(
-                        key.clone(),
-                        Outcome {
-                            key,
-                            status: Some(status),
-                            secs: Some(secs),
-                            reason: None,
-                            boot: boot_no,
-                        },
-                    );
-                }
-                Line::Reason { key, text } => {
-                    if let Some(o) = results.get_mut(&key) {
-                        o.reason = Some(text);
-                    }
-                }
-                Line::Lab { secs, .. } => run.lab_secs.push(secs),
-                Line::Stop { why } => eprintln!("xtask: boot {boot_no} stopped early: {why}"),
-            }
-        }
-        // A test the guest died in counts as failed and is not run again.
-        if let Some(key) = started {
-            ran += 1;
-            results.insert(
-                key.clone(),
-                Outcome {
-                    key,
-                    status: Some(Status::Failed),
-                    secs: None,
-                    reason: Some(format!("the guest ended during the test: it {guest_end}")),
-                    boot: boot_no,
-                },
-            );
-        }
+        let before = remaining.len();
         remaining.retain(|t| !results.contains_key(&t.key));
-        if ran == 0 && !remaining.is_empty() {
-            for t in &remaining {
-                results.insert(
-                    t.key.clone(),
-                    Outcome {
-                        key: t.key.clone(),
-                        status: None,
-                        secs: None,
-                        reason: Some(format!("not run: the guest ran no test and {guest_end}")),
-                        boot: boot_no,
-                    },
-                );
-            }
+        if remaining.len() == before {
             eprintln!(
-                "xtask: boot {boot_no} ran none of its {} tests (the guest {guest_end}); giving up",
-                remaining.len()
+                "xtask: [{name}] boot {boot_no} ran none of its {before} tests (the guest \
+                 {end}); giving up"
             );
-            print_console_tail(lab);
+            let why = format!("not run: guest {name} ran no test and {end}");
+            for t in &remaining {
+                let o = Outcome::not_run(&t.key, why.clone(), name, boot_no);
+                results.insert(t.key.clone(), o);
+            }
+            print_console_tail(lab, name);
             break;
         }
     }
@@ -515,24 +571,108 @@ pub fn run_suite(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun>
         .filter_map(|t| results.remove(&t.key))
         .collect();
     run.wall = start.elapsed();
-    Ok(run)
+    run.guests.push(GuestSummary {
+        name: name.to_owned(),
+        tests: tests.len(),
+        failed: run.outcomes.iter().filter(|o| !o.passed()).count(),
+        test_secs: run.outcomes.iter().filter_map(|o| o.secs).sum(),
+        boots: run.boots,
+        wall: run.wall,
+        log,
+    });
+    run
+}
+
+/// One boot of guest `name` running `remaining`: how the guest ended, and the outcomes of
+/// the tests it ran (the one it died in counted as failed: it is not run again).
+fn boot_once(
+    lab: &Lab,
+    name: &str,
+    lunkit: &Path,
+    remaining: &[VmTest],
+    boot_no: usize,
+    run: &mut SuiteRun,
+) -> Result<(String, Vec<Outcome>)> {
+    let plan_dir = paths::target_dir().join("xtask-vm");
+    std::fs::create_dir_all(&plan_dir)?;
+    // Per guest: several run side by side ([`run_suites`]).
+    let plan = plan_dir.join(format!("plan-{}-{name}-{boot_no}.txt", std::process::id()));
+    std::fs::write(&plan, VmTest::plan(remaining))
+        .map_err(|e| format!("cannot write {}: {e}", plan.display()))?;
+    eprintln!(
+        "xtask: [{name}] boot {boot_no} of {}: {} VM test{} to run",
+        lab.kernel_version,
+        remaining.len(),
+        if remaining.len() == 1 { "" } else { "s" }
+    );
+    let boot = Boot {
+        timeout: Some(boot_limit(remaining.len())),
+        idle_timeout: Some(TEST_LIMIT + Duration::from_secs(300)),
+        name: Some(name.to_owned()),
+        log: Some(guest_log(name)),
+        ..Boot::default()
+    };
+    let argv = host::guest_argv(&[
+        "run-tests",
+        &lunkit.to_string_lossy(),
+        &plan.to_string_lossy(),
+    ])?;
+    let tee = boot.run_tee(lab, &argv);
+    let _ = std::fs::remove_file(&plan);
+    let tee = tee?;
+    let end = tee.killed.clone().unwrap_or_else(|| {
+        tee.status
+            .map_or_else(|| "was not reaped".to_owned(), |s| format!("exited ({s})"))
+    });
+    let outcome = |key: String, status, secs, reason| Outcome {
+        key,
+        status,
+        secs,
+        reason,
+        guest: name.to_owned(),
+        boot: boot_no,
+    };
+    let mut started = None;
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for line in tee.lines.iter().filter_map(|l| Line::parse(l)) {
+        match line {
+            Line::Booted { uptime } => run.uptimes.push(uptime),
+            Line::Start { key } => started = Some(key),
+            Line::Result { key, status, secs } => {
+                started = None;
+                outcomes.push(outcome(key, Some(status), Some(secs), None));
+            }
+            Line::Reason { key, text } => {
+                if let Some(o) = outcomes.iter_mut().find(|o| o.key == key) {
+                    o.reason = Some(text);
+                }
+            }
+            Line::Lab { secs, .. } => run.lab_secs.push(secs),
+            Line::Stop { why } => eprintln!("xtask: [{name}] boot {boot_no} stopped early: {why}"),
+        }
+    }
+    if let Some(key) = started {
+        let why = format!("guest {name} ended during the test: it {end}");
+        outcomes.push(outcome(key, Some(Status::Failed), None, Some(why)));
+    }
+    Ok((end, outcomes))
 }
 
 /// Why a guest ran nothing, from a diagnostic boot's console (its tests stay failed).
-fn print_console_tail(lab: &Lab) {
+fn print_console_tail(lab: &Lab, name: &str) {
     eprintln!(
-        "xtask: booting {} once more with its console shown, to say why (a diagnosis, not a \
-         retry)",
+        "xtask: [{name}] booting {} once more with its console shown, to say why (a \
+         diagnosis, not a retry)",
         lab.kernel_version
     );
     match crate::vm::console_tail(lab, 40) {
         Ok((status, lines)) => {
-            eprintln!("xtask: the diagnostic guest {status}; its console's last lines:");
+            eprintln!("xtask: [{name}] the diagnostic guest {status}; its console's last lines:");
             for l in lines {
-                eprintln!("  | {l}");
+                eprintln!("[{name}]   | {l}");
             }
         }
-        Err(e) => eprintln!("xtask: the diagnostic boot failed too: {e}"),
+        Err(e) => eprintln!("xtask: [{name}] the diagnostic boot failed too: {e}"),
     }
 }
 

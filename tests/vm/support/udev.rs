@@ -38,9 +38,13 @@ pub fn settle(timeout: Duration) -> Result<()> {
 /// takes that file as "udevd runs", so a stale one is removed.
 pub fn stop() -> Result<()> {
     cmd::run_ignoring_failure("udevadm", &["control", "--exit"]);
-    wait::until_true("udevd to exit", Duration::from_secs(30), || {
-        !cmd::process_running("systemd-udevd")
-    })?;
+    let gone = || !cmd::process_running("systemd-udevd");
+    // `--exit` lets udevd finish its queue first, which a guest sharing a busy host's cores
+    // can take past half a minute: then it is told with a signal.
+    if wait::until_true("udevd to exit", Duration::from_secs(30), gone).is_err() {
+        cmd::run_ignoring_failure("pkill", &["-TERM", "-x", "systemd-udevd"]);
+        wait::until_true("udevd to exit on SIGTERM", Duration::from_secs(30), gone)?;
+    }
     match std::fs::remove_file(CONTROL) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(format!("remove {CONTROL}: {e}").into())
