@@ -34,10 +34,29 @@ pub const TOGETHER: &[&str] = &[];
 /// What a test costs when no run has timed it: the median of the known costs, or this.
 const UNKNOWN_SECS: f64 = 20.0;
 
-/// How many guests run the default kernel's tests: [`GUESTS_ENV`], or [`DEFAULT_GUESTS`].
+/// What a guest may come to hold of the host's memory (its `--memory`), in KiB.
+const GUEST_KIB: u64 = 2 << 20;
+
+/// How many guests run the default kernel's tests: [`GUESTS_ENV`], or [`DEFAULT_GUESTS`]
+/// when the host's available memory holds them, another kernel's guest and 1 GiB for the
+/// host's own work; else one, said on standard error.
 pub fn guests() -> Result<usize> {
     match std::env::var(GUESTS_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_GUESTS),
+        Err(std::env::VarError::NotPresent) => {
+            let available = std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|t| mem_available_kib(&t));
+            let fits = fitting(available, DEFAULT_GUESTS);
+            if fits < DEFAULT_GUESTS {
+                eprintln!(
+                    "xtask: {fits} guest(s) for the default kernel: the host has {} KiB \
+                     available, {} KiB per guest ({GUESTS_ENV} sets it)",
+                    available.unwrap_or_default(),
+                    GUEST_KIB
+                );
+            }
+            Ok(fits)
+        }
         Ok(v) => v
             .trim()
             .parse()
@@ -46,6 +65,24 @@ pub fn guests() -> Result<usize> {
             .ok_or_else(|| format!("{GUESTS_ENV}={v:?}: expected 1 to {MAX_GUESTS}").into()),
         Err(e) => Err(format!("{GUESTS_ENV}: {e}").into()),
     }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in KiB.
+pub fn mem_available_kib(meminfo: &str) -> Option<u64> {
+    meminfo.lines().find_map(|l| {
+        let rest = l.strip_prefix("MemAvailable:")?;
+        rest.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
+
+/// How many of `wanted` guests fit in `available` KiB beside another kernel's guest and
+/// 1 GiB for the host; at least one. Unknown memory is taken as enough.
+pub fn fitting(available: Option<u64>, wanted: usize) -> usize {
+    let Some(kib) = available else {
+        return wanted;
+    };
+    let room = kib.saturating_sub(GUEST_KIB + (1 << 20)) / GUEST_KIB;
+    usize::try_from(room).unwrap_or(usize::MAX).clamp(1, wanted)
 }
 
 /// The committed costs, what a fresh checkout has.
@@ -284,5 +321,18 @@ mod tests {
             parse(junk).into_iter().collect::<Vec<_>>(),
             [("vm_x::d".to_owned(), 4.5)]
         );
+    }
+
+    #[test]
+    fn the_guests_are_as_many_as_the_memory_holds() {
+        let text = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   7340032 kB\n";
+        assert_eq!(mem_available_kib(text), Some(7_340_032));
+        assert_eq!(mem_available_kib("MemTotal: 1 kB\n"), None);
+        let gib = |n: u64| Some(n << 20);
+        assert_eq!(fitting(gib(22), 2), 2);
+        assert_eq!(fitting(gib(7), 2), 2);
+        assert_eq!(fitting(gib(6), 2), 1);
+        assert_eq!(fitting(gib(1), 2), 1, "never none");
+        assert_eq!(fitting(None, 2), 2);
     }
 }
