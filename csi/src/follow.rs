@@ -300,17 +300,32 @@ fn run(mut f: Follower, key: &Key, marker: &Path, stop: &AtomicBool) -> bool {
     }
 }
 
-/// The host identity of `key`, as stage resolves a volume's ([`crate::node`]): the node's
-/// NQN with a volume's `hostId` alone.
+/// The host identity of `key`, as stage resolved its volume's ([`volume_host`]).
 fn host(root: &Root, key: &Key) -> lunkit::Result<Option<Host>> {
-    if key.host_nqn.is_none() && key.host_id.is_none() {
+    let nqn = key.host_nqn.as_deref().map(str::parse).transpose()?;
+    let id = key.host_id.as_deref().map(str::parse).transpose()?;
+    volume_host(root, nqn, id)
+}
+
+/// The host a volume with `hostNqn` `nqn` and `hostId` `id` connects as: `None` (the node's)
+/// with neither; the node's NQN with a `hostId` alone, as csi-driver-nvmf gives it. Stage and
+/// the followers resolve it here, so a service is followed as the host that connected.
+///
+/// # Errors
+///
+/// The node's host NQN cannot be read ([`Host::from_node`]).
+pub fn volume_host(
+    root: &Root,
+    nqn: Option<lunkit::Nqn>,
+    id: Option<lunkit::id::Uuid>,
+) -> lunkit::Result<Option<Host>> {
+    if nqn.is_none() && id.is_none() {
         return Ok(None);
     }
-    let nqn = match &key.host_nqn {
-        Some(n) => n.parse()?,
+    let nqn = match nqn {
+        Some(n) => n,
         None => Host::from_node(root)?.nqn,
     };
-    let id = key.host_id.as_deref().map(str::parse).transpose()?;
     Ok(Some(Host { nqn, id }))
 }
 

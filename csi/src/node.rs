@@ -695,23 +695,8 @@ impl Inner {
     /// csi-driver-nvmf gives such a volume the node's host id, which newer kernels (6.12)
     /// refuse under a second NQN (`EINVAL`).
     fn nvme_host(&self, what: &str, vol: &NvmeVolume) -> Result<Option<lunkit::nvme::Host>> {
-        if vol.host_nqn.is_none() && vol.host_id.is_none() {
-            return Ok(None);
-        }
-        let nqn = match &vol.host_nqn {
-            Some(n) => n.clone(),
-            None => {
-                lunkit::nvme::Host::from_node(self.root())
-                    .map_err(|e| {
-                        Error::lunkit(format!("{what}: the node's host NQN (for hostId)"), e)
-                    })?
-                    .nqn
-            }
-        };
-        Ok(Some(lunkit::nvme::Host {
-            nqn,
-            id: vol.host_id,
-        }))
+        crate::follow::volume_host(self.root(), vol.host_nqn.clone(), vol.host_id)
+            .map_err(|e| Error::lunkit(format!("{what}: the node's host NQN (for hostId)"), e))
     }
 
     /// The volume with the portals SendTargets discovery found added (`discovery: true`),
