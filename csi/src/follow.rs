@@ -8,7 +8,7 @@
 //! an unstage that deletes the subsystem's last controllers is never undone by a follower
 //! reacting to a log change at the same moment.
 //!
-//! The set of services followed is derived from the stage records ([`Followers::sync`]), after
+//! The set of services followed is derived from the stage records ([`Followers::notify`]), after
 //! every stage and unstage and at startup, so a restarted plugin follows what its records say.
 //! A persistent discovery controller the plugin connected is deleted when no staged volume
 //! names its service any more; one it found connected (by `nvme discover -p`, say) is left,
