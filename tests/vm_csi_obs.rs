@@ -424,6 +424,8 @@ fn the_background_doctor_counts_a_controller_that_is_not_live_and_logs_it_once()
         "json",
         "--doctor-interval",
         "1",
+        "--doctor-grace",
+        "2",
     ]);
     const KIND: &str = "lunkit_csi_doctor_findings{kind=\"nvme-controller-down\"}";
     const OK: &str = "lunkit_csi_doctor_examinations_total{result=\"ok\"}";
@@ -485,8 +487,13 @@ fn the_background_doctor_counts_a_controller_that_is_not_live_and_logs_it_once()
         .collect();
     assert_eq!(logged.len(), 1, "logged once: {log}");
     assert_eq!(logged[0]["objects"], c.controller.as_str(), "{log}");
-    assert!(
-        logged[0]["why"].as_str().is_some_and(|w| !w.is_empty()),
-        "{log}"
-    );
+    // Counted only once it had lasted the grace: the why says for how long it was seen.
+    let why = logged[0]["why"].as_str().unwrap_or_default();
+    let seen: u64 = why
+        .split("seen for ")
+        .nth(1)
+        .and_then(|w| w.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no time seen in {why:?}"));
+    assert!(seen >= 2, "counted before its grace passed: {why}");
 }

@@ -18,11 +18,17 @@ pub struct Doctor {
     /// before it writes, whatever this says.
     #[arg(long)]
     pub no_use_check: bool,
+    /// How long a state the kernel may still recover from (a SCSI device blocked, an NVMe
+    /// controller not live) must have lasted before it is a finding, in seconds; until then
+    /// it is listed as pending. Doctor remembers when it first saw each such state (in the
+    /// lock directory, on /run: forgotten at a reboot). 0: at once.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub grace: u64,
     /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down
     /// (offline devices; transport-offline ones only when named), remapped-path and
     /// map-without-paths; with KINDs (comma-separated or repeated), those only.
-    /// map-paths-down, idle-session and nvme-controller-down are cleaned up only when named.
-    /// Without --fix nothing is changed.
+    /// scsi-device-blocked, map-paths-down, idle-session, nvme-controller-down and
+    /// idle-subsystem are cleaned up only when named. Without --fix nothing is changed.
     #[arg(long, value_name = "KIND", num_args = 0.., value_delimiter = ',')]
     pub fix: Option<Vec<String>>,
 }
@@ -62,8 +68,9 @@ fn examine_and_fix(
         ),
         None => None,
     };
-    let mut opts = DoctorOptions::default();
+    let mut opts = DoctorOptions::new(root);
     opts.check_use = !cmd.no_use_check;
+    opts.grace = std::time::Duration::from_secs(cmd.grace);
     let found = doctor::examine(root, &opts)?;
     let Some(kinds) = kinds else {
         return Ok((found, None));
@@ -102,12 +109,13 @@ fn exit(found: &Examination, fixes: Option<&doctor::Fixes>) -> u8 {
     }
 }
 
-/// One line per finding, then who uses it when something does, then what the fix did.
+/// One line per finding, then who uses it when something does, then what the fix did; then
+/// the pending states, a line each.
 fn render(e: &Examination, fixes: Option<&doctor::Fixes>) -> String {
-    if e.findings.is_empty() {
-        return "nothing found\n".into();
-    }
     let mut out = String::new();
+    if e.findings.is_empty() {
+        out.push_str("nothing found\n");
+    }
     for (i, f) in e.findings.iter().enumerate() {
         out.push_str(&format!(
             "{:<22} {}: {}\n",
@@ -123,6 +131,15 @@ fn render(e: &Examination, fixes: Option<&doctor::Fixes>) -> String {
         if let Some(o) = fixes.and_then(|x| x.outcomes.get(i)) {
             out.push_str(&format!("{:<22} {o}\n", ""));
         }
+    }
+    for f in &e.pending {
+        out.push_str(&format!(
+            "pending ({} s grace)   {} {}: {}\n",
+            e.grace.as_secs(),
+            f.kind,
+            f.objects.join(" "),
+            f.why
+        ));
     }
     out
 }

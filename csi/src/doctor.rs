@@ -34,27 +34,32 @@ pub fn news<'a>(
 }
 
 /// Examines the node under `root` every `every`, on a thread of its own, for as long as
-/// the process runs.
+/// the process runs; a recoverable state counts once it has lasted `grace`.
 ///
 /// # Errors
 ///
 /// The thread could not be started.
-pub fn spawn(root: Root, every: Duration) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub fn spawn(
+    root: Root,
+    every: Duration,
+    grace: Duration,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("lunkit-csi-doctor".into())
         .spawn(move || {
             let mut seen = BTreeSet::new();
             loop {
-                seen = examine_once(&root, &seen);
+                seen = examine_once(&root, grace, &seen);
                 std::thread::sleep(every);
             }
         })
 }
 
 /// One examination: the metrics set, the new findings logged; the keys to remember.
-fn examine_once(root: &Root, seen: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut opts = DoctorOptions::default();
+fn examine_once(root: &Root, grace: Duration, seen: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut opts = DoctorOptions::new(root);
     opts.check_use = false;
+    opts.grace = grace;
     match doctor::examine(root, &opts) {
         Ok(exam) => {
             metrics::global().examined(Some(&exam.findings));
@@ -88,6 +93,8 @@ mod tests {
             identity: None,
             devices: vec![],
             usage: None,
+            since: None,
+            queues: None,
         }
     }
 

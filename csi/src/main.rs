@@ -55,6 +55,10 @@ struct Args {
     /// counts by kind on the metrics, each new finding logged once; 0 never looks.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     doctor_interval: u64,
+    /// How long a state the kernel may still recover from (a SCSI device blocked, an NVMe
+    /// controller not live) must have lasted before the doctor counts it, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    doctor_grace: u64,
     /// Follow the discovery services that staged NVMe volumes name (`discoveryAddrs`): a
     /// persistent discovery controller per service, and the ports the array adds or removes
     /// later connected or deleted with no call; false leaves the paths as stage found them.
@@ -132,7 +136,8 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.follow_discovery = args.follow_discovery;
     if args.doctor_interval > 0 {
         let every = Duration::from_secs(args.doctor_interval);
-        lunkit_csi::doctor::spawn(config.root.clone(), every)
+        let grace = Duration::from_secs(args.doctor_grace);
+        lunkit_csi::doctor::spawn(config.root.clone(), every, grace)
             .map_err(|e| Error::Internal(format!("cannot start the doctor thread: {e}")))?;
     }
     let node = NodeService::new(config)?;

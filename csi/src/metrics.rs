@@ -530,6 +530,8 @@ mod tests {
             identity: None,
             devices: vec![],
             usage: None,
+            since: None,
+            queues: None,
         };
         let m = Metrics::default();
         m.examined(Some(&[

@@ -1,15 +1,21 @@
 //! What earlier attaches and detaches left on a node, found in one read of it: devices the
-//! kernel gave up on, paths an array re-mapped under a map, maps with no working path,
-//! iSCSI sessions that carry nothing in use, NVMe controllers that are not live. Each
-//! finding names the objects, says why it is a problem, and carries the same in-use check a
-//! detach makes on its devices, so an operator knows what may be cleaned and what a pod
-//! still holds. Nothing here writes.
+//! kernel gave up on or that stay blocked, paths an array re-mapped under a map, maps with no
+//! working path (and whether they queue), iSCSI sessions and NVMe subsystems that carry
+//! nothing in use, NVMe controllers that stay not live. Each finding names the objects, says
+//! why it is a problem, and carries the same in-use check a detach makes on its devices, so
+//! an operator knows what may be cleaned and what a pod still holds.
+//!
+//! A state the kernel may still recover from (a SCSI device `blocked`, an NVMe controller
+//! `connecting`) is a finding only once it has lasted past [`DoctorOptions::grace`]; before
+//! that it is [`Examination::pending`]. Nothing on the node is written: only lunkit's own
+//! record of when each such state was first seen (`seen`).
 //!
 //! ```no_run
 //! use lunkit::Root;
 //! use lunkit::ops::doctor::{self, DoctorOptions};
 //!
-//! let found = doctor::examine(&Root::default(), &DoctorOptions::default())?;
+//! let root = Root::default();
+//! let found = doctor::examine(&root, &DoctorOptions::new(&root))?;
 //! for f in &found.findings {
 //!     println!("{}: {} ({})", f.kind, f.objects.join(" "), f.why);
 //! }
@@ -17,6 +23,7 @@
 //! ```
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::block::{self, Usage, UsageScope};
@@ -33,6 +40,9 @@ use crate::topology::Topology;
 pub enum Kind {
     /// A SCSI device the kernel set `offline` or `transport-offline`: every command fails.
     ScsiDeviceDown,
+    /// A SCSI device `blocked` (its transport recovering) for longer than the grace:
+    /// commands to it wait, and the transport does not come back.
+    ScsiDeviceBlocked,
     /// A path whose WWID is not its map's: the array re-mapped the LUN number to another
     /// volume, and the map now mixes two volumes' blocks.
     RemappedPath,
@@ -42,8 +52,12 @@ pub enum Kind {
     MapPathsDown,
     /// An iSCSI session none of whose LUNs (nor the maps on them) anything uses.
     IdleSession,
-    /// An NVMe controller that is not `live` (reconnecting, resetting, being deleted).
+    /// An NVMe over Fabrics controller not `live` (reconnecting, resetting, being deleted)
+    /// for longer than the grace.
     NvmeControllerDown,
+    /// An NVMe over Fabrics subsystem none of whose namespaces anything uses, and none of
+    /// which lunkit marked attached: controllers kept for nothing.
+    IdleSubsystem,
 }
 
 impl Kind {
@@ -51,12 +65,22 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::ScsiDeviceDown => "scsi-device-down",
+            Kind::ScsiDeviceBlocked => "scsi-device-blocked",
             Kind::RemappedPath => "remapped-path",
             Kind::MapWithoutPaths => "map-without-paths",
             Kind::MapPathsDown => "map-paths-down",
             Kind::IdleSession => "idle-session",
             Kind::NvmeControllerDown => "nvme-controller-down",
+            Kind::IdleSubsystem => "idle-subsystem",
         }
+    }
+}
+
+impl Kind {
+    /// Whether the kernel may still bring it back by itself: then it is a finding only once
+    /// it has lasted past [`DoctorOptions::grace`].
+    pub fn recoverable(self) -> bool {
+        matches!(self, Kind::ScsiDeviceBlocked | Kind::NvmeControllerDown)
     }
 }
 
@@ -85,6 +109,13 @@ pub struct Finding {
     /// Who uses those devices ([`crate::block::usage`], as a detach checks), when
     /// [`DoctorOptions::check_use`] asked for it and there are devices.
     pub usage: Option<Usage>,
+    /// For a state the kernel may recover from ([`Kind::recoverable`]): how long doctor
+    /// has seen it, from its first sighting (`None` for the other kinds).
+    pub since: Option<Duration>,
+    /// For a map finding: whether the map queues I/O (`queue_if_no_path`), so that writes
+    /// to it hang rather than fail; `None` for the other kinds, or when its table could not
+    /// be read.
+    pub queues: Option<bool>,
 }
 
 impl Finding {
@@ -101,19 +132,32 @@ impl Finding {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DoctorOptions {
-    /// Run the in-use check on each finding's devices, and look for idle iSCSI sessions
-    /// (which only that check can tell). Without it nothing is opened or probed: the node
-    /// is only read.
+    /// Run the in-use check on each finding's devices, and look for idle iSCSI sessions and
+    /// NVMe subsystems (which only that check can tell). Without it nothing is opened or
+    /// probed: the node is only read.
     pub check_use: bool,
     /// The deadline of the whole examination (each in-use check's opens are bounded by it).
     pub timeout: Duration,
+    /// How long a state the kernel may still recover from ([`Kind::recoverable`]) must have
+    /// been seen before it is a finding: 120 s, the default iSCSI `replacement_timeout`
+    /// (an FC port's `dev_loss_tmo` is shorter, NVMe's `ctrl_loss_tmo` 600 s). Zero: at
+    /// once.
+    pub grace: Duration,
+    /// lunkit's lock directory, as attach and detach use it: its `names/` and `attached/`
+    /// records, and doctor's own record of first sightings (`doctor/seen`). `None`: no
+    /// record is read or kept, and a recoverable state is always seen for the first time.
+    pub lock_dir: Option<PathBuf>,
 }
 
-impl Default for DoctorOptions {
-    fn default() -> Self {
+impl DoctorOptions {
+    /// The defaults for `root`: the in-use check, 60 s, a grace of 120 s, the lock
+    /// directory a detach uses.
+    pub fn new(root: &Root) -> DoctorOptions {
         DoctorOptions {
             check_use: true,
             timeout: Duration::from_secs(60),
+            grace: Duration::from_secs(120),
+            lock_dir: crate::ops::DetachOptions::new(root).lock_dir,
         }
     }
 }
@@ -123,25 +167,36 @@ impl Default for DoctorOptions {
 pub struct Examination {
     /// Every finding, by kind, then by the first object's name.
     pub findings: Vec<Finding>,
+    /// States the kernel may still recover from, seen for less than the grace: not (yet)
+    /// findings, each with how long it has been seen.
+    pub pending: Vec<Finding>,
+    /// The grace they were held to ([`DoctorOptions::grace`]).
+    pub grace: Duration,
     /// How long it took.
     pub elapsed: Duration,
 }
 
 /// Reads the node once ([`Topology::read`]) and reports what is left over, each finding
-/// with its in-use check.
+/// with its in-use check; recoverable states seen for less than the grace are pending.
 ///
 /// # Errors
 ///
-/// Those of [`Topology::read`] and [`crate::block::usage`].
+/// Those of [`Topology::read`] and [`crate::block::usage`]; the record of first sightings
+/// or `/proc/uptime` could not be read or written ([`Error::Io`](crate::Error::Io), naming
+/// the file).
 pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     let start = Instant::now();
     let deadline = crate::wait::deadline_from(start, opts.timeout);
     let topology = Topology::read(root)?;
-    let mut findings = classify(&topology);
-    // An idle session is one whose LUNs nothing uses: only the in-use check (a walk of every
-    // process, an `O_EXCL` probe of each device) tells, so without it none is reported. A
-    // caller that looks often, as the CSI plugin does, must not probe devices a stage may be
-    // opening at that moment.
+    let mut seen = seen::Seen::load(root, opts.lock_dir.as_deref())?;
+    let (mut findings, mut pending) = settle(classify(&topology), &mut seen, opts.grace);
+    seen.save()?;
+    states::explain(root, &mut findings);
+    states::explain(root, &mut pending);
+    // An idle session or subsystem is one whose devices nothing uses: only the in-use check
+    // (a walk of every process, an `O_EXCL` probe of each device) tells, so without it none
+    // is reported. A caller that looks often, as the CSI plugin does, must not probe
+    // devices a stage may be opening at that moment.
     if opts.check_use {
         for (session, devices, own) in sessions(&topology) {
             let usage = usage(root, &devices, &own, deadline)?;
@@ -149,17 +204,46 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
                 findings.push(idle_session(session, devices, usage));
             }
         }
+        findings.extend(subsystems::idle(root, &topology, opts, deadline)?);
         for f in findings.iter_mut().filter(|f| f.usage.is_none()) {
             if !f.devices.is_empty() {
                 f.usage = Some(usage(root, &f.devices, &[], deadline)?);
             }
         }
     }
-    findings.sort_by(|a, b| (a.kind, a.objects.first()).cmp(&(b.kind, b.objects.first())));
+    let order =
+        |a: &Finding, b: &Finding| (a.kind, a.objects.first()).cmp(&(b.kind, b.objects.first()));
+    findings.sort_by(order);
+    pending.sort_by(order);
     Ok(Examination {
         findings,
+        pending,
+        grace: opts.grace,
         elapsed: start.elapsed(),
     })
+}
+
+/// The findings, and the recoverable states seen for less than `grace` (each timed by
+/// `seen`, which keeps them for the next examination).
+fn settle(
+    all: Vec<Finding>,
+    seen: &mut seen::Seen,
+    grace: Duration,
+) -> (Vec<Finding>, Vec<Finding>) {
+    let (mut findings, mut pending) = (Vec::new(), Vec::new());
+    for mut f in all {
+        if !f.kind.recoverable() {
+            findings.push(f);
+            continue;
+        }
+        let since = seen.since(&f);
+        f.since = Some(since);
+        match since >= grace {
+            true => findings.push(f),
+            false => pending.push(f),
+        }
+    }
+    (findings, pending)
 }
 
 /// The findings a snapshot shows by itself (all but idle sessions, which need the in-use
@@ -179,22 +263,41 @@ fn down(state: Option<&str>) -> bool {
     )
 }
 
+/// Whether a SCSI device state means its transport is recovering: commands wait.
+fn blocked(state: Option<&str>) -> bool {
+    matches!(
+        state.map(ScsiState::parse),
+        Some(ScsiState::Blocked | ScsiState::CreatedBlocked)
+    )
+}
+
 fn scsi_down(t: &Topology) -> Vec<Finding> {
     t.scsi_devices
         .iter()
-        .filter(|d| down(d.state.as_deref()))
-        .map(|d| Finding {
-            kind: Kind::ScsiDeviceDown,
-            objects: std::iter::once(d.hctl.to_string())
-                .chain(d.block.clone())
-                .collect(),
-            why: format!(
-                "the kernel set it {}: every command to it fails",
-                d.state.as_deref().unwrap_or("?")
-            ),
-            identity: d.wwid.clone(),
-            devices: d.block.iter().cloned().collect(),
-            usage: None,
+        .filter_map(|d| {
+            let state = d.state.as_deref();
+            let (kind, why) = if down(state) {
+                (Kind::ScsiDeviceDown, "every command to it fails")
+            } else if blocked(state) {
+                (
+                    Kind::ScsiDeviceBlocked,
+                    "its transport has not recovered, and commands to it wait",
+                )
+            } else {
+                return None;
+            };
+            Some(Finding {
+                kind,
+                objects: std::iter::once(d.hctl.to_string())
+                    .chain(d.block.clone())
+                    .collect(),
+                why: format!("the kernel set it {}: {why}", state.unwrap_or("?")),
+                identity: d.wwid.clone(),
+                devices: d.block.iter().cloned().collect(),
+                usage: None,
+                since: None,
+                queues: None,
+            })
         })
         .collect()
 }
@@ -210,6 +313,8 @@ fn maps(t: &Topology) -> Vec<Finding> {
             identity: Some(m.wwid.to_owned()),
             devices: vec![m.dm.to_owned()],
             usage: None,
+            since: None,
+            queues: None,
         };
         for (path, wwid) in &m.foreign_paths {
             v.push(Finding {
@@ -285,6 +390,8 @@ fn nvme_down(t: &Topology) -> Vec<Finding> {
                 identity: c.subsysnqn.clone(),
                 devices: heads,
                 usage: None,
+                since: None,
+                queues: None,
             }
         })
         .collect()
@@ -331,6 +438,8 @@ fn idle_session(session: String, devices: Vec<String>, usage: Usage) -> Finding 
         identity: None,
         devices,
         usage: Some(usage),
+        since: None,
+        queues: None,
     }
 }
 
@@ -354,6 +463,9 @@ fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> 
 }
 
 mod fix;
+mod seen;
+mod states;
+mod subsystems;
 
 pub use fix::{FixOptions, FixOutcome, Fixes, fix};
 

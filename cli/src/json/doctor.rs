@@ -11,6 +11,12 @@ use super::{SCHEMA_VERSION, micros};
 pub struct Doctor {
     pub version: u32,
     pub findings: Vec<Finding>,
+    /// States the kernel may still recover from (a blocked SCSI device, an NVMe controller
+    /// not live), seen for less than `grace_s`: not findings yet. Same shape as a finding,
+    /// `fix` always `null`.
+    pub pending: Vec<Finding>,
+    /// The grace, in seconds (`--grace`).
+    pub grace_s: u64,
     /// How many findings are in use (or could not be checked) as examined.
     pub in_use: usize,
     /// With `--fix`: how many findings are left on the node (exit 1, or 4 when one of them
@@ -23,8 +29,8 @@ pub struct Doctor {
 /// One finding.
 #[derive(Debug, Serialize)]
 pub struct Finding {
-    /// `scsi-device-down`, `remapped-path`, `map-without-paths`, `map-paths-down`,
-    /// `idle-session`, `nvme-controller-down`.
+    /// `scsi-device-down`, `scsi-device-blocked`, `remapped-path`, `map-without-paths`,
+    /// `map-paths-down`, `idle-session`, `nvme-controller-down`, `idle-subsystem`.
     pub kind: &'static str,
     pub objects: Vec<String>,
     pub why: String,
@@ -36,6 +42,10 @@ pub struct Finding {
     pub in_use: Option<bool>,
     /// Who uses them, as a detach's refusal says it; `null` when nothing does.
     pub users: Option<String>,
+    /// For a recoverable state: how long doctor has seen it, in seconds; else `null`.
+    pub since_s: Option<u64>,
+    /// For a map: whether it queues I/O (`queue_if_no_path`); else, or unread, `null`.
+    pub queues: Option<bool>,
     /// What `--fix` did with it; `null` without `--fix`.
     pub fix: Option<Fix>,
 }
@@ -64,6 +74,8 @@ impl Doctor {
                 .enumerate()
                 .map(|(i, f)| Finding::new(f, outcome(i)))
                 .collect(),
+            pending: e.pending.iter().map(|f| Finding::new(f, None)).collect(),
+            grace_s: e.grace.as_secs(),
             in_use: e.findings.iter().filter(|f| f.in_use()).count(),
             left: fixes.map(|x| x.outcomes.iter().filter(|o| o.is_left()).count()),
             elapsed_us: micros(e.elapsed + fixes.map(|x| x.elapsed).unwrap_or_default()),
@@ -85,6 +97,8 @@ impl Finding {
                 .as_ref()
                 .filter(|_| f.in_use())
                 .map(ToString::to_string),
+            since_s: f.since.map(|d| d.as_secs()),
+            queues: f.queues,
             fix: fix.map(|o| Fix {
                 outcome: o.as_str(),
                 left: o.is_left(),

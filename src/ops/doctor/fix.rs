@@ -12,7 +12,12 @@
 //!   ([`crate::ops::detach()`]): queueing turned off only for a map nothing has open, its
 //!   paths deleted, the map removed; a map still open waits for a path (nothing queued in it
 //!   is dropped) until the deadline.
-//! - `nvme-controller-down` (opt-in): the controller is deleted (`delete_controller`).
+//! - `scsi-device-blocked` (opt-in): deleted as a down device is, if still blocked at the
+//!   write (the kernel fails the commands of a blocked device it removes).
+//! - `nvme-controller-down` (opt-in): the controller is deleted (`delete_controller`), under
+//!   the subsystem's lock, unless lunkit marked a namespace of the subsystem attached.
+//! - `idle-subsystem` (opt-in): each of its controllers is deleted, under the same lock and
+//!   with the same mark check.
 //! - `idle-session` (opt-in): left; the library has no iSCSI logout of its own (see
 //!   [`NO_LOGOUT`]).
 //!
@@ -38,7 +43,6 @@ use super::{Examination, Finding, Kind, classify, usage};
 use crate::block::{self, Usage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::id::{Hctl, Wwid};
-use crate::nvme::sysfs::{self as sysnvme, CtrlState};
 use crate::ops::options::DetachOptions;
 use crate::ops::report::{DetachReport, Outcome, StepKind};
 use crate::ops::spec::VolumeSpec;
@@ -54,13 +58,15 @@ pub const NO_LOGOUT: &str = "lunkit's library has no iSCSI logout of its own (it
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::ScsiDeviceDown,
+        Kind::ScsiDeviceBlocked,
         Kind::RemappedPath,
         Kind::MapWithoutPaths,
         Kind::MapPathsDown,
         Kind::IdleSession,
         Kind::NvmeControllerDown,
+        Kind::IdleSubsystem,
     ];
 
     /// The kinds `--fix` without a list cleans up: each takes away only what no path can use
@@ -95,8 +101,9 @@ impl FromStr for Kind {
                 Error::invalid(
                     "doctor finding kind",
                     s,
-                    "expected scsi-device-down, remapped-path, map-without-paths, \
-                     map-paths-down, idle-session or nvme-controller-down",
+                    "expected scsi-device-down, scsi-device-blocked, remapped-path, \
+                     map-without-paths, map-paths-down, idle-session, nvme-controller-down \
+                     or idle-subsystem",
                 )
             })
     }
@@ -294,8 +301,8 @@ fn act(
     deadline: Instant,
 ) -> Result<FixOutcome> {
     match f.kind {
-        Kind::ScsiDeviceDown => {
-            let named = opts.kinds.contains(&Kind::ScsiDeviceDown);
+        Kind::ScsiDeviceDown | Kind::ScsiDeviceBlocked => {
+            let named = opts.kinds.contains(&f.kind);
             scsi_device(root, f, named, deadline)
         }
         Kind::RemappedPath => remapped_path(root, f, deadline),
@@ -305,7 +312,8 @@ fn act(
                 what: "a map's fix without the fresh look".into(),
             }),
         },
-        Kind::NvmeControllerDown => controller(root, f, deadline),
+        Kind::NvmeControllerDown => nvme::controller(root, f, opts, deadline),
+        Kind::IdleSubsystem => nvme::subsystem(root, f, opts, deadline),
         Kind::IdleSession => Ok(FixOutcome::Unsupported(NO_LOGOUT.into())),
     }
 }
@@ -348,7 +356,7 @@ fn scsi_device(root: &Root, f: &Finding, named: bool, deadline: Instant) -> Resu
     if let Some(why) = wwid_changed(f.identity.as_deref(), expect.wwid.as_ref()) {
         return Ok(FixOutcome::Changed(why));
     }
-    if let Some(left) = still_down(root, hctl, named) {
+    if let Some(left) = still_down(root, f.kind, hctl, named) {
         return Ok(left);
     }
     if let Some(left) = verdict(&usage(root, &f.devices, &[], deadline)?) {
@@ -356,27 +364,38 @@ fn scsi_device(root: &Root, f: &Finding, named: bool, deadline: Instant) -> Resu
     }
     // Again after the in-use check, which takes a while: a device that came back may have
     // found a user since.
-    if let Some(left) = still_down(root, hctl, named) {
+    if let Some(left) = still_down(root, f.kind, hctl, named) {
         return Ok(left);
     }
     // No flush, and no claim: the kernel refuses every open of an offline device, so neither
-    // a cache flush nor a new user can reach it between the check and the write.
+    // a cache flush nor a new user can reach it between the check and the write. A blocked
+    // device would hold a flush until its transport came back; the kernel fails its
+    // commands once it is being removed, and nothing has it open.
     Ok(match scsi::remove_device(root, hctl, &expect, deadline)? {
         Deleted::Now => FixOutcome::Fixed(format!(
-            "deleted SCSI device {} (not flushed: an offline device takes no command)",
-            f.objects.join(" ")
+            "deleted SCSI device {} (not flushed: a {} device takes no command)",
+            f.objects.join(" "),
+            match f.kind {
+                Kind::ScsiDeviceBlocked => "blocked",
+                _ => "down",
+            }
         )),
         Deleted::AlreadyGone => FixOutcome::Gone,
     })
 }
 
-/// `None` while the device at `hctl` is `offline`, or `transport-offline` and its kind
-/// `named`; else why it is left.
-fn still_down(root: &Root, hctl: Hctl, named: bool) -> Option<FixOutcome> {
+/// `None` while the device at `hctl` is as a finding of `kind` found it: `offline`, or
+/// `transport-offline` and its kind `named`; blocked for a blocked device. Else why it is
+/// left.
+fn still_down(root: &Root, kind: Kind, hctl: Hctl, named: bool) -> Option<FixOutcome> {
+    let blocked = kind == Kind::ScsiDeviceBlocked;
     match scsi::sysfs::state(root, hctl) {
-        Some(ScsiState::Offline) => None,
-        Some(ScsiState::TransportOffline) if named => None,
-        Some(ScsiState::TransportOffline) => Some(FixOutcome::NotSelected { opt_in: true }),
+        Some(ScsiState::Blocked | ScsiState::CreatedBlocked) if blocked => None,
+        Some(ScsiState::Offline) if !blocked => None,
+        Some(ScsiState::TransportOffline) if named && !blocked => None,
+        Some(ScsiState::TransportOffline) if !blocked => {
+            Some(FixOutcome::NotSelected { opt_in: true })
+        }
         state => {
             let state = state
                 .as_ref()
@@ -468,52 +487,7 @@ fn summary(wwid: &str, report: &DetachReport) -> String {
     format!("detached volume {wwid}: {}", done.join(", "))
 }
 
-/// Deletes an NVMe controller that is not live, if it still serves the subsystem it was
-/// found with and nothing uses that subsystem's namespaces.
-fn controller(root: &Root, f: &Finding, deadline: Instant) -> Result<FixOutcome> {
-    let name = object(f, 0)?;
-    let Some(c) = sysnvme::controller(root, name)? else {
-        return Ok(FixOutcome::Gone);
-    };
-    if c.subsysnqn != f.identity {
-        return Ok(FixOutcome::Changed(format!(
-            "{name} serves subsystem {} now",
-            c.subsysnqn.as_deref().unwrap_or("?")
-        )));
-    }
-    if let Some(left) = controller_changed(&c) {
-        return Ok(left);
-    }
-    if let Some(left) = verdict(&usage(root, &f.devices, &[], deadline)?) {
-        return Ok(left);
-    }
-    // Again after the in-use check: it may have reconnected meanwhile.
-    let Some(c) = sysnvme::controller(root, name)?.filter(|n| n.cntlid == c.cntlid) else {
-        return Ok(FixOutcome::Gone);
-    };
-    if let Some(left) = controller_changed(&c) {
-        return Ok(left);
-    }
-    // The write goes ahead only if the controller is still this one (subsystem and cntlid).
-    crate::nvme::delete_controller(root, &c, deadline)?;
-    Ok(FixOutcome::Fixed(format!(
-        "deleted controller {name} (subsystem {})",
-        c.subsysnqn.as_deref().unwrap_or("?")
-    )))
-}
-
-/// Why controller `c` is no longer one to delete: live again, or `new` (a connect of an
-/// attach is still making it).
-fn controller_changed(c: &sysnvme::NvmeController) -> Option<FixOutcome> {
-    match c.parsed_state {
-        Some(CtrlState::Live) => Some(FixOutcome::Changed(format!("{} is live again", c.name))),
-        Some(CtrlState::New) => Some(FixOutcome::Changed(format!(
-            "{} is new: a connect is making it",
-            c.name
-        ))),
-        _ => None,
-    }
-}
+mod nvme;
 
 #[cfg(test)]
 mod tests;

@@ -85,7 +85,15 @@ fn a_healthy_node_has_no_findings() {
     ];
     t.block_devices = vec![block("dm-0", &["sda", "sdb"], Some(("mpatha", &uuid)))];
     t.nvme_controllers = vec![controller("nvme0", "live", "tcp")];
-    // Blocked is a transport recovering, not a device given up on.
+    // Blocked is a transport recovering, not a device given up on: a recoverable state,
+    // which examine holds to the grace.
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        kinds(&t),
+        vec![(Kind::ScsiDeviceBlocked, s(&["3:0:0:1", "sdb"]))]
+    );
+    assert!(Kind::ScsiDeviceBlocked.recoverable() && Kind::NvmeControllerDown.recoverable());
+    t.scsi_devices[1].state = Some("running".into());
     assert_eq!(kinds(&t), vec![]);
 }
 
@@ -157,4 +165,87 @@ fn a_fabrics_controller_not_live_is_found_with_its_subsystems_devices() {
     assert_eq!(found[0].objects, ["nvme1"]);
     assert_eq!(found[0].devices, ["nvme0n1"]);
     assert!(found[0].why.contains("connecting"), "{}", found[0].why);
+}
+
+/// A node under `dir` whose boot clock reads `secs`, with a lock directory.
+fn clock(dir: &std::path::Path, secs: u64) -> (Root, DoctorOptions) {
+    std::fs::create_dir_all(dir.join("proc")).unwrap();
+    std::fs::write(dir.join("proc/uptime"), format!("{secs}.00 0.00\n")).unwrap();
+    let root = Root::new(dir);
+    let opts = DoctorOptions::new(&root);
+    (root, opts)
+}
+
+#[test]
+fn a_recoverable_state_is_pending_until_it_has_lasted_the_grace() {
+    let dir = std::env::temp_dir().join(format!("lunkit-doctor-grace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut t = topology();
+    t.scsi_devices = vec![
+        disk("2:0:0:1", "sda", "offline", WWID),
+        disk("3:0:0:1", "sdb", "blocked", WWID),
+    ];
+    t.nvme_controllers = vec![controller("nvme1", "connecting", "tcp")];
+    let look = |secs, grace| {
+        let (root, mut opts) = clock(&dir, secs);
+        opts.grace = Duration::from_secs(grace);
+        let mut seen = seen::Seen::load(&root, opts.lock_dir.as_deref()).unwrap();
+        let (found, pending) = settle(classify(&t), &mut seen, opts.grace);
+        seen.save().unwrap();
+        let names = |v: &[Finding]| -> Vec<(Kind, Option<u64>)> {
+            v.iter()
+                .map(|f| (f.kind, f.since.map(|d| d.as_secs())))
+                .collect()
+        };
+        (names(&found), names(&pending))
+    };
+    // First seen: the offline device is a finding at once, the others pending.
+    let (found, pending) = look(1000, 120);
+    assert_eq!(found, [(Kind::ScsiDeviceDown, None)]);
+    assert_eq!(
+        pending,
+        [
+            (Kind::ScsiDeviceBlocked, Some(0)),
+            (Kind::NvmeControllerDown, Some(0))
+        ]
+    );
+    let (found, pending) = look(1119, 120);
+    assert_eq!((found.len(), pending.len()), (1, 2));
+    // Past the grace: findings, with how long they were seen.
+    let (found, pending) = look(1120, 120);
+    assert_eq!(
+        found,
+        [
+            (Kind::ScsiDeviceDown, None),
+            (Kind::ScsiDeviceBlocked, Some(120)),
+            (Kind::NvmeControllerDown, Some(120))
+        ]
+    );
+    assert!(pending.is_empty());
+    // A grace of zero: at once, whatever was seen before.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let (found, _) = look(5, 0);
+    assert_eq!(found.len(), 3);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_fabrics_subsystems_devices_are_its_heads_and_its_controllers_own_namespaces() {
+    let mut t = topology();
+    let mut c1 = controller("nvme1", "live", "tcp");
+    c1.namespaces = vec!["nvme1c1n1".into()];
+    let mut c2 = controller("nvme2", "live", "tcp");
+    c2.namespaces = vec!["nvme2n1".into()];
+    t.nvme_controllers = vec![c1, c2];
+    let s = NvmeSubsystem {
+        name: "nvme-subsys1".into(),
+        nqn: Some("nqn.2014-08.org.lunkit:a".into()),
+        model: None,
+        serial: None,
+        iopolicy: None,
+        controllers: vec!["nvme1".into(), "nvme2".into()],
+        namespaces: vec!["nvme1n1".into()],
+    };
+    t.nvme_subsystems = vec![s.clone()];
+    assert_eq!(subsystems::devices(&t, &s), ["nvme1n1", "nvme2n1"]);
 }

@@ -11,6 +11,8 @@ fn finding(kind: Kind) -> Finding {
         identity: Some(WWID.into()),
         devices: vec!["sdc".into()],
         usage: None,
+        since: None,
+        queues: None,
     }
 }
 
@@ -29,7 +31,11 @@ fn no_kind_asked_fixes_the_safe_kinds_only() {
     for k in Kind::ALL {
         let o = considered(&finding(k), &[]);
         match k {
-            Kind::IdleSession | Kind::NvmeControllerDown | Kind::MapPathsDown => {
+            Kind::IdleSession
+            | Kind::NvmeControllerDown
+            | Kind::MapPathsDown
+            | Kind::ScsiDeviceBlocked
+            | Kind::IdleSubsystem => {
                 assert_eq!(o, Some(FixOutcome::NotSelected { opt_in: true }), "{k}")
             }
             _ => assert_eq!(o, None, "{k}"),
