@@ -234,6 +234,13 @@ fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
     let (code, doc) = doctor_with(&["--fix"]);
     let left = fixes(&doc, "map-paths-down");
     assert_eq!(left.len(), 1, "{doc}");
+    // Its table queues: the finding says so, since writes to it hang.
+    let (_, found) = of_kind(&doc, "map-paths-down").next().unwrap();
+    assert_eq!(found["queues"], true, "{doc}");
+    assert!(
+        found["why"].as_str().unwrap().contains("queue_if_no_path"),
+        "{doc}"
+    );
     assert_eq!(left[0].1, "not-selected", "{left:?}");
     let held = fixes(&doc, "scsi-device-down");
     assert!(
@@ -269,6 +276,12 @@ fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
 /// Creates multipath map `name` over `paths` (kernel names) with `queue_if_no_path`, as
 /// multipathd would: its uuid carries the paths' WWID.
 fn queueing_map(name: &str, paths: &[String]) -> String {
+    path_map(name, paths, "1 queue_if_no_path")
+}
+
+/// Creates multipath map `name` over `paths` (kernel names, one priority group) with
+/// `features`, its uuid carrying the first path's WWID.
+fn path_map(name: &str, paths: &[String], features: &str) -> String {
     support::udev::settle(Duration::from_secs(30)).expect("udev settle");
     support::cmd::run("modprobe", &["dm_multipath"]).expect("modprobe dm_multipath");
     let dev = |d: &String| fs::read_to_string(format!("/sys/block/{d}/dev")).unwrap();
@@ -286,9 +299,11 @@ fn queueing_map(name: &str, paths: &[String]) -> String {
         .trim()
         .parse()
         .unwrap();
+    let each: Vec<String> = devs.iter().map(|d| format!("{d} 1")).collect();
     let params = format!(
-        "1 queue_if_no_path 0 1 1 round-robin 0 2 1 {} 1 {} 1",
-        devs[0], devs[1]
+        "{features} 0 1 1 round-robin 0 {} 1 {}",
+        devs.len(),
+        each.join(" ")
     );
     let uuid = format!("mpath-{wwid}");
     let ctl = Control::open(&lunkit::Root::default()).expect("open /dev/mapper/control");
@@ -305,12 +320,38 @@ fn queueing_map(name: &str, paths: &[String]) -> String {
     format!("dm-{}", info.dev.minor)
 }
 
-/// An NVMe/TCP controller whose port went away reconnects: found, with its subsystem. A
-/// plain `--fix` leaves it (an opt-in kind); `--fix nvme-controller-down` deletes it, and
-/// run again finds nothing.
+/// The namespace device a controller serves: its subsystem's head (`nvme<S>n<N>`, native
+/// multipath), else the controller's own (`nvme<C>n<N>`).
+fn namespace_of(controller: &str) -> String {
+    use lunkit::nvme::sysfs::parse_namespace_name;
+    let names = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let subsystem = names(Path::new("/sys/class/nvme-subsystem"))
+        .into_iter()
+        .map(|s| Path::new("/sys/class/nvme-subsystem").join(s))
+        .find(|p| p.join(controller).exists())
+        .expect("the controller's subsystem");
+    names(&subsystem)
+        .into_iter()
+        .chain(names(&Path::new("/sys/class/nvme").join(controller)))
+        .find(|n| matches!(parse_namespace_name(n), Some((_, None, _))))
+        .expect("a namespace device")
+}
+
+/// An NVMe/TCP controller whose port went away reconnects: pending while it has lasted less
+/// than the grace, then found, with its subsystem and for how long it was seen. A plain
+/// `--fix` leaves it (an opt-in kind); `--fix nvme-controller-down` deletes it, and run
+/// again finds nothing.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn a_reconnecting_nvme_controller_is_found() {
+fn a_reconnecting_nvme_controller_is_found_once_past_its_grace() {
     require_vm();
     let mut t = Target::builder()
         .nqn("nqn.2014-08.org.lunkit:doctor")
@@ -325,8 +366,12 @@ fn a_reconnecting_nvme_controller_is_found() {
         t.nqn().parse().unwrap(),
     );
     let c = lunkit::nvme::connect(&root, &opts).expect("connect");
-    let (code, _) = doctor();
-    assert_eq!(code, 0);
+    // Held open, the subsystem is in use: not idle, and nothing else is wrong.
+    let ns = namespace_of(&c.controller);
+    let held = fs::File::open(format!("/dev/{ns}")).expect("open the namespace");
+    let (code, doc) = doctor();
+    assert_eq!(code, 0, "{doc}");
+    drop(held);
 
     t.remove_port(61).unwrap();
     let state = || {
@@ -341,22 +386,341 @@ fn a_reconnecting_nvme_controller_is_found() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_ne!(state(), "live");
-    let (code, doc) = doctor();
-    let down = findings(&doc, "nvme-controller-down");
+    // The default grace (120 s) has not passed: pending, not a finding.
+    let (_, doc) = doctor();
+    assert!(findings(&doc, "nvme-controller-down").is_empty(), "{doc}");
+    let pending: Vec<&Value> = doc["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "nvme-controller-down")
+        .collect();
+    assert_eq!(pending.len(), 1, "{doc}");
+    assert_eq!(pending[0]["objects"][0], c.controller.as_str());
+    assert_eq!(doc["grace_s"], 120);
+    // Past a grace of 1 s (the first sighting was kept): a finding, seen for 1 s or more.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, doc) = doctor_with(&["--grace", "1"]);
+    let down: Vec<(Vec<String>, &Value)> = of_kind(&doc, "nvme-controller-down").collect();
     assert_eq!(down.len(), 1, "{doc}");
     assert_eq!(down[0].0, std::slice::from_ref(&c.controller));
+    assert!(
+        down[0].1["since_s"].as_u64().is_some_and(|s| s >= 1),
+        "{doc}"
+    );
+    let why = down[0].1["why"].as_str().unwrap();
+    assert!(why.contains("ctrl_loss_tmo"), "{why}");
     assert!(code == 1 || code == 4, "{code}");
+    // Its subsystem, whose namespace nothing uses, is idle too.
+    assert_eq!(findings(&doc, "idle-subsystem").len(), 1, "{doc}");
 
-    let (code, doc) = doctor_with(&["--fix"]);
+    let (code, doc) = doctor_with(&["--grace", "0", "--fix"]);
     let left = fixes(&doc, "nvme-controller-down");
     assert_eq!((code, left[0].1.as_str()), (1, "not-selected"), "{doc}");
     assert!(Path::new(&format!("/sys/class/nvme/{}", c.controller)).exists());
 
-    let (code, doc) = doctor_with(&["--fix", "nvme-controller-down"]);
+    let (code, doc) = doctor_with(&["--grace", "0", "--fix", "nvme-controller-down"]);
     let fixed = fixes(&doc, "nvme-controller-down");
-    assert_eq!((code, fixed[0].1.as_str()), (0, "fixed"), "{doc}");
+    assert_eq!(fixed[0].1.as_str(), "fixed", "{doc}");
+    // The idle subsystem went with its only controller; not selected, it was not touched.
+    assert_eq!(code, 0, "{doc}");
     assert!(!Path::new(&format!("/sys/class/nvme/{}", c.controller)).exists());
-    let (code, doc) = doctor_with(&["--fix", "nvme-controller-down"]);
+    let (code, doc) = doctor_with(&["--grace", "0", "--fix", "nvme-controller-down"]);
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
     t.teardown().unwrap();
+}
+
+/// A subsystem connected for nothing (no namespace in use, none attached through lunkit) is
+/// idle: held open it is not; attached through lunkit (marked) it is not, even unused; a
+/// plain `--fix` leaves it (opt-in); `--fix idle-subsystem` disconnects every controller of
+/// it, and a second run finds nothing.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn an_idle_nvme_subsystem_is_found_and_disconnected_only_when_named() {
+    require_vm();
+    let nqn = "nqn.2014-08.org.lunkit:doctor-idle";
+    let t = Target::builder()
+        .nqn(nqn)
+        .namespace(16 << 20)
+        .port(PortConfig::new(63, "127.0.0.1", "4420"))
+        .port(PortConfig::new(64, "127.0.0.2", "4420"))
+        .build()
+        .expect("nvmet target");
+    // Attached through lunkit: marked, so not idle though nothing uses it.
+    let attach = |verb: &str| {
+        let mut args = vec![verb, "--nvme-nqn", nqn, "--nsid", "1"];
+        if verb == "attach" {
+            args.extend(["--portal", "127.0.0.1:4420", "--portal", "127.0.0.2:4420"]);
+        }
+        args.extend(["--timeout", "60", "--json"]);
+        let out = lunkit(&args);
+        assert!(out.status.success(), "{verb}: {}", describe(&out));
+    };
+    attach("attach");
+    let (code, doc) = doctor();
+    assert_eq!(code, 0, "{doc}");
+    attach("detach");
+
+    // Connected behind lunkit's back, on both ports: idle.
+    let root = lunkit::Root::default();
+    let mut controllers = Vec::new();
+    for addr in ["127.0.0.1", "127.0.0.2"] {
+        let opts =
+            lunkit::nvme::ConnectOptions::new(addr.parse().unwrap(), 4420, nqn.parse().unwrap());
+        controllers.push(
+            lunkit::nvme::connect(&root, &opts)
+                .expect("connect")
+                .controller,
+        );
+    }
+    let (code, doc) = doctor();
+    let idle: Vec<(Vec<String>, &Value)> = of_kind(&doc, "idle-subsystem").collect();
+    assert_eq!(idle.len(), 1, "{doc}");
+    assert_eq!(idle[0].1["identity"], nqn);
+    assert_eq!(idle[0].1["in_use"], false);
+    for c in &controllers {
+        assert!(idle[0].0.contains(c), "{doc}");
+    }
+    assert_eq!(code, 1);
+    // Held open: in use, so not idle.
+    let held = fs::File::open(format!("/dev/{}", namespace_of(&controllers[0]))).unwrap();
+    let (code, doc) = doctor();
+    assert!(findings(&doc, "idle-subsystem").is_empty(), "{doc}");
+    assert_eq!(code, 0, "{doc}");
+    drop(held);
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!(fixes(&doc, "idle-subsystem")[0].1, "not-selected", "{doc}");
+    assert_eq!(code, 1);
+    let (code, doc) = doctor_with(&["--fix", "idle-subsystem"]);
+    let fixed = fixes(&doc, "idle-subsystem");
+    assert_eq!(fixed[0].1, "fixed", "{doc}");
+    assert_eq!(code, 0, "{doc}");
+    for c in &controllers {
+        assert!(!Path::new(&format!("/sys/class/nvme/{c}")).exists(), "{c}");
+    }
+    let (code, doc) = doctor_with(&["--fix", "idle-subsystem"]);
+    assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
+    t.teardown().unwrap();
+}
+
+/// The disk at `hctl` (`sdX`).
+fn disk_at(hctl: &str) -> String {
+    fs::read_dir(format!("/sys/class/scsi_device/{hctl}/device/block"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The array re-maps a LUN number under a map to another volume: the path rescanned reports
+/// the other WWID and is found as `remapped-path` (the map's WWID and the path's both
+/// named); `--fix` deletes that path and leaves the map on its other path; a second `--fix`
+/// finds nothing of it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_remapped_under_a_map_is_found_and_only_its_path_deleted() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 3,
+            ..LioConfig::default()
+        },
+        scan: vec![1],
+        multipath: None,
+    })
+    .expect("build the iSCSI lab");
+    let hctls: Vec<String> = lab
+        .sessions
+        .iter()
+        .map(|s| format!("{}:0:0:1", s.host))
+        .collect();
+    let paths: Vec<String> = hctls.iter().map(|h| disk_at(h)).collect();
+    let map = path_map("lunkit-remap", &paths, "0");
+    let (code, doc) = doctor_with(&["--no-use-check"]);
+    assert_eq!(code, 0, "{doc}");
+
+    // LUN 1 is backstore 2's now; the first path reads its VPD again.
+    lab.target().remap(1, 2).unwrap();
+    fs::write(
+        format!("/sys/class/scsi_device/{}/device/rescan", hctls[0]),
+        "1",
+    )
+    .unwrap();
+    support::udev::settle(Duration::from_secs(30)).unwrap();
+    let (code, doc) = doctor();
+    let found = findings(&doc, "remapped-path");
+    assert_eq!(found.len(), 1, "{doc}");
+    assert_eq!(found[0].0, ["lunkit-remap".to_owned(), paths[0].clone()]);
+    assert_eq!(found[0].1, Some(false), "{doc}");
+    let (_, f) = of_kind(&doc, "remapped-path").next().unwrap();
+    let why = f["why"].as_str().unwrap();
+    assert!(why.contains("re-mapped"), "{why}");
+    assert_eq!(code, 1, "{doc}");
+
+    let (_, doc) = doctor_with(&["--fix"]);
+    let fixed = fixes(&doc, "remapped-path");
+    assert_eq!(fixed[0].1, "fixed", "{doc}");
+    assert!(!Path::new(&format!("/sys/block/{}", paths[0])).exists());
+    assert!(Path::new(&format!("/sys/block/{map}/slaves/{}", paths[1])).exists());
+    let (_, doc) = doctor_with(&["--fix"]);
+    assert!(fixes(&doc, "remapped-path").is_empty(), "{doc}");
+
+    let ctl = Control::open(&lunkit::Root::default()).unwrap();
+    ctl.remove(&DevId::Name("lunkit-remap"), false).unwrap();
+    lab.teardown().unwrap();
+}
+
+/// A map with no path at all (multipathd reloads a map without its last path when it does
+/// not flush it): found, with whether it queues; held open, in use naming the holder and
+/// left by `--fix`; released, detached by a plain `--fix`, and a second finds nothing.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_map_without_paths_is_found_and_detached_when_nothing_holds_it() {
+    require_vm();
+    support::cmd::run("modprobe", &["dm_multipath"]).expect("modprobe dm_multipath");
+    let ctl = Control::open(&lunkit::Root::default()).unwrap();
+    // Failing its I/O, not queueing it: udev's probe of a new map must not hang.
+    let uuid = "mpath-36001405d0c70000000000000000dead";
+    let info = ctl.create("lunkit-nopaths", Some(uuid)).unwrap();
+    let table = dm::Target {
+        start: 0,
+        length: 32768,
+        target_type: "multipath".into(),
+        params: "0 0 0 0".into(),
+    };
+    ctl.load(&DevId::Name("lunkit-nopaths"), &[table]).unwrap();
+    ctl.resume(&DevId::Name("lunkit-nopaths")).unwrap();
+    support::udev::settle(Duration::from_secs(30)).unwrap();
+    let dm = format!("dm-{}", info.dev.minor);
+
+    let held = fs::File::open(format!("/dev/{dm}")).unwrap();
+    let (code, doc) = doctor_with(&["--fix"]);
+    let (objects, f) = of_kind(&doc, "map-without-paths").next().expect("found");
+    assert_eq!(objects, ["lunkit-nopaths".to_owned(), dm.clone()]);
+    assert_eq!(f["queues"], false, "{doc}");
+    assert!(f["why"].as_str().unwrap().contains("fails I/O"), "{doc}");
+    assert_eq!(f["in_use"], true, "{doc}");
+    let users = f["users"].as_str().unwrap();
+    assert!(users.contains(&std::process::id().to_string()), "{users}");
+    assert_eq!(f["fix"]["outcome"], "in-use", "{doc}");
+    assert_eq!(code, 4, "{doc}");
+    assert!(Path::new(&format!("/sys/block/{dm}")).exists());
+    drop(held);
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    let fixed = fixes(&doc, "map-without-paths");
+    assert_eq!(fixed[0].1, "fixed", "{doc}");
+    assert_eq!(code, 0, "{doc}");
+    assert!(!Path::new(&format!("/sys/block/{dm}")).exists());
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
+}
+
+/// An array that went away for longer than the grace: its sessions recover for ever
+/// (`recovery_tmo` 600 s), their disks stay blocked. Pending at first, then found with how
+/// long they were seen; a plain `--fix` leaves them (opt-in); `--fix scsi-device-blocked`
+/// deletes the one nothing holds and leaves the held one naming its holder. Back, the held
+/// disk runs again and nothing is found of it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn disks_blocked_past_the_grace_are_found_and_deleted_only_when_named_and_unheld() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 1,
+            ..LioConfig::default()
+        },
+        scan: vec![0],
+        multipath: None,
+    })
+    .expect("build the iSCSI lab");
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let hctls: Vec<String> = lab
+        .sessions
+        .iter()
+        .map(|s| format!("{}:0:0:0", s.host))
+        .collect();
+    let disks: Vec<String> = hctls.iter().map(|h| disk_at(h)).collect();
+    for s in &lab.sessions {
+        fs::write(
+            format!("/sys/class/iscsi_session/session{}/recovery_tmo", s.sid),
+            "600",
+        )
+        .unwrap();
+    }
+    let state = |d: &str| {
+        fs::read_to_string(format!("/sys/block/{d}/device/state"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    lab.target().set_enabled(false).unwrap();
+    support::wait::until_true("both disks blocked", Duration::from_secs(60), || {
+        disks.iter().all(|d| state(d) == "blocked")
+    })
+    .expect("the disks blocked");
+
+    let blocked = |doc: &Value, list: &str| -> Vec<(String, u64)> {
+        doc[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "scsi-device-blocked")
+            .map(|f| {
+                (
+                    f["objects"][1].as_str().unwrap().to_owned(),
+                    f["since_s"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (_, doc) = doctor_with(&["--grace", "2"]);
+    assert!(blocked(&doc, "findings").is_empty(), "{doc}");
+    assert_eq!(blocked(&doc, "pending").len(), 2, "{doc}");
+    std::thread::sleep(Duration::from_millis(2500));
+    let held = fs::File::open(format!("/dev/{}", disks[0])).unwrap();
+    let (_, doc) = doctor_with(&["--grace", "2", "--fix"]);
+    let found = blocked(&doc, "findings");
+    assert_eq!(found.len(), 2, "{doc}");
+    assert!(found.iter().all(|(_, since)| *since >= 2), "{doc}");
+    for f in fixes(&doc, "scsi-device-blocked") {
+        assert_eq!(f.1, "not-selected", "{doc}");
+    }
+
+    let (code, doc) = doctor_with(&["--grace", "2", "--fix", "scsi-device-blocked"]);
+    let fixed = fixes(&doc, "scsi-device-blocked");
+    let of = |d: &str| {
+        fixed
+            .iter()
+            .find(|f| f.0.contains(&d.to_owned()))
+            .unwrap()
+            .clone()
+    };
+    let (a, b) = (of(&disks[0]), of(&disks[1]));
+    assert_eq!(a.1, "in-use", "{doc}");
+    assert!(a.2.contains(&std::process::id().to_string()), "{a:?}");
+    assert_eq!(b.1, "fixed", "{doc}");
+    assert!(!Path::new(&format!("/sys/block/{}", disks[1])).exists());
+    assert_eq!(code, 4, "{doc}");
+    let (_, doc) = doctor_with(&["--grace", "2", "--fix", "scsi-device-blocked"]);
+    let again = fixes(&doc, "scsi-device-blocked");
+    assert_eq!(again.len(), 1, "{doc}");
+    assert_eq!(again[0].1, "in-use", "{doc}");
+
+    drop(held);
+    lab.target().set_enabled(true).unwrap();
+    support::wait::until_true(
+        "the held disk running again",
+        Duration::from_secs(90),
+        || state(&disks[0]) == "running",
+    )
+    .expect("the session back");
+    let (_, doc) = doctor_with(&["--grace", "0"]);
+    assert!(blocked(&doc, "findings").is_empty(), "{doc}");
+    assert!(blocked(&doc, "pending").is_empty(), "{doc}");
+    lab.teardown().unwrap();
 }

@@ -120,6 +120,13 @@ impl LioTarget {
         export(&Self::backstore(from), &tpg, lun)
     }
 
+    /// Enables or disables the TPG: disabled, LIO closes its sessions and refuses logins, as
+    /// an array that went away does; the initiator's devices stay blocked while its sessions
+    /// recover (`recovery_tmo`). Enabled again, iscsid logs back in.
+    pub fn set_enabled(&self, on: bool) -> Result<()> {
+        write(&self.tpg().join("enable"), if on { "1" } else { "0" })
+    }
+
     /// Ends demo mode: only `acl.initiator` gets in, with CHAP (`attrib/authentication` 1), and
     /// sees every LUN through its node ACL. [`teardown`](Self::teardown) removes the ACL.
     pub fn require_chap(&mut self, acl: &ChapAcl<'_>) -> Result<()> {
