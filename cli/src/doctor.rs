@@ -19,10 +19,12 @@ pub struct Doctor {
     #[arg(long)]
     pub no_use_check: bool,
     /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down
-    /// (offline devices; transport-offline ones only when named), remapped-path and
-    /// map-without-paths; with KINDs (comma-separated or repeated), those only.
-    /// map-paths-down, idle-session and nvme-controller-down are cleaned up only when named.
-    /// Without --fix nothing is changed.
+    /// (offline devices; transport-offline ones only when named), remapped-path,
+    /// map-without-paths, stale-name-record and stale-attach-mark; with KINDs
+    /// (comma-separated or repeated), those only. map-paths-down, idle-session and
+    /// nvme-controller-down are cleaned up only when named; idle-session and
+    /// remapped-address are never cleaned up (the fix says what to do). Without --fix
+    /// nothing is changed.
     #[arg(long, value_name = "KIND", num_args = 0.., value_delimiter = ',')]
     pub fix: Option<Vec<String>>,
 }
@@ -62,7 +64,7 @@ fn examine_and_fix(
         ),
         None => None,
     };
-    let mut opts = DoctorOptions::default();
+    let mut opts = DoctorOptions::new(root);
     opts.check_use = !cmd.no_use_check;
     let found = doctor::examine(root, &opts)?;
     let Some(kinds) = kinds else {

@@ -1,6 +1,8 @@
 //! What earlier attaches and detaches left on a node, found in one read of it: devices the
 //! kernel gave up on, paths an array re-mapped under a map, maps with no working path,
-//! iSCSI sessions that carry nothing in use, NVMe controllers that are not live. Each
+//! iSCSI sessions that carry nothing in use, NVMe controllers that are not live, and
+//! lunkit's own records (with [`DoctorOptions::lock_dir`]) that name nothing or an address
+//! the array re-mapped. Each
 //! finding names the objects, says why it is a problem, and carries the same in-use check a
 //! detach makes on its devices, so an operator knows what may be cleaned and what a pod
 //! still holds. Nothing here writes.
@@ -17,11 +19,13 @@
 //! ```
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::block::{self, Usage, UsageScope};
 use crate::error::Result;
 use crate::nvme::sysfs::{CtrlState, parse_namespace_name};
+use crate::ops::options::DetachOptions;
 use crate::root::Root;
 use crate::scsi::PATH_MANAGERS;
 use crate::scsi::sysfs::ScsiState;
@@ -44,6 +48,15 @@ pub enum Kind {
     IdleSession,
     /// An NVMe controller that is not `live` (reconnecting, resetting, being deleted).
     NvmeControllerDown,
+    /// A name record (`<lock_dir>/names/`) whose WWID no device on the node carries, with
+    /// nothing at its address: it names nothing.
+    StaleNameRecord,
+    /// Devices at a name record's address report another WWID than the record: the array
+    /// gave the LUN number (or namespace id) to another volume.
+    RemappedAddress,
+    /// An NVMe attach mark (`<lock_dir>/attached/`) whose namespace no controller of its
+    /// subsystem serves: it keeps the subsystem's controllers through every detach.
+    StaleAttachMark,
 }
 
 impl Kind {
@@ -56,6 +69,9 @@ impl Kind {
             Kind::MapPathsDown => "map-paths-down",
             Kind::IdleSession => "idle-session",
             Kind::NvmeControllerDown => "nvme-controller-down",
+            Kind::StaleNameRecord => "stale-name-record",
+            Kind::RemappedAddress => "remapped-address",
+            Kind::StaleAttachMark => "stale-attach-mark",
         }
     }
 }
@@ -78,7 +94,8 @@ pub struct Finding {
     pub why: String,
     /// What the objects were when found, for a fix to check again before it writes: the
     /// WWID a SCSI device or path reported, a map's WWID, an NVMe controller's subsystem
-    /// NQN; `None` when there is none (an iSCSI session, a device without VPD page 0x83).
+    /// NQN, the WWID a name record holds, an attach mark's subsystem NQN; `None` when there
+    /// is none (an iSCSI session, a device without VPD page 0x83).
     pub identity: Option<String>,
     /// The block devices whose users decide whether it may be cleaned up.
     pub devices: Vec<String>,
@@ -107,13 +124,30 @@ pub struct DoctorOptions {
     pub check_use: bool,
     /// The deadline of the whole examination (each in-use check's opens are bounded by it).
     pub timeout: Duration,
+    /// The lock directory whose name records and attach marks are checked against the node
+    /// (as [`crate::ops::DetachOptions::lock_dir`]); `None`: they are not looked at.
+    pub lock_dir: Option<PathBuf>,
 }
 
 impl Default for DoctorOptions {
+    /// The in-use check, 60 s, and no lock directory ([`DoctorOptions::new`] has the one
+    /// attach and detach use by default).
     fn default() -> Self {
         DoctorOptions {
             check_use: true,
             timeout: Duration::from_secs(60),
+            lock_dir: None,
+        }
+    }
+}
+
+impl DoctorOptions {
+    /// The defaults for `root`: those of [`Default`], and the records of the lock directory
+    /// a detach uses by default.
+    pub fn new(root: &Root) -> DoctorOptions {
+        DoctorOptions {
+            lock_dir: DetachOptions::new(root).lock_dir,
+            ..DoctorOptions::default()
         }
     }
 }
@@ -138,6 +172,9 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     let deadline = crate::wait::deadline_from(start, opts.timeout);
     let topology = Topology::read(root)?;
     let mut findings = classify(&topology);
+    if let Some(dir) = &opts.lock_dir {
+        findings.extend(records::classify(&topology, &records::read(dir)?));
+    }
     // An idle session is one whose LUNs nothing uses: only the in-use check (a walk of every
     // process, an `O_EXCL` probe of each device) tells, so without it none is reported. A
     // caller that looks often, as the CSI plugin does, must not probe devices a stage may be
@@ -354,6 +391,7 @@ fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> 
 }
 
 mod fix;
+mod records;
 
 pub use fix::{FixOptions, FixOutcome, Fixes, fix};
 

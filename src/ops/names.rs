@@ -592,7 +592,11 @@ mod tests {
         };
         assert_eq!(
             got,
-            vec![(fc, None), (a.clone(), Some(w.clone())), (n.clone(), Some(w2.clone()))]
+            vec![
+                (fc, None),
+                (a.clone(), Some(w.clone())),
+                (n.clone(), Some(w2.clone()))
+            ]
         );
         let marks = attach_marks(&dir).unwrap();
         assert_eq!(marks.len(), 1);

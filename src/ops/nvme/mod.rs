@@ -97,7 +97,7 @@ fn by_id(nqn: &Nqn, found: &[(NvmeNamespace, NamespaceDevice)]) -> Option<Volume
 }
 
 /// The lock of a namespace whose WWID is not known (nothing of it on the node).
-fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
+pub(in crate::ops) fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
     match namespace {
         NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
         NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
