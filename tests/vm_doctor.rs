@@ -94,6 +94,7 @@ fn set_state(disk: &str, state: &str) {
 #[ignore = "VM test: run by cargo xtask test"]
 fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
     require_vm();
+    forget_records();
     let (code, doc) = doctor();
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
 
@@ -212,6 +213,7 @@ fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
     require_vm();
+    forget_records();
     let sd = ScsiDebug::load(
         &[
             ("add_host", "2"),
@@ -312,6 +314,7 @@ fn queueing_map(name: &str, paths: &[String]) -> String {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_reconnecting_nvme_controller_is_found() {
     require_vm();
+    forget_records();
     let mut t = Target::builder()
         .nqn("nqn.2014-08.org.lunkit:doctor")
         .namespace(16 << 20)
@@ -359,4 +362,214 @@ fn a_reconnecting_nvme_controller_is_found() {
     let (code, doc) = doctor_with(&["--fix", "nvme-controller-down"]);
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
     t.teardown().unwrap();
+}
+
+/// lunkit's lock directory, whose `names/` and `attached/` the doctor checks.
+const LOCKS: &str = "/run/lunkit/locks";
+
+/// Removes the name records and attach marks earlier tests of this guest left: a detach
+/// keeps a record of what an address named, and with nothing of it left on the node the
+/// doctor reports it (`stale-name-record`). Each test builds its own lab, so none needs them.
+fn forget_records() {
+    for sub in ["names", "attached"] {
+        match fs::remove_dir_all(Path::new(LOCKS).join(sub)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("remove {LOCKS}/{sub}: {e}"),
+        }
+    }
+}
+
+/// `lunkit attach ARGS...`, which must succeed.
+fn attach_ok(args: &[&str]) {
+    let mut all = vec!["attach"];
+    all.extend_from_slice(args);
+    let out = lunkit(&all);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+/// The disks (`sdX`) at LUN `lun` of the lab's sessions.
+fn disks_at(lab: &IscsiLab, lun: u32) -> Vec<String> {
+    let mut disks: Vec<String> = lab
+        .sessions
+        .iter()
+        .filter_map(|s| {
+            fs::read_dir(format!(
+                "/sys/class/scsi_device/{}:0:0:{lun}/device/block",
+                s.host
+            ))
+            .ok()?
+            .flatten()
+            .next()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    disks.sort();
+    disks
+}
+
+fn wwid_of(disk: &str) -> lunkit::Wwid {
+    fs::read_to_string(format!("/sys/block/{disk}/device/wwid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The iSCSI lab with `luns` LUNs, none scanned and no multipathd; the records earlier
+/// tests left forgotten, and a doctor that finds nothing.
+fn records_lab(luns: u32) -> (IscsiLab, String) {
+    forget_records();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns,
+            ..LioConfig::default()
+        },
+        scan: vec![],
+        multipath: None,
+    })
+    .expect("build the iSCSI lab");
+    let iqn = lab.config.target.iqn.clone();
+    // Spelt in a record name as it is: letters, digits, `.`, `:` and `-` only.
+    assert!(
+        iqn.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:-".contains(&b)),
+        "{iqn}"
+    );
+    (lab, iqn)
+}
+
+/// A LUN attached by its address (the record of its WWID written), then its paths deleted
+/// behind lunkit's back: the record names nothing on the node any more. Found as
+/// `stale-name-record` with the record's file and WWID; a plain `--fix` removes the file,
+/// and a second one finds nothing of it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
+    require_vm();
+    let (lab, iqn) = records_lab(2);
+    attach_ok(&["--iscsi-target", &iqn, "--lun", "1"]);
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let disks = disks_at(&lab, 1);
+    assert_eq!(disks.len(), lab.sessions.len(), "{disks:?}");
+    let wwid = wwid_of(&disks[0]);
+    let file = format!("iscsi-{iqn}-lun-1");
+    let record = Path::new(LOCKS).join("names").join(&file);
+    let recorded: lunkit::Wwid = fs::read_to_string(&record).unwrap().trim().parse().unwrap();
+    assert_eq!(recorded, wwid);
+    // The volume is on the node: nothing to say of its record.
+    let (_, doc) = doctor();
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+    assert_eq!(findings(&doc, "remapped-address"), []);
+
+    for d in &disks {
+        fs::write(format!("/sys/block/{d}/device/delete"), "1").unwrap();
+    }
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    assert_eq!(disks_at(&lab, 1), Vec::<String>::new());
+
+    let (code, doc) = doctor();
+    let stale: Vec<_> = of_kind(&doc, "stale-name-record").collect();
+    assert_eq!(stale.len(), 1, "{doc}");
+    assert_eq!(stale[0].0[0], file);
+    assert_eq!(
+        stale[0].1["identity"]
+            .as_str()
+            .map(|w| w.parse::<lunkit::Wwid>().unwrap()),
+        Some(wwid.clone())
+    );
+    assert_eq!(code, 1, "{doc}");
+    // Examined only: the record is still there.
+    assert!(record.exists());
+
+    let (_, doc) = doctor_with(&["--fix"]);
+    let fixed = fixes(&doc, "stale-name-record");
+    assert_eq!(fixed.len(), 1, "{doc}");
+    assert_eq!(fixed[0].1, "fixed", "{fixed:?}");
+    assert!(fixed[0].2.contains(&file), "{fixed:?}");
+    assert!(!record.exists());
+
+    // Again: nothing of it found, nothing changed.
+    let (_, doc) = doctor_with(&["--fix"]);
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+    lab.teardown().unwrap();
+    forget_records();
+}
+
+/// A LUN attached by its address (its record written), then re-mapped on the target to
+/// another backstore and rescanned: the devices at the address report another WWID than the
+/// record. Found as `remapped-address` naming both WWIDs and the devices; `--fix`, plain or
+/// naming the kind, deletes nothing and leaves the record.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn an_address_the_array_remapped_is_reported_and_nothing_deleted() {
+    require_vm();
+    let (lab, iqn) = records_lab(3);
+    attach_ok(&["--iscsi-target", &iqn, "--lun", "1"]);
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let disks = disks_at(&lab, 1);
+    assert_eq!(disks.len(), lab.sessions.len(), "{disks:?}");
+    let old = wwid_of(&disks[0]);
+    let record = Path::new(LOCKS)
+        .join("names")
+        .join(format!("iscsi-{iqn}-lun-1"));
+    let recorded =
+        || -> lunkit::Wwid { fs::read_to_string(&record).unwrap().trim().parse().unwrap() };
+    assert_eq!(recorded(), old);
+
+    // LUN 1 is LUN 2's backstore from now on; the node rescans LUN 1's devices.
+    lab.target().remap(1, 2).unwrap();
+    for d in &disks {
+        fs::write(format!("/sys/block/{d}/device/rescan"), "1").unwrap();
+    }
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let new = wwid_of(&disks[0]);
+    assert_ne!(new, old);
+    assert_eq!(disks_at(&lab, 1), disks);
+
+    let (code, doc) = doctor();
+    let remapped: Vec<_> = of_kind(&doc, "remapped-address").collect();
+    assert_eq!(remapped.len(), 1, "{doc}");
+    let (objects, f) = &remapped[0];
+    assert_eq!(&objects[2..], &disks[..], "{doc}");
+    let why = f["why"].as_str().unwrap();
+    assert!(
+        why.contains(&old.to_string()) && why.contains(&new.to_string()),
+        "{why}"
+    );
+    let devices: Vec<&str> = f["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(devices, disks);
+    assert_eq!(f["in_use"], false, "{doc}");
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+    assert_eq!(code, 1, "{doc}");
+
+    for args in [&["--fix"][..], &["--fix", "remapped-address"]] {
+        let (_, doc) = doctor_with(args);
+        let left = fixes(&doc, "remapped-address");
+        assert_eq!(left.len(), 1, "{doc}");
+        let want = if args.len() == 1 {
+            "not-selected"
+        } else {
+            "unsupported"
+        };
+        assert_eq!(left[0].1, want, "{left:?}");
+        if want == "unsupported" {
+            assert!(left[0].2.contains("--wwid"), "{left:?}");
+        }
+        assert_eq!(disks_at(&lab, 1), disks, "nothing deleted");
+        assert_eq!(recorded(), old);
+    }
+
+    // Back as found: LUN 1 on its own backstore again, its devices taken away.
+    lab.target().remap(1, 1).unwrap();
+    for d in &disks {
+        fs::write(format!("/sys/block/{d}/device/delete"), "1").unwrap();
+    }
+    lab.teardown().unwrap();
+    forget_records();
 }
