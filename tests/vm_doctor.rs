@@ -573,3 +573,81 @@ fn an_address_the_array_remapped_is_reported_and_nothing_deleted() {
     lab.teardown().unwrap();
     forget_records();
 }
+
+/// An NVMe namespace attached through lunkit (its attach mark and name record written),
+/// then its controller deleted behind lunkit's back: no controller of the subsystem serves
+/// it, and the mark would keep the subsystem's controllers through every later detach. Found
+/// as `stale-attach-mark` (and its record as `stale-name-record`); a plain `--fix` removes
+/// both files, and a second one finds nothing.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn an_attach_mark_of_a_namespace_no_controller_serves_is_removed_by_fix() {
+    require_vm();
+    forget_records();
+    let nqn = "nqn.2014-08.org.lunkit:doctor-marks";
+    let t = Target::builder()
+        .nqn(nqn)
+        .namespace(16 << 20)
+        .port(PortConfig::new(62, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    attach_ok(&[
+        "--nvme-nqn",
+        nqn,
+        "--nsid",
+        "1",
+        "--portal",
+        "127.0.0.1:4420",
+        "--hostnqn",
+        "nqn.2014-08.org.nvmexpress:uuid:6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
+        "--hostid",
+        "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
+    ]);
+    let file = format!("nvme-{nqn}-ns-1");
+    let mark = Path::new(LOCKS).join("attached").join(&file);
+    let record = Path::new(LOCKS).join("names").join(&file);
+    assert!(mark.exists() && record.exists());
+    let (_, doc) = doctor();
+    assert_eq!(findings(&doc, "stale-attach-mark"), []);
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+
+    let controllers: Vec<String> = support::sysfs::names("/sys/class/nvme")
+        .into_iter()
+        .filter(|c| {
+            fs::read_to_string(format!("/sys/class/nvme/{c}/subsysnqn"))
+                .is_ok_and(|n| n.trim() == nqn)
+        })
+        .collect();
+    assert_eq!(controllers.len(), 1, "{controllers:?}");
+    fs::write(
+        format!("/sys/class/nvme/{}/delete_controller", controllers[0]),
+        "1",
+    )
+    .unwrap();
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+
+    let (code, doc) = doctor();
+    let marks: Vec<_> = of_kind(&doc, "stale-attach-mark").collect();
+    assert_eq!(marks.len(), 1, "{doc}");
+    assert_eq!(marks[0].0[0], file);
+    assert_eq!(marks[0].1["identity"], nqn);
+    let records = findings(&doc, "stale-name-record");
+    assert_eq!(records.len(), 1, "{doc}");
+    assert_eq!(records[0].0[0], file);
+    assert_eq!(code, 1, "{doc}");
+    assert!(mark.exists() && record.exists());
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    for kind in ["stale-attach-mark", "stale-name-record"] {
+        let fixed = fixes(&doc, kind);
+        assert_eq!(fixed.len(), 1, "{doc}");
+        assert_eq!(fixed[0].1, "fixed", "{kind}: {fixed:?}");
+    }
+    assert!(!mark.exists() && !record.exists());
+    assert_eq!(code, 0, "{doc}");
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
+    t.teardown().unwrap();
+    forget_records();
+}
