@@ -236,7 +236,7 @@ fn attach_mark(t: &Topology, m: &Named) -> Option<Finding> {
     Some(Finding {
         kind: Kind::StaleAttachMark,
         objects: vec![m.file.clone(), m.spec.to_string()],
-        why: format!("no controller of subsystem {nqn} serves namespace {namespace}: {keeps}"),
+        why: format!("no controller of subsystem {nqn} serves {namespace}: {keeps}"),
         identity: Some(nqn.to_string()),
         devices: Vec::new(),
         usage: None,
