@@ -94,6 +94,7 @@ fn set_state(disk: &str, state: &str) {
 #[ignore = "VM test: run by cargo xtask test"]
 fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
     require_vm();
+    forget_records();
     let (code, doc) = doctor();
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
 
@@ -212,6 +213,7 @@ fn idle_sessions_and_offline_disks_are_found_with_who_uses_them() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_map_whose_paths_are_all_down_is_removed_by_fix() {
     require_vm();
+    forget_records();
     let sd = ScsiDebug::load(
         &[
             ("add_host", "2"),
@@ -353,6 +355,7 @@ fn namespace_of(controller: &str) -> String {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_reconnecting_nvme_controller_is_found_once_past_its_grace() {
     require_vm();
+    forget_records();
     let mut t = Target::builder()
         .nqn("nqn.2014-08.org.lunkit:doctor")
         .namespace(16 << 20)
@@ -440,6 +443,7 @@ fn a_reconnecting_nvme_controller_is_found_once_past_its_grace() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn an_idle_nvme_subsystem_is_found_and_disconnected_only_when_named() {
     require_vm();
+    forget_records();
     let nqn = "nqn.2014-08.org.lunkit:doctor-idle";
     let t = Target::builder()
         .nqn(nqn)
@@ -462,6 +466,9 @@ fn an_idle_nvme_subsystem_is_found_and_disconnected_only_when_named() {
     let (code, doc) = doctor();
     assert_eq!(code, 0, "{doc}");
     attach("detach");
+    // Detached: the mark is gone and the name record retired; nothing to say.
+    let (code, doc) = doctor();
+    assert_eq!(code, 0, "{doc}");
 
     // Connected behind lunkit's back, on both ports: idle.
     let root = lunkit::Root::default();
@@ -526,6 +533,7 @@ fn disk_at(hctl: &str) -> String {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_lun_remapped_under_a_map_is_found_and_only_its_path_deleted() {
     require_vm();
+    forget_records();
     let lab = IscsiLab::build(LabConfig {
         target: LioConfig {
             luns: 3,
@@ -583,6 +591,7 @@ fn a_lun_remapped_under_a_map_is_found_and_only_its_path_deleted() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_map_without_paths_is_found_and_detached_when_nothing_holds_it() {
     require_vm();
+    forget_records();
     support::cmd::run("modprobe", &["dm_multipath"]).expect("modprobe dm_multipath");
     let ctl = Control::open(&lunkit::Root::default()).unwrap();
     // Failing its I/O, not queueing it: udev's probe of a new map must not hang.
@@ -631,6 +640,7 @@ fn a_map_without_paths_is_found_and_detached_when_nothing_holds_it() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn disks_blocked_past_the_grace_are_found_and_deleted_only_when_named_and_unheld() {
     require_vm();
+    forget_records();
     let lab = IscsiLab::build(LabConfig {
         target: LioConfig {
             luns: 1,
@@ -725,4 +735,307 @@ fn disks_blocked_past_the_grace_are_found_and_deleted_only_when_named_and_unheld
     assert!(blocked(&doc, "findings").is_empty(), "{doc}");
     assert!(blocked(&doc, "pending").is_empty(), "{doc}");
     lab.teardown().unwrap();
+}
+
+/// lunkit's lock directory, whose `names/` and `attached/` the doctor checks.
+const LOCKS: &str = "/run/lunkit/locks";
+
+/// Removes the name records and attach marks earlier tests of this guest left: tests that
+/// take volumes away behind lunkit's back leave records that name nothing, which the doctor
+/// reports (`stale-name-record`). Each test builds its own lab, so none needs them.
+fn forget_records() {
+    for sub in ["names", "attached"] {
+        match fs::remove_dir_all(Path::new(LOCKS).join(sub)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("remove {LOCKS}/{sub}: {e}"),
+        }
+    }
+}
+
+/// `lunkit attach ARGS...`, which must succeed.
+fn attach_ok(args: &[&str]) {
+    let mut all = vec!["attach"];
+    all.extend_from_slice(args);
+    let out = lunkit(&all);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+/// The disks (`sdX`) at LUN `lun` of the lab's sessions.
+fn disks_at(lab: &IscsiLab, lun: u32) -> Vec<String> {
+    let mut disks: Vec<String> = lab
+        .sessions
+        .iter()
+        .filter_map(|s| {
+            fs::read_dir(format!(
+                "/sys/class/scsi_device/{}:0:0:{lun}/device/block",
+                s.host
+            ))
+            .ok()?
+            .flatten()
+            .next()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    disks.sort();
+    disks
+}
+
+fn wwid_of(disk: &str) -> lunkit::Wwid {
+    fs::read_to_string(format!("/sys/block/{disk}/device/wwid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The iSCSI lab with `luns` LUNs, none scanned and no multipathd; the records earlier
+/// tests left forgotten, and a doctor that finds nothing.
+fn records_lab(luns: u32) -> (IscsiLab, String) {
+    forget_records();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns,
+            ..LioConfig::default()
+        },
+        scan: vec![],
+        multipath: None,
+    })
+    .expect("build the iSCSI lab");
+    let iqn = lab.config.target.iqn.clone();
+    // Spelt in a record name as it is: letters, digits, `.`, `:` and `-` only.
+    assert!(
+        iqn.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:-".contains(&b)),
+        "{iqn}"
+    );
+    (lab, iqn)
+}
+
+/// A LUN attached by its address (the record of its WWID written), then its paths deleted
+/// behind lunkit's back: the record names nothing on the node any more. Found as
+/// `stale-name-record` with the record's file and WWID; a plain `--fix` removes the file,
+/// and a second one finds nothing of it.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
+    require_vm();
+    let (lab, iqn) = records_lab(2);
+    attach_ok(&["--iscsi-target", &iqn, "--lun", "1"]);
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let disks = disks_at(&lab, 1);
+    assert_eq!(disks.len(), lab.sessions.len(), "{disks:?}");
+    let wwid = wwid_of(&disks[0]);
+    let file = format!("iscsi-{iqn}-lun-1");
+    let record = Path::new(LOCKS).join("names").join(&file);
+    let recorded: lunkit::Wwid = fs::read_to_string(&record).unwrap().trim().parse().unwrap();
+    assert_eq!(recorded, wwid);
+    // The volume is on the node: nothing to say of its record.
+    let (_, doc) = doctor();
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+    assert_eq!(findings(&doc, "remapped-address"), []);
+
+    for d in &disks {
+        fs::write(format!("/sys/block/{d}/device/delete"), "1").unwrap();
+    }
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    assert_eq!(disks_at(&lab, 1), Vec::<String>::new());
+
+    let (code, doc) = doctor();
+    let stale: Vec<_> = of_kind(&doc, "stale-name-record").collect();
+    assert_eq!(stale.len(), 1, "{doc}");
+    assert_eq!(stale[0].0[0], file);
+    assert_eq!(
+        stale[0].1["identity"]
+            .as_str()
+            .map(|w| w.parse::<lunkit::Wwid>().unwrap()),
+        Some(wwid.clone())
+    );
+    assert_eq!(code, 1, "{doc}");
+    // Examined only: the record is still there.
+    assert!(record.exists());
+
+    let (_, doc) = doctor_with(&["--fix"]);
+    let fixed = fixes(&doc, "stale-name-record");
+    assert_eq!(fixed.len(), 1, "{doc}");
+    assert_eq!(fixed[0].1, "fixed", "{fixed:?}");
+    assert!(fixed[0].2.contains(&file), "{fixed:?}");
+    assert!(!record.exists());
+
+    // Again: nothing of it found, nothing changed.
+    let (_, doc) = doctor_with(&["--fix"]);
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+
+    // Attached and detached through lunkit: the detach retires the record (kept, for a
+    // retry to recall), and doctor says nothing of it.
+    attach_ok(&["--iscsi-target", &iqn, "--lun", "0"]);
+    let out = lunkit(&["detach", "--iscsi-target", &iqn, "--lun", "0", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let retired = Path::new(LOCKS)
+        .join("names")
+        .join(format!("iscsi-{iqn}-lun-0"));
+    let text = fs::read_to_string(&retired).unwrap();
+    assert_eq!(text.lines().nth(1), Some("detached"), "{text}");
+    let (_, doc) = doctor();
+    assert_eq!(findings(&doc, "stale-name-record"), [], "{doc}");
+    let out = lunkit(&["detach", "--iscsi-target", &iqn, "--lun", "0", "--json"]);
+    assert!(out.status.success(), "a retry: {}", describe(&out));
+    lab.teardown().unwrap();
+    forget_records();
+}
+
+/// A LUN attached by its address (its record written), then re-mapped on the target to
+/// another backstore and rescanned: the devices at the address report another WWID than the
+/// record. Found as `remapped-address` naming both WWIDs and the devices; `--fix`, plain or
+/// naming the kind, deletes nothing and leaves the record.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn an_address_the_array_remapped_is_reported_and_nothing_deleted() {
+    require_vm();
+    let (lab, iqn) = records_lab(3);
+    attach_ok(&["--iscsi-target", &iqn, "--lun", "1"]);
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let disks = disks_at(&lab, 1);
+    assert_eq!(disks.len(), lab.sessions.len(), "{disks:?}");
+    let old = wwid_of(&disks[0]);
+    let record = Path::new(LOCKS)
+        .join("names")
+        .join(format!("iscsi-{iqn}-lun-1"));
+    let recorded =
+        || -> lunkit::Wwid { fs::read_to_string(&record).unwrap().trim().parse().unwrap() };
+    assert_eq!(recorded(), old);
+
+    // LUN 1 is LUN 2's backstore from now on; the node rescans LUN 1's devices.
+    lab.target().remap(1, 2).unwrap();
+    for d in &disks {
+        fs::write(format!("/sys/block/{d}/device/rescan"), "1").unwrap();
+    }
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let new = wwid_of(&disks[0]);
+    assert_ne!(new, old);
+    assert_eq!(disks_at(&lab, 1), disks);
+
+    let (code, doc) = doctor();
+    let remapped: Vec<_> = of_kind(&doc, "remapped-address").collect();
+    assert_eq!(remapped.len(), 1, "{doc}");
+    let (objects, f) = &remapped[0];
+    assert_eq!(&objects[2..], &disks[..], "{doc}");
+    let why = f["why"].as_str().unwrap();
+    assert!(
+        why.contains(&old.to_string()) && why.contains(&new.to_string()),
+        "{why}"
+    );
+    let devices: Vec<&str> = f["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(devices, disks);
+    assert_eq!(f["in_use"], false, "{doc}");
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+    assert_eq!(code, 1, "{doc}");
+
+    for args in [&["--fix"][..], &["--fix", "remapped-address"]] {
+        let (_, doc) = doctor_with(args);
+        let left = fixes(&doc, "remapped-address");
+        assert_eq!(left.len(), 1, "{doc}");
+        let want = if args.len() == 1 {
+            "not-selected"
+        } else {
+            "unsupported"
+        };
+        assert_eq!(left[0].1, want, "{left:?}");
+        if want == "unsupported" {
+            assert!(left[0].2.contains("--wwid"), "{left:?}");
+        }
+        assert_eq!(disks_at(&lab, 1), disks, "nothing deleted");
+        assert_eq!(recorded(), old);
+    }
+
+    // Back as found: LUN 1 on its own backstore again, its devices taken away.
+    lab.target().remap(1, 1).unwrap();
+    for d in &disks {
+        fs::write(format!("/sys/block/{d}/device/delete"), "1").unwrap();
+    }
+    lab.teardown().unwrap();
+    forget_records();
+}
+
+/// An NVMe namespace attached through lunkit (its attach mark and name record written),
+/// then its controller deleted behind lunkit's back: no controller of the subsystem serves
+/// it, and the mark would keep the subsystem's controllers through every later detach. Found
+/// as `stale-attach-mark` (and its record as `stale-name-record`); a plain `--fix` removes
+/// both files, and a second one finds nothing.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn an_attach_mark_of_a_namespace_no_controller_serves_is_removed_by_fix() {
+    require_vm();
+    forget_records();
+    let nqn = "nqn.2014-08.org.lunkit:doctor-marks";
+    let t = Target::builder()
+        .nqn(nqn)
+        .namespace(16 << 20)
+        .port(PortConfig::new(62, "127.0.0.1", "4420"))
+        .build()
+        .expect("nvmet target");
+    attach_ok(&[
+        "--nvme-nqn",
+        nqn,
+        "--nsid",
+        "1",
+        "--portal",
+        "127.0.0.1:4420",
+        "--hostnqn",
+        "nqn.2014-08.org.nvmexpress:uuid:6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
+        "--hostid",
+        "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
+    ]);
+    let file = format!("nvme-{nqn}-ns-1");
+    let mark = Path::new(LOCKS).join("attached").join(&file);
+    let record = Path::new(LOCKS).join("names").join(&file);
+    assert!(mark.exists() && record.exists());
+    let (_, doc) = doctor();
+    assert_eq!(findings(&doc, "stale-attach-mark"), []);
+    assert_eq!(findings(&doc, "stale-name-record"), []);
+
+    let controllers: Vec<String> = support::sysfs::names("/sys/class/nvme")
+        .into_iter()
+        .filter(|c| {
+            fs::read_to_string(format!("/sys/class/nvme/{c}/subsysnqn"))
+                .is_ok_and(|n| n.trim() == nqn)
+        })
+        .collect();
+    assert_eq!(controllers.len(), 1, "{controllers:?}");
+    fs::write(
+        format!("/sys/class/nvme/{}/delete_controller", controllers[0]),
+        "1",
+    )
+    .unwrap();
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+
+    let (code, doc) = doctor();
+    let marks: Vec<_> = of_kind(&doc, "stale-attach-mark").collect();
+    assert_eq!(marks.len(), 1, "{doc}");
+    assert_eq!(marks[0].0[0], file);
+    assert_eq!(marks[0].1["identity"], nqn);
+    let records = findings(&doc, "stale-name-record");
+    assert_eq!(records.len(), 1, "{doc}");
+    assert_eq!(records[0].0[0], file);
+    assert_eq!(code, 1, "{doc}");
+    assert!(mark.exists() && record.exists());
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    for kind in ["stale-attach-mark", "stale-name-record"] {
+        let fixed = fixes(&doc, kind);
+        assert_eq!(fixed.len(), 1, "{doc}");
+        assert_eq!(fixed[0].1, "fixed", "{kind}: {fixed:?}");
+    }
+    assert!(!mark.exists() && !record.exists());
+    assert_eq!(code, 0, "{doc}");
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
+    t.teardown().unwrap();
+    forget_records();
 }

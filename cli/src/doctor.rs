@@ -25,10 +25,12 @@ pub struct Doctor {
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub grace: u64,
     /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down
-    /// (offline devices; transport-offline ones only when named), remapped-path and
-    /// map-without-paths; with KINDs (comma-separated or repeated), those only.
-    /// scsi-device-blocked, map-paths-down, idle-session, nvme-controller-down and
-    /// idle-subsystem are cleaned up only when named. Without --fix nothing is changed.
+    /// (offline devices; transport-offline ones only when named), remapped-path,
+    /// map-without-paths, stale-name-record and stale-attach-mark; with KINDs
+    /// (comma-separated or repeated), those only. scsi-device-blocked, map-paths-down,
+    /// idle-session, nvme-controller-down, idle-subsystem and remapped-address are
+    /// cleaned up only when named; idle-session and remapped-address are never cleaned up
+    /// (the fix says what to do). Without --fix nothing is changed.
     #[arg(long, value_name = "KIND", num_args = 0.., value_delimiter = ',')]
     pub fix: Option<Vec<String>>,
 }

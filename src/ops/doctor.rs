@@ -1,9 +1,11 @@
 //! What earlier attaches and detaches left on a node, found in one read of it: devices the
 //! kernel gave up on or that stay blocked, paths an array re-mapped under a map, maps with no
 //! working path (and whether they queue), iSCSI sessions and NVMe subsystems that carry
-//! nothing in use, NVMe controllers that stay not live. Each finding names the objects, says
-//! why it is a problem, and carries the same in-use check a detach makes on its devices, so
-//! an operator knows what may be cleaned and what a pod still holds.
+//! nothing in use, NVMe controllers that stay not live, and lunkit's own records (in
+//! [`DoctorOptions::lock_dir`]) that name nothing or an address the array re-mapped. Each
+//! finding names the objects, says why it is a problem, and carries the same in-use check a
+//! detach makes on its devices, so an operator knows what may be cleaned and what a pod
+//! still holds.
 //!
 //! A state the kernel may still recover from (a SCSI device `blocked`, an NVMe controller
 //! `connecting`) is a finding only once it has lasted past [`DoctorOptions::grace`]; before
@@ -58,6 +60,15 @@ pub enum Kind {
     /// An NVMe over Fabrics subsystem none of whose namespaces anything uses, and none of
     /// which lunkit marked attached: controllers kept for nothing.
     IdleSubsystem,
+    /// A name record (`<lock_dir>/names/`) whose WWID no device on the node carries, with
+    /// nothing at its address: it names nothing.
+    StaleNameRecord,
+    /// Devices at a name record's address report another WWID than the record: the array
+    /// gave the LUN number (or namespace id) to another volume.
+    RemappedAddress,
+    /// An NVMe attach mark (`<lock_dir>/attached/`) whose namespace no controller of its
+    /// subsystem serves: it keeps the subsystem's controllers through every detach.
+    StaleAttachMark,
 }
 
 impl Kind {
@@ -72,6 +83,9 @@ impl Kind {
             Kind::IdleSession => "idle-session",
             Kind::NvmeControllerDown => "nvme-controller-down",
             Kind::IdleSubsystem => "idle-subsystem",
+            Kind::StaleNameRecord => "stale-name-record",
+            Kind::RemappedAddress => "remapped-address",
+            Kind::StaleAttachMark => "stale-attach-mark",
         }
     }
 }
@@ -102,7 +116,8 @@ pub struct Finding {
     pub why: String,
     /// What the objects were when found, for a fix to check again before it writes: the
     /// WWID a SCSI device or path reported, a map's WWID, an NVMe controller's subsystem
-    /// NQN; `None` when there is none (an iSCSI session, a device without VPD page 0x83).
+    /// NQN, the WWID a name record holds, an attach mark's subsystem NQN; `None` when there
+    /// is none (an iSCSI session, a device without VPD page 0x83).
     pub identity: Option<String>,
     /// The block devices whose users decide whether it may be cleaned up.
     pub devices: Vec<String>,
@@ -189,7 +204,11 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     let deadline = crate::wait::deadline_from(start, opts.timeout);
     let topology = Topology::read(root)?;
     let mut seen = seen::Seen::load(root, opts.lock_dir.as_deref())?;
-    let (mut findings, mut pending) = settle(classify(&topology), &mut seen, opts.grace);
+    let mut all = classify(&topology);
+    if let Some(dir) = &opts.lock_dir {
+        all.extend(records::classify(&topology, &records::read(dir)?));
+    }
+    let (mut findings, mut pending) = settle(all, &mut seen, opts.grace);
     seen.save()?;
     states::explain(root, &mut findings);
     states::explain(root, &mut pending);
@@ -463,6 +482,7 @@ fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> 
 }
 
 mod fix;
+mod records;
 mod seen;
 mod states;
 mod subsystems;

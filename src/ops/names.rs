@@ -27,7 +27,16 @@ use crate::id::{Nqn, Wwid};
 /// An FC volume named through several target ports gets a record per port, so that a later
 /// call naming it through any of them (one controller's ports, say) recalls it.
 fn records(dir: &Path, spec: &VolumeSpec) -> Vec<PathBuf> {
-    let names = match spec {
+    spelt(spec)
+        .into_iter()
+        .map(|n| dir.join("names").join(n))
+        .collect()
+}
+
+/// The file names of `spec`'s records (and, the first, of its attach mark): the one place
+/// they are spelt.
+fn spelt(spec: &VolumeSpec) -> Vec<String> {
+    match spec {
         VolumeSpec::Iscsi { target, lun } => vec![format!("iscsi-{}-lun-{lun}", encode(target))],
         VolumeSpec::Fc { wwpns, lun } => {
             wwpns.iter().map(|w| format!("fc-{w}-lun-{lun}")).collect()
@@ -42,11 +51,7 @@ fn records(dir: &Path, spec: &VolumeSpec) -> Vec<PathBuf> {
             }]
         }
         VolumeSpec::Device(_) | VolumeSpec::Wwid(_) => Vec::new(),
-    };
-    names
-        .into_iter()
-        .map(|n| dir.join("names").join(n))
-        .collect()
+    }
 }
 
 /// `s` as one file name: letters, digits, `.`, `:` and `-` as they are, every other byte as
@@ -76,15 +81,33 @@ pub(crate) fn remember(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()>
         .mode(0o700)
         .create(&names)
         .map_err(|e| Error::io(&names, e))?;
-    paths.iter().try_for_each(|p| write_record(p, wwid))
+    paths.iter().try_for_each(|p| write_record(p, wwid, false))
 }
+
+/// After a detach of `spec` that took volume `wwid` off the node: its records that hold
+/// `wwid` say so (a second line, `detached`). They are kept, not removed: a detach of the
+/// same address again (a retry) recalls the WWID, finds nothing of it and is done, where
+/// without a record any path-less map on the node would make it refuse (see
+/// `ops::scsi::detach`). [`recorded`] leaves detached records out: history, not leftovers.
+/// The caller holds the volume's lock.
+pub(crate) fn retire(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<()> {
+    for path in records(dir, spec) {
+        if read_record(&path).as_ref() == Some(wwid) {
+            write_record(&path, wwid, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// The second line of a record a detach retired ([`retire`]).
+const DETACHED: &str = "detached";
 
 /// Writes one record through a temporary file of its own: the record's whole name with a
 /// suffix unique to this write (process id and a counter), created new. A name made with
 /// `Path::with_extension` would cut the record name at its last `.`, and an IQN has dots:
 /// every LUN of one target would share one temporary file, and two records written at once
 /// could each rename the other's WWID into place.
-fn write_record(path: &Path, wwid: &Wwid) -> Result<()> {
+fn write_record(path: &Path, wwid: &Wwid, detached: bool) -> Result<()> {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(
@@ -101,6 +124,9 @@ fn write_record(path: &Path, wwid: &Wwid) -> Result<()> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
         writeln!(f, "{}", wwid.to_multipath())?;
+        if detached {
+            writeln!(f, "{DETACHED}")?;
+        }
         std::fs::rename(&tmp, path)
     };
     write().map_err(|e| {
@@ -210,10 +236,165 @@ pub(crate) fn marked(dir: &Path, nqn: &Nqn) -> Result<Vec<NamespaceSelector>> {
 pub(crate) fn recall(dir: &Path, spec: &VolumeSpec) -> Option<Wwid> {
     let mut found = records(dir, spec).into_iter().filter_map(|p| {
         let text = std::fs::read_to_string(p).ok()?;
-        text.trim().parse::<Wwid>().ok()
+        text.lines().next()?.trim().parse::<Wwid>().ok()
     });
     let first = found.next()?;
     found.all(|w| w == first).then_some(first)
+}
+
+/// The volume a record or mark file name spells ([`spelt`] read backwards); `None` for any
+/// other name: a temporary file of [`write_record`], a stray file, a name that is not
+/// spelt as this module spells it (`%2f` for `%2F`, a letter encoded that need not be), an
+/// IQN or NQN that does not check. An FC name gives the spec of its one target port.
+pub(crate) fn parse_name(name: &str) -> Option<VolumeSpec> {
+    let spec = if let Some(rest) = name.strip_prefix("iscsi-") {
+        let (target, lun) = rest.rsplit_once("-lun-")?;
+        let target = decode(target)?;
+        crate::iscsi::check_target_name(&target).ok()?;
+        VolumeSpec::Iscsi {
+            target,
+            lun: lun.parse().ok()?,
+        }
+    } else if let Some(rest) = name.strip_prefix("fc-") {
+        let (wwpn, lun) = rest.rsplit_once("-lun-")?;
+        VolumeSpec::Fc {
+            wwpns: vec![wwpn.parse().ok()?],
+            lun: lun.parse().ok()?,
+        }
+    } else if let Some(rest) = name.strip_prefix("nvme-") {
+        nvme_name(rest)?
+    } else {
+        return None;
+    };
+    // Only a name that the spec spells again, byte for byte: what `records` would open.
+    (spelt(&spec).first().map(String::as_str) == Some(name)).then_some(spec)
+}
+
+/// `<encoded NQN>-<ns|nguid|eui64|uuid>-<value>`: the NQN may itself hold `-ns-` and the
+/// like, and the value never does (digits, hex, a UUID), so the last marker whose value
+/// parses is the one; a name two ways read is none.
+fn nvme_name(rest: &str) -> Option<VolumeSpec> {
+    type Parse = fn(&str) -> Option<NamespaceSelector>;
+    let kinds: [(&str, Parse); 4] = [
+        ("-ns-", |v| v.parse().ok().map(NamespaceSelector::Id)),
+        ("-nguid-", |v| v.parse().ok().map(NamespaceSelector::Nguid)),
+        ("-eui64-", |v| v.parse().ok().map(NamespaceSelector::Eui64)),
+        ("-uuid-", |v| v.parse().ok().map(NamespaceSelector::Uuid)),
+    ];
+    let mut found = kinds.iter().filter_map(|(marker, parse)| {
+        let (nqn, value) = rest.rsplit_once(marker)?;
+        Some((decode(nqn)?.parse::<Nqn>().ok()?, parse(value)?))
+    });
+    let (nqn, namespace) = found.next()?;
+    found
+        .next()
+        .is_none()
+        .then_some(VolumeSpec::Nvme { nqn, namespace })
+}
+
+/// [`encode`] undone: `%XX` (two hex digits) to its byte; `None` for a `%` without them or
+/// bytes that are not UTF-8.
+fn decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next()?, bytes.next()?];
+            let hex = std::str::from_utf8(&hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A record or mark file in the lock directory, with the volume its name spells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Named {
+    /// The file's name (in `names/` or `attached/`).
+    pub(crate) file: String,
+    /// The volume it is for.
+    pub(crate) spec: VolumeSpec,
+}
+
+/// The names of the files in `<dir>/<sub>/` that spell a volume (see [`parse_name`]), in
+/// name order; none when the directory is not there.
+fn listed(dir: &Path, sub: &str) -> Result<Vec<Named>> {
+    let path = dir.join(sub);
+    let entries = match std::fs::read_dir(&path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&path, e))?;
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if let Some(spec) = parse_name(&file) {
+            out.push(Named { file, spec });
+        }
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(out)
+}
+
+/// Every record of `<dir>/names/` but those a detach retired, with the WWID it holds
+/// (`None`: unreadable or malformed, which [`recall`] takes for none).
+pub(crate) fn recorded(dir: &Path) -> Result<Vec<(Named, Option<Wwid>)>> {
+    Ok(listed(dir, "names")?
+        .into_iter()
+        .filter(|n| !is_retired(&dir.join("names").join(&n.file)))
+        .map(|n| {
+            let wwid = read_record(&dir.join("names").join(&n.file));
+            (n, wwid)
+        })
+        .collect())
+}
+
+/// Whether the record at `path` was retired by a detach ([`retire`]).
+fn is_retired(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.lines().nth(1).map(str::trim) == Some(DETACHED))
+}
+
+/// Every attach mark of `<dir>/attached/` (NVMe namespaces only).
+pub(crate) fn attach_marks(dir: &Path) -> Result<Vec<Named>> {
+    Ok(listed(dir, "attached")?
+        .into_iter()
+        .filter(|n| matches!(n.spec, VolumeSpec::Nvme { .. }))
+        .collect())
+}
+
+fn read_record(path: &Path) -> Option<Wwid> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Removes `spec`'s record if it still holds `wwid`: `true` when it did, `false` when the
+/// record is gone or holds another WWID now. The caller holds the volume's lock, under which
+/// attach and detach write records.
+pub(crate) fn forget(dir: &Path, spec: &VolumeSpec, wwid: &Wwid) -> Result<bool> {
+    let Some(path) = records(dir, spec).into_iter().next() else {
+        return Ok(false);
+    };
+    if read_record(&path).as_ref() != Some(wwid) {
+        return Ok(false);
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(&path, e)),
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +426,33 @@ mod tests {
         let w2: Wwid = "naa.6001405abcdef0123456789abcdef099".parse().unwrap();
         remember(&dir, &a, &w2).unwrap();
         assert_eq!(recall(&dir, &a), Some(w2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_retired_record_is_still_recalled_but_no_longer_listed() {
+        let dir = std::env::temp_dir().join(format!("lunkit-names-retire-{}", std::process::id()));
+        let a = VolumeSpec::Iscsi {
+            target: "iqn.2003-01.org.example:t1".into(),
+            lun: 1,
+        };
+        let (w, other): (Wwid, Wwid) = (
+            "naa.6001405abcdef0123456789abcdef012".parse().unwrap(),
+            "naa.6001405abcdef0123456789abcdef099".parse().unwrap(),
+        );
+        remember(&dir, &a, &w).unwrap();
+        // Another volume's WWID retires nothing.
+        retire(&dir, &a, &other).unwrap();
+        assert_eq!(recorded(&dir).unwrap().len(), 1);
+        retire(&dir, &a, &w).unwrap();
+        assert_eq!(recall(&dir, &a), Some(w.clone()), "a retry recalls it");
+        assert!(
+            recorded(&dir).unwrap().is_empty(),
+            "history, not a leftover"
+        );
+        // Attached again: live again.
+        remember(&dir, &a, &w).unwrap();
+        assert_eq!(recorded(&dir).unwrap().len(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -343,6 +551,122 @@ mod tests {
         unmark_attached(&dir, &spec(&a, g)).unwrap();
         unmark_attached(&dir, &spec(&a, e)).unwrap();
         assert_eq!(marked(&dir, &a).unwrap(), vec![NamespaceSelector::Id(2)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_spelt_name_parses_back_to_its_spec() {
+        let nqn: Nqn = "nqn.2014-08.org.example:a-ns-1_x-uuid-2".parse().unwrap();
+        let specs = [
+            VolumeSpec::Iscsi {
+                target: "iqn.2003-01.org.example:t-lun-1".into(),
+                lun: 7,
+            },
+            VolumeSpec::Fc {
+                wwpns: vec![Wwn(0x500a0981_88a8b1c1)],
+                lun: 3,
+            },
+            spec(&nqn, NamespaceSelector::Id(2)),
+            spec(
+                &nqn,
+                NamespaceSelector::Nguid("0123456789abcdef0123456789abcdef".parse().unwrap()),
+            ),
+            spec(
+                &nqn,
+                NamespaceSelector::Eui64("0025385b71b0e7a1".parse().unwrap()),
+            ),
+            spec(
+                &nqn,
+                NamespaceSelector::Uuid("6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80".parse().unwrap()),
+            ),
+        ];
+        for s in specs {
+            let name = spelt(&s).remove(0);
+            assert_eq!(parse_name(&name), Some(s), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_name_not_spelt_here_is_none_never_a_panic() {
+        let t = "iscsi-iqn.2003-01.org.example:t1-lun-";
+        for name in [
+            "",
+            "stray",
+            "iscsi-",
+            "iscsi--lun-1",
+            "iscsi-iqn.2003-01.org.example:t1",
+            &format!("{t}x"),
+            &format!("{t}1.tmp-123-4"),
+            &format!("{t}+1"),
+            &format!("{t}01"),
+            "iscsi-iqn.x%2-lun-1",
+            "iscsi-iqn.x%-lun-1",
+            "iscsi-iqn.x%zz-lun-1",
+            "iscsi-iqn.x%2f-lun-1",
+            "iscsi-iqn.x%61-lun-1",
+            "iscsi-iqn.x%FF-lun-1",
+            "iscsi-%C3%A9%E2-lun-1",
+            "fc-0x500a098188a8b1c1-lun-",
+            "fc-500a098188a8b1c1-lun-1",
+            "fc-0x500a098188a8b1c1-lun-18446744073709551616",
+            "nvme-nqn.2014-08.org.example:a",
+            "nvme-nqn.2014-08.org.example:a-ns-0x1",
+            "nvme-nqn.2014-08.org.example:a-ns-1.tmp-1-2",
+            "nvme-nqn.2014-08.org.example:a-nguid-0123",
+            "nvme--ns-1",
+            "nvme-%-ns-1",
+            "iscsi-\u{1F600}-lun-1",
+        ] {
+            assert_eq!(parse_name(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn records_and_marks_are_listed_and_a_record_forgotten_only_while_unchanged() {
+        let dir = std::env::temp_dir().join(format!("lunkit-names-list-{}", std::process::id()));
+        let a = VolumeSpec::Iscsi {
+            target: "iqn.2003-01.org.example:t1".into(),
+            lun: 1,
+        };
+        let nqn: Nqn = "nqn.2014-08.org.example:a".parse().unwrap();
+        let n = spec(&nqn, NamespaceSelector::Id(4));
+        let w: Wwid = "naa.6001405abcdef0123456789abcdef012".parse().unwrap();
+        let w2: Wwid = "naa.6001405abcdef0123456789abcdef099".parse().unwrap();
+        assert!(recorded(&dir).unwrap().is_empty(), "no directory yet");
+        assert!(attach_marks(&dir).unwrap().is_empty());
+        remember(&dir, &a, &w).unwrap();
+        remember(&dir, &n, &w2).unwrap();
+        mark_attached(&dir, &n).unwrap();
+        let names = dir.join("names");
+        std::fs::write(names.join("stray"), "x").unwrap();
+        std::fs::write(names.join("iscsi-iqn.x-lun-1.tmp-1-2"), "x").unwrap();
+        std::fs::write(names.join("fc-0x0000000000000007-lun-2"), "naa.zz\n").unwrap();
+        let found = recorded(&dir).unwrap();
+        let got: Vec<_> = found
+            .iter()
+            .map(|(n, w)| (n.spec.clone(), w.clone()))
+            .collect();
+        let fc = VolumeSpec::Fc {
+            wwpns: vec![Wwn(7)],
+            lun: 2,
+        };
+        assert_eq!(
+            got,
+            vec![
+                (fc, None),
+                (a.clone(), Some(w.clone())),
+                (n.clone(), Some(w2.clone()))
+            ]
+        );
+        let marks = attach_marks(&dir).unwrap();
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks[0].spec, n);
+        // Rewritten since it was read: left.
+        assert!(!forget(&dir, &a, &w2).unwrap());
+        assert_eq!(recall(&dir, &a), Some(w.clone()));
+        assert!(forget(&dir, &a, &w).unwrap());
+        assert_eq!(recall(&dir, &a), None);
+        assert!(!forget(&dir, &a, &w).unwrap(), "gone already");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -30,11 +30,13 @@ pub struct Doctor {
 #[derive(Debug, Serialize)]
 pub struct Finding {
     /// `scsi-device-down`, `scsi-device-blocked`, `remapped-path`, `map-without-paths`,
-    /// `map-paths-down`, `idle-session`, `nvme-controller-down`, `idle-subsystem`.
+    /// `map-paths-down`, `idle-session`, `nvme-controller-down`, `idle-subsystem`,
+    /// `stale-name-record`, `remapped-address`, `stale-attach-mark`.
     pub kind: &'static str,
     pub objects: Vec<String>,
     pub why: String,
-    /// The WWID or subsystem NQN it was found with; `null` when it has none.
+    /// The WWID or subsystem NQN it was found with (a name record's recorded WWID, an
+    /// attach mark's subsystem NQN); `null` when it has none.
     pub identity: Option<String>,
     /// The block devices the in-use check looked at.
     pub devices: Vec<String>,

@@ -20,6 +20,14 @@
 //!   with the same mark check.
 //! - `idle-session` (opt-in): left; the library has no iSCSI logout of its own (see
 //!   [`NO_LOGOUT`]).
+//! - `stale-name-record`, `stale-attach-mark`: the file is removed, under the volume's lock
+//!   (and an NVMe subsystem's) that attach and detach take, once the node and the lock
+//!   directory read again under it still show it stale with the same content. The lock
+//!   directory is [`FixOptions::lock_dir`], which must be the examination's.
+//! - `remapped-address` (opt-in): left; no device is deleted for it, since the devices at
+//!   the address may be a new volume someone attached: detach a lingering map of the
+//!   recorded volume by its WWID; the next attach or detach at that address rewrites the
+//!   record.
 //!
 //! ```no_run
 //! use lunkit::Root;
@@ -39,6 +47,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use super::records::REMAPPED;
 use super::{Examination, Finding, Kind, classify, usage};
 use crate::block::{self, Usage};
 use crate::error::{Error, ErrorKind, Result};
@@ -58,7 +67,7 @@ pub const NO_LOGOUT: &str = "lunkit's library has no iSCSI logout of its own (it
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 11] = [
         Kind::ScsiDeviceDown,
         Kind::ScsiDeviceBlocked,
         Kind::RemappedPath,
@@ -67,6 +76,9 @@ impl Kind {
         Kind::IdleSession,
         Kind::NvmeControllerDown,
         Kind::IdleSubsystem,
+        Kind::StaleNameRecord,
+        Kind::RemappedAddress,
+        Kind::StaleAttachMark,
     ];
 
     /// The kinds `--fix` without a list cleans up: each takes away only what no path can use
@@ -76,11 +88,14 @@ impl Kind {
     /// and the map then serves a staged volume again. For the same reason a
     /// `scsi-device-down` finding is cleaned up by default only when the device is
     /// `offline` (the error handler gave up on it); a `transport-offline` one only when the
-    /// kind is named.
-    pub const SAFE: [Kind; 3] = [
+    /// kind is named. A stale name record or attach mark is a file of lunkit's own that
+    /// names nothing on the node: removing it takes no device away.
+    pub const SAFE: [Kind; 5] = [
         Kind::ScsiDeviceDown,
         Kind::RemappedPath,
         Kind::MapWithoutPaths,
+        Kind::StaleNameRecord,
+        Kind::StaleAttachMark,
     ];
 
     /// Whether a fix of this kind is only made when asked for by name.
@@ -102,8 +117,8 @@ impl FromStr for Kind {
                     "doctor finding kind",
                     s,
                     "expected scsi-device-down, scsi-device-blocked, remapped-path, \
-                     map-without-paths, map-paths-down, idle-session, nvme-controller-down \
-                     or idle-subsystem",
+                     map-without-paths, map-paths-down, idle-session, nvme-controller-down, \
+                     idle-subsystem, stale-name-record, remapped-address or stale-attach-mark",
                 )
             })
     }
@@ -274,7 +289,11 @@ pub fn considered(f: &Finding, kinds: &[Kind]) -> Option<FixOutcome> {
             opt_in: f.kind.opt_in(),
         });
     }
-    (f.kind == Kind::IdleSession).then(|| FixOutcome::Unsupported(NO_LOGOUT.into()))
+    match f.kind {
+        Kind::IdleSession => Some(FixOutcome::Unsupported(NO_LOGOUT.into())),
+        Kind::RemappedAddress => Some(FixOutcome::Unsupported(REMAPPED.into())),
+        _ => None,
+    }
 }
 
 /// What the in-use check found decides: [`FixOutcome::InUse`] when something uses the
@@ -315,6 +334,10 @@ fn act(
         Kind::NvmeControllerDown => nvme::controller(root, f, opts, deadline),
         Kind::IdleSubsystem => nvme::subsystem(root, f, opts, deadline),
         Kind::IdleSession => Ok(FixOutcome::Unsupported(NO_LOGOUT.into())),
+        Kind::RemappedAddress => Ok(FixOutcome::Unsupported(REMAPPED.into())),
+        Kind::StaleNameRecord | Kind::StaleAttachMark => {
+            super::records::fix(root, f, opts.lock_dir.as_deref(), deadline)
+        }
     }
 }
 

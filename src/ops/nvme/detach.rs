@@ -82,9 +82,9 @@ pub(in crate::ops) fn detach(
         run.take_down(&found)?;
         1
     };
-    unmark(opts.lock_dir.as_deref(), spec);
+    unmark(opts.lock_dir.as_deref(), spec, identity.wwid.as_ref());
     if let Some(c) = &found.canonical {
-        unmark(opts.lock_dir.as_deref(), c);
+        unmark(opts.lock_dir.as_deref(), c, identity.wwid.as_ref());
     }
     Ok(DetachReport {
         identity,

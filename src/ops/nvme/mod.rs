@@ -40,7 +40,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::id::Nqn;
+use crate::id::{Nqn, Wwid};
 pub use crate::nvme::NamespaceDevice;
 use crate::nvme::sysfs::NvmeNamespace;
 use crate::nvme::{self as fabrics_nvme};
@@ -97,7 +97,7 @@ fn by_id(nqn: &Nqn, found: &[(NvmeNamespace, NamespaceDevice)]) -> Option<Volume
 }
 
 /// The lock of a namespace whose WWID is not known (nothing of it on the node).
-fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
+pub(in crate::ops) fn lock_key(nqn: &Nqn, namespace: &NamespaceSelector) -> String {
     match namespace {
         NamespaceSelector::Id(nsid) => format!("nvme-{nqn}-ns-{nsid}"),
         NamespaceSelector::Nguid(g) => format!("nvme-{nqn}-nguid-{g}"),
@@ -156,11 +156,16 @@ fn check_selector(namespace: &NamespaceSelector) -> Result<()> {
     Ok(())
 }
 
-fn unmark(dir: Option<&Path>, spec: &VolumeSpec) {
+/// After a detach: the mark that `spec` is attached goes, and its name records holding
+/// `wwid` are retired ([`names::retire`]).
+fn unmark(dir: Option<&Path>, spec: &VolumeSpec, wwid: Option<&Wwid>) {
     // A stale mark keeps another namespace's detach from deleting controllers, never loses
-    // data; failing to remove it does not fail the detach.
+    // data; failing to remove it (or to retire a record) does not fail the detach.
     if let Some(dir) = dir {
         let _ = names::unmark_attached(dir, spec);
+        if let Some(w) = wwid {
+            let _ = names::retire(dir, spec, w);
+        }
     }
 }
 

@@ -35,7 +35,8 @@ fn no_kind_asked_fixes_the_safe_kinds_only() {
             | Kind::NvmeControllerDown
             | Kind::MapPathsDown
             | Kind::ScsiDeviceBlocked
-            | Kind::IdleSubsystem => {
+            | Kind::IdleSubsystem
+            | Kind::RemappedAddress => {
                 assert_eq!(o, Some(FixOutcome::NotSelected { opt_in: true }), "{k}")
             }
             _ => assert_eq!(o, None, "{k}"),
@@ -55,6 +56,12 @@ fn named_kinds_limit_the_fix_and_opt_in_kinds_need_their_name() {
     let o = considered(&finding(Kind::IdleSession), &[Kind::IdleSession]).unwrap();
     assert_eq!(o.as_str(), "unsupported");
     assert!(o.is_left() && o.to_string().contains("iscsiadm"), "{o}");
+    // Nor is a re-mapped address: its devices may be a new volume.
+    let o = considered(&finding(Kind::RemappedAddress), &[Kind::RemappedAddress]).unwrap();
+    assert!(
+        o.as_str() == "unsupported" && o.to_string().contains("--wwid"),
+        "{o}"
+    );
 }
 
 #[test]

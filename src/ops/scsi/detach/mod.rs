@@ -78,6 +78,10 @@ pub(in crate::ops) fn detach(
             };
             run.log
                 .record(StepKind::Verify, &what, Outcome::Done, Duration::ZERO);
+            if let (Some(dir), Some(w)) = (opts.lock_dir.as_deref(), identity.wwid.as_ref()) {
+                // The address's record is history now; failing to say so loses nothing.
+                let _ = crate::ops::names::retire(dir, spec, w);
+            }
             return Ok(DetachReport {
                 identity,
                 steps: run.log.into_steps(),
