@@ -981,6 +981,7 @@ impl Inner {
                 expected_wwid,
                 device: None,
                 map: false,
+                published: Vec::new(),
             },
         };
         // Written before anything is done, so that an unstage after a crash knows what to undo.
@@ -1370,7 +1371,9 @@ impl Inner {
                     if readonly { "read-only" } else { "read-write" }
                 )));
             }
-            return Ok(());
+            // Published by a plugin that did not record its publishes yet, or whose save
+            // failed: recorded now.
+            return self.remember_published(record, target);
         }
         if block {
             if let Some(parent) = target.parent() {
@@ -1389,7 +1392,18 @@ impl Inner {
         }
         let scratch = self.config.state_dir.join(SCRATCH);
         mounts::bind(&source, target, readonly, &scratch, self.mount_deadline())
-            .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
+            .map_err(|e| Error::Internal(format!("volume {id}: {e}")))?;
+        self.remember_published(record, target)
+    }
+
+    /// Adds `target` to the published paths of `record` (the background doctor looks at
+    /// them: [`crate::stale`]), unless it is there already.
+    fn remember_published(&self, mut record: Record, target: &Path) -> Result<()> {
+        if record.published.iter().any(|p| p == target) {
+            return Ok(());
+        }
+        record.published.push(target.to_owned());
+        self.store.save(&record)
     }
 
     fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
@@ -1403,7 +1417,16 @@ impl Inner {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         };
-        removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))
+        removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))?;
+        // Forgotten once nothing is there. A record that cannot be read is its own
+        // volume's calls' to report, not a reason to fail an unpublish that is done.
+        if let Ok(Some(mut record)) = self.store.load(id) {
+            if record.published.iter().any(|p| p == target) {
+                record.published.retain(|p| p != target);
+                self.store.save(&record)?;
+            }
+        }
+        Ok(())
     }
 
     fn stats(&self, id: &str, path: &Path) -> Result<NodeGetVolumeStatsResponse> {
