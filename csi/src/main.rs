@@ -130,12 +130,13 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.topology = segments;
     config.transports = args.transports.into_iter().collect();
     config.follow_discovery = args.follow_discovery;
-    if args.doctor_interval > 0 {
-        let every = Duration::from_secs(args.doctor_interval);
-        lunkit_csi::doctor::spawn(config.root.clone(), every)
+    let doctor_interval = args.doctor_interval;
+    let node = NodeService::new(config)?;
+    if doctor_interval > 0 {
+        let every = Duration::from_secs(doctor_interval);
+        lunkit_csi::doctor::spawn(node.clone(), every)
             .map_err(|e| Error::Internal(format!("cannot start the doctor thread: {e}")))?;
     }
-    let node = NodeService::new(config)?;
     let identity = IdentityService::new(args.driver_name)
         .accessibility_constraints(constrained)
         .checks(node.checks());
