@@ -3,7 +3,7 @@
 //! its back.
 //!
 //! - **`stale-stage-record`**: a stage record whose volume is not on the node. The volume is
-//!   looked for by its identity ([`crate::node::presence`]: a SCSI volume's WWID, any path
+//!   looked for by its identity (as the Node service finds it: a SCSI volume's WWID, any path
 //!   or map with it; an NVMe namespace by subsystem NQN and namespace identity), never by
 //!   the kernel name the record caches. A record in phase staged counts at once; one in
 //!   phase attaching only once it is older than a stage or an unstage may take (a call in
