@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use csi_plugin::{Plugin, Ready};
 use lunkit_csi::proto::volume_capability::{
-    AccessMode, AccessType, BlockVolume, access_mode::Mode,
+    AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
@@ -500,6 +500,19 @@ fn the_background_doctor_counts_a_controller_that_is_not_live_and_logs_it_once()
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_away() {
+    device_went_away(true);
+}
+
+/// [`the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_away`]
+/// for an ext4 volume: the publish is a bind mount of the staging mount, whose device number
+/// is no longer a block device of the node once the SCSI device is deleted.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_background_doctor_counts_a_filesystem_publish_whose_device_went_away() {
+    device_went_away(false);
+}
+
+fn device_went_away(block: bool) {
     use std::os::unix::fs::MetadataExt;
     require_vm();
     let mut lab = Lab::build_with_target(&[
@@ -513,12 +526,20 @@ fn the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_a
     const STALE: &str = "lunkit_csi_doctor_findings{kind=\"stale-stage-record\"}";
     const GONE: &str = "lunkit_csi_doctor_findings{kind=\"published-path-gone\"}";
     const OK: &str = "lunkit_csi_doctor_examinations_total{result=\"ok\"}";
-    let id = "pv-gone";
+    let id = if block { "pv-gone" } else { "pv-gone-fs" };
     let staging = format!("{BASE}/staging/{id}");
     let target = format!("{BASE}/publish/{id}/pod-1");
     fs::create_dir_all(&staging).unwrap();
+    let access_type = if block {
+        AccessType::Block(BlockVolume {})
+    } else {
+        AccessType::Mount(MountVolume {
+            fs_type: "ext4".into(),
+            ..Default::default()
+        })
+    };
     let capability = Some(VolumeCapability {
-        access_type: Some(AccessType::Block(BlockVolume {})),
+        access_type: Some(access_type),
         access_mode: Some(AccessMode {
             mode: Mode::SingleNodeWriter as i32,
         }),
@@ -562,9 +583,14 @@ fn the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_a
         );
     }
 
-    // The device the target binds, deleted behind the plugin's back (no multipathd runs:
-    // the volume is its one path).
-    let dev = fs::metadata(&target).expect("the published node").rdev();
+    // The volume's device, deleted behind the plugin's back (no multipathd runs: the
+    // volume is its one path): the node the target binds, or the one the filesystem is on.
+    let published = fs::metadata(&target).expect("the published path");
+    let dev = if block {
+        published.rdev()
+    } else {
+        published.dev()
+    };
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let sysfs = format!("/sys/dev/block/{major}:{minor}");
     let disk = fs::canonicalize(&sysfs).expect("the published device in sysfs");
@@ -594,8 +620,9 @@ fn the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_a
         .expect("the state directory")
         .count();
     assert_eq!(records, 1, "the plugin's doctor removed the record");
+    let still = fs::metadata(&target).expect("still published");
     assert_eq!(
-        fs::metadata(&target).expect("still published").rdev(),
+        if block { still.rdev() } else { still.dev() },
         dev,
         "the plugin's doctor unmounted the target"
     );
@@ -646,5 +673,10 @@ fn the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_a
         "{log}"
     );
     let why = gone[0]["why"].as_str().unwrap_or_default();
-    assert!(why.contains("was deleted"), "{why}");
+    let because = if block {
+        "was deleted"
+    } else {
+        "is no longer on the node"
+    };
+    assert!(why.contains(because), "{why}");
 }
