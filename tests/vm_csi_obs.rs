@@ -1,6 +1,8 @@
 //! VM tests of the CSI node plugin's observability (issue 37, item 5): Probe checks what the
 //! node needs (iscsid here, a real one stopped and started again), and the metrics endpoint
-//! and the JSON log show a real stage and unstage of an LIO LUN with lunkit's steps.
+//! and the JSON log show a real stage and unstage of an LIO LUN with lunkit's steps. The
+//! background doctor counts and logs once lunkit's findings and the plugin's own (issue 36:
+//! a stage record whose volume is gone, a published path whose device is gone).
 //!
 //! Run by `cargo xtask test` inside the QEMU guest (ignored on the host); the plugin binary
 //! comes from `LUNKIT_CSI_BIN`.
