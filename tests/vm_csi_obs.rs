@@ -1,6 +1,8 @@
 //! VM tests of the CSI node plugin's observability (issue 37, item 5): Probe checks what the
 //! node needs (iscsid here, a real one stopped and started again), and the metrics endpoint
-//! and the JSON log show a real stage and unstage of an LIO LUN with lunkit's steps.
+//! and the JSON log show a real stage and unstage of an LIO LUN with lunkit's steps. The
+//! background doctor counts and logs once lunkit's findings and the plugin's own (issue 36:
+//! a stage record whose volume is gone, a published path whose device is gone).
 //!
 //! Run by `cargo xtask test` inside the QEMU guest (ignored on the host); the plugin binary
 //! comes from `LUNKIT_CSI_BIN`.
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use csi_plugin::{Plugin, Ready};
 use lunkit_csi::proto::volume_capability::{
-    AccessMode, AccessType, BlockVolume, access_mode::Mode,
+    AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
@@ -496,4 +498,194 @@ fn the_background_doctor_counts_a_controller_that_is_not_live_and_logs_it_once()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no time seen in {why:?}"));
     assert!(seen >= 2, "counted before its grace passed: {why}");
+}
+
+/// The plugin's own doctor kinds: a raw-block volume staged and published, whose SCSI
+/// device is then deleted behind the plugin's back (through sysfs, as a LUN unmapped on
+/// the array and the path cleaned up by someone else), shows as one `stale-stage-record`
+/// (no path or map with the record's WWID) and one `published-path-gone` (the target's bind
+/// mount holds a deleted device node), each logged once however many examinations see it;
+/// the plugin takes nothing away, and after the unpublish and unstage both counts are 0.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_away() {
+    device_went_away(true);
+}
+
+/// [`the_background_doctor_counts_a_stage_record_and_a_publish_whose_device_went_away`]
+/// for an ext4 volume: the publish is a bind mount of the staging mount, whose device number
+/// is no longer a block device of the node once the SCSI device is deleted.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn the_background_doctor_counts_a_filesystem_publish_whose_device_went_away() {
+    device_went_away(false);
+}
+
+fn device_went_away(block: bool) {
+    use std::os::unix::fs::MetadataExt;
+    require_vm();
+    let mut lab = Lab::build_with_target(&[
+        "--metrics-address",
+        METRICS,
+        "--log-format",
+        "json",
+        "--doctor-interval",
+        "1",
+    ]);
+    const STALE: &str = "lunkit_csi_doctor_findings{kind=\"stale-stage-record\"}";
+    const GONE: &str = "lunkit_csi_doctor_findings{kind=\"published-path-gone\"}";
+    const OK: &str = "lunkit_csi_doctor_examinations_total{result=\"ok\"}";
+    let id = if block { "pv-gone" } else { "pv-gone-fs" };
+    let staging = format!("{BASE}/staging/{id}");
+    let target = format!("{BASE}/publish/{id}/pod-1");
+    fs::create_dir_all(&staging).unwrap();
+    let access_type = if block {
+        AccessType::Block(BlockVolume {})
+    } else {
+        AccessType::Mount(MountVolume {
+            fs_type: "ext4".into(),
+            ..Default::default()
+        })
+    };
+    let capability = Some(VolumeCapability {
+        access_type: Some(access_type),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    });
+    let mut c = lab.client();
+    c.node_stage_volume(NodeStageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging.clone(),
+        volume_capability: capability.clone(),
+        volume_context: HashMap::from([
+            ("targetPortal".to_owned(), PORTAL.to_owned()),
+            ("iqn".to_owned(), IQN.to_owned()),
+            ("lun".to_owned(), "0".to_owned()),
+        ]),
+        ..Default::default()
+    })
+    .expect("stage");
+    c.node_publish_volume(NodePublishVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging.clone(),
+        target_path: target.clone(),
+        volume_capability: capability,
+        ..Default::default()
+    })
+    .expect("publish");
+
+    // Staged and published with its device there: two examinations find neither kind.
+    let start = wait::until("a first examination", Duration::from_secs(60), || {
+        Ok(sample(&scrape(), OK).filter(|n| *n >= 1.0))
+    })
+    .expect("the doctor examines");
+    wait::until_true("two more examinations", Duration::from_secs(60), || {
+        sample(&scrape(), OK).is_some_and(|n| n >= start + 2.0)
+    })
+    .expect("the doctor examines again");
+    let before = scrape();
+    for kind in [STALE, GONE] {
+        assert!(
+            sample(&before, kind).is_none_or(|n| n == 0.0),
+            "{kind} with the device there: {before}"
+        );
+    }
+
+    // The volume's device, deleted behind the plugin's back (no multipathd runs: the
+    // volume is its one path): the node the target binds, or the one the filesystem is on.
+    let published = fs::metadata(&target).expect("the published path");
+    let dev = if block {
+        published.rdev()
+    } else {
+        published.dev()
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let sysfs = format!("/sys/dev/block/{major}:{minor}");
+    let disk = fs::canonicalize(&sysfs).expect("the published device in sysfs");
+    fs::write(format!("{sysfs}/device/delete"), "1").expect("delete the SCSI device");
+    wait::until_true("the device to leave sysfs", Duration::from_secs(60), || {
+        !disk.exists()
+    })
+    .expect("the device gone");
+
+    let found = wait::until("both kinds on the metrics", Duration::from_secs(60), || {
+        let body = scrape();
+        Ok(
+            (sample(&body, STALE) == Some(1.0) && sample(&body, GONE) == Some(1.0))
+                .then(|| sample(&body, OK).unwrap_or(0.0)),
+        )
+    })
+    .expect("both findings counted");
+    wait::until_true("two more examinations", Duration::from_secs(60), || {
+        sample(&scrape(), OK).is_some_and(|n| n >= found + 2.0)
+    })
+    .expect("the doctor examines again");
+    let still = scrape();
+    assert_eq!(sample(&still, STALE), Some(1.0), "{still}");
+    assert_eq!(sample(&still, GONE), Some(1.0), "{still}");
+    // Read only: the record and the publish are as they were.
+    let records = fs::read_dir(format!("{BASE}/state/volumes"))
+        .expect("the state directory")
+        .count();
+    assert_eq!(records, 1, "the plugin's doctor removed the record");
+    let still = fs::metadata(&target).expect("still published");
+    assert_eq!(
+        if block { still.rdev() } else { still.dev() },
+        dev,
+        "the plugin's doctor unmounted the target"
+    );
+
+    // The operator's (kubelet's) way out: unpublish and unstage, which find nothing to take.
+    c.node_unpublish_volume(NodeUnpublishVolumeRequest {
+        volume_id: id.into(),
+        target_path: target.clone(),
+    })
+    .expect("unpublish");
+    c.node_unstage_volume(NodeUnstageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging,
+    })
+    .expect("unstage");
+    wait::until_true("both counts back to 0", Duration::from_secs(60), || {
+        let body = scrape();
+        sample(&body, STALE) == Some(0.0) && sample(&body, GONE) == Some(0.0)
+    })
+    .expect("the findings gone");
+    let sessions: Vec<_> = iscsi::sessions()
+        .into_iter()
+        .filter(|s| s.target == IQN)
+        .collect();
+    assert!(sessions.is_empty(), "sessions left: {sessions:?}");
+
+    let log = lab.stop_plugin();
+    let logged = |kind: &str| -> Vec<serde_json::Value> {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|l| l["msg"] == "doctor finding" && l["kind"] == kind)
+            .collect()
+    };
+    let stale = logged("stale-stage-record");
+    assert_eq!(stale.len(), 1, "logged once: {log}");
+    assert_eq!(
+        stale[0]["objects"],
+        format!("{id},{BASE}/staging/{id}").as_str(),
+        "{log}"
+    );
+    let why = stale[0]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("NodeUnstageVolume"), "{why}");
+    let gone = logged("published-path-gone");
+    assert_eq!(gone.len(), 1, "logged once: {log}");
+    assert_eq!(
+        gone[0]["objects"],
+        format!("{id},{target}").as_str(),
+        "{log}"
+    );
+    let why = gone[0]["why"].as_str().unwrap_or_default();
+    let because = if block {
+        "was deleted"
+    } else {
+        "is no longer on the node"
+    };
+    assert!(why.contains(because), "{why}");
 }

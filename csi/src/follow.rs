@@ -388,6 +388,7 @@ mod tests {
             expected_wwid: None,
             device: None,
             map: false,
+            published: Vec::new(),
         }
     }
 

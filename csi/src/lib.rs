@@ -47,6 +47,7 @@ pub mod paths;
 pub mod probe;
 pub mod proto;
 pub mod server;
+pub mod stale;
 pub mod state;
 pub mod topology;
 

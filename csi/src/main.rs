@@ -134,13 +134,14 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.topology = segments;
     config.transports = args.transports.into_iter().collect();
     config.follow_discovery = args.follow_discovery;
-    if args.doctor_interval > 0 {
-        let every = Duration::from_secs(args.doctor_interval);
-        let grace = Duration::from_secs(args.doctor_grace);
-        lunkit_csi::doctor::spawn(config.root.clone(), every, grace)
+    let doctor_interval = args.doctor_interval;
+    let doctor_grace = Duration::from_secs(args.doctor_grace);
+    let node = NodeService::new(config)?;
+    if doctor_interval > 0 {
+        let every = Duration::from_secs(doctor_interval);
+        lunkit_csi::doctor::spawn(node.clone(), every, doctor_grace)
             .map_err(|e| Error::Internal(format!("cannot start the doctor thread: {e}")))?;
     }
-    let node = NodeService::new(config)?;
     let identity = IdentityService::new(args.driver_name)
         .accessibility_constraints(constrained)
         .checks(node.checks());

@@ -12,8 +12,9 @@
 //! - `lunkit_csi_volumes_staged`: the stage records in phase `staged`, read from the state
 //!   directory at each scrape, so it is right after a restart too.
 //! - `lunkit_csi_doctor_findings{kind}`: what the last background examination of the node
-//!   found ([`crate::doctor`]), by kind (`scsi-device-down`...); a kind once found stays at
-//!   0 after it went. `lunkit_csi_doctor_examinations_total{result}`: examinations made,
+//!   found ([`crate::doctor`]), by kind: lunkit's (`scsi-device-down`...) and the plugin's
+//!   own (`stale-stage-record`, `published-path-gone`: [`crate::stale`]); a kind once found
+//!   stays at 0 after it went. `lunkit_csi_doctor_examinations_total{result}`: examinations made,
 //!   `ok` or `error`.
 //!
 //! The registry is the process's ([`global`]): calls are recorded whether or not anything
@@ -173,18 +174,19 @@ impl Metrics {
         self.step("detach", "detach", "done", r.duration);
     }
 
-    /// Records an examination of the node: its findings' counts by kind, every kind counted
-    /// before set to 0 first; `None` for one that failed.
-    pub fn examined(&self, findings: Option<&[lunkit::ops::doctor::Finding]>) {
+    /// Records an examination of the node: the kinds of its findings (one entry a finding,
+    /// lunkit's and the plugin's), counted by kind, every kind counted before set to 0 first;
+    /// `None` for one that failed.
+    pub fn examined(&self, kinds: Option<&[&'static str]>) {
         let mut s = self.series();
-        let Some(findings) = findings else {
+        let Some(kinds) = kinds else {
             s.examinations.1 += 1;
             return;
         };
         s.examinations.0 += 1;
         s.findings.values_mut().for_each(|n| *n = 0);
-        for f in findings {
-            *s.findings.entry(f.kind.as_str()).or_default() += 1;
+        for kind in kinds {
+            *s.findings.entry(kind).or_default() += 1;
         }
     }
 
@@ -522,22 +524,11 @@ mod tests {
 
     #[test]
     fn examinations_count_findings_by_kind_and_a_kind_gone_shows_zero() {
-        use lunkit::ops::doctor::{Finding, Kind};
-        let f = |kind, o: &str| Finding {
-            kind,
-            objects: vec![o.to_owned()],
-            why: String::new(),
-            identity: None,
-            devices: vec![],
-            usage: None,
-            since: None,
-            queues: None,
-        };
         let m = Metrics::default();
         m.examined(Some(&[
-            f(Kind::NvmeControllerDown, "nvme0"),
-            f(Kind::NvmeControllerDown, "nvme1"),
-            f(Kind::IdleSession, "session1"),
+            "nvme-controller-down",
+            "nvme-controller-down",
+            "idle-session",
         ]));
         let text = m.render(0);
         for line in [
@@ -548,13 +539,14 @@ mod tests {
             assert!(text.contains(line), "{line} in {text}");
         }
         m.examined(None);
-        m.examined(Some(&[f(Kind::IdleSession, "session1")]));
+        m.examined(Some(&["idle-session", "stale-stage-record"]));
         let text = m.render(0);
         for line in [
             "lunkit_csi_doctor_findings{kind=\"nvme-controller-down\"} 0\n",
             "lunkit_csi_doctor_findings{kind=\"idle-session\"} 1\n",
             "lunkit_csi_doctor_examinations_total{result=\"ok\"} 2\n",
             "lunkit_csi_doctor_examinations_total{result=\"error\"} 1\n",
+            "lunkit_csi_doctor_findings{kind=\"stale-stage-record\"} 1\n",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

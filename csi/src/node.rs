@@ -29,6 +29,7 @@ use crate::proto::node_server::Node;
 use crate::proto::volume_capability::access_mode::Mode;
 use crate::proto::volume_capability::{AccessType, MountVolume};
 use crate::proto::*;
+use crate::stale::Presence;
 use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
 use crate::{fs as vfs, iscsi, mounts, mpath, paths};
 
@@ -305,7 +306,7 @@ fn node_path(root: &Root, device: &BlockNode) -> PathBuf {
 
 /// The device number of the block device node at `path` (a raw-block publish target is a
 /// bind mount of one); `None` for anything else.
-fn rdev_of(path: &Path) -> Option<lunkit::DevNum> {
+pub(crate) fn rdev_of(path: &Path) -> Option<lunkit::DevNum> {
     let st = rustix::fs::stat(path).ok()?;
     (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice).then(
         || lunkit::DevNum {
@@ -313,6 +314,124 @@ fn rdev_of(path: &Path) -> Option<lunkit::DevNum> {
             minor: rustix::fs::minor(st.st_rdev),
         },
     )
+}
+
+/// The volume's device now, found by its identity (a SCSI volume's WWID; an NVMe
+/// namespace's subsystem, id, UUID and WWID), never by the name recorded: after a reboot
+/// or a rescan that name may be another disk's. `None` when the volume is not on the node
+/// (or, staged on a map, only its paths are).
+pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode>> {
+    let what = || {
+        format!(
+            "volume {}: find {}",
+            record.volume_id,
+            record.target.describe()
+        )
+    };
+    if let Target::Nvme {
+        nqn,
+        nsid,
+        device_uuid,
+        device_wwid,
+        ..
+    } = &record.target
+    {
+        let Some(nsid) = nsid else { return Ok(None) };
+        let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
+        let found = lunkit::nvme::namespace_devices(root, &nqn)
+            .map_err(|e| Error::lunkit(what(), e))?
+            .into_iter()
+            .find(|(ns, d)| {
+                ns.nsid == Some(*nsid)
+                    && names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns)
+                    && record
+                        .wwid
+                        .as_deref()
+                        .is_none_or(|w| d.wwid.as_ref().is_some_and(|f| f.to_string() == w))
+            });
+        return Ok(found.map(|(_, d)| d.node));
+    }
+    let Some(wwid) = record.wwid.as_deref() else {
+        return Ok(None);
+    };
+    let wwid: Wwid = wwid
+        .parse()
+        .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))?;
+    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+        .and_then(|i| ops::volume::locate(root, &i))
+        .map_err(|e| Error::lunkit(what(), e))?;
+    if let Some(m) = state.maps.first() {
+        return Ok(Some(m.node.clone()));
+    }
+    if record.map {
+        return Ok(None);
+    }
+    Ok(state.paths.into_iter().find_map(|p| p.disk))
+}
+
+/// Whether the volume of `record` is on the node, found by its identity as
+/// [`device_of`] finds it, never by the name recorded: a SCSI volume by any path or map with
+/// its known WWID (the one its paths reported, else the one its attributes named); an NVMe
+/// namespace by its subsystem and id (and the WWID stage saw), or, before stage learned the
+/// id, by the UUID or WWID the attributes named. [`Presence::Here`] carries the device
+/// [`device_of`] hands out, when there is one.
+pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
+    let what = || {
+        format!(
+            "volume {}: find {}",
+            record.volume_id,
+            record.target.describe()
+        )
+    };
+    match &record.target {
+        Target::Nvme {
+            nqn,
+            nsid,
+            device_uuid,
+            device_wwid,
+            ..
+        } => {
+            if nsid.is_some() {
+                return Ok(match device_of(root, record)? {
+                    Some(d) => Presence::Here(Some(d.dev)),
+                    None => Presence::Gone,
+                });
+            }
+            if device_uuid.is_none() && device_wwid.is_none() {
+                return Ok(Presence::Unknown);
+            }
+            let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
+            let here = lunkit::nvme::namespace_devices(root, &nqn)
+                .map_err(|e| Error::lunkit(what(), e))?
+                .iter()
+                .any(|(ns, _)| names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns));
+            Ok(if here {
+                Presence::Here(None)
+            } else {
+                Presence::Gone
+            })
+        }
+        Target::Iscsi { .. } | Target::Fc { .. } => {
+            let Some(Ok(wwid)) = record.known_wwid().map(str::parse::<Wwid>) else {
+                return Ok(Presence::Unknown);
+            };
+            let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+                .and_then(|i| ops::volume::locate(root, &i))
+                .map_err(|e| Error::lunkit(what(), e))?;
+            if state.maps.is_empty() && state.paths.is_empty() {
+                return Ok(Presence::Gone);
+            }
+            let dev = match state.maps.first() {
+                Some(m) => Some(m.node.dev),
+                None if record.map => None,
+                None => state
+                    .paths
+                    .iter()
+                    .find_map(|p| p.disk.as_ref().map(|d| d.dev)),
+            };
+            Ok(Presence::Here(dev))
+        }
+    }
 }
 
 /// The WWID the volume must have this time: the attributes', else the one an earlier stage
@@ -440,6 +559,27 @@ impl NodeService {
     /// The stage records (the staged volumes' gauge of [`crate::metrics`] counts them).
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Whether a call on `volume_id` is in progress now: the background doctor leaves such
+    /// a volume's record alone ([`crate::stale`]), its devices and mounts being changed.
+    pub fn in_progress(&self, volume_id: &str) -> bool {
+        self.inner
+            .busy
+            .lock()
+            .map_or(true, |b| b.contains(volume_id))
+    }
+
+    /// How long a call may keep a record in phase attaching: the longer of the stage's and
+    /// the unstage's deadline. A record left so longer is stuck ([`crate::stale`]).
+    pub fn settle(&self) -> Duration {
+        let c = &self.inner.config;
+        c.stage_timeout.max(c.unstage_timeout)
+    }
+
+    /// The node's root (`--root`).
+    pub fn root(&self) -> &Root {
+        &self.inner.config.root
     }
 
     /// Takes the in-flight slot of `volume_id`, or `ABORTED` while another call holds it.
@@ -608,58 +748,9 @@ impl Inner {
         self.store.save(record)
     }
 
-    /// The volume's device now, found by its identity (a SCSI volume's WWID; an NVMe
-    /// namespace's subsystem, id, UUID and WWID), never by the name recorded: after a reboot
-    /// or a rescan that name may be another disk's. `None` when the volume is not on the node
-    /// (or, staged on a map, only its paths are).
+    /// The volume's device now, found by its identity: see [`device_of`].
     fn device_of(&self, record: &Record) -> Result<Option<BlockNode>> {
-        let root = self.root();
-        let what = || {
-            format!(
-                "volume {}: find {}",
-                record.volume_id,
-                record.target.describe()
-            )
-        };
-        if let Target::Nvme {
-            nqn,
-            nsid,
-            device_uuid,
-            device_wwid,
-            ..
-        } = &record.target
-        {
-            let Some(nsid) = nsid else { return Ok(None) };
-            let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
-            let found = lunkit::nvme::namespace_devices(root, &nqn)
-                .map_err(|e| Error::lunkit(what(), e))?
-                .into_iter()
-                .find(|(ns, d)| {
-                    ns.nsid == Some(*nsid)
-                        && names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns)
-                        && record
-                            .wwid
-                            .as_deref()
-                            .is_none_or(|w| d.wwid.as_ref().is_some_and(|f| f.to_string() == w))
-                });
-            return Ok(found.map(|(_, d)| d.node));
-        }
-        let Some(wwid) = record.wwid.as_deref() else {
-            return Ok(None);
-        };
-        let wwid: Wwid = wwid
-            .parse()
-            .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))?;
-        let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
-            .and_then(|i| ops::volume::locate(root, &i))
-            .map_err(|e| Error::lunkit(what(), e))?;
-        if let Some(m) = state.maps.first() {
-            return Ok(Some(m.node.clone()));
-        }
-        if record.map {
-            return Ok(None);
-        }
-        Ok(state.paths.into_iter().find_map(|p| p.disk))
+        device_of(self.root(), record)
     }
 
     /// [`device_of`](Self::device_of), or `NOT_FOUND` naming the volume's identity when no
@@ -981,6 +1072,7 @@ impl Inner {
                 expected_wwid,
                 device: None,
                 map: false,
+                published: Vec::new(),
             },
         };
         // Written before anything is done, so that an unstage after a crash knows what to undo.
@@ -1370,7 +1462,9 @@ impl Inner {
                     if readonly { "read-only" } else { "read-write" }
                 )));
             }
-            return Ok(());
+            // Published by a plugin that did not record its publishes yet, or whose save
+            // failed: recorded now.
+            return self.remember_published(record, target);
         }
         if block {
             if let Some(parent) = target.parent() {
@@ -1389,7 +1483,18 @@ impl Inner {
         }
         let scratch = self.config.state_dir.join(SCRATCH);
         mounts::bind(&source, target, readonly, &scratch, self.mount_deadline())
-            .map_err(|e| Error::Internal(format!("volume {id}: {e}")))
+            .map_err(|e| Error::Internal(format!("volume {id}: {e}")))?;
+        self.remember_published(record, target)
+    }
+
+    /// Adds `target` to the published paths of `record` (the background doctor looks at
+    /// them: [`crate::stale`]), unless it is there already.
+    fn remember_published(&self, mut record: Record, target: &Path) -> Result<()> {
+        if record.published.iter().any(|p| p == target) {
+            return Ok(());
+        }
+        record.published.push(target.to_owned());
+        self.store.save(&record)
     }
 
     fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
@@ -1403,7 +1508,16 @@ impl Inner {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         };
-        removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))
+        removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))?;
+        // Forgotten once nothing is there. A record that cannot be read is its own
+        // volume's calls' to report, not a reason to fail an unpublish that is done.
+        if let Ok(Some(mut record)) = self.store.load(id) {
+            if record.published.iter().any(|p| p == target) {
+                record.published.retain(|p| p != target);
+                self.store.save(&record)?;
+            }
+        }
+        Ok(())
     }
 
     fn stats(&self, id: &str, path: &Path) -> Result<NodeGetVolumeStatsResponse> {

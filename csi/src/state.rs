@@ -163,6 +163,12 @@ pub struct Record {
     /// staged on a map is not in place while only its paths are there.
     #[serde(default)]
     pub map: bool,
+    /// The target paths the volume is published at (kubelet's paths, as given), added by
+    /// each NodePublishVolume and removed by its NodeUnpublishVolume: the background doctor
+    /// looks at these ([`crate::stale`]), so that it counts this plugin's publishes only.
+    /// A record written before this field, or a publish made before it, lists none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published: Vec<PathBuf>,
 }
 
 impl Record {
@@ -308,6 +314,12 @@ impl Store {
     /// Every record that parses; the others are skipped (each is found by its own volume's
     /// calls, which report it).
     pub fn all(&self) -> Result<Vec<Record>> {
+        Ok(self.all_dated()?.into_iter().map(|(r, _)| r).collect())
+    }
+
+    /// [`all`](Self::all), each record with when it was last written (`None` where the
+    /// file system does not say).
+    pub fn all_dated(&self) -> Result<Vec<(Record, Option<std::time::SystemTime>)>> {
         let entries = fs::read_dir(&self.dir).map_err(|e| {
             Error::Internal(format!(
                 "cannot list state directory {}: {e}",
@@ -320,9 +332,14 @@ impl Store {
             if p.extension().and_then(|e| e.to_str()) != Some("json") {
                 continue;
             }
-            if let Ok(text) = fs::read(&p) {
+            let Ok(mut f) = fs::File::open(&p) else {
+                continue;
+            };
+            let written = f.metadata().and_then(|m| m.modified()).ok();
+            let mut text = Vec::new();
+            if std::io::Read::read_to_end(&mut f, &mut text).is_ok() {
                 if let Ok(r) = serde_json::from_slice::<Record>(&text) {
-                    out.push(r);
+                    out.push((r, written));
                 }
             }
         }
@@ -395,6 +412,7 @@ mod tests {
             expected_wwid: None,
             device: None,
             map: false,
+            published: Vec::new(),
         }
     }
 

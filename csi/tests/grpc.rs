@@ -505,6 +505,7 @@ fn staged_record(dir: &Path, access: lunkit_csi::state::Access) -> lunkit_csi::s
         expected_wwid: None,
         device: Some("/dev/lunkit-csi-test-no-such-device".into()),
         map: false,
+        published: Vec::new(),
     }
 }
 

@@ -53,6 +53,7 @@ fn record(id: &str) -> Record {
         expected_wwid: None,
         device: None,
         map: false,
+        published: Vec::new(),
     }
 }
 

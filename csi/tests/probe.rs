@@ -145,6 +145,7 @@ async fn a_staged_nvme_volume_makes_nvme_checked() {
         expected_wwid: None,
         device: None,
         map: false,
+        published: Vec::new(),
     };
     let store = Store::open(&p.path("state")).unwrap();
     store.save(&r).unwrap();
