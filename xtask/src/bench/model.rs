@@ -41,6 +41,8 @@ pub struct Run {
     /// lunkit detach's steps, in the order it reported them, each with its start (from the
     /// start of the detach) and length: steps that ran side by side overlap.
     pub steps: Vec<StepSpan>,
+    /// How many findings `lunkit doctor --json` reported: on the healthy busy node, none.
+    pub findings: Option<u64>,
 }
 
 /// One step of a lunkit detach as its `--json` reported it.
@@ -213,6 +215,10 @@ impl Measurement {
         Stats::of(self.runs.iter().filter_map(|r| r.extra))
     }
 
+    pub fn findings(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.findings))
+    }
+
     pub fn rss(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.rss_kib))
     }
@@ -272,7 +278,7 @@ impl Stats {
 
 // ---------------------------------------------------------------------------------------
 // Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote`, then one
-// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add\tcheck\tfirst_write\tafter_ready\tsteps`
+// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add\tcheck\tfirst_write\tafter_ready\tsteps\tfindings`
 // line per run, `steps` as `name@start+length,...` (microseconds) or `-`.
 // ---------------------------------------------------------------------------------------
 
@@ -337,7 +343,7 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
@@ -349,7 +355,8 @@ pub fn to_lines(m: &Measurement) -> String {
             opt(r.check_us),
             opt(r.first_write_us),
             opt(r.after_ready_us),
-            steps_field(&r.steps)
+            steps_field(&r.steps),
+            opt(r.findings)
         );
     }
     out
@@ -379,9 +386,9 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     note: f[6].to_owned(),
                 });
             }
-            // Records written before `check_us`, `first_write_us`, `after_ready_us` and
-            // `steps` have fields fewer.
-            Some(&"R") if (9..=13).contains(&f.len()) => {
+            // Records written before `check_us`, `first_write_us`, `after_ready_us`, `steps`
+            // and `findings` have fields fewer.
+            Some(&"R") if (9..=14).contains(&f.len()) => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -389,6 +396,8 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                         Ok(Some(s.parse().map_err(|_| bad())?))
                     }
                 };
+                // A field an older record does not have reads as not measured.
+                let later = |i: usize| f.get(i).map_or(Ok(None), |s| num(s));
                 let run = Run {
                     wall_us: num(f[2])?.ok_or_else(bad)?,
                     lib_us: num(f[3])?,
@@ -397,22 +406,14 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     rss_kib: num(f[6])?,
                     add_us: num(f[7])?,
                     dev_add_us: num(f[8])?,
-                    check_us: match f.get(9) {
-                        Some(s) => num(s)?,
-                        None => None,
-                    },
-                    first_write_us: match f.get(10) {
-                        Some(s) => num(s)?,
-                        None => None,
-                    },
-                    after_ready_us: match f.get(11) {
-                        Some(s) => num(s)?,
-                        None => None,
-                    },
+                    check_us: later(9)?,
+                    first_write_us: later(10)?,
+                    after_ready_us: later(11)?,
                     steps: match f.get(12) {
                         Some(s) => parse_steps(s).ok_or_else(bad)?,
                         None => Vec::new(),
                     },
+                    findings: later(13)?,
                 };
                 let m = out
                     .iter_mut()
@@ -538,6 +539,7 @@ mod tests {
                     dur_us: 2,
                 },
             ],
+            findings: Some(2),
         });
         a.runs.push(Run {
             wall_us: 12,
