@@ -375,16 +375,20 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     "failed" => State::Failed(f[5].to_owned()),
                     _ => return Err(bad().into()),
                 };
-                // A measurement written again (after more runs) replaces the earlier copy.
-                out.retain(|m| m.id != f[1]);
-                out.push(Measurement {
+                let m = Measurement {
                     id: f[1].to_owned(),
                     row: f[2].to_owned(),
                     label: f[3].to_owned(),
                     runs: Vec::new(),
                     state,
                     note: f[6].to_owned(),
-                });
+                };
+                // A measurement written again (after more runs, or with a note saying more)
+                // replaces the earlier copy where it stood: the methods keep their order.
+                match out.iter_mut().find(|o| o.id == m.id) {
+                    Some(old) => *old = m,
+                    None => out.push(m),
+                }
             }
             // Records written before `check_us`, `first_write_us`, `after_ready_us`, `steps`
             // and `findings` have fields fewer.
@@ -550,7 +554,12 @@ mod tests {
         let text = format!("{}{}", to_lines(&a), to_lines(&b));
         let back = from_lines(&text).unwrap();
         a.label = "lunkit scan iscsi".into();
-        assert_eq!(back, vec![a, b]);
+        assert_eq!(back, vec![a.clone(), b.clone()]);
+        // Written again with another note, the first stays first, with its new runs only.
+        a.note = "note, and what it found".into();
+        a.runs.truncate(1);
+        let again = format!("{text}{}", to_lines(&a));
+        assert_eq!(from_lines(&again).unwrap(), vec![a, b]);
         assert!(from_lines("X\t1").is_err());
         assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-\t-").is_err());
         // A record from before `check_us` still reads, without it.
