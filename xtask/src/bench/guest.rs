@@ -1366,13 +1366,12 @@ const DOCTOR_NOTE: &str = "(release build), spawn to exit; library time is its `
      Exit 0 (nothing found), 1 and 4 (findings left) all count as a run; its findings are \
      counted, and said below when there were any.";
 
-/// The doctor row on the busy node as it stands, nothing being attached or taken off:
-/// `lunkit doctor --json`, with and without its in-use checks, against [`DOCTOR_TOOLS`],
-/// interleaved. Nothing is wrong on this node: what doctor finds is printed, counted per
-/// run and named in its measurement's note, never hidden.
-fn doctor_row(ctx: &mut Ctx) -> Result<()> {
-    const ROW: &str = "busy-doctor";
-    let mut parts: Vec<Measurement> = DOCTOR_TOOLS
+/// The doctor row's row name.
+const DOCTOR_ROW: &str = "busy-doctor";
+
+/// One measurement per tool of [`DOCTOR_TOOLS`]: its share of the tools' time.
+fn doctor_parts() -> Vec<Measurement> {
+    DOCTOR_TOOLS
         .iter()
         .map(|(prog, args)| {
             let cmd = [*prog]
@@ -1382,15 +1381,20 @@ fn doctor_row(ctx: &mut Ctx) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" ");
             Measurement::new(
-                ROW,
+                DOCTOR_ROW,
                 &format!("part-{prog}"),
                 &format!("  of which {cmd}"),
                 &format!("`{cmd}`"),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The doctor row's methods: lunkit doctor with and without its in-use checks (recorded as
+/// not available when this lunkit has no `doctor`), then the tools.
+fn doctor_methods(ctx: &mut Ctx) -> Result<Vec<(Doctor, Measurement)>> {
     let tools = Measurement::new(
-        ROW,
+        DOCTOR_ROW,
         "tools",
         "lsscsi + multipath -ll + iscsiadm -m session",
         "`lsscsi`, `multipath -ll` and `iscsiadm -m session` one after the other, output to \
@@ -1404,9 +1408,9 @@ fn doctor_row(ctx: &mut Ctx) -> Result<()> {
             "lunkit",
             "lunkit doctor",
             format!(
-                "`lunkit doctor --json` {DOCTOR_NOTE} It reads the node once, then runs the in-use \
-             check (a walk of every process in /proc, an `O_EXCL` probe of each device) on each \
-             iSCSI session's devices, which is how it tells an idle session."
+                "`lunkit doctor --json` {DOCTOR_NOTE} It reads the node once, then runs the \
+                 in-use check (a walk of every process in /proc, an `O_EXCL` probe of each \
+                 device) on each iSCSI session's devices, which is how it tells an idle session."
             ),
         ),
         (
@@ -1414,19 +1418,29 @@ fn doctor_row(ctx: &mut Ctx) -> Result<()> {
             "no-use-check",
             "lunkit doctor --no-use-check",
             format!(
-                "`lunkit doctor --json --no-use-check` {DOCTOR_NOTE} It reads the node once and \
-             opens nothing; idle sessions are not looked for."
+                "`lunkit doctor --json --no-use-check` {DOCTOR_NOTE} It reads the node once \
+                 and opens nothing; idle sessions are not looked for."
             ),
         ),
     ];
     let available = subcommand_available(&ctx.lunkit, "doctor");
     for (i, (method, id, label, note)) in lunkit.into_iter().enumerate() {
-        let m = Measurement::new(ROW, id, label, &note);
+        let m = Measurement::new(DOCTOR_ROW, id, label, &note);
         match &available {
             Ok(()) => list.insert(i, (method, m)),
             Err(why) => unavailable(ctx, m, why.clone())?,
         }
     }
+    Ok(list)
+}
+
+/// The doctor row on the busy node as it stands, nothing being attached or taken off:
+/// `lunkit doctor --json`, with and without its in-use checks, against [`DOCTOR_TOOLS`],
+/// interleaved. Nothing is wrong on this node: what doctor finds is printed, counted per
+/// run and named in its measurement's note, never hidden.
+fn doctor_row(ctx: &mut Ctx) -> Result<()> {
+    let list = doctor_methods(ctx)?;
+    let mut parts = doctor_parts();
     let mut found = BTreeSet::new();
     let mut tools_round = 0usize;
     let result = rounds(ctx, &list, |ctx, m| {
