@@ -1364,7 +1364,7 @@ const DOCTOR_TOOLS: [(&str, &[&str]); 3] = [
 
 const DOCTOR_NOTE: &str = "(release build), spawn to exit; library time is its `elapsed_us`. \
      Exit 0 (nothing found), 1 and 4 (findings left) all count as a run; its findings are \
-     counted, and said below when there were any.";
+     counted, and named at the end of this note when there were any.";
 
 /// The doctor row's row name.
 const DOCTOR_ROW: &str = "busy-doctor";
