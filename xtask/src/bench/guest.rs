@@ -214,6 +214,7 @@ const LEAN_GROUPS: &[&str] = &["node", "teardown", "crowd", "busy", "nvme"];
 fn lean_programs() -> Vec<PathBuf> {
     let programs = [
         "blockdev",
+        "lsscsi",
         "multipath",
         "multipathd",
         "nvme",
@@ -448,6 +449,29 @@ fn rounds<M: Copy>(
         ctx.rec.record(m)?;
     }
     Ok(ms)
+}
+
+/// Runs each of `tools` (program and arguments) in turn, output to /dev/null, each required
+/// to exit 0: the sum of their spawn-to-exit times. With `record`, each one's time is also
+/// a run of its measurement in `parts` (in the same order).
+fn tools_in_turn(
+    tools: &[(&str, &[&str])],
+    parts: &mut [Measurement],
+    record: bool,
+) -> Result<u64> {
+    let mut sum = 0;
+    for ((prog, args), part) in tools.iter().zip(parts) {
+        let out = proc::timed(Command::new(prog).args(*args), false)?.ok(prog)?;
+        let us = out.wall.as_micros() as u64;
+        sum += us;
+        if record {
+            part.runs.push(Run {
+                wall_us: us,
+                ..Run::default()
+            });
+        }
+    }
+    Ok(sum)
 }
 
 /// A measurement that cannot be made here, recorded as such.
@@ -1264,7 +1288,8 @@ const BUSY_TEARDOWN_LUN: u32 = BUSY_OTHERS + 1;
 /// target exports [`BUSY_OTHERS`] more LUNs, each attached on both sessions and mapped by
 /// multipathd (the lab's configuration, `find_multipaths no`), with udevd running and
 /// [`BUSY_PROCESSES`] more (sleeping) processes. Same boot as the quiet rows, so that the
-/// two settings compare as ratios.
+/// two settings compare as ratios. The doctor row (issue 36) runs first, on the node as it
+/// stands.
 fn busy_phase(ctx: &mut Ctx) -> Result<()> {
     let t0 = Instant::now();
     let lab = IscsiLab::build(LabConfig {
@@ -1303,14 +1328,195 @@ fn busy_phase(ctx: &mut Ctx) -> Result<()> {
             sysfs::names("/sys/class/scsi_device").len(),
             count_processes()
         ));
-        let measured = node_rows(ctx, "busy-node", &lab.sessions, BUSY_SCAN_LUN).and_then(|()| {
-            teardown_methods(ctx, "busy-teardown", &lab.sessions, BUSY_TEARDOWN_LUN, true)
-        });
+        let measured = doctor_row(ctx)
+            .and_then(|()| node_rows(ctx, "busy-node", &lab.sessions, BUSY_SCAN_LUN))
+            .and_then(|()| {
+                teardown_methods(ctx, "busy-teardown", &lab.sessions, BUSY_TEARDOWN_LUN, true)
+            });
         let stopped = people.stop();
         measured.and(stopped)
     })();
     let down = lab.teardown();
     result.and(down)
+}
+
+// ---------------------------------------------------------------------------------------
+// The doctor row (issue 36), on the busy node
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Doctor {
+    /// `lunkit doctor --json`, with its in-use checks (the default).
+    UseCheck,
+    /// `lunkit doctor --json --no-use-check`.
+    NoUseCheck,
+    /// [`DOCTOR_TOOLS`], one after the other.
+    Tools,
+}
+
+/// What an operator runs to see what `lunkit doctor` looks at: the SCSI devices, the
+/// multipath maps with their paths' states, the iSCSI sessions.
+const DOCTOR_TOOLS: [(&str, &[&str]); 3] = [
+    ("lsscsi", &[]),
+    ("multipath", &["-ll"]),
+    ("iscsiadm", &["-m", "session"]),
+];
+
+const DOCTOR_NOTE: &str = "(release build), spawn to exit; library time is its `elapsed_us`. \
+     Exit 0 (nothing found), 1 and 4 (findings left) all count as a run; its findings are \
+     counted, and named at the end of this note when there were any.";
+
+/// The doctor row's row name.
+const DOCTOR_ROW: &str = "busy-doctor";
+
+/// One measurement per tool of [`DOCTOR_TOOLS`]: its share of the tools' time.
+fn doctor_parts() -> Vec<Measurement> {
+    DOCTOR_TOOLS
+        .iter()
+        .map(|(prog, args)| {
+            let cmd = [*prog]
+                .iter()
+                .chain(*args)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ");
+            Measurement::new(
+                DOCTOR_ROW,
+                &format!("part-{prog}"),
+                &format!("  of which {cmd}"),
+                &format!("`{cmd}`"),
+            )
+        })
+        .collect()
+}
+
+/// The doctor row's methods: lunkit doctor with and without its in-use checks (recorded as
+/// not available when this lunkit has no `doctor`), then the tools.
+fn doctor_methods(ctx: &mut Ctx) -> Result<Vec<(Doctor, Measurement)>> {
+    let tools = Measurement::new(
+        DOCTOR_ROW,
+        "tools",
+        "lsscsi + multipath -ll + iscsiadm -m session",
+        "`lsscsi`, `multipath -ll` and `iscsiadm -m session` one after the other, output to \
+         /dev/null: the sum of their spawn-to-exit times, so three process starts (under TCG \
+         a spawn costs 50–300 ms) against lunkit's one.",
+    );
+    let mut list = vec![(Doctor::Tools, tools)];
+    let lunkit = [
+        (
+            Doctor::UseCheck,
+            "lunkit",
+            "lunkit doctor",
+            format!(
+                "`lunkit doctor --json` {DOCTOR_NOTE} It reads the node once, then runs the \
+                 in-use check (a walk of every process in /proc, an `O_EXCL` probe of each \
+                 device) on each iSCSI session's devices, which is how it tells an idle session."
+            ),
+        ),
+        (
+            Doctor::NoUseCheck,
+            "no-use-check",
+            "lunkit doctor --no-use-check",
+            format!(
+                "`lunkit doctor --json --no-use-check` {DOCTOR_NOTE} It reads the node once \
+                 and opens nothing; idle sessions are not looked for."
+            ),
+        ),
+    ];
+    let available = subcommand_available(&ctx.lunkit, "doctor");
+    for (i, (method, id, label, note)) in lunkit.into_iter().enumerate() {
+        let m = Measurement::new(DOCTOR_ROW, id, label, &note);
+        match &available {
+            Ok(()) => list.insert(i, (method, m)),
+            Err(why) => unavailable(ctx, m, why.clone())?,
+        }
+    }
+    Ok(list)
+}
+
+/// The doctor row on the busy node as it stands, nothing being attached or taken off:
+/// `lunkit doctor --json`, with and without its in-use checks, against [`DOCTOR_TOOLS`],
+/// interleaved. Nothing is wrong on this node: what doctor finds is printed, counted per
+/// run and named in its measurement's note, never hidden.
+fn doctor_row(ctx: &mut Ctx) -> Result<()> {
+    let list = doctor_methods(ctx)?;
+    let mut parts = doctor_parts();
+    let mut found = BTreeSet::new();
+    let mut tools_round = 0usize;
+    let result = rounds(ctx, &list, |ctx, m| {
+        settle(ctx)?;
+        warm_cpu();
+        if m != Doctor::Tools {
+            return doctor_once(ctx, m == Doctor::NoUseCheck, &mut found);
+        }
+        let wall_us = tools_in_turn(&DOCTOR_TOOLS, &mut parts, tools_round > 0)?;
+        tools_round += 1;
+        Ok(Run {
+            wall_us,
+            ..Run::default()
+        })
+    });
+    for p in &parts {
+        ctx.rec.record(p)?;
+    }
+    name_findings(ctx, result?, &found)
+}
+
+/// One `lunkit doctor --json` (`quick`: with `--no-use-check`): its wall and library time and
+/// how many findings it reported; a finding not seen before is said and added to `found`,
+/// with whether `quick` found it.
+fn doctor_once(ctx: &Ctx, quick: bool, found: &mut BTreeSet<(bool, String)>) -> Result<Run> {
+    let mut cmd = Command::new(&ctx.lunkit);
+    cmd.args(["doctor", "--json"]);
+    if quick {
+        cmd.arg("--no-use-check");
+    }
+    let out = proc::timed(&mut cmd, true)?;
+    let out = match out.status.code() {
+        Some(1 | 4) => out,
+        _ => out.ok("lunkit doctor --json")?,
+    };
+    let kinds = proc::json_strs(&out.stdout, "kind");
+    for (kind, why) in kinds.iter().zip(proc::json_strs(&out.stdout, "why")) {
+        let finding = format!("{kind}: {why}");
+        if found.insert((quick, finding.clone())) {
+            say(&format!(
+                "  lunkit doctor FOUND on the healthy busy node: {finding}"
+            ));
+        }
+    }
+    Ok(Run {
+        wall_us: out.wall.as_micros() as u64,
+        lib_us: proc::json_u64(&out.stdout, "elapsed_us"),
+        rss_kib: Some(out.rss_kib),
+        findings: Some(kinds.len() as u64),
+        ..Run::default()
+    })
+}
+
+/// Records again each lunkit doctor measurement that found something, its note naming what.
+fn name_findings(
+    ctx: &mut Ctx,
+    ms: Vec<Measurement>,
+    found: &BTreeSet<(bool, String)>,
+) -> Result<()> {
+    for mut m in ms {
+        let quick = m.method() == "no-use-check";
+        let mine: Vec<&str> = found
+            .iter()
+            .filter(|(q, _)| *q == quick)
+            .map(|(_, f)| f.as_str())
+            .collect();
+        if m.method() == "tools" || mine.is_empty() {
+            continue;
+        }
+        m.note += &format!(
+            " Found on the busy node, where nothing is wrong: {}.",
+            mine.join("; ")
+        );
+        ctx.rec.record(&m)?;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2098,6 +2304,12 @@ fn floor_resize(v: &Volume, to: u64, t_start: Instant) -> Result<u64> {
 // ---------------------------------------------------------------------------------------
 
 const LSBLK_COLUMNS: &str = "NAME,MAJ:MIN,SIZE,RO,TYPE,HCTL,STATE,VENDOR,MODEL,REV,WWN";
+/// The peers' listing: the tools an operator runs for what `lunkit list` shows.
+const LISTING_TOOLS: [(&str, &[&str]); 3] = [
+    ("lsblk", &["--json", "-o", LSBLK_COLUMNS]),
+    ("lsscsi", &["--generic"]),
+    ("multipath", &["-ll"]),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Listing {
@@ -2191,22 +2403,7 @@ fn listing_phase(ctx: &mut Ctx) -> Result<()> {
                 run.rss_kib = Some(out.rss_kib);
             }
             Listing::Tools => {
-                let cmds: [(&str, Vec<&str>); 3] = [
-                    ("lsblk", vec!["--json", "-o", LSBLK_COLUMNS]),
-                    ("lsscsi", vec!["--generic"]),
-                    ("multipath", vec!["-ll"]),
-                ];
-                for (i, (prog, args)) in cmds.iter().enumerate() {
-                    let out = proc::timed(Command::new(prog).args(args), false)?.ok(prog)?;
-                    let us = out.wall.as_micros() as u64;
-                    run.wall_us += us;
-                    if round_of_tools > 0 {
-                        parts[i].runs.push(Run {
-                            wall_us: us,
-                            ..Run::default()
-                        });
-                    }
-                }
+                run.wall_us = tools_in_turn(&LISTING_TOOLS, &mut parts, round_of_tools > 0)?;
                 round_of_tools += 1;
             }
         }

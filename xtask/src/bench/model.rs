@@ -41,6 +41,8 @@ pub struct Run {
     /// lunkit detach's steps, in the order it reported them, each with its start (from the
     /// start of the detach) and length: steps that ran side by side overlap.
     pub steps: Vec<StepSpan>,
+    /// How many findings `lunkit doctor --json` reported: on the healthy busy node, none.
+    pub findings: Option<u64>,
 }
 
 /// One step of a lunkit detach as its `--json` reported it.
@@ -213,6 +215,10 @@ impl Measurement {
         Stats::of(self.runs.iter().filter_map(|r| r.extra))
     }
 
+    pub fn findings(&self) -> Option<Stats> {
+        Stats::of(self.runs.iter().filter_map(|r| r.findings))
+    }
+
     pub fn rss(&self) -> Option<Stats> {
         Stats::of(self.runs.iter().filter_map(|r| r.rss_kib))
     }
@@ -272,7 +278,7 @@ impl Stats {
 
 // ---------------------------------------------------------------------------------------
 // Line format: `M\tid\trow\tlabel\tstate\tmessage\tnote`, then one
-// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add\tcheck\tfirst_write\tafter_ready\tsteps`
+// `R\tid\twall\tlib\tuevents\textra\trss\tadd\tdev_add\tcheck\tfirst_write\tafter_ready\tsteps\tfindings`
 // line per run, `steps` as `name@start+length,...` (microseconds) or `-`.
 // ---------------------------------------------------------------------------------------
 
@@ -337,7 +343,7 @@ pub fn to_lines(m: &Measurement) -> String {
     for r in &m.runs {
         let _ = writeln!(
             out,
-            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             clean(&m.id),
             r.wall_us,
             opt(r.lib_us),
@@ -349,7 +355,8 @@ pub fn to_lines(m: &Measurement) -> String {
             opt(r.check_us),
             opt(r.first_write_us),
             opt(r.after_ready_us),
-            steps_field(&r.steps)
+            steps_field(&r.steps),
+            opt(r.findings)
         );
     }
     out
@@ -368,20 +375,24 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     "failed" => State::Failed(f[5].to_owned()),
                     _ => return Err(bad().into()),
                 };
-                // A measurement written again (after more runs) replaces the earlier copy.
-                out.retain(|m| m.id != f[1]);
-                out.push(Measurement {
+                let m = Measurement {
                     id: f[1].to_owned(),
                     row: f[2].to_owned(),
                     label: f[3].to_owned(),
                     runs: Vec::new(),
                     state,
                     note: f[6].to_owned(),
-                });
+                };
+                // A measurement written again (after more runs, or with a note saying more)
+                // replaces the earlier copy where it stood: the methods keep their order.
+                match out.iter_mut().find(|o| o.id == m.id) {
+                    Some(old) => *old = m,
+                    None => out.push(m),
+                }
             }
-            // Records written before `check_us`, `first_write_us`, `after_ready_us` and
-            // `steps` have fields fewer.
-            Some(&"R") if (9..=13).contains(&f.len()) => {
+            // Records written before `check_us`, `first_write_us`, `after_ready_us`, `steps`
+            // and `findings` have fields fewer.
+            Some(&"R") if (9..=14).contains(&f.len()) => {
                 let num = |s: &str| -> Result<Option<u64>> {
                     if s == "-" {
                         Ok(None)
@@ -389,6 +400,8 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                         Ok(Some(s.parse().map_err(|_| bad())?))
                     }
                 };
+                // A field an older record does not have reads as not measured.
+                let later = |i: usize| f.get(i).map_or(Ok(None), |s| num(s));
                 let run = Run {
                     wall_us: num(f[2])?.ok_or_else(bad)?,
                     lib_us: num(f[3])?,
@@ -397,22 +410,14 @@ pub fn from_lines(text: &str) -> Result<Vec<Measurement>> {
                     rss_kib: num(f[6])?,
                     add_us: num(f[7])?,
                     dev_add_us: num(f[8])?,
-                    check_us: match f.get(9) {
-                        Some(s) => num(s)?,
-                        None => None,
-                    },
-                    first_write_us: match f.get(10) {
-                        Some(s) => num(s)?,
-                        None => None,
-                    },
-                    after_ready_us: match f.get(11) {
-                        Some(s) => num(s)?,
-                        None => None,
-                    },
+                    check_us: later(9)?,
+                    first_write_us: later(10)?,
+                    after_ready_us: later(11)?,
                     steps: match f.get(12) {
                         Some(s) => parse_steps(s).ok_or_else(bad)?,
                         None => Vec::new(),
                     },
+                    findings: later(13)?,
                 };
                 let m = out
                     .iter_mut()
@@ -538,6 +543,7 @@ mod tests {
                     dur_us: 2,
                 },
             ],
+            findings: Some(2),
         });
         a.runs.push(Run {
             wall_us: 12,
@@ -548,7 +554,12 @@ mod tests {
         let text = format!("{}{}", to_lines(&a), to_lines(&b));
         let back = from_lines(&text).unwrap();
         a.label = "lunkit scan iscsi".into();
-        assert_eq!(back, vec![a, b]);
+        assert_eq!(back, vec![a.clone(), b.clone()]);
+        // Written again with another note, the first stays first, with its new runs only.
+        a.note = "note, and what it found".into();
+        a.runs.truncate(1);
+        let again = format!("{text}{}", to_lines(&a));
+        assert_eq!(from_lines(&again).unwrap(), vec![a, b]);
         assert!(from_lines("X\t1").is_err());
         assert!(from_lines("R\tnope\t1\t-\t-\t-\t-\t-\t-").is_err());
         // A record from before `check_us` still reads, without it.

@@ -106,6 +106,25 @@ pub fn json_u64s(text: &str, key: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Every `"key": "value"` in a JSON text, in order, compact or pretty-printed, a value that
+/// is not a string passed over: for lunkit doctor, each finding's `kind` or `why`. Escapes
+/// are kept as written.
+pub fn json_strs(text: &str, key: &str) -> Vec<String> {
+    let pat = format!("\"{key}\":");
+    text.match_indices(&pat)
+        .filter_map(|(at, _)| {
+            let value = text[at + pat.len()..].trim_start().strip_prefix('"')?;
+            let mut escaped = false;
+            let end = value.find(|c| {
+                let end = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                end
+            })?;
+            Some(value[..end].to_owned())
+        })
+        .collect()
+}
+
 /// The unsigned integer a JSON value starts with (after blanks); `None` for anything else.
 fn number_at(value: &str) -> Option<u64> {
     let digits: String = value
@@ -195,7 +214,16 @@ fn ms_field_us(obj: &str, key: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{StepSpan, json_step_us, json_steps, json_u64, json_u64s};
+    use super::{StepSpan, json_step_us, json_steps, json_strs, json_u64, json_u64s};
+
+    #[test]
+    fn reads_every_string_for_a_key() {
+        let doc = "{\n  \"findings\": [\n    {\n      \"kind\": \"idle-session\",\n      \"why\": \"nothing uses \\\"sdb\\\"\",\n      \"identity\": null\n    },\n    {\"kind\":\"remapped-path\"}\n  ]\n}";
+        assert_eq!(json_strs(doc, "kind"), ["idle-session", "remapped-path"]);
+        assert_eq!(json_strs(doc, "why"), [r#"nothing uses \"sdb\""#]);
+        assert!(json_strs(doc, "identity").is_empty());
+        assert!(json_strs(doc, "nope").is_empty());
+    }
 
     #[test]
     fn reads_every_number_for_a_key() {

@@ -96,6 +96,10 @@ const ROWS: &[(&str, &str)] = &[
         "Busy node: teardown, 2-path volume, 16 other 2-path volumes, 100 more processes",
     ),
     (
+        "busy-doctor",
+        "Busy node: lunkit doctor, 16 2-path volumes, 100 more processes",
+    ),
+    (
         "crowd",
         "Teardown, 2-path volume, 200 more processes holding 20,000 fds",
     ),
@@ -307,6 +311,51 @@ fn busy_against_quiet(all: &[Measurement]) -> String {
                 bm / qm
             );
         }
+    }
+    out
+}
+
+/// lunkit doctor on the busy node against the commands an operator runs instead: per lunkit
+/// method, its measurement, the medians of its library time and of its spawned command, and
+/// the median of the three commands' summed spawn-to-exit time. Empty unless both ran.
+fn doctor_against_tools(all: &[Measurement]) -> Vec<(&Measurement, f64, f64, f64)> {
+    let Some(tools) = median(all, "busy-doctor.tools") else {
+        return Vec::new();
+    };
+    ["busy-doctor.lunkit", "busy-doctor.no-use-check"]
+        .iter()
+        .filter_map(|id| {
+            let m = find(all, id)?;
+            Some((m, m.lib()?.median, m.wall()?.median, tools))
+        })
+        .collect()
+}
+
+fn doctor_section(all: &[Measurement]) -> String {
+    let rows = doctor_against_tools(all);
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nlunkit doctor on the busy node against `lsscsi`, `multipath -ll` and `iscsiadm -m \
+         session` run one after the other (their spawn-to-exit times summed: three process \
+         starts, each 50–300 ms under TCG, against lunkit's one), medians; a ratio below 1 is \
+         lunkit faster:\n\n\
+         | Method | Library time | Spawn to exit | The three commands | Library / commands | \
+         Spawned / commands | Findings |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (m, lib, wall, tools) in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2}× | {:.2}× | {} |",
+            m.label.trim(),
+            time(lib),
+            time(wall),
+            time(tools),
+            lib / tools,
+            wall / tools,
+            count(m.findings())
+        );
     }
     out
 }
@@ -784,7 +833,50 @@ fn busy_targets(all: &[Measurement]) -> Vec<Target> {
         ));
     }
     t.push(faster_every_run(all));
+    t.push(doctor_found_nothing(all));
     t
+}
+
+/// Issue 36: on the busy node, where nothing is wrong, lunkit doctor finds nothing in any
+/// run, with or without its in-use checks.
+fn doctor_found_nothing(all: &[Measurement]) -> Target {
+    let ms: Vec<&Measurement> = all
+        .iter()
+        .filter(|m| m.row == "busy-doctor" && m.findings().is_some())
+        .collect();
+    let found: Vec<String> = ms
+        .iter()
+        .filter_map(|m| {
+            let runs = m.runs.iter().filter(|r| r.findings > Some(0)).count();
+            (runs > 0).then(|| {
+                let n = m.findings().map_or(0, |s| s.max);
+                format!(
+                    "{}: up to {n} in {runs} of {} runs",
+                    m.label.trim(),
+                    m.runs.len()
+                )
+            })
+        })
+        .collect();
+    Target {
+        id: "busy-doctor-nothing-found",
+        text: "busy node: lunkit doctor finds nothing where nothing is wrong".to_owned(),
+        verdict: match (ms.is_empty(), found.is_empty()) {
+            (true, _) => Verdict::NotAvailable,
+            (false, true) => Verdict::Met,
+            (false, false) => Verdict::Missed,
+        },
+        detail: if ms.is_empty() {
+            "not measured".to_owned()
+        } else if found.is_empty() {
+            "nothing found in any run".to_owned()
+        } else {
+            format!(
+                "found {} (each finding is named in its method's note)",
+                found.join("; ")
+            )
+        },
+    }
 }
 
 /// Issue 38: lunkit's detach (library time) faster than the shell sequence in every run,
@@ -847,8 +939,9 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     );
     out.push_str(&table(all));
     out.push_str(&busy_against_quiet(all));
+    out.push_str(&doctor_section(all));
     out.push_str(&step_tables(all));
-    out.push_str("\nTargets (issues 6, 13 and 38):\n\n");
+    out.push_str("\nTargets (issues 6, 13, 36 and 38):\n\n");
     for t in targets(all) {
         let _ = writeln!(
             out,
@@ -937,7 +1030,7 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
                     })
                     .collect();
                 format!(
-                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}, \"after_ready_us\": {}, \"outside_steps_us\": {}, \"steps\": [{}]}}",
+                    "{{\"wall_us\": {}, \"lib_us\": {}, \"uevents\": {}, \"extra_devices\": {}, \"rss_kib\": {}, \"add_uevent_us\": {}, \"scsi_device_add_uevent_us\": {}, \"check_in_use_us\": {}, \"first_write_us\": {}, \"after_ready_us\": {}, \"outside_steps_us\": {}, \"steps\": [{}], \"findings\": {}}}",
                     r.wall_us,
                     jopt(r.lib_us),
                     jopt(r.uevents),
@@ -949,7 +1042,8 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
                     jopt(r.first_write_us),
                     jopt(r.after_ready_us),
                     jopt(r.outside_steps_us()),
-                    steps.join(", ")
+                    steps.join(", "),
+                    jopt(r.findings)
                 )
             })
             .collect();
@@ -973,6 +1067,18 @@ pub fn json(all: &[Measurement], meta: &Meta) -> String {
             jstats(m.after_add()),
             jstats(m.probe()),
             runs.join(", ")
+        );
+    }
+    out.push_str("\n  ],\n  \"doctor_against_tools\": [");
+    for (i, (m, lib, wall, tools)) in doctor_against_tools(all).into_iter().enumerate() {
+        let _ = write!(
+            out,
+            "{}\n    {{\"id\": {}, \"lib_us\": {lib}, \"wall_us\": {wall}, \"tools_us\": {tools}, \
+             \"lib_over_tools\": {:.3}, \"wall_over_tools\": {:.3}}}",
+            if i == 0 { "" } else { "," },
+            js(&m.id),
+            lib / tools,
+            wall / tools
         );
     }
     out.push_str("\n  ],\n  \"targets\": [");
@@ -1012,6 +1118,7 @@ mod tests {
                 first_write_us: None,
                 after_ready_us: None,
                 steps: Vec::new(),
+                findings: None,
             });
         }
         m
@@ -1258,6 +1365,50 @@ mod tests {
             json(&all, &Meta::default())
                 .contains("\"outside_steps_us\": 130000, \"steps\": [{\"step\": \"check-in-use\"")
         );
+    }
+
+    #[test]
+    fn doctor_is_shown_against_the_three_commands_and_its_findings_judged() {
+        let mut all = vec![
+            m("busy-doctor.lunkit", &[400_000; 3], Some(150_000), 0),
+            m("busy-doctor.no-use-check", &[300_000; 3], Some(50_000), 0),
+            m("busy-doctor.tools", &[1_000_000; 3], None, 0),
+        ];
+        for m in &mut all[..2] {
+            for r in &mut m.runs {
+                r.findings = Some(0);
+            }
+        }
+        let md = markdown(&all, &Meta::default());
+        for line in [
+            "| lunkit | 150.0 ms | 400.0 ms | 1.00 s | 0.15× | 0.40× | 0 |",
+            "| no-use-check | 50.0 ms | 300.0 ms | 1.00 s | 0.05× |",
+            "| Busy node: lunkit doctor, 16 2-path volumes, 100 more processes | tools | 1.00 s |",
+        ] {
+            assert!(md.contains(line), "{line} in {md}");
+        }
+        let j = json(&all, &Meta::default());
+        assert!(
+            j.contains("\"id\": \"busy-doctor.lunkit\", \"lib_us\": 150000, \"wall_us\": 400000, \"tools_us\": 1000000, \"lib_over_tools\": 0.150"),
+            "{j}"
+        );
+        assert!(j.contains("\"findings\": 0}"), "{j}");
+        let get = |all: &[Measurement]| {
+            targets(all)
+                .into_iter()
+                .find(|t| t.id == "busy-doctor-nothing-found")
+                .unwrap()
+        };
+        assert_eq!(get(&all).verdict, Verdict::Met);
+        all[0].runs[1].findings = Some(2);
+        let t = get(&all);
+        assert_eq!(t.verdict, Verdict::Missed);
+        assert!(
+            t.detail.contains("lunkit: up to 2 in 1 of 3 runs"),
+            "{}",
+            t.detail
+        );
+        assert_eq!(get(&all[2..]).verdict, Verdict::NotAvailable);
     }
 
     #[test]
