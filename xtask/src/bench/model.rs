@@ -41,7 +41,7 @@ pub struct Run {
     /// lunkit detach's steps, in the order it reported them, each with its start (from the
     /// start of the detach) and length: steps that ran side by side overlap.
     pub steps: Vec<StepSpan>,
-    /// How many findings `lunkit doctor --json` reported: on the healthy busy node, none.
+    /// How many findings `lunkit doctor --json` reported: on the busy node, its idle sessions.
     pub findings: Option<u64>,
 }
 
