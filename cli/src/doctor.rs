@@ -14,13 +14,13 @@ pub struct Doctor {
     #[arg(long)]
     pub json: bool,
     /// Skip the in-use check on each finding's devices (faster; in_use is then unknown, and
-    /// idle sessions, which only that check tells, are not looked for). A fix checks again
-    /// before it writes, whatever this says.
+    /// idle sessions and LUNs gone, which only opening the devices tells, are not looked
+    /// for). A fix checks again before it writes, whatever this says.
     #[arg(long)]
     pub no_use_check: bool,
     /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down
-    /// (offline devices; transport-offline ones only when named), remapped-path and
-    /// map-without-paths; with KINDs (comma-separated or repeated), those only.
+    /// (offline devices; transport-offline ones only when named), remapped-path,
+    /// map-without-paths and lun-gone; with KINDs (comma-separated or repeated), those only.
     /// map-paths-down, idle-session and nvme-controller-down are cleaned up only when named.
     /// Without --fix nothing is changed.
     #[arg(long, value_name = "KIND", num_args = 0.., value_delimiter = ',')]

@@ -1,6 +1,7 @@
 //! What earlier attaches and detaches left on a node, found in one read of it: devices the
 //! kernel gave up on, paths an array re-mapped under a map, maps with no working path,
-//! iSCSI sessions that carry nothing in use, NVMe controllers that are not live. Each
+//! iSCSI sessions that carry nothing in use, NVMe controllers that are not live; and, asked
+//! with TEST UNIT READY, disks whose LUN the array no longer serves. Each
 //! finding names the objects, says why it is a problem, and carries the same in-use check a
 //! detach makes on its devices, so an operator knows what may be cleaned and what a pod
 //! still holds. Nothing here writes.
@@ -44,6 +45,11 @@ pub enum Kind {
     IdleSession,
     /// An NVMe controller that is not `live` (reconnecting, resetting, being deleted).
     NvmeControllerDown,
+    /// A `running` SCSI disk that answers TEST UNIT READY with LOGICAL UNIT NOT SUPPORTED
+    /// (ILLEGAL REQUEST, 25/00): the array deleted or unmapped the LUN, and the device is a
+    /// phantom. Only asked when [`DoctorOptions::check_use`] is set; a disk that does not
+    /// open or answer in time is not one.
+    LunGone,
 }
 
 impl Kind {
@@ -56,6 +62,7 @@ impl Kind {
             Kind::MapPathsDown => "map-paths-down",
             Kind::IdleSession => "idle-session",
             Kind::NvmeControllerDown => "nvme-controller-down",
+            Kind::LunGone => "lun-gone",
         }
     }
 }
@@ -102,8 +109,9 @@ impl Finding {
 #[non_exhaustive]
 pub struct DoctorOptions {
     /// Run the in-use check on each finding's devices, and look for idle iSCSI sessions
-    /// (which only that check can tell). Without it nothing is opened or probed: the node
-    /// is only read.
+    /// (which only that check can tell) and for LUNs gone (which only a TEST UNIT READY to
+    /// each `running` disk tells). Without it nothing is opened or probed: the node is only
+    /// read.
     pub check_use: bool,
     /// The deadline of the whole examination (each in-use check's opens are bounded by it).
     pub timeout: Duration,
@@ -143,6 +151,7 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     // caller that looks often, as the CSI plugin does, must not probe devices a stage may be
     // opening at that moment.
     if opts.check_use {
+        findings.extend(lun_gone::examine(root, &topology, deadline)?);
         for (session, devices, own) in sessions(&topology) {
             let usage = usage(root, &devices, &own, deadline)?;
             if usage.is_empty() {
@@ -354,6 +363,7 @@ fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> 
 }
 
 mod fix;
+mod lun_gone;
 
 pub use fix::{FixOptions, FixOutcome, Fixes, fix};
 

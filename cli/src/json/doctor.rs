@@ -24,7 +24,7 @@ pub struct Doctor {
 #[derive(Debug, Serialize)]
 pub struct Finding {
     /// `scsi-device-down`, `remapped-path`, `map-without-paths`, `map-paths-down`,
-    /// `idle-session`, `nvme-controller-down`.
+    /// `idle-session`, `nvme-controller-down`, `lun-gone`.
     pub kind: &'static str,
     pub objects: Vec<String>,
     pub why: String,

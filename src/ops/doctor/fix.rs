@@ -13,6 +13,9 @@
 //!   paths deleted, the map removed; a map still open waits for a path (nothing queued in it
 //!   is dropped) until the deadline.
 //! - `nvme-controller-down` (opt-in): the controller is deleted (`delete_controller`).
+//! - `lun-gone`: the disk (never a map) is deleted if it still answers LOGICAL UNIT NOT
+//!   SUPPORTED after the in-use check (a map's path checked with its map); not flushed,
+//!   since nothing can reach a LUN the array no longer serves.
 //! - `idle-session` (opt-in): left; the library has no iSCSI logout of its own (see
 //!   [`NO_LOGOUT`]).
 //!
@@ -54,13 +57,14 @@ pub const NO_LOGOUT: &str = "lunkit's library has no iSCSI logout of its own (it
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::ScsiDeviceDown,
         Kind::RemappedPath,
         Kind::MapWithoutPaths,
         Kind::MapPathsDown,
         Kind::IdleSession,
         Kind::NvmeControllerDown,
+        Kind::LunGone,
     ];
 
     /// The kinds `--fix` without a list cleans up: each takes away only what no path can use
@@ -71,10 +75,11 @@ impl Kind {
     /// `scsi-device-down` finding is cleaned up by default only when the device is
     /// `offline` (the error handler gave up on it); a `transport-offline` one only when the
     /// kind is named.
-    pub const SAFE: [Kind; 3] = [
+    pub const SAFE: [Kind; 4] = [
         Kind::ScsiDeviceDown,
         Kind::RemappedPath,
         Kind::MapWithoutPaths,
+        Kind::LunGone,
     ];
 
     /// Whether a fix of this kind is only made when asked for by name.
@@ -96,7 +101,7 @@ impl FromStr for Kind {
                     "doctor finding kind",
                     s,
                     "expected scsi-device-down, remapped-path, map-without-paths, \
-                     map-paths-down, idle-session or nvme-controller-down",
+                     map-paths-down, idle-session, nvme-controller-down or lun-gone",
                 )
             })
     }
@@ -307,6 +312,7 @@ fn act(
         },
         Kind::NvmeControllerDown => controller(root, f, deadline),
         Kind::IdleSession => Ok(FixOutcome::Unsupported(NO_LOGOUT.into())),
+        Kind::LunGone => super::lun_gone::fix(root, f, deadline),
     }
 }
 
