@@ -15,6 +15,7 @@ use serde_json::Value;
 use support::cli::{describe, lunkit};
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
+use support::multipath;
 use support::nvmet::{PortConfig, Target};
 use support::require_vm;
 use support::scsi_debug::ScsiDebug;
@@ -487,4 +488,70 @@ fn a_lun_the_array_deleted_is_found_and_its_disks_deleted() {
     lab.teardown().unwrap();
     let (code, _) = doctor();
     assert_eq!(code, 0);
+}
+
+/// The array deletes a LUN under a multipath map: each path is found `lun-gone` with the map
+/// named, and judged with the map's users. While this test holds the map open both are in
+/// use by this process and `--fix` leaves them; released, `--fix` deletes both paths and
+/// never the map itself (multipathd may flush it once its last path is gone).
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_deleted_under_a_map_is_judged_with_the_map() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 2,
+            ..LioConfig::default()
+        },
+        scan: vec![1],
+        multipath: Some(multipath::DEFAULT_CONF),
+    })
+    .expect("build the iSCSI lab with multipathd");
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let map = lab.maps[0].clone();
+    assert_eq!(map.paths.len(), 2, "{map:?}");
+
+    let held = fs::File::open(format!("/dev/{}", map.dm)).unwrap();
+    lab.target().unmap(1).expect("unmap LUN 1");
+
+    let (code, doc) = doctor();
+    let mut gone: Vec<_> = of_kind(&doc, "lun-gone").collect();
+    gone.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(gone.len(), 2, "{doc}");
+    for (objects, f) in &gone {
+        assert_eq!(objects.len(), 3, "{f}");
+        assert!(map.paths.contains(&objects[1]), "{f}");
+        assert_eq!(objects[2], map.name, "{f}");
+        assert_eq!(f["devices"], serde_json::json!([objects[1], map.dm]), "{f}");
+        assert_eq!(f["in_use"], true, "{f}");
+        let users = f["users"].as_str().unwrap_or("");
+        assert!(users.contains(&std::process::id().to_string()), "{users}");
+    }
+    assert_eq!(code, 4, "{doc}");
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    let left = fixes(&doc, "lun-gone");
+    assert_eq!(left.len(), 2, "{doc}");
+    assert!(left.iter().all(|f| f.1 == "in-use"), "{left:?}");
+    for p in &map.paths {
+        assert!(Path::new(&format!("/sys/block/{p}")).exists(), "{p}");
+    }
+    assert_eq!(code, 4, "{doc}");
+
+    drop(held);
+    let (_, doc) = doctor_with(&["--fix"]);
+    let done = fixes(&doc, "lun-gone");
+    assert_eq!(done.len(), 2, "{doc}");
+    for (objects, outcome, detail) in &done {
+        assert_eq!(outcome, "fixed", "{objects:?}: {detail}");
+        assert!(
+            detail.ends_with(&format!("map {} is left", map.name)),
+            "{detail}"
+        );
+        assert!(!Path::new(&format!("/sys/block/{}", objects[1])).exists());
+    }
+
+    let (_, doc) = doctor_with(&["--fix"]);
+    assert_eq!(fixes(&doc, "lun-gone"), [], "{doc}");
+    lab.teardown().unwrap();
 }
