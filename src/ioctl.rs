@@ -1,5 +1,5 @@
-//! The library's only `unsafe`: raw ioctls on block devices, `/dev/mapper/control` and NVMe
-//! controllers, and one `getsockopt` ([`so_peercred`]).
+//! The library's only `unsafe`: raw ioctls on block devices (SCSI passthrough among them),
+//! `/dev/mapper/control` and NVMe controllers, and one `getsockopt` ([`so_peercred`]).
 //!
 //! Each function issues exactly one call (the ioctls through [`rustix::ioctl`]) and returns
 //! what the kernel returned; the callers (`dm`, block operations, the multipathd client) own
@@ -17,6 +17,7 @@ use lunkit_sys::nvme::{
     NVME_ADMIN_GET_LOG_PAGE, NVME_ADMIN_IDENTIFY, NVME_ID_CNS_NS, NVME_IDENTIFY_DATA_SIZE,
     NVME_IOCTL_ADMIN_CMD, nvme_passthru_cmd,
 };
+use lunkit_sys::sg::{SG_DXFER_NONE, SG_INTERFACE_ID_ORIG, SG_IO, sg_io_hdr};
 use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, Updater, ioctl};
 
 /// `ioctl(fd, BLKFLSBUF)` — writes back the block device's page cache (or syncs the mounted
@@ -140,6 +141,49 @@ pub(crate) fn nvme_get_log(
     // anything else until the call returns. `metadata` is 0.
     unsafe { ioctl(ctrl_fd, req) }.map_err(io::Error::from)?;
     Ok(())
+}
+
+/// `ioctl(fd, SG_IO, &sg_io_hdr)` with `cdb`, a SCSI command that moves no data (TEST UNIT
+/// READY), on an open SCSI disk or `/dev/sgN`: the header as the kernel wrote it back (its
+/// pointers cleared), with up to `sense.len()` (at most 255) bytes of sense data in `sense`
+/// (`sb_len_wr` says how many). The kernel waits for the command's completion for up to
+/// `timeout_ms` milliseconds, after which the SCSI error handler aborts it; callers also
+/// bound the call, since the error handler's recovery can take longer. `EINVAL` (without a
+/// call) unless `cdb` is 6 to 16 bytes. A reader may send the commands the kernel's safe
+/// list allows (TEST UNIT READY is one); others need `CAP_SYS_RAWIO`.
+pub(crate) fn sg_io_no_data(
+    fd: impl AsFd,
+    cdb: &[u8],
+    sense: &mut [u8],
+    timeout_ms: u32,
+) -> io::Result<sg_io_hdr> {
+    if !(6..=16).contains(&cdb.len()) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut cmd = [0u8; 16];
+    cmd[..cdb.len()].copy_from_slice(cdb);
+    let mut hdr = sg_io_hdr {
+        interface_id: SG_INTERFACE_ID_ORIG,
+        dxfer_direction: SG_DXFER_NONE,
+        cmd_len: cdb.len() as u8,
+        mx_sb_len: u8::try_from(sense.len()).unwrap_or(u8::MAX),
+        cmdp: cmd.as_mut_ptr(),
+        sbp: sense.as_mut_ptr(),
+        timeout: timeout_ms,
+        ..sg_io_hdr::zeroed()
+    };
+    // SAFETY: SG_IO reads and writes back exactly one `sg_io_hdr` through its pointer
+    // argument; lunkit-sys checks the struct against the C header.
+    let req = unsafe { Updater::<{ SG_IO as Opcode }, sg_io_hdr>::new(&mut hdr) };
+    // SAFETY: besides `hdr`, the kernel reads `cmd_len` (at most 16) bytes at `cmdp`, which
+    // is `cmd`, a live 16-byte array, and writes at most `mx_sb_len` bytes at `sbp`, which is
+    // `sense`, an exclusively borrowed slice at least that long; both outlive the call and
+    // nothing else touches them meanwhile. `dxfer_direction` is SG_DXFER_NONE with
+    // `dxferp` null and `dxfer_len` 0, and `iovec_count` 0: no other user memory is used.
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
+    hdr.cmdp = std::ptr::null_mut();
+    hdr.sbp = std::ptr::null_mut();
+    Ok(hdr)
 }
 
 /// An 8-byte aligned, zero-initialised byte buffer for device-mapper ioctls.

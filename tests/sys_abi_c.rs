@@ -3,9 +3,9 @@
 //!
 //! Builds a C program with the system C compiler (`$CC`, default `cc`, plus `$CFLAGS`)
 //! against `<linux/dm-ioctl.h>`, `<linux/fs.h>`, `<linux/loop.h>`, `<linux/netlink.h>`,
-//! `<linux/nvme_ioctl.h>` and `<sys/socket.h>` (and `<libdevmapper.h>` when installed). The
-//! program prints every size, offset, opcode and flag as `EXPR<TAB>VALUE` lines; the test
-//! compares each with the Rust value and fails with the list of mismatches.
+//! `<linux/nvme_ioctl.h>`, `<scsi/sg.h>` and `<sys/socket.h>` (and `<libdevmapper.h>` when
+//! installed). The program prints every size, offset, opcode and flag as `EXPR<TAB>VALUE`
+//! lines; the test compares each with the Rust value and fails with the list of mismatches.
 //!
 //! Items newer than the oldest headers we care about carry a guard macro: if the installed
 //! headers lack it, the C side prints `MISSING` and the item is reported as skipped instead
@@ -25,6 +25,7 @@ use lunkit_sys::dm::*;
 use lunkit_sys::loop_dev::*;
 use lunkit_sys::netlink::*;
 use lunkit_sys::nvme::*;
+use lunkit_sys::sg::*;
 
 const INSTALL_HINT: &str = "the C ABI cross-check needs a C compiler and the Linux UAPI headers: \
      install them with `apt-get install linux-libc-dev gcc` (or your distribution's equivalent)";
@@ -316,6 +317,25 @@ fn checks() -> Vec<Check> {
     );
     v.push(c!(NVME_IOCTL_ADMIN_CMD));
 
+    // <scsi/sg.h>
+    v.push(size!(sg_io_hdr));
+    v.extend(
+        off!(sg_io_hdr; interface_id, dxfer_direction, cmd_len, mx_sb_len, iovec_count,
+        dxfer_len, dxferp, cmdp, sbp, timeout, flags, pack_id, usr_ptr, status, masked_status,
+        msg_status, sb_len_wr, host_status, driver_status, resid, duration, info),
+    );
+    v.extend([
+        c!(SG_IO),
+        c!(SG_DXFER_NONE),
+        c!(SG_DXFER_TO_DEV),
+        c!(SG_DXFER_FROM_DEV),
+        c!(SG_INFO_OK_MASK),
+        c!(SG_INFO_OK),
+        c!(SG_INFO_CHECK),
+    ]);
+    // 'S', which the header spells only in a comment.
+    v.push(num("'S'", None, SG_INTERFACE_ID_ORIG as u64));
+
     // <linux/netlink.h>, <sys/socket.h>
     v.extend([
         c!(AF_NETLINK),
@@ -341,6 +361,7 @@ fn c_source(checks: &[Check]) -> String {
          #include <linux/loop.h>\n\
          #include <linux/netlink.h>\n\
          #include <linux/nvme_ioctl.h>\n\
+         #include <scsi/sg.h>\n\
          #if defined(__has_include)\n\
          #if __has_include(<libdevmapper.h>)\n\
          #include <libdevmapper.h>\n\

@@ -15,6 +15,7 @@ use serde_json::Value;
 use support::cli::{describe, lunkit};
 use support::lab::{IscsiLab, LabConfig};
 use support::lio::LioConfig;
+use support::multipath;
 use support::nvmet::{PortConfig, Target};
 use support::require_vm;
 use support::scsi_debug::ScsiDebug;
@@ -1038,4 +1039,186 @@ fn an_attach_mark_of_a_namespace_no_controller_serves_is_removed_by_fix() {
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
     t.teardown().unwrap();
     forget_records();
+}
+
+/// The array deletes a LUN under an attached volume: LIO takes LUN 1 out of its TPG, and
+/// both paths' disks stay `running`, answering LOGICAL UNIT NOT SUPPORTED. `doctor` finds
+/// `lun-gone` for each path, the one this test holds open in use by this process; `--fix`
+/// leaves that one (`in-use`) and deletes the other; released, the next `--fix` deletes it
+/// too, and a third changes nothing.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_the_array_deleted_is_found_and_its_disks_deleted() {
+    require_vm();
+    // LUN 1, not 0: without a mapped LUN 0, LIO answers for a virtual one.
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 2,
+            ..LioConfig::default()
+        },
+        scan: vec![1],
+        multipath: None,
+    })
+    .expect("build the iSCSI lab");
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let paths: Vec<(String, String)> = lab
+        .sessions
+        .iter()
+        .map(|s| {
+            let hctl = format!("{}:0:0:1", s.host);
+            let disk = disk_at(&hctl);
+            (hctl, disk)
+        })
+        .collect();
+    let ((hctl_a, disk_a), (hctl_b, disk_b)) = (paths[0].clone(), paths[1].clone());
+
+    // Served: asked, and not a finding.
+    let (_, doc) = doctor();
+    assert_eq!(findings(&doc, "lun-gone"), [], "{doc}");
+
+    let held = fs::File::open(format!("/dev/{disk_a}")).unwrap();
+    lab.target().unmap(1).expect("unmap LUN 1");
+
+    let (code, doc) = doctor();
+    let mut gone = findings(&doc, "lun-gone");
+    gone.sort();
+    assert_eq!(gone.len(), 2, "{doc}");
+    let a = gone
+        .iter()
+        .find(|f| f.0[1] == disk_a)
+        .expect("path A found");
+    assert_eq!(a.0, [hctl_a.clone(), disk_a.clone()]);
+    assert_eq!(a.1, Some(true));
+    let users = a.2.as_deref().unwrap_or("");
+    assert!(users.contains(&std::process::id().to_string()), "{users}");
+    let b = gone
+        .iter()
+        .find(|f| f.0[1] == disk_b)
+        .expect("path B found");
+    assert_eq!(
+        (&b.0, b.1, b.2.as_deref()),
+        (&vec![hctl_b, disk_b.clone()], Some(false), None)
+    );
+    let (_, f) = of_kind(&doc, "lun-gone").next().unwrap();
+    assert!(
+        f["why"]
+            .as_str()
+            .unwrap()
+            .contains("LOGICAL UNIT NOT SUPPORTED (ILLEGAL REQUEST 25/00)"),
+        "{f}"
+    );
+    let wwid = fs::read_to_string(format!("/sys/block/{disk_a}/device/wwid")).unwrap();
+    assert_eq!(f["identity"].as_str(), Some(wwid.trim()));
+    assert_eq!(code, 4, "{doc}");
+    // The doctor changed nothing.
+    for d in [&disk_a, &disk_b] {
+        let state = fs::read_to_string(format!("/sys/block/{d}/device/state")).unwrap();
+        assert_eq!(state.trim(), "running");
+    }
+
+    // --fix: B is deleted; A, held by this process, is left, and the holder named.
+    let (code, doc) = doctor_with(&["--fix"]);
+    let done = fixes(&doc, "lun-gone");
+    let a_fix = done.iter().find(|f| f.0[1] == disk_a).unwrap();
+    assert_eq!(a_fix.1, "in-use", "{a_fix:?}");
+    assert!(
+        a_fix.2.contains(&std::process::id().to_string()),
+        "{a_fix:?}"
+    );
+    let b_fix = done.iter().find(|f| f.0[1] == disk_b).unwrap();
+    assert_eq!(b_fix.1, "fixed", "{b_fix:?}");
+    assert!(!Path::new(&format!("/sys/block/{disk_b}")).exists());
+    assert!(Path::new(&format!("/sys/block/{disk_a}")).exists());
+    assert_eq!(code, 4, "{doc}");
+
+    // Released: the next --fix deletes A.
+    drop(held);
+    let (_, doc) = doctor_with(&["--fix"]);
+    let done = fixes(&doc, "lun-gone");
+    assert_eq!(done.len(), 1, "{doc}");
+    assert_eq!(
+        (done[0].0[1].as_str(), done[0].1.as_str()),
+        (disk_a.as_str(), "fixed")
+    );
+    assert!(!Path::new(&format!("/sys/block/{disk_a}")).exists());
+    assert!(!Path::new(&format!("/sys/class/scsi_device/{hctl_a}")).exists());
+
+    // Again: nothing of the LUN is found, nothing changes. The sessions, carrying no LUN
+    // now, are idle (an opt-in kind: left).
+    let (code, doc) = doctor_with(&["--fix"]);
+    assert_eq!(fixes(&doc, "lun-gone"), [], "{doc}");
+    for s in fixes(&doc, "idle-session") {
+        assert_eq!(s.1, "not-selected", "{s:?}");
+    }
+    assert_eq!(code, 1, "{doc}");
+
+    lab.teardown().unwrap();
+    let (code, _) = doctor();
+    assert_eq!(code, 0);
+}
+
+/// The array deletes a LUN under a multipath map: each path is found `lun-gone` with the map
+/// named, and judged with the map's users. While this test holds the map open both are in
+/// use by this process and `--fix` leaves them; released, `--fix` deletes both paths and
+/// never the map itself (multipathd may flush it once its last path is gone).
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_lun_deleted_under_a_map_is_judged_with_the_map() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: 2,
+            ..LioConfig::default()
+        },
+        scan: vec![1],
+        multipath: Some(multipath::DEFAULT_CONF),
+    })
+    .expect("build the iSCSI lab with multipathd");
+    support::udev::settle(Duration::from_secs(60)).unwrap();
+    let map = lab.maps[0].clone();
+    assert_eq!(map.paths.len(), 2, "{map:?}");
+
+    let held = fs::File::open(format!("/dev/{}", map.dm)).unwrap();
+    lab.target().unmap(1).expect("unmap LUN 1");
+
+    let (code, doc) = doctor();
+    let mut gone: Vec<_> = of_kind(&doc, "lun-gone").collect();
+    gone.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(gone.len(), 2, "{doc}");
+    for (objects, f) in &gone {
+        assert_eq!(objects.len(), 3, "{f}");
+        assert!(map.paths.contains(&objects[1]), "{f}");
+        assert_eq!(objects[2], map.name, "{f}");
+        assert_eq!(f["devices"], serde_json::json!([objects[1], map.dm]), "{f}");
+        assert_eq!(f["in_use"], true, "{f}");
+        let users = f["users"].as_str().unwrap_or("");
+        assert!(users.contains(&std::process::id().to_string()), "{users}");
+    }
+    assert_eq!(code, 4, "{doc}");
+
+    let (code, doc) = doctor_with(&["--fix"]);
+    let left = fixes(&doc, "lun-gone");
+    assert_eq!(left.len(), 2, "{doc}");
+    assert!(left.iter().all(|f| f.1 == "in-use"), "{left:?}");
+    for p in &map.paths {
+        assert!(Path::new(&format!("/sys/block/{p}")).exists(), "{p}");
+    }
+    assert_eq!(code, 4, "{doc}");
+
+    drop(held);
+    let (_, doc) = doctor_with(&["--fix"]);
+    let done = fixes(&doc, "lun-gone");
+    assert_eq!(done.len(), 2, "{doc}");
+    for (objects, outcome, detail) in &done {
+        assert_eq!(outcome, "fixed", "{objects:?}: {detail}");
+        assert!(
+            detail.ends_with(&format!("map {} is left", map.name)),
+            "{detail}"
+        );
+        assert!(!Path::new(&format!("/sys/block/{}", objects[1])).exists());
+    }
+
+    let (_, doc) = doctor_with(&["--fix"]);
+    assert_eq!(fixes(&doc, "lun-gone"), [], "{doc}");
+    lab.teardown().unwrap();
 }

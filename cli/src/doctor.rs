@@ -14,8 +14,8 @@ pub struct Doctor {
     #[arg(long)]
     pub json: bool,
     /// Skip the in-use check on each finding's devices (faster; in_use is then unknown, and
-    /// idle sessions, which only that check tells, are not looked for). A fix checks again
-    /// before it writes, whatever this says.
+    /// idle sessions and LUNs gone, which only opening the devices tells, are not looked
+    /// for). A fix checks again before it writes, whatever this says.
     #[arg(long)]
     pub no_use_check: bool,
     /// How long a state the kernel may still recover from (a SCSI device blocked, an NVMe
@@ -26,7 +26,7 @@ pub struct Doctor {
     pub grace: u64,
     /// Clean up what is safe by the detach rules: with no KIND, the kinds scsi-device-down
     /// (offline devices; transport-offline ones only when named), remapped-path,
-    /// map-without-paths, stale-name-record and stale-attach-mark; with KINDs
+    /// map-without-paths, lun-gone, stale-name-record and stale-attach-mark; with KINDs
     /// (comma-separated or repeated), those only. scsi-device-blocked, map-paths-down,
     /// idle-session, nvme-controller-down, idle-subsystem and remapped-address are
     /// cleaned up only when named; idle-session and remapped-address are never cleaned up

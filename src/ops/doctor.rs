@@ -1,8 +1,9 @@
 //! What earlier attaches and detaches left on a node, found in one read of it: devices the
 //! kernel gave up on or that stay blocked, paths an array re-mapped under a map, maps with no
 //! working path (and whether they queue), iSCSI sessions and NVMe subsystems that carry
-//! nothing in use, NVMe controllers that stay not live, and lunkit's own records (in
-//! [`DoctorOptions::lock_dir`]) that name nothing or an address the array re-mapped. Each
+//! nothing in use, NVMe controllers that stay not live, lunkit's own records (in
+//! [`DoctorOptions::lock_dir`]) that name nothing or an address the array re-mapped; and,
+//! asked with TEST UNIT READY, disks whose LUN the array no longer serves. Each
 //! finding names the objects, says why it is a problem, and carries the same in-use check a
 //! detach makes on its devices, so an operator knows what may be cleaned and what a pod
 //! still holds.
@@ -69,6 +70,11 @@ pub enum Kind {
     /// An NVMe attach mark (`<lock_dir>/attached/`) whose namespace no controller of its
     /// subsystem serves: it keeps the subsystem's controllers through every detach.
     StaleAttachMark,
+    /// A `running` SCSI disk that answers TEST UNIT READY with LOGICAL UNIT NOT SUPPORTED
+    /// (ILLEGAL REQUEST, 25/00): the array deleted or unmapped the LUN, and the device is a
+    /// phantom. Only asked when [`DoctorOptions::check_use`] is set; a disk that does not
+    /// open or answer in time is not one.
+    LunGone,
 }
 
 impl Kind {
@@ -86,6 +92,7 @@ impl Kind {
             Kind::StaleNameRecord => "stale-name-record",
             Kind::RemappedAddress => "remapped-address",
             Kind::StaleAttachMark => "stale-attach-mark",
+            Kind::LunGone => "lun-gone",
         }
     }
 }
@@ -148,8 +155,9 @@ impl Finding {
 #[non_exhaustive]
 pub struct DoctorOptions {
     /// Run the in-use check on each finding's devices, and look for idle iSCSI sessions and
-    /// NVMe subsystems (which only that check can tell). Without it nothing is opened or
-    /// probed: the node is only read.
+    /// NVMe subsystems (which only that check can tell) and for LUNs gone (which only a TEST
+    /// UNIT READY to each `running` disk tells). Without it nothing is opened or probed: the
+    /// node is only read.
     pub check_use: bool,
     /// The deadline of the whole examination (each in-use check's opens are bounded by it).
     pub timeout: Duration,
@@ -217,6 +225,7 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     // is reported. A caller that looks often, as the CSI plugin does, must not probe
     // devices a stage may be opening at that moment.
     if opts.check_use {
+        findings.extend(lun_gone::examine(root, &topology, deadline)?);
         for (session, devices, own) in sessions(&topology) {
             let usage = usage(root, &devices, &own, deadline)?;
             if usage.is_empty() {
@@ -482,6 +491,7 @@ fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> 
 }
 
 mod fix;
+mod lun_gone;
 mod records;
 mod seen;
 mod states;

@@ -1,5 +1,5 @@
 //! SCSI devices: bring one LUN in (on one path, or on every path at once), rescan it, take it
-//! out; and their sysfs views ([`sysfs`]).
+//! out, ask it whether its LUN is still served ([`sg_io`]); and their sysfs views ([`sysfs`]).
 //!
 //! ## One path
 //!
@@ -40,6 +40,7 @@ use scan::Candidate;
 mod add;
 mod delete;
 pub(crate) mod scan;
+pub mod sg_io;
 pub mod sysfs;
 
 pub(crate) use add::{ReadyPending, TriggerPending, ready_start, trigger_start};

@@ -8,6 +8,7 @@
 //! | [`loop_dev`] | `<linux/loop.h>` | `loop_info64`, `loop_config`, `LOOP_*` opcodes, `LO_FLAGS_*` |
 //! | [`netlink`] | `<linux/netlink.h>`, kernel `kobject.h`, systemd's monitor header | uevent socket protocol, groups, limits, libudev header layout |
 //! | [`nvme`] | `<linux/nvme_ioctl.h>` | `nvme_passthru_cmd`, `NVME_IOCTL_ADMIN_CMD`, the Identify opcode and CNS |
+//! | [`sg`] | `<scsi/sg.h>` | `sg_io_hdr`, `SG_IO`, `SG_DXFER_*`, `SG_INFO_*` |
 //!
 //! # Why handwritten
 //!
@@ -49,3 +50,4 @@ pub mod ioctl;
 pub mod loop_dev;
 pub mod netlink;
 pub mod nvme;
+pub mod sg;

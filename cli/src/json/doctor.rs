@@ -31,7 +31,7 @@ pub struct Doctor {
 pub struct Finding {
     /// `scsi-device-down`, `scsi-device-blocked`, `remapped-path`, `map-without-paths`,
     /// `map-paths-down`, `idle-session`, `nvme-controller-down`, `idle-subsystem`,
-    /// `stale-name-record`, `remapped-address`, `stale-attach-mark`.
+    /// `stale-name-record`, `remapped-address`, `stale-attach-mark`, `lun-gone`.
     pub kind: &'static str,
     pub objects: Vec<String>,
     pub why: String,

@@ -18,6 +18,9 @@
 //!   the subsystem's lock, unless lunkit marked a namespace of the subsystem attached.
 //! - `idle-subsystem` (opt-in): each of its controllers is deleted, under the same lock and
 //!   with the same mark check.
+//! - `lun-gone`: the disk (never a map) is deleted if it still answers LOGICAL UNIT NOT
+//!   SUPPORTED after the in-use check (a map's path checked with its map); not flushed,
+//!   since nothing can reach a LUN the array no longer serves.
 //! - `idle-session` (opt-in): left; the library has no iSCSI logout of its own (see
 //!   [`NO_LOGOUT`]).
 //! - `stale-name-record`, `stale-attach-mark`: the file is removed, under the volume's lock
@@ -67,7 +70,7 @@ pub const NO_LOGOUT: &str = "lunkit's library has no iSCSI logout of its own (it
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::ScsiDeviceDown,
         Kind::ScsiDeviceBlocked,
         Kind::RemappedPath,
@@ -79,6 +82,7 @@ impl Kind {
         Kind::StaleNameRecord,
         Kind::RemappedAddress,
         Kind::StaleAttachMark,
+        Kind::LunGone,
     ];
 
     /// The kinds `--fix` without a list cleans up: each takes away only what no path can use
@@ -90,12 +94,13 @@ impl Kind {
     /// `offline` (the error handler gave up on it); a `transport-offline` one only when the
     /// kind is named. A stale name record or attach mark is a file of lunkit's own that
     /// names nothing on the node: removing it takes no device away.
-    pub const SAFE: [Kind; 5] = [
+    pub const SAFE: [Kind; 6] = [
         Kind::ScsiDeviceDown,
         Kind::RemappedPath,
         Kind::MapWithoutPaths,
         Kind::StaleNameRecord,
         Kind::StaleAttachMark,
+        Kind::LunGone,
     ];
 
     /// Whether a fix of this kind is only made when asked for by name.
@@ -118,7 +123,8 @@ impl FromStr for Kind {
                     s,
                     "expected scsi-device-down, scsi-device-blocked, remapped-path, \
                      map-without-paths, map-paths-down, idle-session, nvme-controller-down, \
-                     idle-subsystem, stale-name-record, remapped-address or stale-attach-mark",
+                     idle-subsystem, stale-name-record, remapped-address, stale-attach-mark \
+                     or lun-gone",
                 )
             })
     }
@@ -338,6 +344,7 @@ fn act(
         Kind::StaleNameRecord | Kind::StaleAttachMark => {
             super::records::fix(root, f, opts.lock_dir.as_deref(), deadline)
         }
+        Kind::LunGone => super::lun_gone::fix(root, f, deadline),
     }
 }
 

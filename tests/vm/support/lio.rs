@@ -127,6 +127,21 @@ impl LioTarget {
         write(&self.tpg().join("enable"), if on { "1" } else { "0" })
     }
 
+    /// Takes LUN `lun` out of the TPG, as an array does when it deletes or unmaps a volume:
+    /// the initiator's device for it stays, and every command to it is answered with CHECK
+    /// CONDITION, ILLEGAL REQUEST, LOGICAL UNIT NOT SUPPORTED (25/00). Not LUN 0: without
+    /// a mapped LUN 0, LIO answers for it with its virtual LUN 0 instead.
+    /// [`teardown`](Self::teardown) removes the backstore as usual.
+    pub fn unmap(&self, lun: u32) -> Result<()> {
+        let tpg = self.tpg();
+        unexport(&tpg, lun);
+        let left = tpg.join(format!("lun/lun_{lun}"));
+        if left.exists() {
+            return Err(format!("{} still exists after unmapping", left.display()).into());
+        }
+        Ok(())
+    }
+
     /// Ends demo mode: only `acl.initiator` gets in, with CHAP (`attrib/authentication` 1), and
     /// sees every LUN through its node ACL. [`teardown`](Self::teardown) removes the ACL.
     pub fn require_chap(&mut self, acl: &ChapAcl<'_>) -> Result<()> {
