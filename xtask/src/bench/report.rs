@@ -1411,14 +1411,22 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(get(&all).verdict, Verdict::Met);
-        all[0].runs[1].findings = Some(2);
+        // The busy node's two idle sessions are what the in-use check should find.
+        all[0].runs[1].findings = Some(BUSY_IDLE_SESSIONS);
+        assert_eq!(get(&all).verdict, Verdict::Met);
+        all[0].runs[1].findings = Some(3);
         let t = get(&all);
         assert_eq!(t.verdict, Verdict::Missed);
         assert!(
-            t.detail.contains("lunkit: up to 2 in 1 of 3 runs"),
+            t.detail
+                .contains("lunkit: up to 3 (expected 2) in 1 of 3 runs"),
             "{}",
             t.detail
         );
+        // Without the in-use check, anything is too much.
+        all[0].runs[1].findings = Some(0);
+        all[1].runs[0].findings = Some(1);
+        assert_eq!(get(&all).verdict, Verdict::Missed);
         assert_eq!(get(&all[2..]).verdict, Verdict::NotAvailable);
     }
 
