@@ -1050,6 +1050,7 @@ fn an_attach_mark_of_a_namespace_no_controller_serves_is_removed_by_fix() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_lun_the_array_deleted_is_found_and_its_disks_deleted() {
     require_vm();
+    forget_records();
     // LUN 1, not 0: without a mapped LUN 0, LIO answers for a virtual one.
     let lab = IscsiLab::build(LabConfig {
         target: LioConfig {
@@ -1147,8 +1148,14 @@ fn a_lun_the_array_deleted_is_found_and_its_disks_deleted() {
     // now, are idle (an opt-in kind: left).
     let (code, doc) = doctor_with(&["--fix"]);
     assert_eq!(fixes(&doc, "lun-gone"), [], "{doc}");
-    for s in fixes(&doc, "idle-session") {
-        assert_eq!(s.1, "not-selected", "{s:?}");
+    let idle: Vec<_> = of_kind(&doc, "idle-session").collect();
+    assert_eq!(idle.len(), lab.sessions.len(), "{doc}");
+    for (_, f) in &idle {
+        assert!(
+            f["why"].as_str().unwrap().contains("carries no LUN"),
+            "{doc}"
+        );
+        assert_eq!(f["fix"]["outcome"], "not-selected", "{doc}");
     }
     assert_eq!(code, 1, "{doc}");
 
@@ -1165,6 +1172,7 @@ fn a_lun_the_array_deleted_is_found_and_its_disks_deleted() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_lun_deleted_under_a_map_is_judged_with_the_map() {
     require_vm();
+    forget_records();
     let lab = IscsiLab::build(LabConfig {
         target: LioConfig {
             luns: 2,
@@ -1221,4 +1229,113 @@ fn a_lun_deleted_under_a_map_is_judged_with_the_map() {
     let (_, doc) = doctor_with(&["--fix"]);
     assert_eq!(fixes(&doc, "lun-gone"), [], "{doc}");
     lab.teardown().unwrap();
+}
+
+/// Offline disks held the way a node's pods hold volumes: disk A through kubelet's raw block
+/// layout (the node bind-mounted onto a publish file and a loop device on the node, the
+/// "descriptor lock"), disk B by a filesystem mounted only in a mount namespace of its own (a
+/// container's). Both are found in use, each naming its holder, and `--fix` leaves both
+/// untouched; released, they are deleted.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn offline_disks_held_as_pods_hold_them_are_left_naming_the_holder() {
+    require_vm();
+    forget_records();
+    let sd = ScsiDebug::load(
+        &[
+            ("add_host", "1"),
+            ("num_tgts", "1"),
+            ("max_luns", "2"),
+            ("dev_size_mb", "16"),
+        ],
+        2,
+    )
+    .expect("load scsi_debug");
+    support::udev::settle(Duration::from_secs(30)).expect("udev settle");
+    let mut disks = sd.disks();
+    disks.sort();
+    let (a, b) = (disks[0].clone(), disks[1].clone());
+
+    // A: kubelet's publish bind mount of the node, and its loop device on the node.
+    let publish = "/tmp/lunkit-doctor-publish";
+    fs::write(publish, "").unwrap();
+    support::cmd::run("mount", &["--bind", &format!("/dev/{a}"), publish]).unwrap();
+    let lo = support::cmd::run("losetup", &["-f", "--show", &format!("/dev/{a}")]).unwrap();
+    let lo = lo.trim().to_owned();
+    // B: ext4 mounted in a mount namespace of its own, kept alive by its one process.
+    support::cmd::run("mkfs.ext4", &["-q", &format!("/dev/{b}")]).unwrap();
+    // A test may start processes: it plays the pod that holds the volume.
+    #[allow(clippy::disallowed_methods)]
+    let mut pod = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mkdir -p /tmp/lunkit-doctor-pod && mount /dev/{b} /tmp/lunkit-doctor-pod && \
+             echo ready && exec sleep 600"
+        ))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(pod.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    support::udev::settle(Duration::from_secs(30)).expect("udev settle");
+    set_state(&a, "offline");
+    set_state(&b, "offline");
+
+    let (code, doc) = doctor_with(&["--fix", "scsi-device-down"]);
+    let of = |d: &str| {
+        of_kind(&doc, "scsi-device-down")
+            .find(|(o, _)| o.contains(&d.to_owned()))
+            .map(|(_, f)| f.clone())
+            .unwrap_or_else(|| panic!("{d} not found: {doc}"))
+    };
+    let (fa, fb) = (of(&a), of(&b));
+    for f in [&fa, &fb] {
+        assert_eq!(f["in_use"], true, "{doc}");
+        assert_eq!(f["fix"]["outcome"], "in-use", "{doc}");
+    }
+    let users_a = fa["users"].as_str().unwrap();
+    let lo_name = lo.trim_start_matches("/dev/");
+    assert!(
+        users_a.contains(lo_name),
+        "the loop device named: {users_a}"
+    );
+    assert!(users_a.contains(publish), "the bind mount named: {users_a}");
+    let users_b = fb["users"].as_str().unwrap();
+    assert!(
+        users_b.contains("/tmp/lunkit-doctor-pod"),
+        "the pod's mount named: {users_b}"
+    );
+    assert_eq!(code, 4, "{doc}");
+    for d in [&a, &b] {
+        assert!(
+            Path::new(&format!("/sys/block/{d}")).exists(),
+            "{d} untouched"
+        );
+    }
+
+    // Released: nothing holds them, and the fix deletes both.
+    let _ = pod.kill();
+    let _ = pod.wait();
+    support::cmd::run("losetup", &["-d", &lo]).unwrap();
+    support::cmd::run("umount", &[publish]).unwrap();
+    let _ = fs::remove_file(publish);
+    support::wait::until_true("the loop device unbound", Duration::from_secs(30), || {
+        !Path::new(&format!(
+            "/sys/block/{}/loop",
+            lo.trim_start_matches("/dev/")
+        ))
+        .exists()
+    })
+    .unwrap();
+    let (code, doc) = doctor_with(&["--fix", "scsi-device-down"]);
+    let fixed = fixes(&doc, "scsi-device-down");
+    assert_eq!(fixed.len(), 2, "{doc}");
+    assert!(fixed.iter().all(|f| f.1 == "fixed"), "{doc}");
+    assert_eq!(code, 0, "{doc}");
+    drop(sd);
 }

@@ -37,7 +37,7 @@
 //! use lunkit::ops::doctor::{self, DoctorOptions, FixOptions};
 //!
 //! let root = Root::default();
-//! let found = doctor::examine(&root, &DoctorOptions::default())?;
+//! let found = doctor::examine(&root, &DoctorOptions::new(&root))?;
 //! let fixes = doctor::fix(&root, &found, &FixOptions::new(&root))?;
 //! for (f, o) in found.findings.iter().zip(&fixes.outcomes) {
 //!     println!("{}: {} -> {o}", f.kind, f.objects.join(" "));
