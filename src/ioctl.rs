@@ -175,11 +175,9 @@ pub(crate) fn sg_io_no_data(
     // SAFETY: SG_IO reads and writes back exactly one `sg_io_hdr` through its pointer
     // argument; lunkit-sys checks the struct against the C header.
     let req = unsafe { Updater::<{ SG_IO as Opcode }, sg_io_hdr>::new(&mut hdr) };
-    // SAFETY: besides `hdr`, the kernel reads `cmd_len` (at most 16) bytes at `cmdp`, which
-    // is `cmd`, a live 16-byte array, and writes at most `mx_sb_len` bytes at `sbp`, which is
-    // `sense`, an exclusively borrowed slice at least that long; both outlive the call and
-    // nothing else touches them meanwhile. `dxfer_direction` is SG_DXFER_NONE with
-    // `dxferp` null and `dxfer_len` 0, and `iovec_count` 0: no other user memory is used.
+    // SAFETY: besides `hdr` the kernel reads `cmd_len` (<= 16) bytes at `cmdp` (`cmd`, live)
+    // and writes <= `mx_sb_len` bytes at `sbp` (`sense`, exclusively borrowed, that long);
+    // no data moves (SG_DXFER_NONE, `dxferp` null, `dxfer_len` 0, `iovec_count` 0).
     unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
     hdr.cmdp = std::ptr::null_mut();
     hdr.sbp = std::ptr::null_mut();
