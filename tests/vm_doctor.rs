@@ -1261,7 +1261,9 @@ fn offline_disks_held_as_pods_hold_them_are_left_naming_the_holder() {
     disks.sort();
     let (a, b) = (disks[0].clone(), disks[1].clone());
 
-    // A: kubelet's publish bind mount of the node, and its loop device on the node.
+    // A: kubelet's publish bind mount of the node, and its loop device on the node. The loop
+    // driver is a module that no earlier test in this guest may have loaded.
+    support::cmd::run("modprobe", &["loop"]).expect("modprobe loop");
     let publish = "/tmp/lunkit-doctor-publish";
     fs::write(publish, "").unwrap();
     support::cmd::run("mount", &["--bind", &format!("/dev/{a}"), publish]).unwrap();
