@@ -388,3 +388,75 @@ fn a_device_mapped_after_its_descriptor_closed_is_in_use() {
     let u = usage_here(&root, &node, &UsageScope::default());
     assert!(u.is_empty(), "gone with its process: {u}");
 }
+
+/// Checks that overlap in time share walks over `/proc` (issue 38): each still finds
+/// exactly its own device's holders, and a descriptor opened just before a check asked is
+/// seen while other checks keep walks under way. (Which walk a check may take is
+/// `helper::shared`'s unit tests; here it is the real walk, matched per device.)
+#[test]
+fn overlapping_checks_share_walks_and_each_sees_its_own_holders() {
+    require_root!();
+    let root = Root::default();
+    let scope = UsageScope::default();
+    let loops: Vec<Loop> = (0..6)
+        .map(|i| Loop::new(&format!("shared{i}"), 8 << 20))
+        .collect();
+    let nodes: Vec<block::BlockNode> = loops.iter().map(Loop::node).collect();
+    // Every other device held by a child of its own.
+    let mut kids: Vec<(usize, std::process::Child)> = (0..6)
+        .step_by(2)
+        .map(|i| {
+            let script = format!("exec 3<{}; exec sleep 60", loops[i].dev);
+            (i, Command::new("sh").args(["-c", &script]).spawn().unwrap())
+        })
+        .collect();
+    let holder = |i: usize| kids.iter().find(|(k, _)| *k == i).map(|(_, c)| c.id());
+    wait_for(|| {
+        kids.iter()
+            .all(|(i, _)| !usage_here(&root, &nodes[*i], &scope).openers.is_empty())
+            .then_some(())
+    });
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Six checks at once, three rounds: each sees its holder and nobody else's.
+        let checkers: Vec<_> = (0..6)
+            .map(|i| {
+                let (root, scope, node) = (&root, &scope, &nodes[i]);
+                let want: Vec<u32> = holder(i).into_iter().collect();
+                s.spawn(move || {
+                    for round in 0..3 {
+                        let u = usage_here(root, node, scope);
+                        let pids: Vec<u32> = u.openers.iter().map(|o| o.pid).collect();
+                        assert_eq!(pids, want, "{} round {round}: {u}", node.name);
+                        assert!(u.holders.is_empty() && u.mounts.is_empty(), "{u}");
+                    }
+                })
+            })
+            .collect();
+        for c in checkers {
+            c.join().unwrap();
+        }
+        // One thread keeps walks under way; the other opens a device, then checks it: the
+        // walk it gets started after its open, whatever was running when it asked.
+        let busy = s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                usage_here(&root, &nodes[0], &scope);
+            }
+        });
+        for round in 0..10 {
+            let f = File::open(&loops[1].dev).unwrap();
+            let u = usage_here(&root, &nodes[1], &scope);
+            assert!(
+                u.openers.iter().any(|o| o.pid == std::process::id()),
+                "round {round}: the descriptor opened before the check asked was missed: {u}"
+            );
+            drop(f);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        busy.join().unwrap();
+    });
+    for (_, k) in &mut kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+}

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
@@ -174,16 +175,25 @@ pub fn usage(
     usage
         .unchecked
         .extend(foreign_pid_namespace(&proc_fd, &proc_dir));
-    // The host's mount namespace and this process's are read below, so they are claimed
-    // before the walk starts: it reads every other namespace it finds.
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(SeenNamespaces::default()));
+    // The walk is shared with this process's other checks ([`shared`]): one started after
+    // this point is as good as a walk of its own. If none is under way, this check starts
+    // one now, to run while it reads the rest; otherwise it takes the next one, which starts
+    // when the one under way ends.
+    let walks = shared(&proc_dir);
+    let ticket = walks.ask();
+    let lead = match walks.lead() {
+        Some(lead) => Some((lead, Walk::start(root, &proc_fd, deadline)?)),
+        None => None,
+    };
+    // The host's mount namespace and this process's are read here; the walk reads every
+    // other one it finds.
+    let seen = std::sync::Mutex::new(SeenNamespaces::default());
     let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
     if let Some(i) = host_ns {
         lock_seen(&seen).claim_inode(i);
     }
     let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
     let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
-    let walk = Walk::start(root, &proc_fd, &seen, deadline)?;
 
     let (family, holders) = family_of(root, devices, scope.own)?;
     usage.holders = holders;
@@ -200,7 +210,7 @@ pub fn usage(
         return Ok(usage);
     }
 
-    let scan = walk.finish(&family, deadline)?;
+    let scan = walked(root, &proc_fd, &walks, ticket, lead, deadline)?.matched(&family);
     usage.unchecked.extend(scan.unchecked);
     usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
     for m in scan.usage.mounts {
@@ -236,6 +246,44 @@ pub fn usage(
     }
     probe_claims(root, &family, deadline, &mut usage)?;
     Ok(usage)
+}
+
+/// The walk this check matches against: its own (`lead`, started when the check began),
+/// or the first of this process's walks that started after `ticket` was asked, which this
+/// check may run itself ([`helper::Shared`]).
+fn walked(
+    root: &Root,
+    proc_fd: &Arc<OwnedFd>,
+    walks: &helper::Shared<Collected>,
+    ticket: helper::Ticket,
+    lead: Option<(helper::Lead<'_, Collected>, Walk)>,
+    deadline: Instant,
+) -> Result<Arc<Collected>> {
+    if let Some((lead, walk)) = lead {
+        // A failed walk drops the lead: those waiting for it run their own.
+        return Ok(lead.share(walk.collect(deadline)?));
+    }
+    let asked = Instant::now();
+    let mut failed = None;
+    let own = || match Walk::start(root, proc_fd, deadline).and_then(|w| w.collect(deadline)) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            failed = Some(e);
+            None
+        }
+    };
+    match ticket.take(walks, deadline, own) {
+        helper::Taken::Shared(c) => Ok(c),
+        helper::Taken::Failed => Err(failed.unwrap_or_else(|| Error::Internal {
+            what: "the /proc walk failed without saying why".into(),
+        })),
+        helper::Taken::TimedOut => Err(Error::Timeout {
+            what: "another in-use check's walk over every process to end (this check shares \
+                   the next one)"
+                .into(),
+            waited: asked.elapsed(),
+        }),
+    }
 }
 
 /// Every device whose users count: `devices`, their partitions, and foreign stacks on them;

@@ -79,15 +79,16 @@ pub(super) struct Walk {
 
 impl Walk {
     /// Lists the processes and starts the walk's other shares on helper threads (a detach
-    /// starts them ahead); [`Walk::finish`] takes this thread's share, gathers the rest and
-    /// matches what they saw against the family. The namespaces already claimed in `seen`
-    /// are not read.
-    pub(super) fn start(
-        root: &Root,
-        proc_fd: &Arc<OwnedFd>,
-        seen: &Arc<Mutex<SeenNamespaces>>,
-        deadline: Instant,
-    ) -> Result<Walk> {
+    /// starts them ahead); [`Walk::collect`] takes this thread's share and gathers the rest.
+    /// The host's mount namespace (pid 1's) and this process's are not read: every check
+    /// reads those two itself.
+    pub(super) fn start(root: &Root, proc_fd: &Arc<OwnedFd>, deadline: Instant) -> Result<Walk> {
+        let seen = Arc::new(Mutex::new(SeenNamespaces::default()));
+        for who in ["1", "self"] {
+            if let Ok(i) = mnt_ns(proc_fd.as_fd(), who) {
+                lock_seen(&seen).claim_inode(i);
+            }
+        }
         let proc_dir = root.proc("");
         let pids: Vec<u32> = std::fs::read_dir(&proc_dir)
             .map_err(|e| Error::io(&proc_dir, e))?
@@ -101,7 +102,7 @@ impl Walk {
         let ctx = Arc::new(ScanCtx {
             root: root.clone(),
             proc_fd: Arc::clone(proc_fd),
-            seen: Arc::clone(seen),
+            seen,
             held: helper::held(),
             pids,
             next: AtomicUsize::new(0),
@@ -124,10 +125,10 @@ impl Walk {
         Ok(Walk { ctx, others })
     }
 
-    /// Takes this thread's share of the walk, waits for the others within `deadline`, and
-    /// returns what of `family` they found: its devices' descriptors (this process's
-    /// helpers' apart) and its mounts in the namespaces the walk read.
-    pub(super) fn finish(mut self, family: &Family, deadline: Instant) -> Result<ProcScan> {
+    /// Takes this thread's share of the walk and waits for the others within `deadline`:
+    /// everything the walk saw, for any number of families to be matched against
+    /// ([`Collected::matched`]).
+    pub(super) fn collect(mut self, deadline: Instant) -> Result<Collected> {
         let mut all = self.ctx.work();
         // Once this share is done, the others have at most their last few processes left:
         // they get that long even past the caller's deadline (a check made at its deadline,
@@ -145,9 +146,27 @@ impl Walk {
             all.tables.extend(s.tables);
             all.unchecked.extend(s.unchecked);
         }
-        let ctx = &self.ctx;
+        Ok(Collected {
+            ctx: Arc::clone(&self.ctx),
+            all,
+        })
+    }
+}
+
+/// Everything one walk saw, not yet matched against a family: the checks that asked before
+/// the walk started share it ([`shared`]), each matching its own devices.
+pub(super) struct Collected {
+    ctx: Arc<ScanCtx>,
+    all: Sightings,
+}
+
+impl Collected {
+    /// What of `family` the walk found: its devices' descriptors (this process's helpers'
+    /// apart), still open now, and its mounts in the namespaces the walk read.
+    pub(super) fn matched(&self, family: &Family) -> ProcScan {
+        let (ctx, all) = (&self.ctx, &self.all);
         let mut out = ProcScan {
-            unchecked: all.unchecked,
+            unchecked: all.unchecked.clone(),
             ..ProcScan::default()
         };
         for (table, ns) in &all.tables {
@@ -200,8 +219,25 @@ impl Walk {
         // should.
         out.openers.sort();
         out.openers.dedup();
-        Ok(out)
+        out
     }
+}
+
+/// The walks of the `/proc` at `proc_dir`, shared by this process's checks that overlap in
+/// time: a node drain detaches tens of volumes at once, and each check's walk of its own
+/// would read every process again beside the others.
+pub(super) fn shared(proc_dir: &std::path::Path) -> Arc<helper::Shared<Collected>> {
+    type Walks = Vec<(std::path::PathBuf, Arc<helper::Shared<Collected>>)>;
+    static WALKS: Mutex<Walks> = Mutex::new(Vec::new());
+    let mut walks = WALKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, w)) = walks.iter().find(|(p, _)| p == proc_dir) {
+        return Arc::clone(w);
+    }
+    let w = Arc::new(helper::Shared::new());
+    walks.push((proc_dir.to_path_buf(), Arc::clone(&w)));
+    w
 }
 
 /// A walk given up (the check found a user before it): the shares still running take no

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::id::DevNum;
 
+mod shared;
+pub(crate) use shared::{Lead, Shared, Taken, Ticket};
+
 /// How long [`bounded`] waits for its helper thread even when the deadline has passed, so
 /// that a quick call (the usual case) still reports.
 const MIN_WAIT: Duration = Duration::from_millis(10);
