@@ -39,6 +39,23 @@ pub const AUTH_KERNEL: &str = "6.12.117+deb12-amd64";
 /// The guest's vCPUs: two, like a small node, so that work side by side really overlaps.
 pub const DEFAULT_CPUS: u8 = 2;
 
+/// Sets the default kernel's vCPUs instead of [`DEFAULT_CPUS`] (1 to 4), for measuring what
+/// the guest's size costs the suite.
+pub const CPUS_ENV: &str = "LUNKIT_VM_CPUS";
+
+/// [`CPUS_ENV`], or [`DEFAULT_CPUS`] when it is not set.
+fn default_cpus() -> Result<u8> {
+    match std::env::var(CPUS_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_CPUS),
+        Ok(v) => v
+            .parse::<u8>()
+            .ok()
+            .filter(|n| (1..=4).contains(n))
+            .ok_or_else(|| format!("{CPUS_ENV}={v:?}: expected 1 to 4").into()),
+        Err(e) => Err(format!("{CPUS_ENV}: {e}").into()),
+    }
+}
+
 /// virtme-ng from PyPI, pinned: its command line and guest init are what we tested.
 pub const VIRTME_NG: &str = "virtme-ng";
 pub const VIRTME_NG_VERSION: &str = "1.42";
@@ -105,7 +122,7 @@ pub fn ensure() -> Result<Lab> {
     Ok(Lab {
         kernel,
         kernel_version,
-        cpus: DEFAULT_CPUS,
+        cpus: default_cpus()?,
         venv_bin,
     })
 }
