@@ -1,6 +1,7 @@
 //! `lunkit`: bring one SCSI LUN in and take it out again, from the command line.
 
 mod attach;
+mod batch;
 mod doctor;
 mod human;
 mod json;
@@ -11,9 +12,7 @@ mod scan;
 mod teardown;
 mod watch;
 
-use std::ffi::OsStr;
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -92,7 +91,18 @@ enum Command {
     /// them. Empty lines and lines starting with `#` are skipped; `batch` and `watch` cannot
     /// be run inside. Exit 0 at the end of the input; 1 on a line that cannot be read (not
     /// UTF-8); 101, after that line's exit line, when a command panicked.
-    Batch,
+    ///
+    /// With --at-once, every line is read first and all of them run at once, each on a
+    /// thread of its own, as a CSI plugin stages many volumes during a node drain; each
+    /// line's end is `lunkit-batch: line K exit N` (K its line number), and the last line is
+    /// `lunkit-batch: all in T us`, from the first line's start to the last one's end. The
+    /// output of lines running at once interleaves line by line; with --json each document
+    /// is written whole.
+    Batch {
+        /// Run every line at once instead of one after another.
+        #[arg(long)]
+        at_once: bool,
+    },
     /// Find what earlier attaches and detaches left on the node: SCSI devices the kernel set
     /// offline, paths an array re-mapped under a map, maps with no working path, iSCSI
     /// sessions nothing uses, NVMe controllers not live; each with the in-use check a detach
@@ -111,8 +121,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Batch = cli.command {
-        return batch(&cli.root);
+    if let Command::Batch { at_once } = cli.command {
+        return batch::run(&cli.root, at_once);
     }
     ExitCode::from(run(cli))
 }
@@ -132,7 +142,7 @@ fn run(cli: Cli) -> u8 {
         Command::Resize(cmd) => resize::run(&root, cmd),
         Command::Delete(cmd) => teardown::delete(&root, cmd),
         Command::Flush(cmd) => teardown::flush(&root, cmd),
-        Command::Batch => Err(nested("batch")),
+        Command::Batch { .. } => Err(batch::nested("batch")),
     };
     match result {
         Ok(()) => 0,
@@ -141,81 +151,6 @@ fn run(cli: Cli) -> u8 {
             exit_code(&e)
         }
     }
-}
-
-/// `lunkit batch`: each line of stdin run as a command of its own, in this process.
-fn batch(root: &Path) -> ExitCode {
-    for line in std::io::stdin().lock().lines() {
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("lunkit: batch: reading stdin (a line that is not UTF-8?): {e}");
-                return ExitCode::from(exit::OTHER);
-            }
-        };
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.first().is_none_or(|w| w.starts_with('#')) {
-            continue;
-        }
-        let code = match one_line(root, &words) {
-            Some(code) => code,
-            None => {
-                // A panic is a bug, after which this process's state is not to be trusted:
-                // the line gets its exit line (the panic's own code) and the batch ends.
-                println!("lunkit-batch: exit {PANIC}");
-                return ExitCode::from(PANIC);
-            }
-        };
-        println!("lunkit-batch: exit {code}");
-    }
-    ExitCode::SUCCESS
-}
-
-/// The exit code of a Rust program that panicked.
-const PANIC: u8 = 101;
-
-/// Runs one batch line (`words`) under `root`: its exit code, `None` if it panicked.
-fn one_line(root: &Path, words: &[&str]) -> Option<u8> {
-    // The batch's root is every line's: a line of its own would be a second, silent one
-    // (clap lets a global option given after the subcommand override the one before it).
-    if words
-        .iter()
-        .any(|w| *w == "--root" || w.starts_with("--root="))
-    {
-        eprintln!(
-            "lunkit: {}",
-            lunkit::Error::invalid(
-                "batch line",
-                &words.join(" "),
-                "sets --root: give it to `lunkit batch` instead",
-            )
-        );
-        return Some(exit::USAGE);
-    }
-    let argv = [OsStr::new("lunkit"), OsStr::new("--root"), root.as_os_str()]
-        .into_iter()
-        .chain(words.iter().map(OsStr::new));
-    match Cli::try_parse_from(argv) {
-        // `watch` never returns, and a batch in a batch would read the same stdin.
-        Ok(Cli {
-            command: Command::Watch { .. },
-            ..
-        }) => {
-            eprintln!("lunkit: {}", nested("watch"));
-            Some(exit::USAGE)
-        }
-        Ok(cli) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))).ok(),
-        Err(e) => {
-            // Usage errors go to stderr; `--help` and `--version` print to stdout.
-            let _ = e.print();
-            Some(if e.use_stderr() { exit::USAGE } else { 0 })
-        }
-    }
-}
-
-/// The error for a command that `batch` cannot run.
-fn nested(command: &str) -> lunkit::Error {
-    lunkit::Error::invalid("batch line", command, "cannot be run inside `lunkit batch`")
 }
 
 fn exit_code(e: &lunkit::Error) -> u8 {

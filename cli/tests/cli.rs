@@ -622,6 +622,67 @@ fn batch_runs_each_line_and_reports_its_exit_code() {
     assert!(stderr.contains("sets --root"), "{stderr}");
 }
 
+/// `lunkit batch --at-once` runs every line at once: each line's exit line names the line,
+/// each JSON document comes whole, and the batch ends with its own time.
+#[test]
+fn batch_at_once_names_each_lines_exit_and_keeps_json_documents_whole() {
+    use std::io::Write;
+    let root = fixture("fc");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lunkit"))
+        .args(["--root", root.to_str().unwrap(), "batch", "--at-once"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = String::from("# eight listings and a missing device, at once\n\n");
+    for _ in 0..8 {
+        input += "list --json\n";
+    }
+    input += "flush /dev/nonexistent\nwatch\n";
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut exits: Vec<(u32, u8)> = Vec::new();
+    let mut json = String::new();
+    let mut all = None;
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("lunkit-batch: line ") {
+            let (n, code) = rest.split_once(" exit ").expect(line);
+            exits.push((n.parse().unwrap(), code.parse().unwrap()));
+        } else if let Some(us) = line.strip_prefix("lunkit-batch: all in ") {
+            all = Some(us.strip_suffix(" us").expect(line).parse::<u64>().unwrap());
+        } else {
+            json += line;
+            json += "\n";
+        }
+    }
+    exits.sort();
+    let mut want: Vec<(u32, u8)> = (3..=10).map(|n| (n, 0)).collect();
+    want.extend([(11, 3), (12, 2)]);
+    assert_eq!(exits, want, "{stdout}\n{stderr}");
+    assert!(all.is_some(), "no closing line: {stdout}");
+    assert!(stdout.trim_end().ends_with(" us"), "{stdout}");
+    // Eight documents, each whole: they parse one after another.
+    let docs: Vec<Value> = serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(docs.len(), 8);
+    assert!(
+        docs.iter()
+            .all(|d| d["multipath_maps"][0]["name"] == "mpathb")
+    );
+    assert!(stderr.contains("/dev/nonexistent"), "{stderr}");
+}
+
 /// A map whose path reports another WWID than the map's (a LUN re-mapped under the map) is
 /// shown as such, in the JSON and in the tree.
 #[test]

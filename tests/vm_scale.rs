@@ -1,0 +1,123 @@
+//! Many volumes at once in one process, as a CSI plugin stages and unstages them during a
+//! node drain or a StatefulSet's scaling (issue 38): every volume gets all its paths, no
+//! operation fails, and nothing is left.
+//!
+//! Without multipathd: with it, the lab's udevd and multipathd under TCG take minutes to
+//! build 32 maps (233 s measured), which is their throughput, not lunkit's; eight volumes
+//! at once through multipathd are `vm_detach::many_volumes_in_parallel_and_one_volume_twice`.
+#![allow(clippy::disallowed_methods)]
+
+use lunkit_lab as support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lunkit::ops::{AttachOptions, DetachOptions, VolumeSpec};
+use support::lab::{IscsiLab, LabConfig};
+use support::lio::LioConfig;
+use support::{require_vm, sysfs};
+
+const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+const VOLUMES: u32 = 32;
+
+fn spec(lun: u32) -> VolumeSpec {
+    VolumeSpec::Iscsi {
+        target: IQN.into(),
+        lun: u64::from(lun),
+    }
+}
+
+/// The SCSI addresses on the lab's sessions whose LUN is `lun`.
+fn paths_of(lab: &IscsiLab, lun: u32) -> Vec<String> {
+    lab.sessions
+        .iter()
+        .map(|s| format!("{}:0:0:{lun}", s.host))
+        .filter(|h| Path::new(&format!("/sys/class/scsi_device/{h}")).exists())
+        .collect()
+}
+
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
+    require_vm();
+    let lab = IscsiLab::build(LabConfig {
+        target: LioConfig {
+            luns: VOLUMES,
+            lun_size: 4 << 20,
+            ..LioConfig::default()
+        },
+        scan: vec![],
+        multipath: None,
+    })
+    .expect("build the iSCSI lab");
+    assert_eq!(lab.sessions.len(), 2, "{:?}", lab.sessions);
+    assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+    let root = lunkit::Root::default();
+
+    let t0 = Instant::now();
+    let attached: Vec<lunkit::ops::Attachment> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..VOLUMES)
+            .map(|lun| {
+                let root = &root;
+                s.spawn(move || {
+                    let mut opts = AttachOptions::new(root);
+                    opts.scan.min_paths = 2;
+                    opts.scan.timeout = Duration::from_secs(300);
+                    lunkit::ops::attach(root, &spec(lun), &opts)
+                        .unwrap_or_else(|e| panic!("attach LUN {lun}: {e}"))
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let attach_all = t0.elapsed();
+    let mut wwids = BTreeSet::new();
+    for (lun, a) in (0..VOLUMES).zip(&attached) {
+        let scsi = a.scsi().expect("a SCSI attach");
+        assert_eq!(scsi.devices().count(), 2, "LUN {lun}: {a:?}");
+        assert_eq!(paths_of(&lab, lun).len(), 2, "LUN {lun}");
+        let wwid = a.wwid.clone().expect("a WWID");
+        assert!(wwids.insert(wwid.to_string()), "LUN {lun}: {wwid} twice");
+    }
+    // Exactly the 64 paths asked for: no other LUN came with them.
+    assert_eq!(
+        lab.devices().len(),
+        2 * VOLUMES as usize,
+        "{:?}",
+        lab.devices()
+    );
+
+    let t1 = Instant::now();
+    std::thread::scope(|s| {
+        for lun in 0..VOLUMES {
+            let root = &root;
+            s.spawn(move || {
+                let report = lunkit::ops::detach(root, &spec(lun), &DetachOptions::new(root))
+                    .unwrap_or_else(|e| panic!("detach LUN {lun}: {e}"));
+                let deleted = report
+                    .steps
+                    .iter()
+                    .filter(|s| {
+                        s.kind == lunkit::ops::StepKind::DeletePath
+                            && s.outcome == lunkit::ops::Outcome::Done
+                    })
+                    .count();
+                assert_eq!(deleted, 2, "LUN {lun}: {report:?}");
+            });
+        }
+    });
+    let detach_all = t1.elapsed();
+    eprintln!(
+        "{VOLUMES} volumes of 2 paths in one process: attach-all {attach_all:?}, \
+         detach-all {detach_all:?}"
+    );
+    assert!(lab.devices().is_empty(), "left: {:?}", lab.devices());
+    for name in sysfs::names("/sys/class/scsi_device") {
+        let w = sysfs::attr(format!("/sys/class/scsi_device/{name}/device/wwid"));
+        assert!(
+            w.as_ref().is_none_or(|w| !wwids.contains(w)),
+            "{name} with WWID {w:?} is still there"
+        );
+    }
+}
