@@ -63,9 +63,12 @@ fn all_at_once(root: &Path) -> ExitCode {
             })
             .collect();
         // A thread's own panic is caught in `one_line`; a join error is one in the println.
-        threads
+        // Every thread is joined before the answer.
+        let ended: Vec<bool> = threads
             .into_iter()
-            .fold(false, |any, t| t.join().unwrap_or(true) || any)
+            .map(|t| t.join().unwrap_or(true))
+            .collect();
+        ended.contains(&true)
     });
     println!("lunkit-batch: all in {} us", start.elapsed().as_micros());
     if panicked {
