@@ -460,3 +460,40 @@ fn overlapping_checks_share_walks_and_each_sees_its_own_holders() {
         let _ = k.wait();
     }
 }
+
+/// `block::usages` answers several sets in one walk, each as `block::usage` would alone.
+#[test]
+fn usages_answers_each_set_as_usage_does_alone() {
+    require_root!();
+    let root = Root::default();
+    let loops: Vec<Loop> = (0..3)
+        .map(|i| Loop::new(&format!("usages{i}"), 8 << 20))
+        .collect();
+    let nodes: Vec<block::BlockNode> = loops.iter().map(Loop::node).collect();
+    let script = format!("exec 3<{}; exec sleep 60", loops[1].dev);
+    let mut kid = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let scope = UsageScope::default();
+    wait_for(|| (!usage_here(&root, &nodes[1], &scope).openers.is_empty()).then_some(()));
+    let asks: Vec<block::UsageAsk<'_>> = nodes
+        .iter()
+        .map(|n| block::UsageAsk {
+            devices: std::slice::from_ref(n),
+            scope: UsageScope::default(),
+        })
+        .collect();
+    let all = block::usages(&root, &asks, deadline()).unwrap();
+    assert_eq!(all.len(), 3);
+    let pids = |u: &block::Usage| u.openers.iter().map(|o| o.pid).collect::<Vec<u32>>();
+    assert_eq!(pids(&all[1]), [kid.id()], "{}", all[1]);
+    for i in [0, 2] {
+        assert!(
+            all[i].openers.is_empty() && all[i].mounts.is_empty(),
+            "{}",
+            all[i]
+        );
+        assert_eq!(pids(&all[i]), pids(&usage_here(&root, &nodes[i], &scope)));
+    }
+    assert!(block::usages(&root, &[], deadline()).unwrap().is_empty());
+    let _ = kid.kill();
+    let _ = kid.wait();
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::OFlags;
 
 use super::mountinfo;
 use crate::block::sysfs as sysblock;
@@ -20,6 +20,7 @@ use crate::root::Root;
 use super::process::*;
 use super::processes::*;
 use super::usage::*;
+use super::walks::Walking;
 use super::{BlockNode, block_number, by_name, open_checked};
 
 /// How long a device held only by open file descriptors (no mount, holder or swap) is given
@@ -158,59 +159,92 @@ pub fn usage(
     scope: &UsageScope<'_>,
     deadline: Instant,
 ) -> Result<Usage> {
-    // The walk over every process's descriptors costs the most, and needs nothing of the
-    // devices until its findings are matched: its shares start on helper threads first, and
-    // this thread joins them once it has found the devices' family and read the mount
-    // tables, swaps and loop devices.
-    let mut usage = Usage::default();
-    let proc_dir = root.proc("");
-    let proc_fd = std::sync::Arc::new(
-        rustix::fs::open(
-            &proc_dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io(&proc_dir, e.into()))?,
-    );
-    usage
-        .unchecked
-        .extend(foreign_pid_namespace(&proc_fd, &proc_dir));
-    // The walk is shared with this process's other checks ([`shared`]): one started after
-    // this point is as good as a walk of its own. If none is under way, this check starts
-    // one now, to run while it reads the rest; otherwise it takes the next one, which starts
-    // when the one under way ends.
-    let walks = shared(&proc_dir);
-    let ticket = walks.ask();
-    let lead = match walks.lead() {
-        Some(lead) => Some((lead, Walk::start(root, &proc_fd, deadline)?)),
-        None => None,
+    let ask = UsageAsk {
+        devices,
+        scope: scope.clone(),
     };
-    // The host's mount namespace and this process's are read here; the walk reads every
-    // other one it finds.
-    let seen = std::sync::Mutex::new(SeenNamespaces::default());
-    let host_ns = mnt_ns(proc_fd.as_fd(), "1").ok();
-    if let Some(i) = host_ns {
-        lock_seen(&seen).claim_inode(i);
-    }
-    let self_ns = mnt_ns(proc_fd.as_fd(), "self").ok();
-    let read_self = self_ns.is_none_or(|i| lock_seen(&seen).claim_inode(i));
+    let mut found = usages(root, std::slice::from_ref(&ask), deadline)?;
+    Ok(found.pop().unwrap_or_default())
+}
 
-    let (family, holders) = family_of(root, devices, scope.own)?;
+/// One set of devices for [`usages`], as [`usage`] takes them.
+#[derive(Debug, Clone, Default)]
+pub struct UsageAsk<'a> {
+    /// The devices asked about.
+    pub devices: &'a [BlockNode],
+    /// What not to count as their users.
+    pub scope: UsageScope<'a>,
+}
+
+/// [`usage`] of several sets of devices at one time, with one walk over the processes for
+/// all of them: what a caller that checks many volumes at once asks (`lunkit doctor`, every
+/// iSCSI session and finding). Each answer is the one [`usage`] would give for its set
+/// alone, in the order asked; an error fails them all.
+///
+/// The walk is shared with this process's other checks too: a check takes the first walk
+/// that started after it asked, its own when none is under way (started at once, to run
+/// while steps 1–4 are read), else the next one, which every check that asked meanwhile
+/// shares. Each matches the walk against its own devices.
+pub fn usages(root: &Root, asks: &[UsageAsk<'_>], deadline: Instant) -> Result<Vec<Usage>> {
+    if asks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let walking = Walking::start(root, deadline)?;
+    let proc_fd = Arc::clone(walking.proc_fd());
+    let foreign = foreign_pid_namespace(&proc_fd, &root.proc(""));
+    let own = OwnTables::read(root, &proc_fd)?;
+    let mut firsts = Vec::with_capacity(asks.len());
+    for ask in asks {
+        let mut usage = Usage::default();
+        usage.unchecked.extend(foreign.clone());
+        let family = first_looks(root, ask, &own, deadline, &mut usage)?;
+        firsts.push((family, usage));
+    }
+    // Users found already in every set: the refusals need no more. The walk's shares
+    // finish on their own.
+    if firsts.iter().all(|(_, u)| u.has_users()) {
+        return Ok(firsts.into_iter().map(|(_, u)| u).collect());
+    }
+    let walk = walking.collected(root, deadline)?;
+    let read_already = own.root_mounts();
+    let mut out = Vec::with_capacity(firsts.len());
+    for ((family, mut usage), ask) in firsts.into_iter().zip(asks) {
+        if !usage.has_users() {
+            let scan = walk.matched(&family, &read_already);
+            add_walk(&proc_fd, scan, &family, ask, &mut usage, root);
+            probe_claims(root, &family, deadline, &mut usage)?;
+        }
+        out.push(usage);
+    }
+    Ok(out)
+}
+
+/// Steps 1–4 for one set, into `usage`: its family (returned) and holders, its mounts in
+/// the host's and this process's tables, swaps and loop devices.
+fn first_looks(
+    root: &Root,
+    ask: &UsageAsk<'_>,
+    own: &OwnTables,
+    deadline: Instant,
+    usage: &mut Usage,
+) -> Result<Family> {
+    let (family, holders) = family_of(root, ask.devices, ask.scope.own)?;
     usage.holders = holders;
-    let numbers = family.numbers();
-    let namespaces = OwnNamespaces {
-        host: host_ns,
-        this: self_ns,
-        read_self,
-    };
-    namespaces.mounts(root, &family, &seen, &mut usage)?;
-    swaps_and_loops(root, &family, &numbers, deadline, &mut usage)?;
-    // Users found already: the refusal needs no more. The walk's shares finish on their own.
-    if usage.has_users() {
-        return Ok(usage);
-    }
+    own.mounts(root, &family, usage);
+    swaps_and_loops(root, &family, &family.numbers(), deadline, usage)?;
+    Ok(family)
+}
 
-    let scan = walked(root, &proc_fd, &walks, ticket, lead, deadline)?.matched(&family);
+/// Step 5 for one set: what the walk found of its family, into `usage`. A path manager's
+/// descriptor is set apart from the openers (see [`UsageScope::ignore_openers`]).
+fn add_walk(
+    proc_fd: &OwnedFd,
+    scan: ProcScan,
+    family: &Family,
+    ask: &UsageAsk<'_>,
+    usage: &mut Usage,
+    root: &Root,
+) {
     usage.unchecked.extend(scan.unchecked);
     usage.mountinfo_skipped += scan.usage.mountinfo_skipped;
     for m in scan.usage.mounts {
@@ -227,7 +261,7 @@ pub fn usage(
     };
     usage.helpers = scan.helpers.into_iter().map(opener).collect();
     usage.mapped = scan.mapped.into_iter().map(opener).collect();
-    let paths = path_numbers(root, devices);
+    let paths = path_numbers(root, ask.devices);
     for o in scan.openers {
         let on_path = paths.contains(&o.dev);
         let opener = opener(o);
@@ -236,53 +270,13 @@ pub fn usage(
         // it is listed, not ignored: the map's removal still waits for it to close, and a map
         // no path can serve is not taken down while it is open (ops::detach).
         if (on_path || opener.read_only)
-            && scope.ignore_openers.contains(&opener.comm.as_str())
-            && is_path_manager(&proc_fd, opener.pid)
+            && ask.scope.ignore_openers.contains(&opener.comm.as_str())
+            && is_path_manager(proc_fd, opener.pid)
         {
             usage.managers.push(opener);
         } else {
             usage.openers.push(opener);
         }
-    }
-    probe_claims(root, &family, deadline, &mut usage)?;
-    Ok(usage)
-}
-
-/// The walk this check matches against: its own (`lead`, started when the check began),
-/// or the first of this process's walks that started after `ticket` was asked, which this
-/// check may run itself ([`helper::Shared`]).
-fn walked(
-    root: &Root,
-    proc_fd: &Arc<OwnedFd>,
-    walks: &helper::Shared<Collected>,
-    ticket: helper::Ticket,
-    lead: Option<(helper::Lead<'_, Collected>, Walk)>,
-    deadline: Instant,
-) -> Result<Arc<Collected>> {
-    if let Some((lead, walk)) = lead {
-        // A failed walk drops the lead: those waiting for it run their own.
-        return Ok(lead.share(walk.collect(deadline)?));
-    }
-    let asked = Instant::now();
-    let mut failed = None;
-    let own = || match Walk::start(root, proc_fd, deadline).and_then(|w| w.collect(deadline)) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            failed = Some(e);
-            None
-        }
-    };
-    match ticket.take(walks, deadline, own) {
-        helper::Taken::Shared(c) => Ok(c),
-        helper::Taken::Failed => Err(failed.unwrap_or_else(|| Error::Internal {
-            what: "the /proc walk failed without saying why".into(),
-        })),
-        helper::Taken::TimedOut => Err(Error::Timeout {
-            what: "another in-use check's walk over every process to end (this check shares \
-                   the next one)"
-                .into(),
-            waited: asked.elapsed(),
-        }),
     }
 }
 
@@ -337,57 +331,70 @@ fn path_numbers(root: &Root, devices: &[BlockNode]) -> Vec<DevNum> {
         .collect()
 }
 
-/// The host's mount namespace and this process's, which [`usage`] reads itself rather than
-/// leaving them to the walk.
-struct OwnNamespaces {
-    /// Pid 1's `ns/mnt` inode, when readable.
-    host: Option<u64>,
-    /// This process's, when readable.
-    this: Option<u64>,
-    /// Whether this process's table is read here (its namespace was not claimed before).
-    read_self: bool,
+/// The host's mount table (pid 1's) and this process's, which a check reads itself rather
+/// than leaving them to the walk: read once for every set it asks about.
+struct OwnTables {
+    tables: Vec<(mountinfo::MountTable, MountNamespace)>,
+    /// The host's table could not be read.
+    unchecked: Option<Unchecked>,
 }
 
-impl OwnNamespaces {
-    /// The host's mount table, then this process's if it is another namespace: the family's
-    /// mounts in them go to `usage`.
-    fn mounts(
-        &self,
-        root: &Root,
-        family: &Family,
-        seen: &std::sync::Mutex<SeenNamespaces>,
-        usage: &mut Usage,
-    ) -> Result<()> {
+impl OwnTables {
+    /// The host's table, then this process's if it is in another namespace (or which one
+    /// cannot be told) and is not the same table.
+    fn read(root: &Root, proc_fd: &OwnedFd) -> Result<OwnTables> {
+        let host = mnt_ns(proc_fd.as_fd(), "1").ok();
+        let this = mnt_ns(proc_fd.as_fd(), "self").ok();
+        let mut seen = SeenNamespaces::default();
+        let mut own = OwnTables {
+            tables: Vec::new(),
+            unchecked: None,
+        };
         match mountinfo::read_of(root, 1) {
-            // Already claimed: the walk reached the host's namespace through another process
-            // first (pid 1's `ns/mnt` could not be read, so it was not claimed ahead), and
-            // matches that table itself.
-            Ok(table) if !lock_seen(seen).claim_table(&table) => {}
             Ok(table) => {
+                seen.claim_table(&table);
                 let ns = MountNamespace {
-                    inode: self.host,
+                    inode: host,
                     pid: Some(1),
                 };
-                family.mounts_in(root, &table, ns, usage);
+                own.tables.push((table, ns));
             }
             // A tree without pid 1 (a fixture): this process's table stands for it.
             Err(e) if e.is_gone() => {}
-            Err(e) => usage.unchecked.push(Unchecked {
-                what: "the mount table of pid 1".into(),
-                reason: e.to_string(),
-            }),
-        }
-        if self.read_self {
-            let table = mountinfo::read(root)?;
-            if lock_seen(seen).claim_table(&table) {
-                let ns = MountNamespace {
-                    inode: self.this,
-                    pid: None,
-                };
-                family.mounts_in(root, &table, ns, usage);
+            Err(e) => {
+                own.unchecked = Some(Unchecked {
+                    what: "the mount table of pid 1".into(),
+                    reason: e.to_string(),
+                });
             }
         }
-        Ok(())
+        if this.is_none() || this != host {
+            let table = mountinfo::read(root)?;
+            if seen.claim_table(&table) {
+                let ns = MountNamespace {
+                    inode: this,
+                    pid: None,
+                };
+                own.tables.push((table, ns));
+            }
+        }
+        Ok(own)
+    }
+
+    /// The family's mounts in these tables, into `usage`.
+    fn mounts(&self, root: &Root, family: &Family, usage: &mut Usage) {
+        for (table, ns) in &self.tables {
+            family.mounts_in(root, table, *ns, usage);
+        }
+        usage.unchecked.extend(self.unchecked.clone());
+    }
+
+    /// Each table's root mount id: the walk's copies of these are not matched again.
+    fn root_mounts(&self) -> Vec<u32> {
+        self.tables
+            .iter()
+            .filter_map(|(t, _)| t.mounts.first().map(|m| m.id))
+            .collect()
     }
 }
 
@@ -560,7 +567,7 @@ mod tests {
             rustix::fs::open(
                 &dir,
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
+                rustix::fs::Mode::empty(),
             )
             .unwrap()
         };

@@ -37,6 +37,7 @@ mod process;
 mod processes;
 pub mod sysfs;
 mod usage;
+mod walks;
 pub use in_use::*;
 pub use usage::*;
 

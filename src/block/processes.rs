@@ -162,15 +162,23 @@ pub(super) struct Collected {
 
 impl Collected {
     /// What of `family` the walk found: its devices' descriptors (this process's helpers'
-    /// apart), still open now, and its mounts in the namespaces the walk read.
-    pub(super) fn matched(&self, family: &Family) -> ProcScan {
+    /// apart), still open now, and its mounts in the namespaces the walk read, but for the
+    /// tables whose root mount is in `read_already` (the check read the host's and its own
+    /// itself; the walk reads the host's too when pid 1's `ns/mnt` cannot be read).
+    pub(super) fn matched(&self, family: &Family, read_already: &[u32]) -> ProcScan {
         let (ctx, all) = (&self.ctx, &self.all);
         let mut out = ProcScan {
             unchecked: all.unchecked.clone(),
             ..ProcScan::default()
         };
         for (table, ns) in &all.tables {
-            family.mounts_in(&ctx.root, table, *ns, &mut out.usage);
+            if table
+                .mounts
+                .first()
+                .is_none_or(|m| !read_already.contains(&m.id))
+            {
+                family.mounts_in(&ctx.root, table, *ns, &mut out.usage);
+            }
         }
         // This process as the root's /proc numbers it (another pid namespace's procfs gives
         // another number), and what its helpers held open while the walk ran: a helper may
@@ -221,23 +229,6 @@ impl Collected {
         out.openers.dedup();
         out
     }
-}
-
-/// The walks of the `/proc` at `proc_dir`, shared by this process's checks that overlap in
-/// time: a node drain detaches tens of volumes at once, and each check's walk of its own
-/// would read every process again beside the others.
-pub(super) fn shared(proc_dir: &std::path::Path) -> Arc<helper::Shared<Collected>> {
-    type Walks = Vec<(std::path::PathBuf, Arc<helper::Shared<Collected>>)>;
-    static WALKS: Mutex<Walks> = Mutex::new(Vec::new());
-    let mut walks = WALKS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, w)) = walks.iter().find(|(p, _)| p == proc_dir) {
-        return Arc::clone(w);
-    }
-    let w = Arc::new(helper::Shared::new());
-    walks.push((proc_dir.to_path_buf(), Arc::clone(&w)));
-    w
 }
 
 /// A walk given up (the check found a user before it): the shares still running take no

@@ -226,18 +226,7 @@ pub fn examine(root: &Root, opts: &DoctorOptions) -> Result<Examination> {
     // devices a stage may be opening at that moment.
     if opts.check_use {
         findings.extend(lun_gone::examine(root, &topology, deadline)?);
-        for (session, devices, own) in sessions(&topology) {
-            let usage = usage(root, &devices, &own, deadline)?;
-            if usage.is_empty() {
-                findings.push(idle_session(session, devices, usage));
-            }
-        }
-        findings.extend(subsystems::idle(root, &topology, opts, deadline)?);
-        for f in findings.iter_mut().filter(|f| f.usage.is_none()) {
-            if !f.devices.is_empty() {
-                f.usage = Some(usage(root, &f.devices, &[], deadline)?);
-            }
-        }
+        check_use(root, &topology, opts, &mut findings, deadline)?;
     }
     let order =
         |a: &Finding, b: &Finding| (a.kind, a.objects.first()).cmp(&(b.kind, b.objects.first()));
@@ -471,23 +460,86 @@ fn idle_session(session: String, devices: Vec<String>, usage: Usage) -> Finding 
     }
 }
 
+/// The in-use check of every iSCSI session, every fabrics subsystem that may be idle and
+/// every finding with devices, all in one ([`block::usages`]: one walk over the processes
+/// for all of them, where a check each walked every process once per session and finding).
+/// A session or subsystem nothing uses becomes a finding.
+fn check_use(
+    root: &Root,
+    topology: &Topology,
+    opts: &DoctorOptions,
+    findings: &mut Vec<Finding>,
+    deadline: Instant,
+) -> Result<()> {
+    let sessions = sessions(topology);
+    let subsystems = subsystems::unmarked(topology, opts)?;
+    let asked: Vec<usize> = (0..findings.len())
+        .filter(|&i| findings[i].usage.is_none() && !findings[i].devices.is_empty())
+        .collect();
+    let mut sets: Vec<(&[String], &[String])> = Vec::new();
+    sets.extend(sessions.iter().map(|(_, d, own)| (&d[..], &own[..])));
+    sets.extend(subsystems.iter().map(|(_, _, d)| (&d[..], &[][..])));
+    sets.extend(asked.iter().map(|&i| (&findings[i].devices[..], &[][..])));
+    let mut found = usages(root, &sets, deadline)?.into_iter();
+    let mut idle = Vec::new();
+    for ((session, devices, _), u) in sessions.into_iter().zip(found.by_ref()) {
+        if u.is_empty() {
+            idle.push(idle_session(session, devices, u));
+        }
+    }
+    for ((s, nqn, devices), u) in subsystems.into_iter().zip(found.by_ref()) {
+        if u.is_empty() {
+            idle.push(subsystems::finding(s, nqn, devices, u));
+        }
+    }
+    for (i, u) in asked.into_iter().zip(found) {
+        findings[i].usage = Some(u);
+    }
+    findings.extend(idle);
+    Ok(())
+}
+
 /// The in-use check on `devices` (kernel names; those gone meanwhile are passed over), the
 /// maps named in `own` counting as part of them.
 fn usage(root: &Root, devices: &[String], own: &[String], deadline: Instant) -> Result<Usage> {
-    let mut nodes = Vec::new();
-    for d in devices {
-        if let Some(n) = block::by_name(root, d)? {
-            nodes.push(n);
+    Ok(usages(root, &[(devices, own)], deadline)?
+        .pop()
+        .unwrap_or_default())
+}
+
+/// [`usage`] of each `(devices, own)` set, with one walk for all of them. A set none of
+/// whose devices is there any more is used by nobody.
+fn usages(root: &Root, sets: &[(&[String], &[String])], deadline: Instant) -> Result<Vec<Usage>> {
+    let mut nodes: Vec<Vec<block::BlockNode>> = Vec::with_capacity(sets.len());
+    for (devices, _) in sets {
+        let mut here = Vec::new();
+        for d in *devices {
+            if let Some(n) = block::by_name(root, d)? {
+                here.push(n);
+            }
         }
+        nodes.push(here);
     }
-    if nodes.is_empty() {
-        return Ok(Usage::default());
-    }
-    let scope = UsageScope {
-        own,
-        ignore_openers: PATH_MANAGERS,
-    };
-    block::usage(root, &nodes, &scope, deadline)
+    let asks: Vec<block::UsageAsk<'_>> = nodes
+        .iter()
+        .zip(sets)
+        .filter(|(n, _)| !n.is_empty())
+        .map(|(n, (_, own))| block::UsageAsk {
+            devices: n,
+            scope: UsageScope {
+                own,
+                ignore_openers: PATH_MANAGERS,
+            },
+        })
+        .collect();
+    let mut found = block::usages(root, &asks, deadline)?.into_iter();
+    Ok(nodes
+        .iter()
+        .map(|n| match n.is_empty() {
+            true => Usage::default(),
+            false => found.next().unwrap_or_default(),
+        })
+        .collect())
 }
 
 mod fix;

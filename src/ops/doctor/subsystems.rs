@@ -4,25 +4,22 @@
 //! it.
 
 use std::path::Path;
-use std::time::Instant;
 
-use super::{DoctorOptions, Finding, Kind, usage};
+use super::{DoctorOptions, Finding, Kind};
 use crate::error::Result;
 use crate::id::Nqn;
 use crate::nvme::discovery::DISCOVERY_NQN;
 use crate::nvme::sysfs::{NvmeSubsystem, parse_namespace_name};
-use crate::root::Root;
 use crate::topology::Topology;
 
-/// The fabrics subsystems none of whose namespaces anything uses and none of which is
-/// marked attached in `opts.lock_dir`. A discovery subsystem (a persistent discovery
-/// controller, kept on purpose to hear of log changes) and a PCIe one are never idle.
-pub(super) fn idle(
-    root: &Root,
-    t: &Topology,
+/// The fabrics subsystems that may be idle: none of their namespaces is marked attached in
+/// `opts.lock_dir`. A discovery subsystem (a persistent discovery controller, kept on
+/// purpose to hear of log changes) and a PCIe one are never idle. Each with its NQN and its
+/// namespaces' devices, for the in-use check, which tells: an idle one is [`finding`].
+pub(super) fn unmarked<'t>(
+    t: &'t Topology,
     opts: &DoctorOptions,
-    deadline: Instant,
-) -> Result<Vec<Finding>> {
+) -> Result<Vec<(&'t NvmeSubsystem, &'t str, Vec<String>)>> {
     let mut out = Vec::new();
     for s in &t.nvme_subsystems {
         let Some(nqn) = fabrics_nqn(t, s) else {
@@ -31,11 +28,7 @@ pub(super) fn idle(
         if marked(opts.lock_dir.as_deref(), nqn)? {
             continue;
         }
-        let devices = devices(t, s);
-        let usage = usage(root, &devices, &[], deadline)?;
-        if usage.is_empty() {
-            out.push(finding(s, nqn, devices, usage));
-        }
+        out.push((s, nqn, devices(t, s)));
     }
     Ok(out)
 }
@@ -78,7 +71,7 @@ pub(super) fn devices(t: &Topology, s: &NvmeSubsystem) -> Vec<String> {
     v
 }
 
-fn finding(
+pub(super) fn finding(
     s: &NvmeSubsystem,
     nqn: &str,
     devices: Vec<String>,

@@ -1,0 +1,111 @@
+//! Which walk over the processes an in-use check takes: its own, started at once when no
+//! other check of this process is walking, or the next one, shared with every check that
+//! asked while the one under way ran ([`helper::Shared`]).
+//!
+//! A walk is good for a check only if it started after the check asked: one already under
+//! way may have passed a process before that process opened the device. A node drain
+//! detaches tens of volumes at once, and a walk of each check's own would read every
+//! process again beside the others.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::error::{Error, Result};
+use crate::helper;
+use crate::root::Root;
+
+use super::processes::{Collected, Walk};
+
+/// A check's place among the walks of its `/proc`, taken when the check starts.
+pub(super) struct Walking {
+    proc_fd: Arc<OwnedFd>,
+    walks: &'static helper::Shared<Collected>,
+    ticket: helper::Ticket,
+    /// The walk this check started itself, none being under way: it runs while the check
+    /// reads the rest, and is published for the checks that ask meanwhile.
+    lead: Option<(helper::Lead<'static, Collected>, Walk)>,
+}
+
+impl Walking {
+    /// Opens `<root>/proc` and takes the check's place: a walk of its own if none is under
+    /// way (its shares start on helper threads now), else a ticket for the next one.
+    pub(super) fn start(root: &Root, deadline: Instant) -> Result<Walking> {
+        let proc_dir = root.proc("");
+        let proc_fd = Arc::new(
+            rustix::fs::open(
+                &proc_dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| Error::io(&proc_dir, e.into()))?,
+        );
+        let walks = shared(&proc_dir);
+        let ticket = walks.ask();
+        let lead = match walks.lead() {
+            Some(lead) => Some((lead, Walk::start(root, &proc_fd, deadline)?)),
+            None => None,
+        };
+        Ok(Walking {
+            proc_fd,
+            walks,
+            ticket,
+            lead,
+        })
+    }
+
+    /// `<root>/proc`, open.
+    pub(super) fn proc_fd(&self) -> &Arc<OwnedFd> {
+        &self.proc_fd
+    }
+
+    /// What the check's walk saw: its own, or the first of this process's walks that
+    /// started after the check did, which this check may run itself. Dropped unused (the
+    /// check found a user first), a walk of its own stops, and those waiting for it run
+    /// their own.
+    pub(super) fn collected(self, root: &Root, deadline: Instant) -> Result<Arc<Collected>> {
+        if let Some((lead, walk)) = self.lead {
+            return Ok(lead.share(walk.collect(deadline)?));
+        }
+        let asked = Instant::now();
+        let mut failed = None;
+        let own =
+            || match Walk::start(root, &self.proc_fd, deadline).and_then(|w| w.collect(deadline)) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    failed = Some(e);
+                    None
+                }
+            };
+        match self.ticket.take(self.walks, deadline, own) {
+            helper::Taken::Shared(c) => Ok(c),
+            helper::Taken::Failed => Err(failed.unwrap_or_else(|| Error::Internal {
+                what: "the /proc walk failed without saying why".into(),
+            })),
+            helper::Taken::TimedOut => Err(Error::Timeout {
+                what: "another in-use check's walk over every process to end (this check \
+                       shares the next one)"
+                    .into(),
+                waited: asked.elapsed(),
+            }),
+        }
+    }
+}
+
+/// The walks of the `/proc` at `proc_dir`, shared by this process's checks. One per
+/// distinct `/proc` a process ever checks under (one, or two with a fixture), kept for the
+/// life of the process.
+fn shared(proc_dir: &Path) -> &'static helper::Shared<Collected> {
+    type Walks = Vec<(PathBuf, &'static helper::Shared<Collected>)>;
+    static WALKS: Mutex<Walks> = Mutex::new(Vec::new());
+    let mut walks = WALKS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, w)) = walks.iter().find(|(p, _)| p == proc_dir) {
+        return w;
+    }
+    let w: &'static helper::Shared<Collected> = Box::leak(Box::new(helper::Shared::new()));
+    walks.push((proc_dir.to_path_buf(), w));
+    w
+}
