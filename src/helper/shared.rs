@@ -129,10 +129,10 @@ impl Ticket {
     ) -> Taken<T> {
         let mut s = shared.lock();
         loop {
-            if let Some((n, Some(found))) = &s.last
-                && *n > self.after
-            {
-                return Taken::Shared(Arc::clone(found));
+            if let Some((n, Some(found))) = &s.last {
+                if *n > self.after {
+                    return Taken::Shared(Arc::clone(found));
+                }
             }
             // Nothing under way (the one meant for this caller failed, or none was started
             // since it asked): its own run, started under this lock so that callers asking
