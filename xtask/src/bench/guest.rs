@@ -1,6 +1,7 @@
 //! The measurements inside the VM, in one boot: the iSCSI lab (scan and teardown rows), the
 //! node row, a growable LUN behind two portals (resize row), an NVMe/TCP namespace over two
-//! ports (the nvme rows, in [`nvme`]), a 256-LUN and a 1-LUN target side by side (scale
+//! ports (the nvme rows, in [`nvme`]), 8, 16 and 32 2-path volumes attached and detached at
+//! once (the atonce rows, in [`atonce`]), a 256-LUN and a 1-LUN target side by side (scale
 //! rows), then 512 scsi_debug devices (listing).
 //!
 //! Every method of a row runs in rounds (round 0 is an unrecorded warm-up, to fault in the
@@ -33,9 +34,10 @@ use super::model::{Measurement, Recorder, Run, State, round_order};
 use super::multipathd;
 use super::proc::{self, subcommand_available};
 use super::sys;
-use super::{GROUPS, LISTING_HOSTS, LISTING_LUNS};
+use super::{ATONCE_VOLUMES, GROUPS, LISTING_HOSTS, LISTING_LUNS};
 use crate::Result;
 
+mod atonce;
 mod nvme;
 
 /// How long the kernel listener must hear nothing before the system counts as quiet.
@@ -138,6 +140,16 @@ pub fn main(args: &[String]) -> Result<u8> {
             &mut nvme::phase,
         );
     }
+    if wants("atonce") {
+        phase(
+            &format!(
+                "atonce: {ATONCE_VOLUMES:?} 2-path volumes attached and detached at once, udevd \
+                 running, no multipathd"
+            ),
+            "atonce8-attach",
+            &mut atonce::phase,
+        );
+    }
     if wants("scale") {
         phase(
             &format!("scale: 1 and {SCALE_LUNS} LUNs exported"),
@@ -207,7 +219,7 @@ fn hold_programs_open(lunkit: &Path, lean: bool) -> Vec<fs::File> {
 }
 
 /// The groups whose rows run only the tools [`lean_programs`] lists.
-const LEAN_GROUPS: &[&str] = &["node", "teardown", "crowd", "busy", "nvme"];
+const LEAN_GROUPS: &[&str] = &["node", "teardown", "crowd", "busy", "nvme", "atonce"];
 
 /// The programs the lean groups run (the bench's, the peers' and the lab's), and the shared
 /// libraries each loads, as `ldd` lists them.

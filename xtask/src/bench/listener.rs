@@ -64,6 +64,15 @@ impl Event {
             && self.devtype == "disk"
             && self.devpath.contains(&format!("/{hctl}/block/"))
     }
+
+    /// The `remove` of the whole disk of SCSI device `hctl`: the kernel has taken the disk
+    /// away (a delete's end as the floor counts it).
+    pub fn is_disk_remove_of(&self, hctl: &str) -> bool {
+        self.action == "remove"
+            && self.subsystem == "block"
+            && self.devtype == "disk"
+            && self.devpath.contains(&format!("/{hctl}/block/"))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -198,6 +207,13 @@ SUBSYSTEM=scsi\0DEVTYPE=scsi_device\0SEQNUM=1398\0";
         assert!(ev.is_scsi_device_add_of("6:0:0:3"));
         assert!(!ev.is_scsi_device_add_of("16:0:0:3"));
         assert!(!ev.is_disk_add_of("6:0:0:3"));
+        let gone = b"remove@/devices/platform/host6/session1/target6:0:0/6:0:0:3/block/sdc\0\
+ACTION=remove\0DEVPATH=/devices/platform/host6/session1/target6:0:0/6:0:0:3/block/sdc\0\
+SUBSYSTEM=block\0DEVTYPE=disk\0SEQNUM=1500\0";
+        let ev = Event::parse(gone, Instant::now()).unwrap();
+        assert!(ev.is_disk_remove_of("6:0:0:3"));
+        assert!(!ev.is_disk_add_of("6:0:0:3"));
+        assert!(!ev.is_disk_remove_of("6:0:0:30"));
         assert!(Event::parse(b"libudev\0\xfe\xed", Instant::now()).is_none());
         assert!(Event::parse(b"add@/x\0ACTION=add\0", Instant::now()).is_none());
     }

@@ -119,6 +119,21 @@ const ROWS: &[(&str, &str)] = &[
         "nvme-connect-all",
         "Connect an NVMe/TCP namespace through discovery (one address, a referral to the second port)",
     ),
+    (
+        "atonce8-attach",
+        "Attach 8 2-path volumes at once, udevd running",
+    ),
+    ("atonce8-detach", "Detach 8 2-path volumes at once"),
+    (
+        "atonce16-attach",
+        "Attach 16 2-path volumes at once, udevd running",
+    ),
+    ("atonce16-detach", "Detach 16 2-path volumes at once"),
+    (
+        "atonce32-attach",
+        "Attach 32 2-path volumes at once, udevd running",
+    ),
+    ("atonce32-detach", "Detach 32 2-path volumes at once"),
     ("listing", "Listing, 512 SCSI devices"),
     ("flush", "Flush a loop device (host)"),
 ];
@@ -329,6 +344,49 @@ fn doctor_against_tools(all: &[Measurement]) -> Vec<(&Measurement, f64, f64, f64
             Some((m, m.lib()?.median, m.wall()?.median, tools))
         })
         .collect()
+}
+
+/// The at-once rows per volume (each median divided by the row's volume count), with
+/// lunkit's command and library time against the kernel floor. Empty without them.
+fn atonce_section(all: &[Measurement]) -> String {
+    let mut out = String::new();
+    for n in super::ATONCE_VOLUMES {
+        for dir in ["attach", "detach"] {
+            let row = format!("atonce{n}-{dir}");
+            let per = |v: Option<f64>| v.map(|us| us / f64::from(*n));
+            let at = |method: &str| per(median(all, &format!("{row}.{method}")));
+            let (lunkit, floor, peer) = (at("lunkit"), at("floor"), at("peer"));
+            let lib = per(lib_median(all, &format!("{row}.lunkit")));
+            if [lunkit, floor, peer].iter().all(Option::is_none) {
+                continue;
+            }
+            let t = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), time);
+            let r = |a: Option<f64>, b: Option<f64>| {
+                a.zip(b)
+                    .map_or_else(|| "–".to_owned(), |(a, b)| format!("{:.2}×", a / b))
+            };
+            let _ = writeln!(
+                out,
+                "| {n} | {dir} | {} | {} | {} | {} | {} | {} | {} |",
+                t(lunkit),
+                t(lib),
+                t(floor),
+                t(peer),
+                r(lunkit, floor),
+                r(lib, floor),
+                r(peer, floor),
+            );
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!(
+        "\nVolumes at once (issue 38), per volume (the row's median over its volume count):\n\n\
+         | Volumes | | lunkit | lunkit library (`all in`) | floor | peers, one after another | \
+         lunkit / floor | library / floor | peers / floor |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|\n{out}"
+    )
 }
 
 fn doctor_section(all: &[Measurement]) -> String {
@@ -951,6 +1009,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     out.push_str(&table(all));
     out.push_str(&busy_against_quiet(all));
     out.push_str(&doctor_section(all));
+    out.push_str(&atonce_section(all));
     out.push_str(&step_tables(all));
     out.push_str("\nTargets (issues 6, 13, 36 and 38):\n\n");
     for t in targets(all) {
@@ -1314,6 +1373,30 @@ mod tests {
         assert!(md.contains("| 1.50× floor |"), "{md}");
         assert!(md.contains("| 6.00× floor, 2.0× lunkit |"), "{md}");
         assert!(!targets(&all).iter().any(|t| t.id.contains("resize")));
+    }
+
+    #[test]
+    fn volumes_at_once_are_shown_per_volume_against_the_floor() {
+        let all = vec![
+            m(
+                "atonce16-attach.lunkit",
+                &[3_200_000; 3],
+                Some(1_600_000),
+                0,
+            ),
+            m("atonce16-attach.floor", &[800_000; 3], None, 0),
+            m("atonce16-attach.peer", &[6_400_000; 3], None, 0),
+        ];
+        let s = atonce_section(&all);
+        // 3.2 s over 16 volumes is 200 ms each; the library's 100 ms; the floor's 50 ms.
+        assert!(
+            s.contains(
+                "| 16 | attach | 200.0 ms | 100.0 ms | 50.0 ms | 400.0 ms | 4.00× | 2.00× | 8.00× |"
+            ),
+            "{s}"
+        );
+        assert!(!s.contains("detach"), "{s}");
+        assert!(atonce_section(&all[..0]).is_empty());
     }
 
     #[test]
