@@ -561,28 +561,34 @@ fn nvme_connect_refuses_bad_input_before_writing_anything() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// `lunkit batch` runs each line as its own command under the batch's `--root`, ends each
-/// with its exit line, and goes on after a failing one.
-#[test]
-fn batch_runs_each_line_and_reports_its_exit_code() {
+/// `lunkit --root <fixture> batch ARGS` fed `input` on stdin, to its end.
+fn batch_on(fixture_name: &str, args: &[&str], input: &str) -> std::process::Output {
     use std::io::Write;
-    let root = fixture("fc");
+    let root = fixture(fixture_name);
     let mut child = Command::new(env!("CARGO_BIN_EXE_lunkit"))
         .args(["--root", root.to_str().unwrap(), "batch"])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let input = "list --json\n\n# a comment\nlist --bogus\nwatch\nbatch\nflush /dev/nonexistent\n\
-                 list --root /nonexistent --json\nlist --json\n";
     child
         .stdin
         .take()
         .unwrap()
         .write_all(input.as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `lunkit batch` runs each line as its own command under the batch's `--root`, ends each
+/// with its exit line, and goes on after a failing one.
+#[test]
+fn batch_runs_each_line_and_reports_its_exit_code() {
+    let input = "list --json\n\n# a comment\nlist --bogus\nwatch\nbatch\nflush /dev/nonexistent\n\
+                 list --root /nonexistent --json\nlist --json\n";
+    let out = batch_on("fc", &[], input);
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -626,27 +632,12 @@ fn batch_runs_each_line_and_reports_its_exit_code() {
 /// each JSON document comes whole, and the batch ends with its own time.
 #[test]
 fn batch_at_once_names_each_lines_exit_and_keeps_json_documents_whole() {
-    use std::io::Write;
-    let root = fixture("fc");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lunkit"))
-        .args(["--root", root.to_str().unwrap(), "batch", "--at-once"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let mut input = String::from("# eight listings and a missing device, at once\n\n");
     for _ in 0..8 {
         input += "list --json\n";
     }
     input += "flush /dev/nonexistent\nwatch\n";
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = batch_on("fc", &["--at-once"], &input);
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

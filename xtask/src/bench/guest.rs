@@ -359,6 +359,48 @@ fn settle(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Writes each `(attribute, value)` on a thread of its own, all at once (a scan write returns
+/// only once its host's scan is done); the first failure, naming its attribute.
+fn write_side_by_side(writes: &[(String, String)]) -> Result<()> {
+    let written: Vec<std::io::Result<()>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = writes
+            .iter()
+            .map(|(attr, value)| sc.spawn(move || fs::write(attr, value)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("writer panicked")))
+            })
+            .collect()
+    });
+    for ((attr, value), w) in writes.iter().zip(written) {
+        w.map_err(|e| format!("writing {value:?} to {attr}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Flushes and deletes every disk in `disks` (kernel names) side by side, a thread each: the
+/// kernel floor's take-down of paths. A delete returns once the kernel removed the disk.
+fn flush_and_delete_side_by_side(disks: &[String]) -> Result<()> {
+    std::thread::scope(|s| -> Result<()> {
+        let deletes: Vec<_> = disks
+            .iter()
+            .map(|d| {
+                s.spawn(move || -> std::io::Result<()> {
+                    sys::flush_buffers(&format!("/dev/{d}"))?;
+                    fs::write(format!("/sys/block/{d}/device/delete"), "1")
+                })
+            })
+            .collect();
+        for d in deletes {
+            d.join().map_err(|_| "a path delete panicked")??;
+        }
+        Ok(())
+    })
+}
+
 /// Deletes SCSI devices and waits until they are gone.
 fn delete_devices(hctls: &[String]) -> Result<()> {
     for h in hctls {
@@ -778,22 +820,11 @@ fn floor_scan_all(
             lun,
         })
         .collect();
-    let written: Vec<std::io::Result<()>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = targets
-            .iter()
-            .map(|t| sc.spawn(move || fs::write(t.scan_attr(), format!("0 0 {}", t.lun))))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("writer panicked")))
-            })
-            .collect()
-    });
-    for (t, w) in targets.iter().zip(written) {
-        w.map_err(|e| format!("writing {}: {e}", t.scan_attr()))?;
-    }
+    let writes: Vec<(String, String)> = targets
+        .iter()
+        .map(|t| (t.scan_attr(), format!("0 0 {}", t.lun)))
+        .collect();
+    write_side_by_side(&writes)?;
     let mut last = 0;
     for t in &targets {
         let hctl = t.hctl();
@@ -1628,23 +1659,7 @@ fn teardown_once(
                 let t0 = Instant::now();
                 sys::flush_buffers(&format!("/dev/{}", v.map.dm))?;
                 sys::dm_remove(&v.map.name)?;
-                std::thread::scope(|s| -> Result<()> {
-                    let deletes: Vec<_> = v
-                        .map
-                        .paths
-                        .iter()
-                        .map(|p| {
-                            s.spawn(move || -> std::io::Result<()> {
-                                sys::flush_buffers(&format!("/dev/{p}"))?;
-                                fs::write(format!("/sys/block/{p}/device/delete"), "1")
-                            })
-                        })
-                        .collect();
-                    for d in deletes {
-                        d.join().map_err(|_| "a path delete panicked")??;
-                    }
-                    Ok(())
-                })?;
+                flush_and_delete_side_by_side(&v.map.paths)?;
                 run.wall_us = t0.elapsed().as_micros() as u64;
             }
             Teardown::Shell => {

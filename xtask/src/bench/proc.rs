@@ -1,7 +1,7 @@
 //! Running a measured program: wall time from spawn to reaped exit, its output, and its peak
 //! RSS from `wait4`.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -34,7 +34,21 @@ impl Outcome {
 /// Runs `cmd` with stdin closed; `keep_stdout` pipes stdout to us (otherwise /dev/null, for
 /// tools whose large output we do not need). stderr is always captured.
 pub fn timed(cmd: &mut Command, keep_stdout: bool) -> Result<Outcome> {
-    cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+    run_timed(cmd, None, keep_stdout)
+}
+
+/// [`timed`] with `input` written to the program's stdin (then closed), and its stdout kept:
+/// `lunkit batch` reads its commands there.
+pub fn timed_with_input(cmd: &mut Command, input: &[u8]) -> Result<Outcome> {
+    run_timed(cmd, Some(input), true)
+}
+
+fn run_timed(cmd: &mut Command, input: Option<&[u8]>, keep_stdout: bool) -> Result<Outcome> {
+    cmd.stdin(match input {
+        Some(_) => Stdio::piped(),
+        None => Stdio::null(),
+    })
+    .stderr(Stdio::piped());
     cmd.stdout(if keep_stdout {
         Stdio::piped()
     } else {
@@ -44,6 +58,10 @@ pub fn timed(cmd: &mut Command, keep_stdout: bool) -> Result<Outcome> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", process::describe(cmd)))?;
+    if let (Some(input), Some(mut pipe)) = (input, child.stdin.take()) {
+        // Closed when dropped, at the end of this block: the program sees its input end.
+        pipe.write_all(input)?;
+    }
     let mut err_pipe = child.stderr.take().expect("stderr is piped");
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();

@@ -22,9 +22,8 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lunkit_lab::iscsi::Session;
@@ -38,9 +37,9 @@ use super::{
 };
 use crate::Result;
 use crate::bench::ATONCE_VOLUMES;
+use crate::bench::listener::Event;
 use crate::bench::model::{Measurement, Run};
 use crate::bench::proc::{self, subcommand_available};
-use crate::bench::sys;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Method {
@@ -150,31 +149,13 @@ struct Batch {
 /// Runs `lines` in one `lunkit batch --at-once`; every line must end with exit 0. No deadline
 /// of the bench's own: every line has lunkit's `--timeout 60`.
 fn batch(ctx: &Ctx, lines: &[String]) -> Result<Batch> {
-    let t0 = Instant::now();
-    let mut child = Command::new(&ctx.lunkit)
-        .args(["batch", "--at-once"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {} batch: {e}", ctx.lunkit.display()))?;
-    let mut input = child.stdin.take().expect("stdin is piped");
     // The batch reads every line before it runs any, so the whole input goes in at once.
-    input.write_all(lines.join("\n").as_bytes())?;
-    drop(input);
-    let mut err_pipe = child.stderr.take().expect("stderr is piped");
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err_pipe.read_to_string(&mut s);
-        s
-    });
-    let mut stdout = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut stdout);
-    }
-    let (status, rss_kib) = sys::wait_rusage(&child)?;
-    let wall_us = t0.elapsed().as_micros() as u64;
-    let stderr = err_reader.join().unwrap_or_default();
+    let out = proc::timed_with_input(
+        Command::new(&ctx.lunkit).args(["batch", "--at-once"]),
+        lines.join("\n").as_bytes(),
+    )?;
+    let (status, stdout, stderr) = (out.status, out.stdout, out.stderr);
+    let (wall_us, rss_kib) = (out.wall.as_micros() as u64, out.rss_kib);
     let all_in_us = batch_outcome(&stdout, lines.len()).map_err(|e| {
         format!(
             "lunkit batch --at-once ({status}): {e}; stderr: {}",
@@ -357,12 +338,25 @@ fn floor_attach(
     t_start: Instant,
 ) -> Result<u64> {
     scan_whole_sessions(&set.sessions)?;
+    last_uevent(ctx, hctls, seq0, t_start, "add", Event::is_disk_add_of)
+}
+
+/// Microseconds from `t_start` to the last of the disks' `what` uevents (one per address in
+/// `hctls`, `is` telling it), each awaited until [`TIMEOUT`] after `t_start`.
+fn last_uevent(
+    ctx: &Ctx,
+    hctls: &[String],
+    seq0: u64,
+    t_start: Instant,
+    what: &str,
+    is: fn(&Event, &str) -> bool,
+) -> Result<u64> {
     let mut last = 0;
     for h in hctls {
         let ev = ctx
             .listener
-            .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_add_of(h))
-            .ok_or_else(|| format!("no disk add uevent for {h} within {TIMEOUT:?}"))?;
+            .wait_for(seq0, t_start + TIMEOUT, |e| is(e, h))
+            .ok_or_else(|| format!("no disk {what} uevent for {h} within {TIMEOUT:?}"))?;
         last = last.max(ev.at.saturating_duration_since(t_start).as_micros() as u64);
     }
     Ok(last)
@@ -370,27 +364,16 @@ fn floor_attach(
 
 /// `- - -` (every channel, target and LUN) to each session's host scan, a thread each.
 fn scan_whole_sessions(sessions: &[Session]) -> Result<()> {
-    let attrs: Vec<String> = sessions
+    let writes: Vec<(String, String)> = sessions
         .iter()
-        .map(|s| format!("/sys/class/scsi_host/host{}/scan", s.host))
+        .map(|s| {
+            (
+                format!("/sys/class/scsi_host/host{}/scan", s.host),
+                "- - -".into(),
+            )
+        })
         .collect();
-    let written: Vec<std::io::Result<()>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = attrs
-            .iter()
-            .map(|a| sc.spawn(move || fs::write(a, "- - -")))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("writer panicked")))
-            })
-            .collect()
-    });
-    for (a, w) in attrs.iter().zip(written) {
-        w.map_err(|e| format!("writing - - - to {a}: {e}"))?;
-    }
-    Ok(())
+    super::write_side_by_side(&writes)
 }
 
 /// The peers' way: each volume in turn, each of its paths scanned by a spawned shell and
@@ -520,30 +503,15 @@ fn floor_detach(
     seq0: u64,
     t_start: Instant,
 ) -> Result<u64> {
-    std::thread::scope(|s| -> Result<()> {
-        let deletes: Vec<_> = disks
-            .iter()
-            .map(|d| {
-                s.spawn(move || -> std::io::Result<()> {
-                    sys::flush_buffers(&format!("/dev/{d}"))?;
-                    fs::write(format!("/sys/block/{d}/device/delete"), "1")
-                })
-            })
-            .collect();
-        for d in deletes {
-            d.join().map_err(|_| "a path delete panicked")??;
-        }
-        Ok(())
-    })?;
-    let mut last = 0;
-    for h in hctls {
-        let ev = ctx
-            .listener
-            .wait_for(seq0, t_start + TIMEOUT, |e| e.is_disk_remove_of(h))
-            .ok_or_else(|| format!("no disk remove uevent for {h} within {TIMEOUT:?}"))?;
-        last = last.max(ev.at.saturating_duration_since(t_start).as_micros() as u64);
-    }
-    Ok(last)
+    super::flush_and_delete_side_by_side(disks)?;
+    last_uevent(
+        ctx,
+        hctls,
+        seq0,
+        t_start,
+        "remove",
+        Event::is_disk_remove_of,
+    )
 }
 
 /// The shell sequence, one volume (its two paths, consecutive in `disks`) after another.
