@@ -19,6 +19,7 @@ use crate::root::Root;
 
 use super::process::*;
 use super::processes::*;
+use super::swaps_loops::{SwapsAndLoops, swaps_and_loops};
 use super::usage::*;
 use super::walks::Walking;
 use super::{BlockNode, block_number, by_name, open_checked};
@@ -64,7 +65,7 @@ impl Family {
         self.nodes.iter().map(|n| n.dev).collect()
     }
 
-    fn name_of(&self, d: DevNum) -> String {
+    pub(super) fn name_of(&self, d: DevNum) -> String {
         self.nodes
             .iter()
             .find(|n| n.dev == d)
@@ -193,11 +194,12 @@ pub fn usages(root: &Root, asks: &[UsageAsk<'_>], deadline: Instant) -> Result<V
     let proc_fd = Arc::clone(walking.proc_fd());
     let foreign = foreign_pid_namespace(&proc_fd, &root.proc(""));
     let own = OwnTables::read(root, &proc_fd)?;
+    let node = SwapsAndLoops::read(root, deadline)?;
     let mut firsts = Vec::with_capacity(asks.len());
     for ask in asks {
         let mut usage = Usage::default();
         usage.unchecked.extend(foreign.clone());
-        let family = first_looks(root, ask, &own, deadline, &mut usage)?;
+        let family = first_looks(root, ask, &own, &node, &mut usage)?;
         firsts.push((family, usage));
     }
     // Users found already in every set: the refusals need no more. The walk's shares
@@ -225,13 +227,13 @@ fn first_looks(
     root: &Root,
     ask: &UsageAsk<'_>,
     own: &OwnTables,
-    deadline: Instant,
+    node: &SwapsAndLoops,
     usage: &mut Usage,
 ) -> Result<Family> {
     let (family, holders) = family_of(root, ask.devices, ask.scope.own)?;
     usage.holders = holders;
     own.mounts(root, &family, usage);
-    swaps_and_loops(root, &family, &family.numbers(), deadline, usage)?;
+    swaps_and_loops(&family, node, usage);
     Ok(family)
 }
 
@@ -398,43 +400,6 @@ impl OwnTables {
     }
 }
 
-/// The family's devices used as swap, or backing a loop device (a loop device whose backing
-/// cannot be read is unchecked).
-fn swaps_and_loops(
-    root: &Root,
-    family: &Family,
-    numbers: &[DevNum],
-    deadline: Instant,
-    usage: &mut Usage,
-) -> Result<()> {
-    for s in swaps(root)? {
-        if let Some(d) = node_number(root, &s) {
-            if numbers.contains(&d) {
-                usage.swaps.push(family.name_of(d));
-            }
-        }
-    }
-    for lo in super::loopdev::bound(root)? {
-        match super::loopdev::backing(root, &lo, deadline) {
-            Ok(Some(b)) => {
-                if let Some(d) = b.uses_any(numbers) {
-                    usage.loops.push(LoopUse {
-                        loop_device: lo.node.name.clone(),
-                        backing_file: lo.backing_file.clone(),
-                        device: family.name_of(d),
-                    });
-                }
-            }
-            Ok(None) => {}
-            Err(e) => usage.unchecked.push(Unchecked {
-                what: format!("loop device {}", lo.node.name),
-                reason: format!("its backing {}: {e}", lo.backing_file.display()),
-            }),
-        }
-    }
-    Ok(())
-}
-
 /// The `O_EXCL` probe. It explains nothing by itself, so only devices nothing else accounts
 /// for are asked: tops of stacks that are not mounted or swap. A claim is an open, so a map
 /// device-mapper counts no opener of cannot be claimed: its count is one ioctl, where the
@@ -512,13 +477,13 @@ fn is_claimed(node: &BlockNode, deadline: Instant) -> Result<bool> {
 }
 
 /// The device number of a node path as written in `/proc/swaps`, looked up below the root.
-fn node_number(root: &Root, path: &Path) -> Option<DevNum> {
+pub(super) fn node_number(root: &Root, path: &Path) -> Option<DevNum> {
     let p = root.path().join(path.strip_prefix("/").unwrap_or(path));
     block_number(&rustix::fs::stat(&p).ok()?)
 }
 
 /// The active swap areas in `<root>/proc/swaps`. An absent file (no swap support) is none.
-fn swaps(root: &Root) -> Result<Vec<PathBuf>> {
+pub(super) fn swaps(root: &Root) -> Result<Vec<PathBuf>> {
     let path = root.proc("swaps");
     match std::fs::read(&path) {
         Ok(text) => Ok(parse_swaps(&text)),

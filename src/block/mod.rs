@@ -35,6 +35,7 @@ mod maps;
 pub mod mountinfo;
 mod process;
 mod processes;
+mod swaps_loops;
 pub mod sysfs;
 mod usage;
 mod walks;
