@@ -1028,7 +1028,10 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
             });
         }
     });
-    eprintln!("8 volumes attached and detached at once: {:?}", t0.elapsed());
+    eprintln!(
+        "8 volumes attached and detached at once: {:?}",
+        t0.elapsed()
+    );
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
     assert!(
         support::multipath::maps().is_empty(),
