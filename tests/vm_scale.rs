@@ -89,24 +89,32 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
     );
 
     let t1 = Instant::now();
-    std::thread::scope(|s| {
-        for lun in 0..VOLUMES {
-            let root = &root;
-            s.spawn(move || {
-                let report = lunkit::ops::detach(root, &spec(lun), &DetachOptions::new(root))
-                    .unwrap_or_else(|e| panic!("detach LUN {lun}: {e}"));
-                let deleted = report
-                    .steps
-                    .iter()
-                    .filter(|s| {
-                        s.kind == lunkit::ops::StepKind::DeletePath
-                            && s.outcome == lunkit::ops::Outcome::Done
-                    })
-                    .count();
-                assert_eq!(deleted, 2, "LUN {lun}: {report:?}");
-            });
-        }
+    let reports: Vec<(Duration, lunkit::ops::DetachReport)> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..VOLUMES)
+            .map(|lun| {
+                let root = &root;
+                s.spawn(move || {
+                    let began = t1.elapsed();
+                    let report = lunkit::ops::detach(root, &spec(lun), &DetachOptions::new(root))
+                        .unwrap_or_else(|e| panic!("detach LUN {lun}: {e}"));
+                    (began, report)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
+    for (lun, (_, report)) in (0..VOLUMES).zip(&reports) {
+        let deleted = report
+            .steps
+            .iter()
+            .filter(|s| {
+                s.kind == lunkit::ops::StepKind::DeletePath
+                    && s.outcome == lunkit::ops::Outcome::Done
+            })
+            .count();
+        assert_eq!(deleted, 2, "LUN {lun}: {report:?}");
+    }
+    eprintln!("{}", timeline(&reports));
     let detach_all = t1.elapsed();
     eprintln!(
         "{VOLUMES} volumes of 2 paths in one process: attach-all {attach_all:?}, \
@@ -120,4 +128,31 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
             "{name} with WWID {w:?} is still there"
         );
     }
+}
+
+/// Where the detaches' time went, for the log: per step kind the time summed over every
+/// volume, the longest one, and when the first began and the last ended (counted from the
+/// start of the detach-all).
+fn timeline(reports: &[(Duration, lunkit::ops::DetachReport)]) -> String {
+    use std::collections::BTreeMap;
+    let mut kinds: BTreeMap<&str, (Duration, Duration, Duration, Duration)> = BTreeMap::new();
+    for (began, r) in reports {
+        for s in &r.steps {
+            let from = *began + s.start;
+            let to = from + s.duration;
+            let e =
+                kinds
+                    .entry(s.kind.as_str())
+                    .or_insert((Duration::ZERO, Duration::ZERO, from, to));
+            e.0 += s.duration;
+            e.1 = e.1.max(s.duration);
+            e.2 = e.2.min(from);
+            e.3 = e.3.max(to);
+        }
+    }
+    let mut out = String::from("detach steps (sum, longest, first began, last ended):\n");
+    for (k, (sum, max, first, last)) in kinds {
+        out += &format!("  {k:14} {sum:>10.1?} {max:>10.1?} {first:>10.1?} {last:>10.1?}\n");
+    }
+    out
 }

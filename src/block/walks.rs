@@ -8,8 +8,8 @@
 //! process again beside the others.
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
@@ -95,17 +95,8 @@ impl Walking {
     }
 }
 
-/// The walks of the `/proc` at `proc_dir`, shared by this process's checks. One per
-/// distinct `/proc` a process ever checks under (one, or two with a fixture), kept for the
-/// life of the process.
+/// The walks of the `/proc` at `proc_dir`, shared by this process's checks.
 fn shared(proc_dir: &Path) -> &'static helper::Shared<Collected> {
-    type Walks = Vec<(PathBuf, &'static helper::Shared<Collected>)>;
-    static WALKS: Mutex<Walks> = Mutex::new(Vec::new());
-    let mut walks = WALKS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, w)) = walks.iter().find(|(p, _)| p == proc_dir) {
-        return w;
-    }
-    let w: &'static helper::Shared<Collected> = Box::leak(Box::new(helper::Shared::new()));
-    walks.push((proc_dir.to_path_buf(), w));
-    w
+    static WALKS: helper::Registry<Collected> = Mutex::new(Vec::new());
+    helper::keyed(&WALKS, proc_dir)
 }

@@ -12,6 +12,7 @@
 //! under way all share the next one. A caller that starts a run at once, to overlap it with
 //! its own work ([`Shared::lead`]), publishes its result with [`Lead::publish`].
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -53,6 +54,26 @@ pub(crate) enum Taken<T> {
     Failed,
     /// The deadline passed while another caller's run was under way.
     TimedOut,
+}
+
+/// The [`Shared`] reads of one kind, one per tree they read (`/proc`, `/sys`, or a
+/// fixture's): a `static` of this type, given to [`keyed`].
+pub(crate) type Registry<T> = Mutex<Vec<(PathBuf, &'static Shared<T>)>>;
+
+/// The [`Shared`] of `registry` for the tree at `key`, made the first time it is asked for
+/// and kept for the life of the process (one per distinct tree a process ever reads: one,
+/// or two with a fixture).
+pub(crate) fn keyed<T: Send + Sync>(
+    registry: &'static Registry<T>,
+    key: &Path,
+) -> &'static Shared<T> {
+    let mut all = registry.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, s)) = all.iter().find(|(p, _)| p == key) {
+        return s;
+    }
+    let s: &'static Shared<T> = Box::leak(Box::new(Shared::new()));
+    all.push((key.to_path_buf(), s));
+    s
 }
 
 impl<T> Shared<T> {

@@ -9,7 +9,7 @@
 
 pub use super::report::MapDevice;
 pub use super::scsi::locate::{
-    ForeignMap, OrphanMap, VolumePath, VolumeState, locate, orphan_maps,
+    ForeignMap, LOCATE_WAIT, OrphanMap, VolumePath, VolumeState, locate, locate_until, orphan_maps,
 };
 pub use super::spec::{Identity, NamespaceSelector, VolumeSpec};
 

@@ -42,12 +42,14 @@ mod delete;
 pub(crate) mod scan;
 pub mod sg_io;
 pub mod sysfs;
+mod wwids;
 
 pub(crate) use add::{ReadyPending, TriggerPending, ready_start, trigger_start};
 pub(crate) use delete::remove_device;
 pub use delete::{
     DEFAULT_DELETE_TIMEOUT, DeleteOptions, Deleted, PATH_MANAGERS, PathIdentity, delete,
 };
+pub(crate) use wwids::wwids;
 
 pub use scan::{DEFAULT_SCAN_TIMEOUT, PathOutcome, PathScan, PathTiming, ScanOptions, ScanReport};
 

@@ -14,7 +14,7 @@ use crate::uevent::{Monitor, Uevent};
 use crate::wait;
 
 use super::identify::identify_named;
-use super::locate::locate;
+use super::locate::locate_until;
 use crate::ops::lock::{self, VolumeLock};
 use crate::ops::names;
 use crate::ops::options::AttachOptions;
@@ -78,7 +78,7 @@ fn lock(
 ) -> Result<(Vec<VolumeLock>, String)> {
     let key = match &opts.scan.expect_wwid {
         Some(w) => w.to_multipath(),
-        None => identify_named(root, spec, opts.lock_dir.as_deref())?.key(),
+        None => identify_named(root, spec, opts.lock_dir.as_deref(), deadline)?.key(),
     };
     let held = lock::lock(&key, opts.lock_dir.as_deref(), deadline)?;
     Ok((vec![held], key))
@@ -161,7 +161,7 @@ fn wait_map(
     // multipathd creates the map (dm `add`), then reloads it as paths join (dm `change`).
     let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        for map in locate(root, &id)?.maps {
+        for map in locate_until(root, &id, deadline)?.maps {
             let slaves = crate::block::sysfs::slaves(root, &map.node.name)?;
             if disks.iter().all(|d| slaves.contains(d)) {
                 return Ok(Some(map));

@@ -3,6 +3,7 @@
 //! detach.
 
 use std::path::Path;
+use std::time::Instant;
 
 use crate::block::sysfs as sysblock;
 use crate::block::{self, BlockNode};
@@ -14,7 +15,7 @@ use crate::multipath::{self};
 use crate::root::Root;
 use crate::scsi::sysfs as sysscsi;
 
-use super::locate::locate;
+use super::locate::locate_until;
 use crate::ops::names;
 use crate::ops::spec::{Identity, VolumeSpec};
 
@@ -65,6 +66,7 @@ pub(in crate::ops) fn identify_named(
     root: &Root,
     spec: &VolumeSpec,
     lock_dir: Option<&Path>,
+    deadline: Instant,
 ) -> Result<Identity> {
     let mut id = identify(root, spec)?;
     let Some(dir) = lock_dir.filter(|_| spec.is_address()) else {
@@ -81,7 +83,7 @@ pub(in crate::ops) fn identify_named(
                     wwid: Some(w),
                     addresses: id.addresses.clone(),
                 };
-                if locate(root, &by_wwid)?.paths.is_empty() {
+                if locate_until(root, &by_wwid, deadline)?.paths.is_empty() {
                     id = by_wwid;
                 }
             }

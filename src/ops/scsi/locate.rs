@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::block::sysfs as sysblock;
 use crate::block::{self, BlockNode};
@@ -17,8 +18,8 @@ use crate::id::Hctl;
 use crate::id::Wwid;
 use crate::multipath::{self, UUID_PREFIX};
 use crate::root::Root;
-use crate::scsi::PathIdentity;
 use crate::scsi::sysfs::{self as sysscsi, ScsiState};
+use crate::scsi::{self, PathIdentity};
 
 use crate::ops::report::MapDevice;
 use crate::ops::spec::Identity;
@@ -151,15 +152,29 @@ impl VolumeState {
     }
 }
 
-/// What of the volume `id` is on the node now.
+/// How long [`locate`] waits at most for another lookup's read of every device's WWID,
+/// which it shares (see [`locate_until`]).
+pub const LOCATE_WAIT: Duration = Duration::from_secs(30);
+
+/// What of the volume `id` is on the node now: [`locate_until`] with [`LOCATE_WAIT`].
 pub fn locate(root: &Root, id: &Identity) -> Result<VolumeState> {
+    locate_until(root, id, Instant::now() + LOCATE_WAIT)
+}
+
+/// What of the volume `id` is on the node now.
+///
+/// Finding its paths by WWID reads every SCSI device's WWID. Lookups of this process that
+/// overlap in time (a node drain detaching tens of volumes at once) share that read: each
+/// takes the first one that started after it asked, so it is as fresh as a read of its own.
+/// Waiting for another lookup's read ends at `deadline` with [`Error::Timeout`].
+pub fn locate_until(root: &Root, id: &Identity, deadline: Instant) -> Result<VolumeState> {
     let mut read = Reads::new(root);
     let mut state = VolumeState::default();
     let mut hctls = named_paths(&mut read, id, &mut state.strangers)?;
     if let Some(want) = &id.wwid {
-        for h in sysscsi::addresses(root)? {
-            if read.wwid(h).as_ref() == Some(want) {
-                hctls.push(h);
+        for (h, wwid) in scsi::wwids(root, deadline)?.iter() {
+            if wwid.as_ref() == Some(want) {
+                hctls.push(*h);
             }
         }
     }

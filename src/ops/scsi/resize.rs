@@ -12,7 +12,7 @@ use crate::uevent::{Action, Monitor, Uevent};
 use crate::wait;
 
 use super::identify::identify;
-use super::locate::{VolumePath, locate};
+use super::locate::{VolumePath, locate_until};
 use crate::ops::lock;
 use crate::ops::options::{RESCAN_INTERVAL, ResizeOptions};
 use crate::ops::report::{MapSize, PathSize, Resized, ResizedFamily, ScsiResize};
@@ -30,7 +30,7 @@ pub(in crate::ops) fn resize(
     let deadline = wait::deadline_from(start, opts.timeout);
     let id = identify(root, spec)?;
     let _lock = lock::lock(&id.key(), opts.lock_dir.as_deref(), deadline)?;
-    let state = locate(root, &id)?;
+    let state = locate_until(root, &id, deadline)?;
     state.refuse_foreign_maps(&spec.to_string())?;
     let map = match state.maps.as_slice() {
         [] => None,

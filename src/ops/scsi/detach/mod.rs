@@ -38,7 +38,7 @@ pub(in crate::ops) fn detach(
         failed_while_waiting: Vec::new(),
     };
     let identity = run.log.run(StepKind::Identify, &spec.to_string(), || {
-        identify_named(root, spec, opts.lock_dir.as_deref()).map(|i| (i, Outcome::Done))
+        identify_named(root, spec, opts.lock_dir.as_deref(), deadline).map(|i| (i, Outcome::Done))
     })?;
     let key = identity.key();
     let _lock = run.log.run(StepKind::Lock, &key, || {
@@ -49,7 +49,7 @@ pub(in crate::ops) fn detach(
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let mut busy_since: Option<Instant> = None;
     loop {
-        let state = locate::locate(root, &identity)?;
+        let state = locate::locate_until(root, &identity, deadline)?;
         if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
             // Not even forced: the map is another volume's as much as this one's.
             run.log.record(
