@@ -21,7 +21,7 @@ use super::process::*;
 use super::processes::*;
 use super::swaps_loops::{SwapsAndLoops, swaps_and_loops};
 use super::usage::*;
-use super::walks::Walking;
+use super::walks::{CheckIntent, Walking};
 use super::{BlockNode, block_number, by_name, open_checked};
 
 /// How long a device held only by open file descriptors (no mount, holder or swap) is given
@@ -168,6 +168,23 @@ pub fn usage(
     Ok(found.pop().unwrap_or_default())
 }
 
+/// [`usage`] by a check that said beforehand it would ask ([`intend_check`]), so that
+/// checks that began together share one walk over the processes.
+pub(crate) fn usage_intended(
+    root: &Root,
+    devices: &[BlockNode],
+    scope: &UsageScope<'_>,
+    deadline: Instant,
+    intent: CheckIntent,
+) -> Result<Usage> {
+    let ask = UsageAsk {
+        devices,
+        scope: scope.clone(),
+    };
+    let mut found = usages_of(root, std::slice::from_ref(&ask), deadline, Some(intent))?;
+    Ok(found.pop().unwrap_or_default())
+}
+
 /// One set of devices for [`usages`], as [`usage`] takes them.
 #[derive(Debug, Clone, Default)]
 pub struct UsageAsk<'a> {
@@ -187,10 +204,20 @@ pub struct UsageAsk<'a> {
 /// while steps 1–4 are read), else the next one, which every check that asked meanwhile
 /// shares. Each matches the walk against its own devices.
 pub fn usages(root: &Root, asks: &[UsageAsk<'_>], deadline: Instant) -> Result<Vec<Usage>> {
+    usages_of(root, asks, deadline, None)
+}
+
+/// [`usages`], by a check that gave its `intent` beforehand if any.
+fn usages_of(
+    root: &Root,
+    asks: &[UsageAsk<'_>],
+    deadline: Instant,
+    intent: Option<CheckIntent>,
+) -> Result<Vec<Usage>> {
     if asks.is_empty() {
         return Ok(Vec::new());
     }
-    let walking = Walking::start(root, deadline)?;
+    let walking = Walking::start(root, deadline, intent)?;
     let proc_fd = Arc::clone(walking.proc_fd());
     let foreign = foreign_pid_namespace(&proc_fd, &root.proc(""));
     let own = OwnTables::read(root, &proc_fd)?;

@@ -39,8 +39,10 @@ mod swaps_loops;
 pub mod sysfs;
 mod usage;
 mod walks;
+
 pub use in_use::*;
 pub use usage::*;
+pub(crate) use walks::{CheckIntent, intend_check};
 
 /// A block device found on the node: a whole disk, a partition or a dm device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -30,6 +30,8 @@ struct State<T> {
     running: Option<u64>,
     /// The newest run that ended, and its result (`None`: it failed or was given up).
     last: Option<(u64, Option<Arc<T>>)>,
+    /// Callers that said they will ask soon ([`Shared::intend`]) and have not yet.
+    intents: usize,
 }
 
 /// A caller's place: any run numbered above `after` started after it asked.
@@ -44,6 +46,21 @@ pub(crate) struct Lead<'a, T> {
     shared: &'a Shared<T>,
     run: u64,
     published: bool,
+}
+
+/// A caller's word that it will ask soon (see [`Shared::gather`]); kept until it asks, or
+/// dropped when it no longer will.
+pub(crate) struct Intent<T: 'static> {
+    shared: &'static Shared<T>,
+}
+
+impl<T> Drop for Intent<T> {
+    fn drop(&mut self) {
+        let mut s = self.shared.lock();
+        s.intents = s.intents.saturating_sub(1);
+        drop(s);
+        self.shared.ended.notify_all();
+    }
 }
 
 /// What [`Ticket::take`] got.
@@ -83,6 +100,7 @@ impl<T> Shared<T> {
                 started: 0,
                 running: None,
                 last: None,
+                intents: 0,
             }),
             ended: Condvar::new(),
         }
@@ -98,6 +116,32 @@ impl<T> Shared<T> {
     pub(crate) fn ask(&self) -> Ticket {
         Ticket {
             after: self.lock().started,
+        }
+    }
+
+    /// Says that the caller will ask soon: a caller about to lead a run waits for it a
+    /// little ([`Shared::gather`]), so that callers that began together share one run.
+    pub(crate) fn intend(&'static self) -> Intent<T> {
+        self.lock().intents += 1;
+        Intent { shared: self }
+    }
+
+    /// Waits until every caller that said it will ask ([`Shared::intend`]) has asked or
+    /// given up, a run is under way, or `until`, whichever comes first: then a run led now
+    /// serves every caller that began with this one, where leading at once would serve
+    /// this one alone and make the others wait for it and then for a run of their own.
+    pub(crate) fn gather(&self, until: Instant) {
+        let mut s = self.lock();
+        while s.intents > 0 && s.running.is_none() {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            s = self
+                .ended
+                .wait_timeout(s, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -123,6 +167,7 @@ impl<T> Shared<T> {
         }
     }
 
+    /// Ends run `run` with `result` and wakes every caller waiting on the state.
     fn end(&self, run: u64, result: Option<Arc<T>>) {
         let mut s = self.lock();
         if s.running == Some(run) {

@@ -96,3 +96,44 @@ fn waiting_for_another_callers_run_ends_at_the_deadline() {
     });
     assert!(matches!(got, Taken::TimedOut));
 }
+
+fn leaked() -> &'static Shared<u32> {
+    Box::leak(Box::new(Shared::new()))
+}
+
+#[test]
+fn gather_waits_for_every_caller_that_said_it_would_ask() {
+    use std::sync::atomic::AtomicBool;
+    let shared = leaked();
+    // Nobody said anything: no wait at all, whatever the bound.
+    shared.gather(soon());
+    let intent = shared.intend();
+    let asked = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            let _ticket = shared.ask();
+            asked.store(true, Ordering::SeqCst);
+            drop(intent);
+        });
+        shared.gather(soon());
+        assert!(
+            asked.load(Ordering::SeqCst),
+            "gather returned before the ask"
+        );
+    });
+}
+
+#[test]
+fn gather_ends_at_its_bound_or_when_a_run_starts() {
+    let shared = leaked();
+    let held = shared.intend();
+    // The intent is never given up here: only the bound ends the wait.
+    shared.gather(Instant::now() + Duration::from_millis(20));
+    // A run under way cannot be led by the gatherer: no point in waiting.
+    let lead = shared.lead().expect("nothing under way");
+    shared.gather(soon());
+    lead.publish(Some(1));
+    drop(held);
+    assert_eq!(shared.lock().intents, 0, "a dropped intent is counted out");
+}

@@ -33,12 +33,13 @@ impl Run<'_> {
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
+        intent: block::CheckIntent,
     ) -> std::result::Result<(Vec<Option<String>>, Vec<block::Claim>), Stop> {
         let target = state.describe();
         let force = self.opts.force;
         let deadline = self.deadline;
         let t0 = Instant::now();
-        let (usage, reach) = match self.usage_and_reach(state) {
+        let (usage, reach) = match self.usage_and_reach(state, intent) {
             Ok(v) => v,
             Err(e) => return Err(self.log.fail(StepKind::CheckInUse, &target, e, t0).into()),
         };
@@ -105,7 +106,11 @@ impl Run<'_> {
 
     /// Who uses the volume's maps and disks, and whether each map can still reach its
     /// storage.
-    fn usage_and_reach(&self, state: &VolumeState) -> Result<(block::Usage, Vec<Reach>)> {
+    fn usage_and_reach(
+        &self,
+        state: &VolumeState,
+        intent: block::CheckIntent,
+    ) -> Result<(block::Usage, Vec<Reach>)> {
         let own = state.own_dm();
         let mut devices: Vec<_> = state.maps.iter().map(|m| m.node.clone()).collect();
         devices.extend(state.paths.iter().filter_map(|p| p.disk.clone()));
@@ -113,7 +118,7 @@ impl Run<'_> {
             own: &own,
             ignore_openers: PATH_MANAGERS,
         };
-        let usage = block::usage(self.root, &devices, &scope, self.deadline)?;
+        let usage = block::usage_intended(self.root, &devices, &scope, self.deadline, intent)?;
         let reach = state
             .maps
             .iter()

@@ -49,6 +49,9 @@ pub(in crate::ops) fn detach(
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let mut busy_since: Option<Instant> = None;
     loop {
+        // Said before the look, so that detaches started together share one walk in their
+        // checks; dropped if the round ends before its check.
+        let intent = crate::block::intend_check(root);
         let state = locate::locate_until(root, &identity, deadline)?;
         if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
             // Not even forced: the map is another volume's as much as this one's.
@@ -91,7 +94,7 @@ pub(in crate::ops) fn detach(
         }
         rounds += 1;
         // `None`: the round went through but the deadline came before the next look.
-        let (again, err) = match run.round(&state, &mut busy_since) {
+        let (again, err) = match run.round(&state, &mut busy_since, intent) {
             // Look again: multipathd may have re-created the map, a path may have come back.
             Ok(()) if Instant::now() < deadline => continue,
             Ok(()) => (false, None),

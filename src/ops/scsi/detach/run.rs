@@ -42,6 +42,7 @@ impl Run<'_> {
         &mut self,
         state: &VolumeState,
         busy_since: &mut Option<Instant>,
+        intent: block::CheckIntent,
     ) -> std::result::Result<(), Stop> {
         self.resume_suspended(state)?;
         // The map's flush and each path's flush and delete run on helper threads: have them
@@ -49,7 +50,7 @@ impl Run<'_> {
         // A path's flush and delete come one after the other, and the map's flush before
         // them, so a thread per path (back to waiting after each call) and one spare do.
         crate::helper::prewarm(state.paths.len() + 1);
-        let (unreachable, claims) = self.check_in_use(state, busy_since)?;
+        let (unreachable, claims) = self.check_in_use(state, busy_since, intent)?;
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
             self.take_down_map(map, None)?;
