@@ -70,19 +70,19 @@ struct Lab {
 impl Lab {
     /// Two 32 MiB LUNs on fileio backstores (`/tmp/lunkit-lio/lunN.img`), target [`IQN`].
     fn build() -> Lab {
-        Lab::prepare(
-            Some(
-                LioTarget::create(LioConfig {
-                    iqn: IQN.into(),
-                    luns: 2,
-                    lun_size: LUN_SIZE,
-                    portals: PORTALS.iter().map(|p| (*p).to_owned()).collect(),
-                })
-                .expect("the LIO target"),
-            ),
-            None,
-            true,
-        )
+        Lab::prepare(Some(Lab::two_luns()), None, true)
+    }
+
+    /// [`Lab::build`]'s target, for a lab that starts multipathd with a configuration of
+    /// its own (one start, not the default's and then its own).
+    fn two_luns() -> LioTarget {
+        LioTarget::create(LioConfig {
+            iqn: IQN.into(),
+            luns: 2,
+            lun_size: LUN_SIZE,
+            portals: PORTALS.iter().map(|p| (*p).to_owned()).collect(),
+        })
+        .expect("the LIO target")
     }
 
     /// One LUN of `size` that grows ([`GrowTarget`]), target [`GROW_IQN`].
@@ -1718,10 +1718,7 @@ fn recorded(volume_id: &str, field: &str) -> String {
 #[ignore = "VM test: run by cargo xtask test"]
 fn node_reboot_stages_again_by_identity_not_by_the_names_left() {
     require_vm();
-    let mut lab = Lab::build();
-    if let Some(m) = lab.multipathd.take() {
-        m.stop().expect("stop the lab's multipathd");
-    }
+    let mut lab = Lab::prepare(Some(Lab::two_luns()), None, false);
     lab.multipathd = Some(Multipathd::start(REBOOT_CONF).expect("multipathd"));
     let mut c = lab.client();
     let block = stage_req("pv-reboot-block", 0, true);
