@@ -590,8 +590,10 @@ fn assert_staged_on_both_paths() {
     assert_eq!(maps[0].paths.len(), 2, "both paths in the map: {maps:?}");
 }
 
-/// Kubelet's raw-block sequence ([`block_sequence`]) under `--root /`, then under `--root` at
-/// a bind of the host's `/`; after both, SIGTERM ends the plugin cleanly.
+/// Kubelet's raw-block sequence ([`block_sequence`]) under `--root /`; after it, SIGTERM ends
+/// the plugin cleanly. (The raw-block sequence under a `--root` elsewhere is the image test's,
+/// under `--root /host`, and FC's, at a bind of the host's `/`: a second round here under a
+/// bind took a third of this test's time and reached no code those two do not.)
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn block_volume_through_kubelets_sequence() {
@@ -602,10 +604,7 @@ fn block_volume_through_kubelets_sequence() {
         .get_plugin_info(GetPluginInfoRequest {})
         .expect("plugin info");
     assert_eq!(info.name, "csi.lunkit.invalid");
-    for host_root in [false, true] {
-        lab.run_under(host_root);
-        block_sequence(&mut lab.client(), 17 + u64::from(host_root));
-    }
+    block_sequence(&mut lab.client(), 17);
     let c = lab.client();
     // SIGTERM with the client's connection still open, as kubelet keeps it: the plugin exits
     // by itself, and cleanly.
