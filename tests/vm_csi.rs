@@ -1218,14 +1218,18 @@ fn read_only_access_never_formats_and_mounts_read_only() {
         .expect("unstage after the failed stage");
     assert_node_clean();
 
-    // A filesystem made by a writer's stage, then the volume staged read-only.
-    let writer = stage_req("pv-ro", 0, false);
-    c.node_stage_volume(writer.clone()).expect("stage to write");
+    // A LUN with a filesystem and a file, made on the target's backing file (a writer's
+    // stage and unstage to make it took a third of this test), then staged read-only.
     let data = random(32 << 10, 59);
-    fs::write(Path::new(&writer.staging_target_path).join("data"), &data).unwrap();
-    c.node_unstage_volume(unstage_req(&writer))
-        .expect("unstage");
-    let mut reader = writer.clone();
+    let seed = format!("{BASE}/ro-seed");
+    fs::create_dir_all(&seed).unwrap();
+    fs::write(Path::new(&seed).join("data"), &data).unwrap();
+    // The fileio backstore's file is sparse (it may even be empty): the size is the LUN's.
+    let image = backing_file(0).display().to_string();
+    let size = format!("{}k", LUN_SIZE >> 10);
+    cmd::run("mkfs.ext4", &["-q", "-F", "-d", &seed, &image, &size]).expect("mkfs.ext4 on LUN 0");
+    fs::remove_dir_all(&seed).unwrap();
+    let mut reader = stage_req("pv-ro", 0, false);
     reader.volume_capability = capability(false, Mode::SingleNodeReaderOnly);
     c.node_stage_volume(reader.clone())
         .expect("stage read-only");
