@@ -70,7 +70,12 @@ struct Lab {
 impl Lab {
     /// Two 32 MiB LUNs on fileio backstores (`/tmp/lunkit-lio/lunN.img`), target [`IQN`].
     fn build() -> Lab {
-        Lab::prepare(Some(Lab::two_luns()), None, true)
+        Lab::build_at(At::Root)
+    }
+
+    /// [`Lab::build`] with the plugin started [`At`] `at`.
+    fn build_at(at: At) -> Lab {
+        Lab::prepare_at(Some(Lab::two_luns()), None, true, Some(at))
     }
 
     /// [`Lab::build`]'s target, for a lab that starts multipathd with a configuration of
@@ -94,11 +99,12 @@ impl Lab {
     /// An nvmet subsystem with one 32 MiB namespace on the two lab ports, this node's NVMe
     /// host identity in `/etc/nvme` (where the plugin reads it), and no iSCSI or multipathd.
     fn build_nvme() -> Lab {
-        Lab::build_nvme_with(1)
+        Lab::build_nvme_at(1, At::Root)
     }
 
-    /// [`Lab::build_nvme`] with `namespaces` namespaces of 32 MiB (nsid 1, 2, ...).
-    fn build_nvme_with(namespaces: usize) -> Lab {
+    /// [`Lab::build_nvme`] with `namespaces` namespaces of 32 MiB (nsid 1, 2, ...), the
+    /// plugin started [`At`] `at`.
+    fn build_nvme_at(namespaces: usize, at: At) -> Lab {
         let _ = fs::remove_dir_all(BASE);
         fs::create_dir_all(BASE).unwrap();
         let mut lab = Lab {
@@ -114,7 +120,7 @@ impl Lab {
             container: None,
         };
         lab.add_nvme(namespaces);
-        lab.start_plugin();
+        lab.start_plugin_at(at);
         lab
     }
 
@@ -134,16 +140,21 @@ impl Lab {
         self.nvmet = Some(t);
     }
 
-    /// Restarts the plugin in its image ([`Container`]), as the DaemonSet runs it.
-    fn run_in_container(&mut self) {
-        self.stop_plugin("TERM");
-        self.container = Some(Container::new());
+    /// Starts the plugin [`At`] `at` (the first time: a lab that starts it elsewhere first
+    /// and again here pays a start, a probe and a stop for nothing).
+    fn start_plugin_at(&mut self, at: At) {
+        match at {
+            At::Root => {}
+            At::HostRoot => self.host_root = Some(HostRoot::bind()),
+            At::Container => self.container = Some(Container::new()),
+        }
         self.start_plugin();
     }
 
     /// Real FC: the FCoE lab with one initiator port and two target ports (an array's two
-    /// controller ports, the same LUNs behind each), multipathd, and no iSCSI.
-    fn build_fc() -> Lab {
+    /// controller ports, the same LUNs behind each), multipathd, and no iSCSI; the plugin
+    /// started [`At`] `at`.
+    fn build_fc_at(at: At) -> Lab {
         let _ = fs::remove_dir_all(BASE);
         fs::create_dir_all(BASE).unwrap();
         let fc = FcoeLab::build(FcoeConfig {
@@ -164,12 +175,23 @@ impl Lab {
             container: None,
         };
         lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
-        lab.start_plugin();
+        lab.start_plugin_at(at);
         lab
     }
 
     /// `target` (or `growable`), iscsid, multipathd when `multipathd`, and the plugin.
     fn prepare(target: Option<LioTarget>, growable: Option<GrowTarget>, multipathd: bool) -> Lab {
+        Lab::prepare_at(target, growable, multipathd, Some(At::Root))
+    }
+
+    /// [`Lab::prepare`] with the plugin started [`At`] `at`, or not yet with `None` (the
+    /// caller adds to the lab, then [`Lab::start_plugin_at`]).
+    fn prepare_at(
+        target: Option<LioTarget>,
+        growable: Option<GrowTarget>,
+        multipathd: bool,
+        at: Option<At>,
+    ) -> Lab {
         let _ = fs::remove_dir_all(BASE);
         fs::create_dir_all(BASE).unwrap();
         let mut lab = Lab {
@@ -188,7 +210,9 @@ impl Lab {
         if multipathd {
             lab.multipathd = Some(Multipathd::start(multipath::DEFAULT_CONF).expect("multipathd"));
         }
-        lab.start_plugin();
+        if let Some(at) = at {
+            lab.start_plugin_at(at);
+        }
         lab
     }
 
@@ -226,14 +250,6 @@ impl Lab {
         self.plugin.as_ref().expect("the plugin runs").client()
     }
 
-    /// Runs the plugin under `--root /` (`false`) or, as a DaemonSet runs it, with `--root`
-    /// at a bind of the host's `/` (`true`), restarting it if it runs the other way.
-    fn run_under(&mut self, host_root: bool) {
-        if self.host_root.is_some() != host_root {
-            self.restart_plugin_under(host_root.then(HostRoot::bind));
-        }
-    }
-
     /// Restarts the plugin with `--root` at a bind of the host's `/` (or `--root /` again
     /// with `None`), on the same state directory.
     fn restart_plugin_under(&mut self, root: Option<HostRoot>) {
@@ -241,6 +257,15 @@ impl Lab {
         self.host_root = root;
         self.start_plugin();
     }
+}
+
+/// Where a lab's plugin runs: `--root /`, under `--root` at a bind of the host's `/` (as a
+/// DaemonSet runs it, [`HostRoot`]), or in its image ([`Container`]).
+#[derive(Clone, Copy)]
+enum At {
+    Root,
+    HostRoot,
+    Container,
 }
 
 /// The plugin in its image, as `deploy/base/node.yaml` runs it: podman with the image from `cargo
@@ -735,8 +760,7 @@ fn block_sequence(c: &mut Client, seed: u64) {
 #[ignore = "VM test: run by cargo xtask test"]
 fn filesystem_volume_through_kubelets_sequence() {
     require_vm();
-    let mut lab = Lab::build();
-    lab.run_under(true);
+    let lab = Lab::build_at(At::HostRoot);
     filesystem_sequence(&mut lab.client(), 24);
     drop(lab);
 }
@@ -1023,8 +1047,7 @@ fn controllers_of(nqn: &str) -> Vec<String> {
 #[ignore = "VM test: run by cargo xtask test"]
 fn nvme_filesystem_volume_by_uuid_through_kubelets_sequence() {
     require_vm();
-    let mut lab = Lab::build_nvme();
-    lab.run_under(true);
+    let mut lab = Lab::build_nvme_at(1, At::HostRoot);
     nvme_filesystem_sequence(&mut lab, 48);
     drop(lab);
 }
@@ -1310,8 +1333,7 @@ fn nvme_block_sequence(c: &mut Client, target: &nvmet::Target, seed: u64) {
 #[ignore = "VM test: run by cargo xtask test"]
 fn fc_block_volume_through_both_target_ports() {
     require_vm();
-    let mut lab = Lab::build_fc();
-    lab.run_under(true);
+    let lab = Lab::build_fc_at(At::HostRoot);
     fc_block_sequence(&mut lab.client(), lab.fcoe.as_ref().unwrap(), 72);
     drop(lab);
 }
@@ -1436,9 +1458,8 @@ fn chap_login_refused_with_a_wrong_secret_and_staged_with_the_right_one() {
             mutual: Some((CHAP_TARGET_USER, CHAP_TARGET_SECRET)),
         })
         .expect("CHAP on the target");
-    let mut lab = Lab::prepare(Some(target), None, false);
     // As a cluster runs it: in its image, iscsiadm the host's through the image's wrapper.
-    lab.run_in_container();
+    let mut lab = Lab::prepare_at(Some(target), None, false, Some(At::Container));
     let mut c = lab.client();
     let secrets = |password: &str| {
         HashMap::from([
@@ -1913,8 +1934,7 @@ impl Drop for NvmeDecoy {
 #[ignore = "VM test: run by cargo xtask test"]
 fn nvme_node_reboot_stages_again_by_identity_not_by_the_names_left() {
     require_vm();
-    let mut lab = Lab::build_nvme_with(2);
-    lab.restart_plugin_under(Some(HostRoot::bind()));
+    let mut lab = Lab::build_nvme_at(2, At::HostRoot);
     let uuid = lab
         .nvmet
         .as_ref()
@@ -2365,9 +2385,9 @@ fn a_wwid_mismatch_is_cleaned_up_and_its_unstage_touches_no_other_volume() {
 #[ignore = "VM test: run by cargo xtask test"]
 fn the_plugins_image_serves_kubelets_sequences_as_the_daemonset_runs_it() {
     require_vm();
-    let mut lab = Lab::build();
+    let mut lab = Lab::prepare_at(Some(Lab::two_luns()), None, true, None);
     lab.add_nvme(1);
-    lab.run_in_container();
+    lab.start_plugin_at(At::Container);
     // One sequence per transport, which between them take each mode once: iSCSI raw block
     // (the image's iscsiadm, multipathd's map, the pods' device binds and kubelet's holds
     // seen through the propagated mounts) and NVMe/TCP filesystem (connect, mkfs, two pods
