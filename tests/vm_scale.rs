@@ -56,16 +56,18 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
     let root = lunkit::Root::default();
 
     let t0 = Instant::now();
-    let attached: Vec<lunkit::ops::Attachment> = std::thread::scope(|s| {
+    let attached: Vec<(Duration, lunkit::ops::Attachment)> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..VOLUMES)
             .map(|lun| {
                 let root = &root;
                 s.spawn(move || {
+                    let began = t0.elapsed();
                     let mut opts = AttachOptions::new(root);
                     opts.scan.min_paths = 2;
                     opts.scan.timeout = Duration::from_secs(300);
-                    lunkit::ops::attach(root, &spec(lun), &opts)
-                        .unwrap_or_else(|e| panic!("attach LUN {lun}: {e}"))
+                    let a = lunkit::ops::attach(root, &spec(lun), &opts)
+                        .unwrap_or_else(|e| panic!("attach LUN {lun}: {e}"));
+                    (began, a)
                 })
             })
             .collect();
@@ -73,7 +75,7 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
     });
     let attach_all = t0.elapsed();
     let mut wwids = BTreeSet::new();
-    for (lun, a) in (0..VOLUMES).zip(&attached) {
+    for (lun, (_, a)) in (0..VOLUMES).zip(&attached) {
         let scsi = a.scsi().expect("a SCSI attach");
         assert_eq!(scsi.devices().count(), 2, "LUN {lun}: {a:?}");
         assert_eq!(paths_of(&lab, lun).len(), 2, "LUN {lun}");
@@ -87,6 +89,8 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
         "{:?}",
         lab.devices()
     );
+
+    eprintln!("{}", attach_timeline(&attached));
 
     let t1 = Instant::now();
     let reports: Vec<(Duration, lunkit::ops::DetachReport)> = std::thread::scope(|s| {
@@ -130,27 +134,61 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
     }
 }
 
-/// Where the detaches' time went, for the log: per step kind the time summed over every
-/// volume, the longest one, and when the first began and the last ended (counted from the
-/// start of the detach-all).
+/// Where the detaches' time went, for the log: each step of each report, from the start of
+/// the detach-all.
 fn timeline(reports: &[(Duration, lunkit::ops::DetachReport)]) -> String {
+    let spans = reports.iter().flat_map(|(began, r)| {
+        r.steps
+            .iter()
+            .map(move |s| (s.kind.as_str(), *began + s.start, s.duration))
+    });
+    table("detach steps", spans)
+}
+
+/// Where the attaches' time went, for the log: before the scan (identify, lock), each path's
+/// scan write, its wait for the disk from the write's end, and the scan's end after the last
+/// disk, from the start of the attach-all. The scan is taken to begin where the time before
+/// it ends (what follows it, a record written, is short).
+fn attach_timeline(attached: &[(Duration, lunkit::ops::Attachment)]) -> String {
+    let mut spans = Vec::new();
+    for (began, a) in attached {
+        let scsi = a.scsi().expect("a SCSI attach");
+        let before = a.elapsed.saturating_sub(scsi.scan_elapsed);
+        spans.push(("before-scan", *began, before));
+        let scan0 = *began + before;
+        let mut last_ready = Duration::ZERO;
+        for p in &scsi.paths {
+            let t = &p.timing;
+            if let (Some(ws), Some(we)) = (t.write_start, t.write_end) {
+                spans.push(("scan-write", scan0 + ws, we.saturating_sub(ws)));
+                if let Some(r) = t.ready {
+                    spans.push(("disk-wait", scan0 + we, r.saturating_sub(we)));
+                    last_ready = last_ready.max(r);
+                }
+            }
+        }
+        let tail = scsi.scan_elapsed.saturating_sub(last_ready);
+        spans.push(("scan-tail", scan0 + last_ready, tail));
+    }
+    table("attach phases", spans.into_iter())
+}
+
+/// Per kind of span (name, start, length): the length summed, the longest, when the first
+/// began and when the last ended.
+fn table<'a>(title: &str, spans: impl Iterator<Item = (&'a str, Duration, Duration)>) -> String {
     use std::collections::BTreeMap;
     let mut kinds: BTreeMap<&str, (Duration, Duration, Duration, Duration)> = BTreeMap::new();
-    for (began, r) in reports {
-        for s in &r.steps {
-            let from = *began + s.start;
-            let to = from + s.duration;
-            let e =
-                kinds
-                    .entry(s.kind.as_str())
-                    .or_insert((Duration::ZERO, Duration::ZERO, from, to));
-            e.0 += s.duration;
-            e.1 = e.1.max(s.duration);
-            e.2 = e.2.min(from);
-            e.3 = e.3.max(to);
-        }
+    for (kind, from, took) in spans {
+        let to = from + took;
+        let e = kinds
+            .entry(kind)
+            .or_insert((Duration::ZERO, Duration::ZERO, from, to));
+        e.0 += took;
+        e.1 = e.1.max(took);
+        e.2 = e.2.min(from);
+        e.3 = e.3.max(to);
     }
-    let mut out = String::from("detach steps (sum, longest, first began, last ended):\n");
+    let mut out = format!("{title} (sum, longest, first began, last ended):\n");
     for (k, (sum, max, first, last)) in kinds {
         out += &format!("  {k:14} {sum:>10.1?} {max:>10.1?} {first:>10.1?} {last:>10.1?}\n");
     }
