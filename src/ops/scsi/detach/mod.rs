@@ -49,8 +49,7 @@ pub(in crate::ops) fn detach(
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let mut busy_since: Option<Instant> = None;
     loop {
-        // Said before the look, so that detaches started together share one walk in their
-        // checks; dropped if the round ends before its check.
+        // Said before the look: detaches begun together share one walk in their checks.
         let intent = crate::block::intend_check(root);
         let state = locate::locate_until(root, &identity, deadline)?;
         if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
