@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::block::sysfs as sysblock;
-use crate::error::{Error, ResizeFailure, Result};
+use crate::error::{Error, ErrorKind, ResizeFailure, Result};
 use crate::helper;
 use crate::multipath::{self, GrownBy};
 use crate::root::Root;
@@ -227,8 +227,15 @@ fn rescan_until(
             return Ok(Some(()));
         }
         if last_rescan.elapsed() >= RESCAN_INTERVAL {
-            // Errors of a repeated rescan end the wait, naming the path.
-            rescan_all(root, paths, &lagging, deadline)?;
+            // Errors of a repeated rescan end the wait, naming the path; but one begun
+            // with moments left and cut off by the deadline is the wait for the size
+            // ending (each path's size, below), not a device that failed to answer.
+            match rescan_all(root, paths, &lagging, deadline) {
+                Err(e) if e.kind() == ErrorKind::Timeout && Instant::now() >= deadline => {
+                    return Ok(None);
+                }
+                r => r?,
+            }
             last_rescan = Instant::now();
         }
         Ok(None)
