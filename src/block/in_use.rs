@@ -160,12 +160,7 @@ pub fn usage(
     scope: &UsageScope<'_>,
     deadline: Instant,
 ) -> Result<Usage> {
-    let ask = UsageAsk {
-        devices,
-        scope: scope.clone(),
-    };
-    let mut found = usages(root, std::slice::from_ref(&ask), deadline)?;
-    Ok(found.pop().unwrap_or_default())
+    usage_of(root, devices, scope, deadline, None)
 }
 
 /// [`usage`] by a check that said beforehand it would ask ([`intend_check`]), so that
@@ -177,11 +172,22 @@ pub(crate) fn usage_intended(
     deadline: Instant,
     intent: CheckIntent,
 ) -> Result<Usage> {
+    usage_of(root, devices, scope, deadline, Some(intent))
+}
+
+/// [`usage`], by a check that gave its `intent` beforehand if any.
+fn usage_of(
+    root: &Root,
+    devices: &[BlockNode],
+    scope: &UsageScope<'_>,
+    deadline: Instant,
+    intent: Option<CheckIntent>,
+) -> Result<Usage> {
     let ask = UsageAsk {
         devices,
         scope: scope.clone(),
     };
-    let mut found = usages_of(root, std::slice::from_ref(&ask), deadline, Some(intent))?;
+    let mut found = usages_of(root, std::slice::from_ref(&ask), deadline, intent)?;
     Ok(found.pop().unwrap_or_default())
 }
 
