@@ -20,6 +20,9 @@ use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType, recvfrom, s
 use crate::error::{Error, Result};
 use crate::root::Root;
 
+mod subscription;
+pub use subscription::Subscription;
+
 /// The kernel's multicast group (udevd's re-broadcast is group 2).
 pub const KERNEL_GROUP: u32 = 1;
 
@@ -184,6 +187,20 @@ pub enum Received {
     Overflow,
     /// The deadline passed with nothing received.
     TimedOut,
+}
+
+/// Something a waiter receives kernel uevents from: a [`Monitor`], its own socket, or a
+/// [`Subscription`] to the socket it shares with the process's other waits.
+pub trait Receive {
+    /// Waits until a kernel uevent arrives, events were lost, or `deadline` passes (`None`
+    /// waits forever).
+    fn recv(&mut self, deadline: Option<Instant>) -> Result<Received>;
+}
+
+impl Receive for Monitor {
+    fn recv(&mut self, deadline: Option<Instant>) -> Result<Received> {
+        Monitor::recv(self, deadline)
+    }
 }
 
 /// A socket subscribed to the kernel's uevents.

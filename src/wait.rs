@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::uevent::{Monitor, Received, Uevent};
+use crate::uevent::{Receive, Received, Uevent};
 
 /// First re-check interval.
 const BACKOFF_START: Duration = Duration::from_millis(2);
@@ -70,8 +70,8 @@ impl Backoff {
 /// socket could not be opened, e.g. under a seccomp profile) falls back to re-checks alone.
 /// `relevant` says which uevents may have changed the answer. `what` names the condition in
 /// the timeout error.
-pub fn until<T>(
-    mut monitor: Option<&mut Monitor>,
+pub fn until<T, M: Receive + ?Sized>(
+    mut monitor: Option<&mut M>,
     deadline: Instant,
     what: &dyn Fn() -> String,
     relevant: &dyn Fn(&Uevent) -> bool,
@@ -91,6 +91,20 @@ pub fn until<T>(
                 Ok(())
             }
         }
+    };
+    until_with(deadline, what, &mut sleep, check)
+}
+
+/// Waits until `check` returns `Some`, or `deadline` passes, re-checking on the backoff
+/// alone: for conditions no uevent announces (a lock released, a map no longer busy).
+pub fn until_polled<T>(
+    deadline: Instant,
+    what: &dyn Fn() -> String,
+    check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let mut sleep = |wake: Instant| -> Result<()> {
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        Ok(())
     };
     until_with(deadline, what, &mut sleep, check)
 }
@@ -141,11 +155,9 @@ mod tests {
     #[test]
     fn returns_as_soon_as_the_check_holds() {
         let mut n = 0;
-        let v = until(
-            None,
+        let v = until_polled(
             Instant::now() + Duration::from_secs(5),
             &|| "x".into(),
-            &|_| true,
             || {
                 n += 1;
                 Ok((n == 3).then_some(n))
@@ -158,11 +170,9 @@ mod tests {
     #[test]
     fn times_out_naming_the_condition() {
         let t0 = Instant::now();
-        let err = until::<()>(
-            None,
+        let err = until_polled::<()>(
             t0 + Duration::from_millis(50),
             &|| "block device of 2:0:0:7".into(),
-            &|_| true,
             || Ok(None),
         )
         .unwrap_err();
@@ -177,11 +187,9 @@ mod tests {
 
     #[test]
     fn check_errors_end_the_wait() {
-        let err = until::<()>(
-            None,
+        let err = until_polled::<()>(
             Instant::now() + Duration::from_secs(5),
             &|| "x".into(),
-            &|_| true,
             || {
                 Err(Error::NotFound {
                     what: "SCSI device 9:0:0:0".into(),

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::id::DevNum;
 use crate::id::Wwid;
 use crate::root::Root;
-use crate::uevent::{Action, Monitor};
+use crate::uevent::{Action, Subscription};
 
 use super::find::{Map, PartitionMap, find, partition_maps};
 use super::multipathd::Multipathd;
@@ -98,7 +98,7 @@ pub fn remove(root: &Root, spec: &str, opts: &RemoveOptions) -> Result<RemoveRep
     }
     let ctl = Control::open(root)?;
     // Subscribe before acting, so the remove uevent cannot slip past.
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     let map = find(&ctl, root, spec)?;
     // The removal wait watches this object, not `M:m`: device-mapper hands the freed minor
     // to the next map created (multipathd building another volume's map), at once.
@@ -255,19 +255,14 @@ fn wait_released(
         crate::wait::deadline_after(block::OPENER_GRACE).min(deadline)
     };
     let mut last = None;
-    let settled = crate::wait::until(
-        None,
-        until,
-        &|| format!("{} to be released", map.label()),
-        &|_| false,
-        || {
+    let settled =
+        crate::wait::until_polled(until, &|| format!("{} to be released", map.label()), || {
             last = busy_reason(ctl, root, map, parts, deadline)?;
             Ok(match &last {
                 Some(b) if queue_disabled || b.transient => None,
                 _ => Some(()),
             })
-        },
-    );
+        });
     match settled {
         Ok(()) | Err(Error::Timeout { .. }) => {}
         Err(e) => return Err(e),
@@ -288,7 +283,7 @@ fn wait_released(
 /// freed minor to the next map created at once.
 fn wait_gone(
     root: &Root,
-    monitor: Option<&mut Monitor>,
+    monitor: Option<&mut Subscription>,
     dev: DevNum,
     sys_object: Option<crate::sysfs::ObjectId>,
     kernel_name: &str,

@@ -49,7 +49,7 @@ use crate::helper::{self, Subject};
 use crate::id::Nqn;
 use crate::nvme::sysfs as sysnvme;
 use crate::root::Root;
-use crate::uevent::{Action, Monitor, Uevent};
+use crate::uevent::{Action, Subscription, Uevent};
 use crate::wait;
 use sysfs::CtrlState;
 
@@ -432,7 +432,7 @@ pub(crate) fn delete_controller(
     let object = crate::sysfs::object_id(&dir);
     let path = dir.join("delete_controller");
     let mut backoff = wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     loop {
         let writer = match crate::sysfs::AttrWriter::open(&path) {
             Ok(w) => w,

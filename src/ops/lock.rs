@@ -117,11 +117,9 @@ fn lock_file(dir: &Path, key: &str, deadline: Instant, start: Instant) -> Result
     )
     .map_err(|e| Error::io(&path, e.into()))?;
     // flock cannot time out, so poll the non-blocking form, with the waits' backoff.
-    crate::wait::until(
-        None,
+    crate::wait::until_polled(
         deadline,
         &|| format!("lock {} held by another process", path.display()),
-        &|_| false,
         || match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Some(())),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),

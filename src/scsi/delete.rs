@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::helper::{self, Subject};
 use crate::id::{Hctl, Wwid};
 use crate::root::Root;
-use crate::uevent::{Action, Monitor, Uevent};
+use crate::uevent::{Action, Subscription, Uevent};
 use crate::wait;
 
 /// Command names whose open file descriptors on a device do not make it busy. multipathd
@@ -245,7 +245,7 @@ pub(crate) fn remove_device(
         });
     }
     // Subscribe before acting, so the remove events cannot slip past.
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     let what = || {
         format!(
             "write to {} (the device is not answering)",

@@ -9,7 +9,7 @@ use crate::id::Hctl;
 use crate::id::Wwid;
 use crate::root::Root;
 use crate::scsi::{self, PathDevice, ScanTarget, Triggered};
-use crate::uevent::{Monitor, Uevent};
+use crate::uevent::{Subscription, Uevent};
 use crate::wait;
 
 /// Default time a scan waits for its block devices.
@@ -251,7 +251,7 @@ pub(crate) fn scan_paths(
     }
     let deadline = wait::deadline_from(start, opts.timeout);
     // Subscribe before acting so no block device's `add` can slip past.
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     crate::helper::prewarm(scans);
     let started = start_writes(
         root,
@@ -419,7 +419,7 @@ fn outcomes(
 /// runs on a helper thread: those are started now, while the kernel probes.
 fn wait_ready(
     root: &Root,
-    monitor: Option<&mut Monitor>,
+    monitor: Option<&mut Subscription>,
     paths: &mut [PathScan],
     mut pending: Vec<usize>,
     start: Instant,
@@ -429,11 +429,11 @@ fn wait_ready(
     if pending.is_empty() {
         return Ok(());
     }
-    let hctls: Vec<Hctl> = pending.iter().filter_map(|&i| paths[i].hctl).collect();
-    let what = || {
-        let list: Vec<String> = hctls.iter().map(ToString::to_string).collect();
-        format!("block device of {} to appear and open", list.join(", "))
-    };
+    let names: Vec<String> = pending
+        .iter()
+        .filter_map(|&i| paths[i].hctl.map(|h| h.to_string()))
+        .collect();
+    let what = || format!("block device of {} to appear and open", names.join(", "));
     let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
     let waited = wait::until(monitor, deadline, &what, &relevant, || {
         // Every pending path's open first, then each waited for: the opens overlap.

@@ -10,7 +10,7 @@ use crate::id::{Nqn, Wwid};
 use crate::nvme::sysfs::{CtrlState, NvmeNamespace};
 use crate::nvme::{self as fabrics_nvme, Host};
 use crate::root::Root;
-use crate::uevent::{Monitor, Uevent};
+use crate::uevent::{Subscription, Uevent};
 use crate::wait;
 
 use super::connects::{self, Connects};
@@ -42,7 +42,7 @@ pub(in crate::ops) fn attach(
         None => Some(Host::from_node(root)?),
     };
     // Subscribed before any connect, so the namespace's `add` cannot slip past.
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     let connects = connects::connect(root, nqn, nvme, host.as_ref(), deadline);
     let wait = Wait {
         root,
@@ -170,7 +170,7 @@ impl Wait<'_> {
     /// [`Error::Timeout`], naming each portal's connect.
     fn for_paths(
         &self,
-        monitor: Option<&mut Monitor>,
+        monitor: Option<&mut Subscription>,
         connects: &Connects,
         deadline: Instant,
     ) -> Result<Vec<(NvmeNamespace, NamespaceDevice)>> {

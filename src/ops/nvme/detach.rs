@@ -11,7 +11,7 @@ use crate::id::{Eui64, Nqn, Uuid, Wwid};
 use crate::nvme::sysfs::{CtrlState, NvmeController, NvmeNamespace};
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::uevent::{Monitor, Uevent};
+use crate::uevent::{Subscription, Uevent};
 use crate::wait;
 
 use super::{
@@ -231,7 +231,7 @@ impl Run<'_> {
             return Ok((live, reconnecting));
         }
         let t0 = Instant::now();
-        let mut monitor = Monitor::open().ok();
+        let mut monitor = Subscription::open().ok();
         let what = || {
             format!(
                 "a live controller for {target}: none is (the kernel is reconnecting {}), and \
@@ -378,7 +378,7 @@ impl Run<'_> {
             return Ok(());
         }
         let (root, nqn, namespace) = (self.root, self.nqn, self.namespace);
-        let mut monitor = Monitor::open().ok();
+        let mut monitor = Subscription::open().ok();
         let what = || format!("{} to be taken off the node (left: {target})", self.spec);
         let relevant = |_: &Uevent| true;
         let gone = wait::until(monitor.as_mut(), self.deadline, &what, &relevant, || {

@@ -10,7 +10,7 @@ use crate::id::Nqn;
 use crate::nvme::sysfs::CtrlState;
 use crate::nvme::{self as fabrics_nvme};
 use crate::root::Root;
-use crate::uevent::{Action, Monitor, Uevent};
+use crate::uevent::{Action, Subscription, Uevent};
 use crate::wait;
 
 use super::{check_selector, lock_key, selected};
@@ -129,7 +129,7 @@ pub(in crate::ops) fn resize(
     let names: Vec<&str> = controllers.iter().map(|c| c.name.as_str()).collect();
 
     let rescan_start = Instant::now();
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     let ask = Ask {
         root,
         spec,
@@ -184,7 +184,7 @@ impl Ask<'_> {
     /// when the namespace changes) until each says at least `expect`.
     fn until_enough(
         &self,
-        monitor: Option<&mut Monitor>,
+        monitor: Option<&mut Subscription>,
         expect: Option<u64>,
     ) -> Result<Vec<(String, u64)>> {
         let reported = identify_all(self.root, self.names, self.nsid, self.deadline)?;
@@ -253,7 +253,7 @@ fn agreed_size(
 /// Waits until every device of `devices` has `size`, after the controllers' rescan.
 fn wait_for_size(
     root: &Root,
-    monitor: Option<&mut Monitor>,
+    monitor: Option<&mut Subscription>,
     devices: &[NamespaceSize],
     size: u64,
     volume: &str,

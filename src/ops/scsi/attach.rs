@@ -10,7 +10,7 @@ use crate::id::Wwid;
 use crate::iscsi::IscsiLun;
 use crate::root::Root;
 use crate::scsi::scan::ScanReport;
-use crate::uevent::{Monitor, Uevent};
+use crate::uevent::{Subscription, Uevent};
 use crate::wait;
 
 use super::identify::identify_named;
@@ -150,7 +150,7 @@ fn wait_map(
         wwid: Some(wwid.clone()),
         addresses: Vec::new(),
     };
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     let what = || {
         format!(
             "multipath map of {} with paths {} (built by multipathd: is it running?)",

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind, ResizeFailure, Result};
 use crate::helper;
 use crate::multipath::{self, GrownBy};
 use crate::root::Root;
-use crate::uevent::{Action, Monitor, Uevent};
+use crate::uevent::{Action, Subscription, Uevent};
 use crate::wait;
 
 use super::identify::identify;
@@ -182,7 +182,7 @@ fn rescan_until(
     deadline: Instant,
 ) -> Result<()> {
     // Subscribed before the first write, so no `change` slips past.
-    let mut monitor = Monitor::open().ok();
+    let mut monitor = Subscription::open().ok();
     let disks: Vec<String> = paths.iter().map(|p| p.disk.clone()).collect();
     let hctls: Vec<String> = paths.iter().map(|p| p.hctl.to_string()).collect();
     let short = |root: &Root| -> Vec<usize> {
