@@ -166,6 +166,13 @@ impl Uevent {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Whether the event is about the device named `name` in sysfs or one below it: `name`
+    /// is a whole component of its `DEVPATH` (`6:0:0:3` is one of
+    /// `/devices/…/target6:0:0/6:0:0:3/block/sdc`, `6:0:0:31` is not).
+    pub fn is_at_or_below(&self, name: &str) -> bool {
+        self.devpath.split('/').any(|c| c == name)
+    }
 }
 
 /// Reads `/sys/kernel/uevent_seqnum`: the number of the last uevent sent. Take it before
@@ -339,6 +346,10 @@ SUBSYSTEM=block\0MAJOR=8\0MINOR=0\0DEVNAME=sda\0DEVTYPE=disk\0DISKSEQ=9\0SEQNUM=
         assert_eq!(ev.seqnum, 3131);
         assert_eq!(ev.get("MAJOR"), Some("8"));
         assert_eq!(ev.get("NOPE"), None);
+        assert!(ev.is_at_or_below("2:0:0:1"));
+        assert!(ev.is_at_or_below("sda"));
+        assert!(!ev.is_at_or_below("2:0:0:10"));
+        assert!(!ev.is_at_or_below("2:0:0"));
     }
 
     #[test]

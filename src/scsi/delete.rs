@@ -264,7 +264,9 @@ pub(crate) fn remove_device(
     // address, with the same disk name, before this looks. Its disk lies below it and goes
     // first (`sd` is unbound in the scsi_device's removal).
     let what = || format!("removal of SCSI device {hctl}");
-    let relevant = |ev: &Uevent| ev.action == Action::Remove;
+    // This device's own removals, not every device's: many detaches run at once.
+    let name = hctl.to_string();
+    let relevant = |ev: &Uevent| ev.action == Action::Remove && ev.is_at_or_below(&name);
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
         Ok((crate::sysfs::object_id(&dir) != now.device).then_some(()))
     })?;

@@ -434,7 +434,11 @@ fn wait_ready(
         .filter_map(|&i| paths[i].hctl.map(|h| h.to_string()))
         .collect();
     let what = || format!("block device of {} to appear and open", names.join(", "));
-    let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
+    // A disk of a pending path, not any disk: with many attaches at once, every other
+    // volume's disks would wake each of them for a re-check that cannot succeed.
+    let relevant = |ev: &Uevent| {
+        ev.subsystem.as_deref() == Some("block") && names.iter().any(|n| ev.is_at_or_below(n))
+    };
     let waited = wait::until(monitor, deadline, &what, &relevant, || {
         // Every pending path's open first, then each waited for: the opens overlap.
         let opening: Vec<(usize, Result<Option<scsi::ReadyPending>>)> = pending

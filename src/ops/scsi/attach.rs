@@ -158,8 +158,12 @@ fn wait_map(
             disks.join(", ")
         )
     };
-    // multipathd creates the map (dm `add`), then reloads it as paths join (dm `change`).
-    let relevant = |ev: &Uevent| ev.subsystem.as_deref() == Some("block");
+    // multipathd creates the map (dm `add`), then reloads it as paths join (dm `change`):
+    // a dm device's events, not every disk's (many attaches may run at once).
+    let relevant = |ev: &Uevent| {
+        ev.subsystem.as_deref() == Some("block")
+            && ev.devname.as_deref().is_some_and(|n| n.starts_with("dm-"))
+    };
     wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
         for map in locate_until(root, &id, deadline)?.maps {
             let slaves = crate::block::sysfs::slaves(root, &map.node.name)?;
