@@ -55,7 +55,7 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
     let root = lunkit::Root::default();
 
-    let (t0, cpu0) = (Instant::now(), cpu());
+    let (t0, cpu0, seq0) = (Instant::now(), cpu(), seqnum());
     let attached: Vec<(Duration, lunkit::ops::Attachment)> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..VOLUMES)
             .map(|lun| {
@@ -73,7 +73,8 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
-    let (attach_all, attach_cpu) = (t0.elapsed(), cpu() - cpu0);
+    let (attach_all, attach_cpu, attach_events) =
+        (t0.elapsed(), cpu().since(cpu0), seqnum() - seq0);
     let mut wwids = BTreeSet::new();
     for (lun, (_, a)) in (0..VOLUMES).zip(&attached) {
         let scsi = a.scsi().expect("a SCSI attach");
@@ -92,7 +93,7 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
 
     eprintln!("{}", attach_timeline(&attached));
 
-    let (t1, cpu1) = (Instant::now(), cpu());
+    let (t1, cpu1, seq1) = (Instant::now(), cpu(), seqnum());
     let reports: Vec<(Duration, lunkit::ops::DetachReport)> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..VOLUMES)
             .map(|lun| {
@@ -118,12 +119,13 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
             .count();
         assert_eq!(deleted, 2, "LUN {lun}: {report:?}");
     }
-    let (detach_all, detach_cpu) = (t1.elapsed(), cpu() - cpu1);
+    let (detach_all, detach_cpu, detach_events) =
+        (t1.elapsed(), cpu().since(cpu1), seqnum() - seq1);
     eprintln!("{}", timeline(&reports));
     eprintln!(
-        "{VOLUMES} volumes of 2 paths in one process: attach-all {attach_all:?} \
-         ({attach_cpu:?} of this process's CPU), detach-all {detach_all:?} ({detach_cpu:?} of \
-         CPU)"
+        "{VOLUMES} volumes of 2 paths in one process: attach-all {attach_all:?} ({attach_cpu} \
+         of this process's CPU, {attach_events} uevents), detach-all {detach_all:?} \
+         ({detach_cpu}, {detach_events} uevents)"
     );
     assert!(lab.devices().is_empty(), "left: {:?}", lab.devices());
     for name in sysfs::names("/sys/class/scsi_device") {
@@ -135,20 +137,52 @@ fn thirty_two_volumes_attached_and_detached_at_once_in_one_process() {
     }
 }
 
-/// The CPU time this process has used, all its threads, user and system
-/// (`/proc/self/stat`, in clock ticks of 10 ms): what the operations' own work costs beside
-/// the kernel's, which runs in no process (the scans, the deletes).
-fn cpu() -> Duration {
+/// The CPU time this process has used, all its threads (`/proc/self/stat`, in clock ticks
+/// of 10 ms): user (lunkit's own code) and system (its syscalls, and the kernel's work done
+/// in its threads, such as a scan write's probe of its LUN).
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    user: Duration,
+    system: Duration,
+}
+
+impl Cpu {
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user.saturating_sub(before.user),
+            system: self.system.saturating_sub(before.system),
+        }
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} user + {:?} system", self.user, self.system)
+    }
+}
+
+fn cpu() -> Cpu {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
     // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
     let rest = &stat[stat.rfind(')').expect("a comm in /proc/self/stat") + 2..];
-    let ticks: u64 = rest
+    let ticks: Vec<u64> = rest
         .split_whitespace()
         .skip(11)
         .take(2)
         .map(|f| f.parse::<u64>().expect("a tick count"))
-        .sum();
-    Duration::from_millis(ticks * 10)
+        .collect();
+    Cpu {
+        user: Duration::from_millis(ticks[0] * 10),
+        system: Duration::from_millis(ticks[1] * 10),
+    }
+}
+
+/// The number of the kernel's last uevent: the difference over a phase is how many it sent,
+/// each of which every uevent socket of this process received.
+fn seqnum() -> u64 {
+    sysfs::attr("/sys/kernel/uevent_seqnum")
+        .and_then(|s| s.parse().ok())
+        .expect("read /sys/kernel/uevent_seqnum")
 }
 
 /// Where the detaches' time went, for the log: each step of each report, from the start of
