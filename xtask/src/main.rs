@@ -47,7 +47,7 @@ usage: cargo xtask <command>
                           lunkit against the kernel floor and the peer tools, one boot
                           (norandmaps unless --aslr); table and JSON in target/bench/
                           (groups: scan, node, scale, teardown, crowd, busy, resize,
-                          nvme, listing, flush)
+                          nvme, atonce, atonce32, listing, flush)
   fixtures [NAME...]      regenerate tests/fixtures/{scsi-debug,iscsi-multipath} in the VM
   capture-sysfs [--note TEXT] DEST
                           copy this machine's storage sysfs into DEST (run it in the guest)

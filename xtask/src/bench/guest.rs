@@ -149,6 +149,13 @@ pub fn main(args: &[String]) -> Result<u8> {
             "atonce8-attach",
             &mut atonce::phase,
         );
+    } else if wants("atonce32") {
+        phase(
+            "atonce32: 32 2-path volumes attached and detached at once, lunkit and the kernel \
+             floor only (issue 38's targets), udevd running, no multipathd",
+            "atonce32-attach",
+            &mut atonce::targets_phase,
+        );
     }
     if wants("scale") {
         phase(
@@ -219,7 +226,9 @@ fn hold_programs_open(lunkit: &Path, lean: bool) -> Vec<fs::File> {
 }
 
 /// The groups whose rows run only the tools [`lean_programs`] lists.
-const LEAN_GROUPS: &[&str] = &["node", "teardown", "crowd", "busy", "nvme", "atonce"];
+const LEAN_GROUPS: &[&str] = &[
+    "node", "teardown", "crowd", "busy", "nvme", "atonce", "atonce32",
+];
 
 /// The programs the lean groups run (the bench's, the peers' and the lab's), and the shared
 /// libraries each loads, as `ldd` lists them.
