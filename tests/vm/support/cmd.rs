@@ -55,6 +55,28 @@ pub fn spawn_logged(program: &str, args: &[&str], log: &Path) -> Result<Child> {
         .map_err(|e| format!("cannot start {program}: {e}").into())
 }
 
+/// Loads each kernel module of `modules` that is not loaded yet (`modprobe`). A module
+/// already in `/sys/module` (live, or built in) costs no process: a spawn takes 0.1 to 1 s
+/// under TCG, and most tests need the same modules the test before them loaded.
+pub fn modprobe(modules: &[&str]) -> Result<()> {
+    for m in modules {
+        if !module_loaded(m) {
+            run("modprobe", &[m])?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether module `name` (`-` and `_` alike) is loaded and done initialising, or built in.
+pub fn module_loaded(name: &str) -> bool {
+    let dir = Path::new("/sys/module").join(name.replace('-', "_"));
+    match std::fs::read_to_string(dir.join("initstate")) {
+        Ok(state) => state.trim() == "live",
+        // Built in: no initstate, but the directory (for its parameters).
+        Err(_) => dir.is_dir() && !dir.join("refcnt").exists(),
+    }
+}
+
 /// Whether a process with this command name (`/proc/PID/comm`) is running.
 pub fn process_running(comm: &str) -> bool {
     !pids_of(comm).is_empty()

@@ -161,9 +161,7 @@ impl FcoeLab {
             return Err(format!("{} target ports: 1 to {MAX_TARGETS}", config.targets).into());
         }
         check_free(&config)?;
-        for m in MODULES {
-            cmd::run("modprobe", &[m])?;
-        }
+        cmd::modprobe(MODULES)?;
         if !Path::new(TARGET).is_dir() {
             cmd::run("mount", &["-t", "configfs", "configfs", CONFIGFS])?;
         }

@@ -540,10 +540,7 @@ fn fnv1a(s: &str) -> u32 {
 
 /// Loads nvmet, nvmet-tcp and nvme-tcp (the host side, for the tests that connect).
 pub fn load_modules() -> Result<()> {
-    for m in MODULES {
-        cmd::run("modprobe", &[m])?;
-    }
-    Ok(())
+    cmd::modprobe(MODULES)
 }
 
 /// Mounts configfs unless it is (the bare guest does not mount it; lio.rs may have).
