@@ -276,7 +276,7 @@ fn is_mountpoint(dir: &str) -> bool {
 /// address: put it on `lo` so both portals are real addresses.
 pub(crate) fn ensure_loopback_address(portal: &str) -> Result<()> {
     let addr = portal.rsplit_once(':').map_or(portal, |(a, _)| a);
-    if addr == "127.0.0.1" || local_address(addr) {
+    if addr == "127.0.0.1" || super::sysfs::local_address(addr) {
         return Ok(());
     }
     let shown = cmd::run("ip", &["-o", "addr", "show", "dev", "lo"])?;
@@ -284,26 +284,4 @@ pub(crate) fn ensure_loopback_address(portal: &str) -> Result<()> {
         cmd::run("ip", &["addr", "add", &format!("{addr}/8"), "dev", "lo"])?;
     }
     Ok(())
-}
-
-/// Whether the kernel's local routing table has `addr` as an address of its own
-/// (`/proc/net/fib_trie`: `|-- ADDR` followed by `/32 host LOCAL`), read without spawning
-/// `ip`. `false` when unsure: the caller asks `ip` then.
-fn local_address(addr: &str) -> bool {
-    let Ok(trie) = fs::read_to_string("/proc/net/fib_trie") else {
-        return false;
-    };
-    let leaf = format!("|-- {addr}");
-    let mut lines = trie.lines().map(str::trim).peekable();
-    while let Some(line) = lines.next() {
-        if line != leaf {
-            continue;
-        }
-        while let Some(next) = lines.next_if(|l| l.starts_with('/')) {
-            if next.starts_with("/32 host LOCAL") {
-                return true;
-            }
-        }
-    }
-    false
 }
