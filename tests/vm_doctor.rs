@@ -1231,7 +1231,10 @@ fn a_lun_deleted_under_a_map_is_judged_with_the_map() {
         assert!(!Path::new(&format!("/sys/block/{}", objects[1])).exists());
     }
 
-    let (_, doc) = doctor_with(&["--fix"]);
+    // Again, fixing only this kind: no lun-gone is left. (A plain `--fix` here also tried the
+    // pathless, queueing map's own kind, map-without-paths, which waits 30 s for a path to
+    // come back and fails: a third of this test's time, for nothing it asserts.)
+    let (_, doc) = doctor_with(&["--fix", "lun-gone"]);
     assert_eq!(fixes(&doc, "lun-gone"), [], "{doc}");
     lab.teardown().unwrap();
 }

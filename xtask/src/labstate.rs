@@ -574,12 +574,26 @@ pub fn check(base: &Snapshot) -> Vec<String> {
     Snapshot::take().leaks(base)
 }
 
-/// Waits (bounded) until udevd has handled the queued events, if it runs.
+/// Waits (bounded) until udevd has handled the queued events, if it runs. Not again when the
+/// kernel has sent no uevent since the last settle that ended with an empty queue
+/// (`/sys/kernel/uevent_seqnum` unchanged): the check after a reset that had nothing to
+/// undo, and the reset's own settle then, cost a process each (0.1 to 1 s under TCG) for
+/// nothing.
 fn settle() {
-    if udev::running() {
-        cmd::run_bounded("udevadm", &["settle", "--timeout=15"], STEP);
+    if !udev::running() {
+        return;
     }
+    let seqnum = udev::uevent_seqnum();
+    let mut settled = SETTLED_AT.lock().unwrap_or_else(|e| e.into_inner());
+    if seqnum.is_some() && seqnum == *settled {
+        return;
+    }
+    let done = cmd::run_bounded("udevadm", &["settle", "--timeout=15"], STEP);
+    *settled = if done.ok() { seqnum } else { None };
 }
+
+/// The uevent number before the last settle that succeeded.
+static SETTLED_AT: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
 
 /// Puts the lab back to `base`, in the order that lets each step work: processes that hold
 /// devices, mounts, multipathd (it would rebuild maps), maps, iSCSI sessions, iscsid, NVMe

@@ -161,9 +161,7 @@ impl FcoeLab {
             return Err(format!("{} target ports: 1 to {MAX_TARGETS}", config.targets).into());
         }
         check_free(&config)?;
-        for m in MODULES {
-            cmd::run("modprobe", &[m])?;
-        }
+        cmd::modprobe(MODULES)?;
         if !Path::new(TARGET).is_dir() {
             cmd::run("mount", &["-t", "configfs", "configfs", CONFIGFS])?;
         }
@@ -187,27 +185,22 @@ impl FcoeLab {
     }
 
     fn build_inner(&mut self) -> Result<()> {
-        cmd::run(
-            "ip",
-            &[
-                "link",
-                "add",
-                BRIDGE,
-                "type",
-                "bridge",
-                "stp_state",
-                "0",
-                "mcast_snooping",
-                "0",
-            ],
-        )?;
-        cmd::run("ip", &["link", "set", BRIDGE, "mtu", MTU, "up"])?;
+        // The bridge and every port in one `ip -batch`.
+        let mut ip = vec![
+            format!("link add {BRIDGE} type bridge stp_state 0 mcast_snooping 0"),
+            format!("link set {BRIDGE} mtu {MTU} up"),
+        ];
         for j in 1..=self.config.targets {
-            add_port(&target_if(j), &format!("02:1c:fc:00:00:1{}", j - 1))?;
+            add_port(
+                &mut ip,
+                &target_if(j),
+                &format!("02:1c:fc:00:00:1{}", j - 1),
+            );
         }
         for i in 1..=self.config.initiators {
-            add_port(&initiator_if(i), &format!("02:1c:fc:00:00:0{i}"))?;
+            add_port(&mut ip, &initiator_if(i), &format!("02:1c:fc:00:00:0{i}"));
         }
+        cmd::ip_batch(&ip, false)?;
         for j in 1..=self.config.targets {
             let port = create_ctlr(&target_if(j))?;
             self.targets.push(port);
@@ -464,11 +457,16 @@ impl FcoeLab {
             }
         }
         // Deleting one end of a veth pair deletes both.
-        for ifname in ports.iter().map(String::as_str).chain([BRIDGE]) {
-            if Path::new("/sys/class/net").join(ifname).exists() {
-                if let Err(e) = cmd::run("ip", &["link", "del", ifname]) {
-                    left.push(e.to_string());
-                }
+        let del: Vec<String> = ports
+            .iter()
+            .map(String::as_str)
+            .chain([BRIDGE])
+            .filter(|ifname| Path::new("/sys/class/net").join(ifname).exists())
+            .map(|ifname| format!("link del {ifname}"))
+            .collect();
+        if !del.is_empty() {
+            if let Err(e) = cmd::ip_batch(&del, true) {
+                left.push(e.to_string());
             }
         }
         if let Err(e) = unmount_tmpfs() {
@@ -556,20 +554,16 @@ fn initiator_if(i: usize) -> String {
     format!("lkfc{i}")
 }
 
-/// A veth pair: `ifname` (MAC `mac`) for FCoE, its peer `<ifname>-br` on the bridge.
-fn add_port(ifname: &str, mac: &str) -> Result<()> {
+/// A veth pair: `ifname` (MAC `mac`) for FCoE, its peer `<ifname>-br` on the bridge; the
+/// `ip` commands that make it, added to `ip`.
+fn add_port(ip: &mut Vec<String>, ifname: &str, mac: &str) {
     let peer = format!("{ifname}-br");
-    cmd::run(
-        "ip",
-        &["link", "add", ifname, "type", "veth", "peer", "name", &peer],
-    )?;
-    cmd::run("ip", &["link", "set", ifname, "address", mac, "mtu", MTU])?;
-    cmd::run(
-        "ip",
-        &["link", "set", &peer, "mtu", MTU, "master", BRIDGE, "up"],
-    )?;
-    cmd::run("ip", &["link", "set", ifname, "up"])?;
-    Ok(())
+    ip.extend([
+        format!("link add {ifname} type veth peer name {peer}"),
+        format!("link set {ifname} address {mac} mtu {MTU}"),
+        format!("link set {peer} mtu {MTU} master {BRIDGE} up"),
+        format!("link set {ifname} up"),
+    ]);
 }
 
 fn ctlr_dir(ctlr: &str) -> PathBuf {

@@ -55,11 +55,8 @@ impl IscsiLab {
             started_iscsid: false,
         };
         lab.started_iscsid = iscsi::ensure_iscsid()?;
-        let iqn = lab.config.target.iqn.clone();
-        for portal in lab.config.target.portals.clone() {
-            iscsi::discover(&portal)?;
-            lab.sessions.push(iscsi::login(&iqn, &portal)?);
-        }
+        lab.sessions =
+            iscsi::discover_and_login(&lab.config.target.iqn, &lab.config.target.portals)?;
         for session in &lab.sessions {
             for &lun in &lab.config.scan {
                 iscsi::scan_lun(session, lun)?;

@@ -62,9 +62,7 @@ pub fn unit_serial(lun: u32) -> String {
 
 impl LioTarget {
     pub fn create(config: LioConfig) -> Result<Self> {
-        for m in ["target_core_mod", "target_core_file", "iscsi_target_mod"] {
-            cmd::run("modprobe", &[m])?;
-        }
+        cmd::modprobe(&["target_core_mod", "target_core_file", "iscsi_target_mod"])?;
         if !is_mountpoint(CONFIGFS) {
             cmd::run("mount", &["-t", "configfs", "configfs", CONFIGFS])?;
         }
@@ -278,7 +276,7 @@ fn is_mountpoint(dir: &str) -> bool {
 /// address: put it on `lo` so both portals are real addresses.
 pub(crate) fn ensure_loopback_address(portal: &str) -> Result<()> {
     let addr = portal.rsplit_once(':').map_or(portal, |(a, _)| a);
-    if addr == "127.0.0.1" {
+    if addr == "127.0.0.1" || super::sysfs::local_address(addr) {
         return Ok(());
     }
     let shown = cmd::run("ip", &["-o", "addr", "show", "dev", "lo"])?;

@@ -37,14 +37,12 @@ pub struct GrowTarget {
 impl GrowTarget {
     /// Creates `iqn` with LUN 0 of `size` bytes, listening on every portal of `portals`.
     pub fn create(iqn: &str, portals: &[&str], size: u64) -> Result<Self> {
-        for m in [
+        cmd::modprobe(&[
             "loop",
             "target_core_mod",
             "target_core_iblock",
             "iscsi_target_mod",
-        ] {
-            cmd::run("modprobe", &[m])?;
-        }
+        ])?;
         if !Path::new(TARGET).is_dir() {
             cmd::run(
                 "mount",

@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Result, cmd, wait};
+use super::{Result, cmd, sysfs, wait};
 
 const CONFIGFS: &str = "/sys/kernel/config";
 const NVMET: &str = "/sys/kernel/config/nvmet";
@@ -540,10 +540,7 @@ fn fnv1a(s: &str) -> u32 {
 
 /// Loads nvmet, nvmet-tcp and nvme-tcp (the host side, for the tests that connect).
 pub fn load_modules() -> Result<()> {
-    for m in MODULES {
-        cmd::run("modprobe", &[m])?;
-    }
-    Ok(())
+    cmd::modprobe(MODULES)
 }
 
 /// Mounts configfs unless it is (the bare guest does not mount it; lio.rs may have).
@@ -561,7 +558,13 @@ fn mount_configfs() -> Result<()> {
 /// Fails unless `addr` is delivered locally. Linux routes all of 127/8 to `lo` (the `local`
 /// table has `local 127.0.0.0/8 dev lo`), so 127.0.0.2 works without being added to `lo`:
 /// nvmet binds it and the host connects to it (from source 127.0.0.1).
+///
+/// Read from the kernel's routing tables (`/proc/net/fib_trie`: a `LOCAL` prefix holding
+/// `addr`) without spawning `ip`; `ip route get` decides only when that finds none.
 fn ensure_local(addr: &str) -> Result<()> {
+    if sysfs::delivered_locally(addr) {
+        return Ok(());
+    }
     let route = cmd::run("ip", &["-o", "route", "get", addr])?;
     if route.starts_with("local ") {
         Ok(())

@@ -38,3 +38,50 @@ pub fn resolve(path: impl AsRef<Path>) -> Option<PathBuf> {
 pub fn number_after(name: &str, prefix: &str) -> Option<u32> {
     name.strip_prefix(prefix)?.parse().ok()
 }
+
+/// The `LOCAL` prefixes of the kernel's routing tables (`/proc/net/fib_trie`: a leaf
+/// `|-- 127.0.0.0` followed by `/8 host LOCAL`), as (network, prefix length). Read without
+/// spawning `ip`; empty when unreadable.
+fn local_prefixes() -> Vec<(std::net::Ipv4Addr, u32)> {
+    let trie = std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default();
+    let mut leaf = None;
+    let mut out = Vec::new();
+    for line in trie.lines().map(str::trim) {
+        if let Some(a) = line.strip_prefix("|-- ") {
+            leaf = a.parse().ok();
+        } else if let (Some(net), Some(rest)) = (leaf, line.strip_prefix('/')) {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            if words.last() == Some(&"LOCAL") {
+                if let Some(len) = words.first().and_then(|l| l.parse().ok()) {
+                    out.push((net, len));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `addr` (IPv4) is an address of this host's own (`/32 host LOCAL`), as
+/// `ip addr add` makes it.
+pub fn local_address(addr: &str) -> bool {
+    let Ok(a) = addr.parse::<std::net::Ipv4Addr>() else {
+        return false;
+    };
+    local_prefixes().contains(&(a, 32))
+}
+
+/// Whether the kernel delivers `addr` (IPv4) locally: a `LOCAL` prefix holds it (Linux's
+/// `local 127.0.0.0/8` holds all of 127/8).
+pub fn delivered_locally(addr: &str) -> bool {
+    let Ok(a) = addr.parse::<std::net::Ipv4Addr>() else {
+        return false;
+    };
+    local_prefixes().into_iter().any(|(net, len)| {
+        let mask = if len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - len.min(32))
+        };
+        u32::from(a) & mask == u32::from(net) & mask
+    })
+}
