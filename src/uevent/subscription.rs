@@ -3,7 +3,7 @@
 //! A CSI plugin attaches and detaches many volumes at once (a node drain, a StatefulSet
 //! scaling). With a [`Monitor`] each, every wait had its own socket: the kernel copied each
 //! uevent into every socket, and each waiter woke, received and parsed every event of every
-//! other volume (32 attaches of 2 paths: 32 sockets, each about 400 events). A
+//! other volume (32 attaches of 2 paths: 32 sockets, each about 500 events). A
 //! [`Subscription`] shares one socket with the others open at the same time: each event is
 //! received and parsed once, and handed to every subscription as a queued copy.
 //!
