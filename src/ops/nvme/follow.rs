@@ -113,6 +113,10 @@ pub enum Trigger {
     Overflow,
     /// A path's connect or delete failed earlier and is tried again.
     Retry,
+    /// The first read, at [`Follower::start`], listed paths of subsystems this node uses
+    /// that have no controller: the log changed between their volume's attach and the
+    /// start (or while no follower ran), with no event this follower could see.
+    Started,
 }
 
 /// What the follower did about one path.
@@ -219,15 +223,47 @@ impl Follower {
             known: Vec::new(),
             pending: None,
         };
-        match f.read() {
-            Ok(known) => f.known = known,
+        let known = match f.read().and_then(|known| f.unconnected(known)) {
+            Ok(known) => known,
             Err(e) => {
                 // Nothing to follow: the controller made for it goes too.
                 let _ = f.stop();
                 return Err(e);
             }
+        };
+        f.known = known.0;
+        if known.1 {
+            // The first `next` reads again and connects them, as for a change.
+            f.pending = Some((Trigger::Started, Instant::now()));
         }
         Ok(f)
+    }
+
+    /// `entries` without the paths of subsystems this node uses that have no controller, and
+    /// whether there were any. A port the array added after a volume's attach, before this
+    /// follower read the log, changes nothing the follower could see later: left in, it
+    /// would never be connected.
+    fn unconnected(&self, entries: Vec<Entry>) -> Result<(Vec<Entry>, bool)> {
+        let mut known = Vec::with_capacity(entries.len());
+        let mut missing = false;
+        for e in entries {
+            if self.lacks_path(&e)? {
+                missing = true;
+            } else {
+                known.push(e);
+            }
+        }
+        Ok((known, missing))
+    }
+
+    /// Whether `e` is a path of an NVM subsystem this node uses, with no controller.
+    fn lacks_path(&self, e: &Entry) -> Result<bool> {
+        let Some(opts) = self.path_options(e) else {
+            return Ok(false);
+        };
+        Ok(e.subtype == Subtype::Nvm
+            && self.uses(&opts)?
+            && crate::nvme::find_controller(&self.root, &opts, &self.host)?.is_none())
     }
 
     /// The persistent discovery controller (`nvme3`).
