@@ -135,6 +135,20 @@ impl Lab {
     fn client(&self) -> Client {
         self.plugin.as_ref().expect("the plugin runs").client()
     }
+
+    /// The persistent discovery controller the plugin says it follows the service on, once
+    /// it says so (within `limit`).
+    fn following(&self, limit: Duration) -> String {
+        let plugin = self.plugin.as_ref().expect("the plugin runs");
+        let said = "on persistent discovery controller ";
+        support::wait::until("the plugin to follow the discovery service", limit, || {
+            Ok(plugin
+                .log()
+                .lines()
+                .find_map(|l| l.split_once(said).map(|(_, c)| c.trim().to_owned())))
+        })
+        .unwrap()
+    }
 }
 
 impl Drop for Lab {
@@ -572,14 +586,15 @@ fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
         "the record keeps the discovery address: {records:?}"
     );
     // The plugin follows the service from its own thread: a bound on the wait, not a check
-    // of how fast.
+    // of how fast. Its controller counts once the follower read the log through it (it
+    // says so), so that the port below comes as a change of the log, not in that read.
     let minute = Duration::from_secs(60);
-    support::wait::until_true(
-        "the plugin's persistent discovery controller",
-        minute,
-        || discovery_controllers().len() == 1,
-    )
-    .unwrap();
+    let ours = lab.following(minute);
+    assert_eq!(
+        discovery_controllers(),
+        std::slice::from_ref(&ours),
+        "one discovery controller"
+    );
     let target = lab.nvmet.as_mut().unwrap();
     target
         .add_port(nvmet::PortConfig::new(3, "127.0.0.3", "4420"))
@@ -597,12 +612,13 @@ fn a_pv_with_only_a_discovery_address_is_staged_on_every_port_it_lists() {
     .unwrap();
     target.remove_port(3).unwrap();
     // A plugin killed and started again takes the controller it made (its marker), not a
-    // second one, and still deletes it with the last volume.
-    let ours = discovery_controllers();
+    // second one, and still deletes it with the last volume. Asked once it says it follows:
+    // before, the follower's read of the log connects the referral's port for a moment.
     lab.plugin.take().expect("the plugin runs").stop("KILL");
     lab.start_plugin();
+    assert_eq!(lab.following(minute), ours, "the controller it made, taken");
+    assert_eq!(discovery_controllers(), [ours], "no second controller");
     let mut c = lab.client();
-    assert_eq!(discovery_controllers(), ours, "no second controller");
     c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
     assert_eq!(nvme_controllers(), Vec::<String>::new(), "controllers left");
     assert!(stage_records().is_empty(), "stage records left");

@@ -80,6 +80,13 @@ impl Plugin {
         Client::connect(&self.socket).expect("connect to the plugin")
     }
 
+    /// What the plugin logged so far (its stderr).
+    pub fn log(&self) -> String {
+        self.running
+            .as_ref()
+            .map_or_else(String::new, Running::stderr_so_far)
+    }
+
     /// Stops the plugin with `signal` (`TERM`, `KILL`) and returns how it ended, waiting at
     /// most 30 s more.
     pub fn stop(mut self, signal: &str) -> Finished {

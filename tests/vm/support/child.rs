@@ -131,6 +131,11 @@ impl Running {
         self.stdout.lock().unwrap().clone()
     }
 
+    /// The stderr printed so far (lossy UTF-8).
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
     /// Waits until it exits; past `limit` from spawn it is killed (and still waited for).
     pub fn wait(mut self, limit: Duration) -> Finished {
         let mut child = self.child.take().expect("waited twice");
