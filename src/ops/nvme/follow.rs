@@ -15,6 +15,10 @@
 //!   controller of the subsystem is `live` and the path's namespaces are native-multipath
 //!   paths (`nvmeXcYnZ`), so that no device anyone opened goes away.
 //!
+//! A path the first read at [`Follower::start`] lists for such a subsystem, with no
+//! controller, is connected on the first [`Follower::next`] ([`Trigger::Started`]): a port
+//! added before the follower started is no change any later read would show.
+//!
 //! ```no_run
 //! use std::time::{Duration, Instant};
 //! use lunkit::Root;
