@@ -80,9 +80,16 @@ pub(super) struct Walk {
 impl Walk {
     /// Lists the processes and starts the walk's other shares on helper threads (a detach
     /// starts them ahead); [`Walk::collect`] takes this thread's share and gathers the rest.
-    /// The host's mount namespace (pid 1's) and this process's are not read: every check
-    /// reads those two itself.
-    pub(super) fn start(root: &Root, proc_fd: &Arc<OwnedFd>, deadline: Instant) -> Result<Walk> {
+    /// `ahead`: the caller has other work before it collects (a detach locating its
+    /// volume), so this thread's share starts on a helper too, and collecting only takes
+    /// what is left of it. The host's mount namespace (pid 1's) and this process's are not
+    /// read: every check reads those two itself.
+    pub(super) fn start(
+        root: &Root,
+        proc_fd: &Arc<OwnedFd>,
+        deadline: Instant,
+        ahead: bool,
+    ) -> Result<Walk> {
         let seen = Arc::new(Mutex::new(SeenNamespaces::default()));
         for who in ["1", "self"] {
             if let Ok(i) = mnt_ns(proc_fd.as_fd(), who) {
@@ -111,7 +118,7 @@ impl Walk {
         // Each share takes the next processes as it goes, so one that drew kernel threads
         // (nothing to read) goes on to the costly processes with the rest, and a share
         // whose thread never ran leaves its processes to the others.
-        let others = (1..threads)
+        let others = (usize::from(!ahead)..threads)
             .map(|_| {
                 let ctx = Arc::clone(&ctx);
                 helper::start(

@@ -30,11 +30,40 @@ const GATHER_MAX: Duration = Duration::from_millis(250);
 /// to start a walk there waits for it a little (at most [`GATHER_MAX`]), so that checks
 /// that began together share one walk. Dropped once the check has asked, or when it will
 /// not ask after all.
-pub(crate) struct CheckIntent(#[allow(dead_code)] helper::Intent<Collected>);
+///
+/// A check may also ask before it knows its devices ([`CheckIntent::begin`]): the walk
+/// reads every process's block devices whichever they are, and is matched against the
+/// devices only once the check has them.
+pub(crate) struct CheckIntent(Stage);
+
+enum Stage {
+    /// Said, not asked yet.
+    Said(helper::Intent<Collected>),
+    /// Asked: the check's place among the walks, perhaps a walk of its own under way (or
+    /// why `<root>/proc` could not be opened, for the check to report).
+    Begun(Result<Walking>),
+}
 
 /// A [`CheckIntent`] for the processes under `root`'s `/proc`. Reads nothing.
 pub(crate) fn intend_check(root: &Root) -> CheckIntent {
-    CheckIntent(shared(&root.proc("")).intend())
+    CheckIntent(Stage::Said(shared(&root.proc("")).intend()))
+}
+
+impl CheckIntent {
+    /// Asks now, before the check has its devices, so that its walk runs while the caller
+    /// finds them (a detach locating its volume): the check then takes a walk that started
+    /// from here on, as [`Walking::start`] does at the check. The earlier the ask, the
+    /// longer a process that opens the device after the walk passed it goes unseen, so a
+    /// caller asks only once nothing it waits for comes between (a detach: once it holds
+    /// the volume's lock). An error opening `/proc` is the check's, reported by it.
+    pub(crate) fn begin(self, root: &Root, deadline: Instant) -> CheckIntent {
+        match self.0 {
+            Stage::Said(said) => {
+                CheckIntent(Stage::Begun(Walking::ask(root, deadline, Some(said), true)))
+            }
+            Stage::Begun(_) => self,
+        }
+    }
 }
 
 /// A check's place among the walks of its `/proc`, taken when the check starts.
@@ -57,6 +86,21 @@ impl Walking {
         deadline: Instant,
         intent: Option<CheckIntent>,
     ) -> Result<Walking> {
+        match intent.map(|i| i.0) {
+            Some(Stage::Begun(begun)) => begun,
+            Some(Stage::Said(said)) => Walking::ask(root, deadline, Some(said), false),
+            None => Walking::ask(root, deadline, None, false),
+        }
+    }
+
+    /// [`Walking::start`], by a check that said it would ask (`intent`) if any; `ahead`:
+    /// the caller has other work before the check (see [`Walk::start`]).
+    fn ask(
+        root: &Root,
+        deadline: Instant,
+        intent: Option<helper::Intent<Collected>>,
+        ahead: bool,
+    ) -> Result<Walking> {
         let proc_dir = root.proc("");
         let proc_fd = Arc::new(
             rustix::fs::open(
@@ -71,7 +115,7 @@ impl Walking {
         drop(intent);
         walks.gather(deadline.min(Instant::now() + GATHER_MAX));
         let lead = match walks.lead() {
-            Some(lead) => Some((lead, Walk::start(root, &proc_fd, deadline)?)),
+            Some(lead) => Some((lead, Walk::start(root, &proc_fd, deadline, ahead)?)),
             None => None,
         };
         Ok(Walking {
@@ -97,14 +141,15 @@ impl Walking {
         }
         let asked = Instant::now();
         let mut failed = None;
-        let own =
-            || match Walk::start(root, &self.proc_fd, deadline).and_then(|w| w.collect(deadline)) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    failed = Some(e);
-                    None
-                }
-            };
+        let own = || match Walk::start(root, &self.proc_fd, deadline, false)
+            .and_then(|w| w.collect(deadline))
+        {
+            Ok(c) => Some(c),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        };
         match self.ticket.take(self.walks, deadline, own) {
             helper::Taken::Shared(c) => Ok(c),
             helper::Taken::Failed => Err(failed.unwrap_or_else(|| Error::Internal {

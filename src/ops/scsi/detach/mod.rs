@@ -37,6 +37,9 @@ pub(in crate::ops) fn detach(
         waited_on: Vec::new(),
         failed_while_waiting: Vec::new(),
     };
+    // Said at once: detaches begun together share one walk over the processes in their
+    // first checks, which starts as soon as they hold their locks (below).
+    let mut first = Some(crate::block::intend_check(root));
     let identity = run.log.run(StepKind::Identify, &spec.to_string(), || {
         identify_named(root, spec, opts.lock_dir.as_deref(), deadline).map(|i| (i, Outcome::Done))
     })?;
@@ -49,8 +52,13 @@ pub(in crate::ops) fn detach(
     let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let mut busy_since: Option<Instant> = None;
     loop {
-        // Said before the look: detaches begun together share one walk in their checks.
-        let intent = crate::block::intend_check(root);
+        // The first round's walk runs while the volume is located: it reads every process's
+        // devices, whichever they are. A later round's starts at its check, as little
+        // before the deletes as it can.
+        let intent = match first.take() {
+            Some(i) => i.begin(root, deadline),
+            None => crate::block::intend_check(root),
+        };
         let state = locate::locate_until(root, &identity, deadline)?;
         if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
             // Not even forced: the map is another volume's as much as this one's.
