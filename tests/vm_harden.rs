@@ -432,8 +432,20 @@ fn inject(opts: u32, every_nth: u32) -> [Tunable; 2] {
 /// `lunkit scan hctl HCTL --timeout 10 --json`, killed if it overstays a long limit (the
 /// assertions decide what is on time).
 fn scan_with_10s_timeout(hctl: &str) -> Finished {
+    scan_with_timeout(hctl, 10)
+}
+
+/// [`scan_with_10s_timeout`] with a `--timeout` of `secs`.
+fn scan_with_timeout(hctl: &str, secs: u64) -> Finished {
     run_within(
-        &mut lunkit(&["scan", "hctl", hctl, "--timeout", "10", "--json"]),
+        &mut lunkit(&[
+            "scan",
+            "hctl",
+            hctl,
+            "--timeout",
+            &secs.to_string(),
+            "--json",
+        ]),
         Duration::from_secs(600),
     )
     .unwrap()
@@ -485,16 +497,20 @@ fn harden_fault_inquiry_times_out() {
     // Every command is swallowed (opts 0x4): the scan's INQUIRY times out and the kernel
     // gives up on the LUN.
     let _inj = inject(0x4, 1);
+    // The kernel's INQUIRY timeout (20 s by default) shortened to 6 s, still past lunkit's
+    // deadline of 3 s: the same race, in a third of the time. Restored on drop.
+    let _inq = Tunable::set(INQ_TIMEOUT, "6").unwrap();
+    let timeout = 3;
 
-    let f = scan_with_10s_timeout(&hctl);
+    let f = scan_with_timeout(&hctl, timeout);
     eprintln!("INQUIRY timeout: {}", f.describe());
     // The scan write to hostN/scan is synchronous in the kernel and cannot be interrupted:
-    // it returns after the kernel's INQUIRY timeout (scsi_mod.inq_timeout, 20 s by default).
+    // it returns after the kernel's INQUIRY timeout (scsi_mod.inq_timeout).
     // lunkit gives up on it at its own deadline (exit 5, naming the write), or, if the
     // kernel gave up first, reports the LUN missing (exit 3); the process itself cannot end
     // before the kernel returns from the write, and must add nothing beyond that.
     let inq: u64 = sysfs::attr(INQ_TIMEOUT).unwrap().parse().unwrap();
-    let limit = Duration::from_secs(10.max(inq + 1)) + MARGIN;
+    let limit = Duration::from_secs(timeout.max(inq + 1)) + MARGIN;
     assert_typed_ending(&f, limit);
     match f.code() {
         Some(5) => assert!(f.stderr.contains("/scan"), "{}", f.describe()),
