@@ -78,12 +78,10 @@ pub(super) struct Walk {
 }
 
 impl Walk {
-    /// Lists the processes and starts the walk's other shares on helper threads (a detach
-    /// starts them ahead); [`Walk::collect`] takes this thread's share and gathers the rest.
-    /// `ahead`: the caller has other work before it collects (a detach locating its
-    /// volume), so this thread's share starts on a helper too, and collecting only takes
-    /// what is left of it. The host's mount namespace (pid 1's) and this process's are not
-    /// read: every check reads those two itself.
+    /// Lists the processes and starts the walk's other shares on helper threads;
+    /// [`Walk::collect`] takes this thread's share and gathers the rest. `ahead`: the caller
+    /// works on before it collects (a detach locating its volume), so that share starts on
+    /// a helper too. Pid 1's mount namespace and this process's are left to each check.
     pub(super) fn start(
         root: &Root,
         proc_fd: &Arc<OwnedFd>,

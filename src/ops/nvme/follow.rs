@@ -34,7 +34,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,10 +45,14 @@ use crate::nvme::discovery::{
     DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover_via, tls_refusal,
 };
 use crate::nvme::fabrics::{ConnectOptions, Host};
-use crate::nvme::sysfs::{self as sysnvme, CtrlState, NvmeController};
+use crate::nvme::sysfs as sysnvme;
 use crate::ops::lock::{self, VolumeLock};
 use crate::root::Root;
-use crate::uevent::{Action, Monitor, Received, Uevent};
+use crate::uevent::{Monitor, Received};
+
+mod decide;
+
+pub use decide::{diff, keep_reason, removes, requeue, trigger};
 
 /// The `NVME_AEN` value of a Discovery Log Page change notice (event type 2, notice; info
 /// 0xf0, discovery log change; log page 0x70), as the kernel prints it.
@@ -520,115 +523,6 @@ impl Follower {
             .iter()
             .any(|c| c.hostnqn.as_deref() == Some(self.host.nqn.as_str())))
     }
-}
-
-/// Makes a read after `known` see each path of `paths` whose connect or delete failed as new
-/// (or as gone) again: a failed connect's entry is forgotten, a failed delete's remembered.
-/// Paths refused for TLS stay as they are: trying again changes nothing. Whether any path is
-/// to be tried again.
-pub fn requeue(known: &mut Vec<Entry>, paths: &[PathChange]) -> bool {
-    let failed: Vec<&Entry> = paths
-        .iter()
-        .filter(|p| matches!(p.action, PathAction::Failed(_)))
-        .map(|p| &p.entry)
-        .filter(|e| tls_refusal(e).is_none())
-        .collect();
-    if failed.is_empty() {
-        return false;
-    }
-    let key = |e: &Entry| (e.subsystem.clone(), e.address.clone(), e.service_id.clone());
-    let failed_keys: HashSet<_> = failed.iter().map(|e| key(e)).collect();
-    let listed: HashSet<_> = known.iter().map(key).collect();
-    known.retain(|e| !failed_keys.contains(&key(e)));
-    known.extend(
-        failed
-            .into_iter()
-            .filter(|e| !listed.contains(&key(e)))
-            .cloned(),
-    );
-    true
-}
-
-/// Whether `ev` is the removal of controller `controller`.
-pub fn removes(ev: &Uevent, controller: &str) -> bool {
-    ev.action == Action::Remove
-        && ev.subsystem.as_deref() == Some("nvme")
-        && ev.devpath.rsplit('/').next() == Some(controller)
-}
-
-/// Whether `ev` says the log of discovery controller `controller` changed.
-pub fn trigger(ev: &Uevent, controller: &str) -> Option<Trigger> {
-    let name = ev.devpath.rsplit('/').next()?;
-    if name != controller || ev.subsystem.as_deref() != Some("nvme") {
-        return None;
-    }
-    if ev.get("NVME_AEN") == Some(AEN_DISCOVERY_CHANGE) {
-        Some(Trigger::Changed)
-    } else if ev.get("NVME_EVENT") == Some("rediscover") {
-        Some(Trigger::Rediscover)
-    } else {
-        None
-    }
-}
-
-/// The NVM subsystem entries of `now` not in `before`, and those of `before` not in `now`,
-/// each path (subsystem, transport, address, port) once.
-pub fn diff(before: &[Entry], now: &[Entry]) -> (Vec<Entry>, Vec<Entry>) {
-    let key = |e: &Entry| {
-        (
-            e.subsystem.clone(),
-            e.transport,
-            e.address.clone(),
-            e.service_id.clone(),
-        )
-    };
-    let old: HashSet<_> = before.iter().map(key).collect();
-    let new: HashSet<_> = now.iter().map(key).collect();
-    let nvm = |e: &&Entry| e.subtype == Subtype::Nvm;
-    let added = now
-        .iter()
-        .filter(nvm)
-        .filter(|e| !old.contains(&key(e)))
-        .cloned()
-        .collect();
-    let removed = before
-        .iter()
-        .filter(nvm)
-        .filter(|e| !new.contains(&key(e)))
-        .cloned()
-        .collect();
-    (added, removed)
-}
-
-/// Why controller `c`, whose path the log no longer lists, must stay; `None` when deleting
-/// it takes no device anyone could have opened and leaves the subsystem reachable.
-pub fn keep_reason(c: &NvmeController, subsystem: &[NvmeController]) -> Option<String> {
-    if let Some(own) = c.namespaces.iter().find(|n| !is_path(n)) {
-        return Some(format!(
-            "{own} is a namespace device of its own (no native multipath): deleting {} would \
-             take it away",
-            c.name
-        ));
-    }
-    let live_other = subsystem
-        .iter()
-        .any(|s| s.name != c.name && s.parsed_state == Some(CtrlState::Live));
-    if !live_other {
-        return Some(format!(
-            "{} is the subsystem's only path, or its other paths are not live",
-            c.name
-        ));
-    }
-    None
-}
-
-/// Whether namespace name `n` is a native-multipath path (`nvme0c1n2`), not a device.
-fn is_path(n: &str) -> bool {
-    n.strip_prefix("nvme")
-        .and_then(|r| r.split_once('c'))
-        .is_some_and(|(a, b)| {
-            !a.is_empty() && a.bytes().all(|c| c.is_ascii_digit()) && b.contains('n')
-        })
 }
 
 #[cfg(test)]

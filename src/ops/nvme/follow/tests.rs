@@ -1,5 +1,8 @@
 use super::*;
 use crate::nvme::discovery::{AddressFamily, Subtype, TransportType};
+use crate::nvme::sysfs::{CtrlState, NvmeController};
+use crate::uevent::Uevent;
+use decide::is_path;
 
 fn entry(subsystem: &str, address: &str, port: u16, subtype: Subtype) -> Entry {
     Entry {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::identify::identify_named;
-use super::locate;
+use super::locate::{self, VolumeState};
 use crate::error::{Error, Result};
 use crate::ops::lock;
 use crate::ops::options::DetachOptions;
@@ -60,26 +60,7 @@ pub(in crate::ops) fn detach(
             None => crate::block::intend_check(root),
         };
         let state = locate::locate_until(root, &identity, deadline)?;
-        if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
-            // Not even forced: the map is another volume's as much as this one's.
-            run.log.record(
-                StepKind::CheckInUse,
-                &state.describe(),
-                Outcome::Failed(e.to_string()),
-                Duration::ZERO,
-            );
-            return Err(e);
-        }
-        if state.is_empty() && rounds == 0 && identity.wwid.is_none() && spec.is_address() {
-            // Nothing at the address, and no WWID to look further with: a map whose paths
-            // are all gone may be this volume's, and "nothing left" would leave it behind.
-            if let Err(e) = refuse_orphans(root, spec) {
-                let failed = Outcome::Failed(e.to_string());
-                run.log
-                    .record(StepKind::Verify, &spec.to_string(), failed, Duration::ZERO);
-                return Err(e);
-            }
-        }
+        run.refuse_others(&state, spec, rounds == 0 && identity.wwid.is_none())?;
         if state.is_empty() {
             let what = if rounds == 0 {
                 "nothing of the volume is on the node".to_owned()
@@ -124,6 +105,35 @@ pub(in crate::ops) fn detach(
             });
         }
         backoff.sleep(deadline);
+    }
+}
+
+impl Run<'_> {
+    /// Refuses a map of `state` that is another volume's too, and, on a first look with no
+    /// WWID (`blind`), a map whose paths are all gone at the address `spec` names.
+    fn refuse_others(&mut self, state: &VolumeState, spec: &VolumeSpec, blind: bool) -> Result<()> {
+        if let Err(e) = state.refuse_foreign_maps(&spec.to_string()) {
+            // Not even forced: the map is another volume's as much as this one's.
+            let failed = Outcome::Failed(e.to_string());
+            self.log.record(
+                StepKind::CheckInUse,
+                &state.describe(),
+                failed,
+                Duration::ZERO,
+            );
+            return Err(e);
+        }
+        if state.is_empty() && blind && spec.is_address() {
+            // Nothing at the address, and no WWID to look further with: a map whose paths
+            // are all gone may be this volume's, and "nothing left" would leave it behind.
+            if let Err(e) = refuse_orphans(self.root, spec) {
+                let failed = Outcome::Failed(e.to_string());
+                self.log
+                    .record(StepKind::Verify, &spec.to_string(), failed, Duration::ZERO);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 }
 
