@@ -217,6 +217,22 @@ fn paths_of(nqn: &str) -> Vec<(String, String)> {
     v
 }
 
+/// That `change` connected one new path, and subsystem [`A`] has both, live.
+fn assert_second_path_connected(change: &lunkit::ops::nvme::follow::Change) {
+    use lunkit::ops::nvme::follow::PathAction;
+    assert!(
+        matches!(&change.paths[..], [p] if matches!(p.action, PathAction::Connected { existing: false, .. })),
+        "{change:?}"
+    );
+    assert_eq!(
+        paths_of(A),
+        [
+            ("127.0.0.1".into(), "live".into()),
+            ("127.0.0.2".into(), "live".into())
+        ]
+    );
+}
+
 /// Persistent discovery (issue 35, item 3): a follower keeps a discovery controller on the
 /// first port; the target then offers a second path (a port, and a referral to it on the
 /// first port, as nvmet lists only a port's own subsystems) and takes it back. The node
@@ -306,17 +322,7 @@ fn a_persistent_discovery_follower_connects_a_new_path_and_drops_a_gone_one() {
     a.add_referral(44, "nudge", "127.0.0.2", "4420").unwrap();
     let change = next();
     assert_eq!(change.trigger, Trigger::Retry, "{change:?}");
-    assert!(
-        matches!(&change.paths[..], [p] if matches!(p.action, PathAction::Connected { existing: false, .. })),
-        "{change:?}"
-    );
-    assert_eq!(
-        paths_of(A),
-        [
-            ("127.0.0.1".into(), "live".into()),
-            ("127.0.0.2".into(), "live".into())
-        ]
-    );
+    assert_second_path_connected(&change);
 
     a.remove_referral(44, "nudge").unwrap();
     a.remove_referral(44, "to-45").unwrap();
@@ -359,17 +365,7 @@ fn a_persistent_discovery_follower_connects_a_new_path_and_drops_a_gone_one() {
         .expect("a change at once, with no event");
     eprintln!("second follower: {change:#?}");
     assert_eq!(change.trigger, Trigger::Started, "{change:?}");
-    assert!(
-        matches!(&change.paths[..], [p] if matches!(p.action, PathAction::Connected { existing: false, .. })),
-        "{change:?}"
-    );
-    assert_eq!(
-        paths_of(A),
-        [
-            ("127.0.0.1".into(), "live".into()),
-            ("127.0.0.2".into(), "live".into())
-        ]
-    );
+    assert_second_path_connected(&change);
     follower
         .stop()
         .expect("the second follower's controller deleted");
