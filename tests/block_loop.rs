@@ -347,9 +347,29 @@ fn a_claim_keeps_mounts_off_until_dropped() {
 #[test]
 fn a_device_mapped_after_its_descriptor_closed_is_in_use() {
     require_root!();
+    mapped_and_closed("mapped", None);
+}
+
+/// The same, mapped below `0x10000000`, where `maps` pads the address with zeros that the
+/// mapping's `map_files/` name has not (a non-PIE executable's place, and a 32-bit
+/// process's every mapping). The check used to take that mapping for one gone under it.
+#[test]
+fn a_device_mapped_at_a_low_address_is_in_use() {
+    require_root!();
+    mapped_and_closed("mapped-low", Some(0x10_0000));
+}
+
+/// A Python process maps loop device `tag` shared and writable (at `at`, if given), closes
+/// its descriptor, and is found as the device's user until it exits.
+fn mapped_and_closed(tag: &str, at: Option<u64>) {
     let root = Root::default();
-    let lo = Loop::new("mapped", 8 << 20);
+    let lo = Loop::new(tag, 8 << 20);
     let node = lo.node();
+    // MAP_SHARED, or MAP_SHARED | MAP_FIXED_NOREPLACE at a given address.
+    let (addr, flags) = match at {
+        Some(a) => (a.to_string(), 0x10_0001),
+        None => ("None".to_owned(), 1),
+    };
     let script = format!(
         "import ctypes, os, time\n\
          libc = ctypes.CDLL(None, use_errno=True)\n\
@@ -357,8 +377,10 @@ fn a_device_mapped_after_its_descriptor_closed_is_in_use() {
          libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, \
          ctypes.c_int, ctypes.c_long]\n\
          fd = os.open({:?}, os.O_RDWR)\n\
-         # PROT_READ | PROT_WRITE, MAP_SHARED; Python's own mmap would keep a dup of fd.\n\
-         assert libc.mmap(None, 4096, 3, 1, fd, 0) != ctypes.c_void_p(-1).value\n\
+         # PROT_READ | PROT_WRITE; Python's own mmap would keep a dup of fd.\n\
+         want = {addr}\n\
+         got = libc.mmap(want, 4096, 3, {flags}, fd, 0)\n\
+         assert got != ctypes.c_void_p(-1).value and want in (None, got), got\n\
          os.close(fd)\n\
          print('ready', flush=True)\n\
          time.sleep(60)\n",

@@ -17,8 +17,10 @@ use crate::id::DevNum;
 /// One line of `/proc/PID/maps` that maps a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct MapsLine<'a> {
-    /// `START-END` in hex, the name of its `map_files/` entry.
-    pub(super) range: &'a str,
+    /// Where it starts and ends, in hex without the leading zeros `maps` pads them with
+    /// ([`MapsLine::name`]).
+    pub(super) start: &'a str,
+    pub(super) end: &'a str,
     /// Shared and writable (`rw-s`): writes through it reach the device.
     pub(super) writable_shared: bool,
     /// The device of the filesystem holding the mapped file (`major:minor`, hex in the
@@ -41,7 +43,8 @@ pub(super) fn parse_line(line: &str) -> Option<MapsLine<'_>> {
         return None;
     }
     Some(MapsLine {
-        range,
+        start: unpadded(start),
+        end: unpadded(end),
         writable_shared: perms[1] == b'w' && perms[3] == b's',
         file: (
             u32::from_str_radix(major, 16).ok()?,
@@ -49,6 +52,27 @@ pub(super) fn parse_line(line: &str) -> Option<MapsLine<'_>> {
             inode,
         ),
     })
+}
+
+impl MapsLine<'_> {
+    /// The name of its `map_files/` entry: `START-END` as the kernel prints it there
+    /// (`%lx-%lx`), without `maps`' padding to eight digits. `map_files/` refuses a name with
+    /// a leading zero (`ENOENT`), so a mapping below `0x10000000` (a non-PIE executable such
+    /// as a Go program or Debian's `python3`, or any mapping of a 32-bit process) would look
+    /// gone under its `maps` name.
+    pub(super) fn name(&self) -> String {
+        format!("{}-{}", self.start, self.end)
+    }
+}
+
+/// `hex` without its leading zeros, `0` for zero.
+fn unpadded(hex: &str) -> &str {
+    let digits = hex.trim_start_matches('0');
+    if digits.is_empty() {
+        &hex[hex.len() - 1..]
+    } else {
+        digits
+    }
 }
 
 /// A block device a process has mapped.
@@ -217,7 +241,8 @@ fn look_at(
     pid: u32,
     line: &MapsLine<'_>,
 ) -> Result<Option<Option<DevNum>>, Errno> {
-    let link = CString::new(format!("{pid}/map_files/{}", line.range)).map_err(|_| Errno::INVAL)?;
+    let link =
+        CString::new(format!("{pid}/map_files/{}", line.name())).map_err(|_| Errno::INVAL)?;
     match super::processes::open_block_device(proc_fd, &link) {
         Ok(dev) => Ok(Some(dev)),
         Err(Errno::NOENT) => match rustix::fs::readlinkat(proc_fd, link.as_c_str(), Vec::new()) {
@@ -296,13 +321,20 @@ mod tests {
     #[test]
     fn reads_file_mappings_and_passes_over_the_rest() {
         let l = parse_line("7f1c2a000000-7f1c2a001000 rw-s 00000000 00:05 412   /dev/sdc").unwrap();
-        assert_eq!(l.range, "7f1c2a000000-7f1c2a001000");
+        assert_eq!(l.name(), "7f1c2a000000-7f1c2a001000");
         assert!(l.writable_shared);
         assert_eq!(l.file, (0, 5, 412));
         let l = parse_line("55d0c8a00000-55d0c8a28000 r--p 00000000 fe:01 1319 /usr/bin/sleep")
             .unwrap();
         assert!(!l.writable_shared);
         assert_eq!(l.file, (0xfe, 1, 1319));
+        // `maps` pads an address to eight digits, `map_files/` names it without: a
+        // non-PIE executable at 0x400000, and a mapping at zero.
+        let l =
+            parse_line("00400000-0041f000 r--p 00000000 00:15 495415 /usr/bin/python3.11").unwrap();
+        assert_eq!(l.name(), "400000-41f000");
+        let l = parse_line("00000000-00001000 r--s 00000000 00:05 7 /dev/sde").unwrap();
+        assert_eq!(l.name(), "0-1000");
         // A private writable mapping writes nothing back.
         assert!(
             !parse_line("1000-2000 rw-p 00000000 00:05 9 /dev/sdd")
