@@ -231,11 +231,12 @@ impl FileKinds {
 /// What the file mapped at `range` in `pid` is (`Some(None)`: not a block device), or
 /// `None` when that range is gone.
 ///
-/// `statx` through `map_files/` asks the file's filesystem, and a 9p root answers `ENOENT`
-/// for some files mapped from it (a process's own executable, seen in the lab's guest)
-/// while the mapping is there: then the file is looked at by the path the link names, and
-/// counts only if that path is the same file (device and inode as `maps` has them).
-/// Otherwise the process is a gap (`ESTALE`), never gone.
+/// `statx` through `map_files/` asks the file's filesystem. Should it answer `ENOENT` for a
+/// file while the mapping is there (a network filesystem for a file deleted on its server,
+/// say), the file is looked at by the path the link names, and counts only if that path is
+/// the same file (device and inode as `maps` has them). Otherwise the process is a gap
+/// (`ESTALE`), never gone. (The `ENOENT` first seen here, for the lab's non-PIE `python3`,
+/// was the padded name [`MapsLine::name`] now leaves out.)
 fn look_at(
     proc_fd: BorrowedFd<'_>,
     pid: u32,
