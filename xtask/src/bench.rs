@@ -15,6 +15,7 @@ mod proc;
 mod report;
 mod resident;
 mod sys;
+mod users;
 
 use std::fs;
 use std::path::Path;

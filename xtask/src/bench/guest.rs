@@ -34,6 +34,7 @@ use super::model::{Measurement, Recorder, Run, State, round_order};
 use super::multipathd;
 use super::proc::{self, subcommand_available};
 use super::sys;
+use super::users;
 use super::{ATONCE_VOLUMES, GROUPS, LISTING_HOSTS, LISTING_LUNS};
 use crate::Result;
 
@@ -1631,6 +1632,8 @@ enum Teardown {
     /// `lunkit detach` in the row's `lunkit batch` process.
     Resident,
     Floor,
+    /// The floor after a plain reading of who uses the volume ([`users`]).
+    PlainChecked,
     Shell,
 }
 
@@ -1670,6 +1673,33 @@ fn teardown_once(
                 sys::dm_remove(&v.map.name)?;
                 flush_and_delete_side_by_side(&v.map.paths)?;
                 run.wall_us = t0.elapsed().as_micros() as u64;
+            }
+            Teardown::PlainChecked => {
+                let mut devices = vec![v.map.dm.clone()];
+                devices.extend(v.map.paths.iter().cloned());
+                let t0 = Instant::now();
+                let found = users::users(&devices)?;
+                run.check_us = Some(t0.elapsed().as_micros() as u64);
+                if !found.users.is_empty() {
+                    return Err(format!(
+                        "the plain reading found {} in use: {}",
+                        v.map.name,
+                        found.users.join("; ")
+                    )
+                    .into());
+                }
+                sys::flush_buffers(&format!("/dev/{}", v.map.dm))?;
+                sys::dm_remove(&v.map.name)?;
+                flush_and_delete_side_by_side(&v.map.paths)?;
+                run.wall_us = t0.elapsed().as_micros() as u64;
+                say(&format!(
+                    "  plain reading: {} processes read, {} distinct mapped files looked at, \
+                     {} of {} in the reading",
+                    found.processes,
+                    found.files,
+                    ms(run.check_us.unwrap_or(0)),
+                    ms(run.wall_us)
+                ));
             }
             Teardown::Shell => {
                 let t0 = Instant::now();
@@ -1776,7 +1806,20 @@ fn teardown_methods(
          each path at once `BLKFLSBUF` and `1` written to its device/delete, which returns when \
          the kernel has removed the disk and its node. No spawn, no lookup, no check.",
     );
-    let mut list = vec![(Teardown::Floor, floor)];
+    let checked = Measurement::new(
+        row,
+        "plain-checked",
+        "kernel floor after a plain in-use reading",
+        "the kernel floor, after what a detach that refuses a volume in use has to read, read \
+         the plain way from the benchmark process with std alone: every process's \
+         descriptors (each followed to its file), its `maps` (each distinct mapped file \
+         looked at through `map_files/`) and each mount namespace's mount table once, the \
+         processes shared out over as many threads as the guest has CPUs. The kernel counts \
+         the openers of a map, but of no SCSI disk: this reading is how a path's are known. \
+         Not a floor of the reading itself, which lunkit's walk does faster; \"its in-use \
+         check\" is the reading.",
+    );
+    let mut list = vec![(Teardown::Floor, floor), (Teardown::PlainChecked, checked)];
     if shell_too {
         list.push((Teardown::Shell, shell));
     }

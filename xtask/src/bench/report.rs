@@ -474,17 +474,13 @@ fn table(all: &[Measurement]) -> String {
                         m.rss().map_or_else(|| "–".to_owned(), |s| mib(s.max)),
                     );
                     if let Some(l) = m.lib() {
-                        let floor = median(all, &format!("{}.floor", m.row));
                         let _ = writeln!(
                             out,
                             "| {title} | ↳ {} library time (`elapsed_us`, no exec) | {} | {} | {} | | | | | |",
                             m.label,
                             time(l.median),
                             range(&l),
-                            floor.map_or_else(
-                                || "–".to_owned(),
-                                |f| format!("{:.2}× floor", l.median / f)
-                            ),
+                            floors_ratio(all, &m.row, l.median),
                         );
                     }
                     // The parts of the library time the command reports on its own.
@@ -503,16 +499,21 @@ fn table(all: &[Measurement]) -> String {
                             m.outside_steps(),
                         ),
                     ];
+                    // A floor's parts are shares of its whole time: it has no library time.
+                    let (whole, of) = match m.lib() {
+                        Some(l) => (l, "library time"),
+                        None => (w, "its time"),
+                    };
                     for (what, part) in parts {
-                        let (Some(p), Some(l)) = (part, m.lib()) else {
+                        let Some(p) = part else {
                             continue;
                         };
                         let _ = writeln!(
                             out,
-                            "| {title} | ↳ {what} | {} | {} | {:.0}% of library time | | | | | |",
+                            "| {title} | ↳ {what} | {} | {} | {:.0}% of {of} | | | | | |",
                             time(p.median),
                             range(&p),
-                            100.0 * p.median / l.median,
+                            100.0 * p.median / whole.median,
                         );
                     }
                 }
@@ -528,6 +529,23 @@ fn table(all: &[Measurement]) -> String {
         }
     }
     out
+}
+
+/// A library time's ratio to its row's kernel floor and, where the row has one, to the floor
+/// after a plain in-use reading (`plain-checked`): "x× floor, y× plain-checked floor".
+fn floors_ratio(all: &[Measurement], row: &str, lib: f64) -> String {
+    let parts: Vec<String> = [("floor", "floor"), ("plain-checked", "plain-checked floor")]
+        .iter()
+        .filter_map(|(method, name)| {
+            let f = median(all, &format!("{row}.{method}"))?;
+            Some(format!("{:.2}× {name}", lib / f))
+        })
+        .collect();
+    if parts.is_empty() {
+        "–".to_owned()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// Keeps a table cell on one line and short.
@@ -1283,6 +1301,52 @@ mod tests {
             "{}",
             second.detail
         );
+    }
+
+    #[test]
+    fn a_plain_checked_floor_gives_a_second_ratio_and_its_reading_share() {
+        let mut checked = m("busy-teardown.plain-checked", &[150_000; 3], None, 19);
+        for r in &mut checked.runs {
+            r.check_us = Some(60_000);
+        }
+        let all = vec![
+            m("busy-teardown.lunkit", &[260_000; 3], Some(200_000), 19),
+            m("busy-teardown.floor", &[100_000; 3], None, 19),
+            checked,
+            m("teardown.lunkit", &[260_000; 3], Some(200_000), 19),
+            m("teardown.floor", &[100_000; 3], None, 19),
+        ];
+        let md = markdown(&all, &Meta::default());
+        let row = |text: &str| md.lines().filter(|l| l.contains(text)).collect::<Vec<_>>();
+        let lib = row("↳ lunkit library time");
+        assert_eq!(lib.len(), 2, "{md}");
+        // The busy row has both floors; the quiet row, without a plain-checked one, only one.
+        let busy = |l: &&str| l.contains("Busy node");
+        assert!(
+            lib.iter()
+                .any(|l| busy(l) && l.contains("| 2.00× floor, 1.33× plain-checked floor |")),
+            "{md}"
+        );
+        assert!(
+            lib.iter()
+                .any(|l| !busy(l) && l.contains("| 2.00× floor |")),
+            "{md}"
+        );
+        // The plain reading is a share of its method's own time, having no library time.
+        assert!(
+            md.contains(
+                "| ↳ its in-use check (`check-in-use` steps) | 60.0 ms | 60.0 ms – 60.0 ms | \
+                 40% of its time |"
+            ),
+            "{md}"
+        );
+        // The targets stay against the floor that checks nothing.
+        let t = targets(&all);
+        let busy = t
+            .iter()
+            .find(|t| t.id == "busy-teardown-floor-library")
+            .unwrap();
+        assert_eq!(busy.verdict, Verdict::Missed);
     }
 
     #[test]
