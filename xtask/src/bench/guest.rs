@@ -1915,13 +1915,21 @@ fn start_resident(ctx: &Ctx) -> Result<Option<Resident>> {
 /// check's walk over `/proc/*/fd` has 20,000 more descriptors to look at. The busy node
 /// ([`busy_phase`]) has [`BUSY_PROCESSES`] sleeping ones instead, holding one file each.
 /// One `python3` forks them (200 spawns would take minutes under TCG); each dies with it
-/// (`PR_SET_PDEATHSIG`).
+/// (`PR_SET_PDEATHSIG`). It is Debian's ([`CROWD_PYTHON`]), whichever `python3` the host puts
+/// first on PATH.
 struct Crowd {
     parent: std::process::Child,
     dir: PathBuf,
 }
 
 const CROWD_PROCESSES: usize = 200;
+
+/// The crowd's interpreter: Debian's, the lab's package, not a build on the host's PATH
+/// (pyenv's, say). Its executable is not position-independent, as a Kubernetes node's Go
+/// programs (kubelet, containerd and its shims) are not, so every crowd process maps it
+/// below `0x10000000`, where the in-use walk once missed mappings (5f25b21); a pyenv build
+/// is a PIE, mapped high. One crowd on every host keeps the busy rows comparable.
+const CROWD_PYTHON: &str = "/usr/bin/python3";
 
 const CROWD_PY: &str = r#"
 import ctypes, os, signal, socket, sys
@@ -1966,14 +1974,14 @@ impl Crowd {
         let dir = PathBuf::from("/tmp/lunkit-bench-crowd");
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
-        let mut parent = Command::new("python3")
+        let mut parent = Command::new(CROWD_PYTHON)
             .args(["-c", CROWD_PY])
             .arg(&dir)
             .arg(processes.to_string())
             .arg(if hold { "hold" } else { "sleep" })
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .map_err(|e| format!("python3 for the crowd: {e}"))?;
+            .map_err(|e| format!("{CROWD_PYTHON} for the crowd: {e}"))?;
         let stdout = parent.stdout.take();
         // Owned from here: any return below kills it and its children.
         let crowd = Crowd { parent, dir };
