@@ -1,7 +1,8 @@
 //! The system calls the benchmark needs that std does not offer, declared by hand (xtask has
 //! no dependencies, and the floors must not go through lunkit's own code): a kernel-uevent
 //! netlink socket for the independent listener, `wait4` for a child's peak RSS, the
-//! `BLKFLSBUF` and `DM_DEV_REMOVE` ioctls for the teardown floor, and a non-blocking connect to
+//! `BLKFLSBUF` and `DM_DEV_REMOVE` ioctls for the teardown floor, `mmap` for holding a file
+//! mapped, and a non-blocking connect to
 //! multipathd's abstract socket for the resize floor. 64-bit Linux only, like the lab.
 // xtask's one module with `unsafe` (Cargo.toml denies `unsafe_code` elsewhere).
 #![allow(unsafe_code)]
@@ -112,6 +113,7 @@ unsafe extern "C" {
         fd: c_int,
         offset: i64,
     ) -> *mut c_void;
+    fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn setrlimit(resource: c_int, rlim: *const Rlimit) -> c_int;
 }
 
@@ -333,6 +335,37 @@ pub fn dm_remove(name: &str) -> io::Result<()> {
 const PROT_READ: c_int = 1;
 const MAP_SHARED: c_int = 1;
 const MAP_FAILED: *mut c_void = !0 as *mut c_void;
+
+/// A one-byte read-only shared mapping of a file ([`map_one_byte`]), unmapped when dropped.
+pub struct Mapping(*mut c_void);
+
+/// Maps the first byte of `file` read-only, until the [`Mapping`] is dropped: the file stays
+/// in use by this process after its descriptor closes, as a mapping keeps it.
+pub fn map_one_byte(file: &std::fs::File) -> io::Result<Mapping> {
+    // SAFETY: a fresh read-only shared mapping of one byte at an address the kernel picks;
+    // nothing in this process reads or writes it, and only `Mapping`'s drop unmaps it.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            1,
+            PROT_READ,
+            MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Mapping(p))
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is the one-byte mapping `map_one_byte` made, unmapped only here.
+        unsafe { munmap(self.0, 1) };
+    }
+}
 
 /// Maps the first byte of `file` read-only and never unmaps it: the mapping keeps the file
 /// (and so 9p's cache of it) alive without an open descriptor, which every process's

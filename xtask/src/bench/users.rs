@@ -15,7 +15,8 @@ use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::Result;
 
@@ -27,6 +28,37 @@ pub struct Found {
     pub processes: usize,
     /// Distinct mapped files looked at.
     pub files: usize,
+    /// Thread time in each kind of work, summed over the threads: following every
+    /// descriptor, reading every `maps`, looking at each distinct mapped file.
+    pub descriptors: Duration,
+    pub maps: Duration,
+    pub looks: Duration,
+}
+
+/// Checks that [`users`] sees what it must, on the volume's map (`devices[0]`): a descriptor
+/// this process holds on it, and then a mapping of it whose descriptor is closed. Each
+/// reading must name this process and nothing else: a reading that missed a user would be
+/// a cheap reading of nothing.
+pub fn self_check(devices: &[String]) -> Result<()> {
+    let me = std::process::id();
+    let map = fs::File::open(format!("/dev/{}", devices[0]))?;
+    let held = users(devices)?;
+    let mapping = super::sys::map_one_byte(&map)?;
+    drop(map);
+    let mapped = users(devices)?;
+    drop(mapping);
+    for (what, found) in [("descriptor", held), ("mapping", mapped)] {
+        let ours = format!("{me}: {what} ");
+        if found.users.len() != 1 || !found.users[0].starts_with(&ours) {
+            return Err(format!(
+                "the plain reading of /dev/{} with a {what} held by this process ({me}) found \
+                 {:?}",
+                devices[0], found.users
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// The programs whose descriptor on a path is no use of it, as lunkit's check has them
@@ -71,6 +103,7 @@ pub fn users(devices: &[String]) -> Result<Found> {
         files: Mutex::new(HashSet::new()),
         namespaces: Mutex::new(HashSet::new()),
         found: Mutex::new(Found::default()),
+        spent: Default::default(),
     };
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     std::thread::scope(|s| {
@@ -88,6 +121,10 @@ pub fn users(devices: &[String]) -> Result<Found> {
         .into_inner()
         .map_err(|_| "a reader panicked")?
         .len();
+    let [descriptors, maps, looks] = shared
+        .spent
+        .map(|ns| Duration::from_nanos(ns.load(Ordering::Relaxed)));
+    (found.descriptors, found.maps, found.looks) = (descriptors, maps, looks);
     Ok(found)
 }
 
@@ -101,9 +138,21 @@ struct Shared {
     /// Mount namespaces read already (`ns/mnt` inodes).
     namespaces: Mutex<HashSet<u64>>,
     found: Mutex<Found>,
+    /// Nanoseconds of thread time per kind of work: descriptors, `maps` reads, looks.
+    spent: [AtomicU64; 3],
 }
 
+/// Where [`Shared::spent`] counts.
+const DESCRIPTORS: usize = 0;
+const MAPS: usize = 1;
+const LOOKS: usize = 2;
+
 impl Shared {
+    fn spend(&self, kind: usize, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.spent[kind].fetch_add(ns, Ordering::Relaxed);
+    }
+
     fn say(&self, pid: u32, what: String) {
         if let Ok(mut f) = self.found.lock() {
             f.users.push(format!("{pid}: {what}"));
@@ -129,6 +178,7 @@ impl Shared {
         if let Ok(mut f) = self.found.lock() {
             f.processes += 1;
         }
+        let t = Instant::now();
         if let Ok(fds) = fs::read_dir(format!("{dir}/fd")) {
             for fd in fds.flatten() {
                 let Ok(m) = fs::metadata(fd.path()) else {
@@ -139,7 +189,11 @@ impl Shared {
                 }
             }
         }
-        if let Ok(maps) = fs::read_to_string(format!("{dir}/maps")) {
+        self.spend(DESCRIPTORS, t);
+        let t = Instant::now();
+        let maps = fs::read_to_string(format!("{dir}/maps"));
+        self.spend(MAPS, t);
+        if let Ok(maps) = maps {
             for line in maps.lines() {
                 self.mapping(pid, &dir, line);
             }
@@ -185,7 +239,10 @@ impl Shared {
             return;
         }
         let link = format!("{dir}/map_files/{start:x}-{end:x}");
-        if fs::metadata(link).is_ok_and(|m| self.is_ours(&m)) {
+        let t = Instant::now();
+        let looked = fs::metadata(link);
+        self.spend(LOOKS, t);
+        if looked.is_ok_and(|m| self.is_ours(&m)) {
             self.say(pid, format!("mapping {range}"));
         }
     }
