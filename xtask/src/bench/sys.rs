@@ -371,20 +371,7 @@ impl Drop for Mapping {
 /// (and so 9p's cache of it) alive without an open descriptor, which every process's
 /// `/proc/PID/fd` would show to lunkit's in-use check.
 pub fn pin_mapped(file: &std::fs::File) -> io::Result<()> {
-    // SAFETY: a fresh read-only shared mapping of one byte at an address the kernel picks;
-    // nothing in this process reads or writes it, and it is intentionally leaked.
-    let p = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            1,
-            PROT_READ,
-            MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if p == MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    // Intentionally leaked: never unmapped.
+    std::mem::forget(map_one_byte(file)?);
     Ok(())
 }
