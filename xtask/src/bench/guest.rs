@@ -1646,9 +1646,12 @@ fn teardown_once(
     self_check: bool,
 ) -> Result<Run> {
     let v = attach_volume(sessions, lun)?;
+    // The map first, then its paths, as the plain reading takes them.
+    let devices: Vec<String> = std::iter::once(&v.map.dm)
+        .chain(&v.map.paths)
+        .cloned()
+        .collect();
     if self_check {
-        let mut devices = vec![v.map.dm.clone()];
-        devices.extend(v.map.paths.iter().cloned());
         users::self_check(&devices)?;
         say("  the plain reading found this process's descriptor and mapping of the map");
     }
@@ -1682,8 +1685,6 @@ fn teardown_once(
                 run.wall_us = t0.elapsed().as_micros() as u64;
             }
             Teardown::PlainChecked => {
-                let mut devices = vec![v.map.dm.clone()];
-                devices.extend(v.map.paths.iter().cloned());
                 let t0 = Instant::now();
                 let found = users::users(&devices)?;
                 run.check_us = Some(t0.elapsed().as_micros() as u64);
