@@ -1133,6 +1133,21 @@ fn path_states(vol: &Volume) -> Vec<String> {
         .collect()
 }
 
+/// The `recovery_tmo` of each path's iSCSI session (`None` where it cannot be read): the
+/// disk's device is `.../sessionN/targetH:C:T/H:C:T:L`.
+fn recovery_tmos(vol: &Volume) -> Vec<Option<u32>> {
+    vol.hctls
+        .iter()
+        .map(|h| {
+            let dev = std::fs::canonicalize(format!("/sys/class/scsi_device/{h}/device")).ok()?;
+            let session = dev.parent()?.parent()?.file_name()?.to_str()?.to_owned();
+            sysfs::attr(format!("/sys/class/iscsi_session/{session}/recovery_tmo"))?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 /// Waits until every path of `vol` has left `running` (the transport is down for them).
 fn wait_paths_stopped(vol: &Volume, timeout: Duration) {
     let mut states = Vec::new();
@@ -1323,6 +1338,13 @@ fn link_down_detach_waits_for_the_paths_and_flushes_what_was_waiting() {
     let lab = lab_with(vec![1], 4, Some(multipath::QUEUEING_CONF));
     let vol = Volume::of(&lab, 1);
     let map = wait_map(&vol, 2);
+    // And a session recovery that outlasts the outage: multipathd's default (5 s) ran out
+    // in CI before the link came back, and the paths went offline with the data unwritten.
+    assert_eq!(
+        recovery_tmos(&vol),
+        vec![Some(multipath::QUEUEING_RECOVERY_TMO); vol.hctls.len()],
+        "multipathd gave the sessions the configuration's recovery timeout"
+    );
     let data = random(1 << 20, 11);
 
     let loss = LinkLoss::start();

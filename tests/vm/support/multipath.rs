@@ -24,7 +24,18 @@ pub const DEFAULT_CONF: &str = defaults!();
 /// [`DEFAULT_CONF`], but a map whose paths all failed queues I/O until one comes back
 /// (`no_path_retry queue`) instead of LIO's hwtable default, 12 checker intervals (about
 /// 60 s) after which multipathd fails what was queued.
-pub const QUEUEING_CONF: &str = concat!(defaults!(), "overrides {\n\tno_path_retry queue\n}\n");
+///
+/// And an iSCSI session that lost its link waits [`QUEUEING_RECOVERY_TMO`] seconds for it
+/// to come back before its disks go `transport-offline`. multipathd writes
+/// `fast_io_fail_tmo` into each path's session as `recovery_tmo`, and its default, 5 s, is
+/// shorter than an outage a test makes lasts under TCG load.
+pub const QUEUEING_CONF: &str = concat!(
+    defaults!(),
+    "overrides {\n\tno_path_retry queue\n\tfast_io_fail_tmo 600\n}\n"
+);
+
+/// The `recovery_tmo` multipathd gives an iSCSI session under [`QUEUEING_CONF`].
+pub const QUEUEING_RECOVERY_TMO: u32 = 600;
 
 /// A multipathd we started; [`Multipathd::stop`] (or drop) shuts it down and flushes its maps.
 #[derive(Debug)]
