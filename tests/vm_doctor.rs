@@ -821,9 +821,14 @@ fn records_lab(luns: u32) -> (IscsiLab, String) {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     require_vm();
+    // Where its time goes: 66-74 s in full runs, 22-23 s alone, not explained yet.
+    let t0 = Instant::now();
+    let mark = |what: &str| eprintln!("[{:6.1} s] {what}", t0.elapsed().as_secs_f64());
     let (lab, iqn) = records_lab(2);
+    mark("lab up");
     attach_ok(&["--iscsi-target", &iqn, "--lun", "1"]);
     support::udev::settle(Duration::from_secs(60)).unwrap();
+    mark("LUN 1 attached, udev settled");
     let disks = disks_at(&lab, 1);
     assert_eq!(disks.len(), lab.sessions.len(), "{disks:?}");
     let wwid = wwid_of(&disks[0]);
@@ -835,12 +840,14 @@ fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     let (_, doc) = doctor();
     assert_eq!(findings(&doc, "stale-name-record"), []);
     assert_eq!(findings(&doc, "remapped-address"), []);
+    mark("first doctor");
 
     for d in &disks {
         fs::write(format!("/sys/block/{d}/device/delete"), "1").unwrap();
     }
     support::udev::settle(Duration::from_secs(60)).unwrap();
     assert_eq!(disks_at(&lab, 1), Vec::<String>::new());
+    mark("disks deleted, udev settled");
 
     let (code, doc) = doctor();
     let stale: Vec<_> = of_kind(&doc, "stale-name-record").collect();
@@ -855,6 +862,7 @@ fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     assert_eq!(code, 1, "{doc}");
     // Examined only: the record is still there.
     assert!(record.exists());
+    mark("doctor found the record");
 
     let (_, doc) = doctor_with(&["--fix"]);
     let fixed = fixes(&doc, "stale-name-record");
@@ -862,16 +870,20 @@ fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     assert_eq!(fixed[0].1, "fixed", "{fixed:?}");
     assert!(fixed[0].2.contains(&file), "{fixed:?}");
     assert!(!record.exists());
+    mark("doctor --fix");
 
     // Again: nothing of it found, nothing changed.
     let (_, doc) = doctor_with(&["--fix"]);
     assert_eq!(findings(&doc, "stale-name-record"), []);
+
+    mark("doctor --fix again");
 
     // Attached and detached through lunkit: the detach retires the record (kept, for a
     // retry to recall), and doctor says nothing of it.
     attach_ok(&["--iscsi-target", &iqn, "--lun", "0"]);
     let out = lunkit(&["detach", "--iscsi-target", &iqn, "--lun", "0", "--json"]);
     assert!(out.status.success(), "{}", describe(&out));
+    mark("LUN 0 attached and detached");
     let retired = Path::new(LOCKS)
         .join("names")
         .join(format!("iscsi-{iqn}-lun-0"));
@@ -881,7 +893,9 @@ fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     assert_eq!(findings(&doc, "stale-name-record"), [], "{doc}");
     let out = lunkit(&["detach", "--iscsi-target", &iqn, "--lun", "0", "--json"]);
     assert!(out.status.success(), "a retry: {}", describe(&out));
+    mark("doctor, and the detach retried");
     lab.teardown().unwrap();
+    mark("lab torn down");
     forget_records();
 }
 
