@@ -242,8 +242,16 @@ impl Shared {
         let t = Instant::now();
         let looked = fs::metadata(link);
         self.spend(LOOKS, t);
-        if looked.is_ok_and(|m| self.is_ours(&m)) {
-            self.say(pid, format!("mapping {range}"));
+        match looked {
+            Ok(m) if self.is_ours(&m) => self.say(pid, format!("mapping {range}")),
+            Ok(_) => {}
+            // Unmapped since `maps` was read: the file is not known yet, and another
+            // process that maps it looks at it.
+            Err(_) => {
+                if let Ok(mut s) = self.files.lock() {
+                    s.remove(&(dev.to_owned(), ino));
+                }
+            }
         }
     }
 }
