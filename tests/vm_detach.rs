@@ -1339,7 +1339,7 @@ fn link_down_detach_waits_for_the_paths_and_flushes_what_was_waiting() {
     let vol = Volume::of(&lab, 1);
     let map = wait_map(&vol, 2);
     // And a session recovery that outlasts the outage: multipathd's default (5 s) ran out
-    // in CI before the link came back, and the paths went offline with the data unwritten.
+    // in a full run before the link came back, and the paths went offline with the data unwritten.
     assert_eq!(
         recovery_tmos(&vol),
         vec![Some(multipath::QUEUEING_RECOVERY_TMO); vol.hctls.len()],

@@ -821,7 +821,8 @@ fn records_lab(luns: u32) -> (IscsiLab, String) {
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     require_vm();
-    // Where its time goes: 66-74 s in full runs, 22-23 s alone, not explained yet.
+    // Where its time goes: 66-74 s in full runs, 22 s alone. In the full run at 21af426
+    // every phase took 2.5-4x its time alone, none stuck: the guest was slow then.
     let t0 = Instant::now();
     let mark = |what: &str| eprintln!("[{:6.1} s] {what}", t0.elapsed().as_secs_f64());
     let (lab, iqn) = records_lab(2);
@@ -875,7 +876,6 @@ fn a_name_record_of_a_volume_gone_behind_lunkits_back_is_removed_by_fix() {
     // Again: nothing of it found, nothing changed.
     let (_, doc) = doctor_with(&["--fix"]);
     assert_eq!(findings(&doc, "stale-name-record"), []);
-
     mark("doctor --fix again");
 
     // Attached and detached through lunkit: the detach retires the record (kept, for a
