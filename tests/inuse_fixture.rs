@@ -331,28 +331,61 @@ fn on_maps_only_a_genuine_udev_probes_read_only_open_is_not_a_use() {
     assert!(u.to_string().contains("open by pid 98"), "{u}");
 }
 
+/// A program udev's rules run on `device` (`comm`, from `exe`) is a probe, not a user; the
+/// same program run from a shell is a user.
+fn a_rule_program_is_a_probe_only_when_a_udev_worker_ran_it(
+    t: &Tree,
+    node: &str,
+    device: &str,
+    comm: &str,
+    exe: &str,
+) {
+    t.process(97, "(udev-worker)", "/usr/lib/systemd/systemd-udevd", &[]);
+    t.process(98, comm, exe, &[("3", node)]);
+    let ppid = |parent: u32| format!("Name:\t{comm}\nPPid:\t{parent}\nUid:\t0\t0\t0\t0\n");
+    t.write("proc/98/status", ppid(97).as_bytes());
+    let u = t.usage(&[device], &[]);
+    assert!(u.is_empty(), "udev's {comm} refused {device}: {u}");
+    assert_eq!(u.managers.len(), 1, "{:?}", u.managers);
+    // The same program run from a shell (`kpartx -a /dev/mapper/mpatha`, `multipath -ll`).
+    t.process(96, "bash", "/usr/bin/bash", &[]);
+    t.write("proc/98/status", ppid(96).as_bytes());
+    let u = t.usage(&[device], &[]);
+    assert!(
+        u.to_string().contains(&format!("open by pid 98 ({comm})")),
+        "a {comm} a shell ran was excused on {device}: {u}"
+    );
+}
+
 #[test]
 fn kpartx_is_a_probe_only_when_a_udev_worker_ran_it() {
     let (node, dev) = host_block_device_or_skip!();
-    let node = node.to_str().unwrap();
     let t = Tree::new("inuse-kpartx", SDC);
     t.disk("dm-0", dev, true);
-    // multipath-tools' kpartx.rules: a udev worker (pid 97) runs kpartx on the map, which
-    // reads its partition table read-only. With the target down it stays in that read.
-    t.process(97, "(udev-worker)", "/usr/lib/systemd/systemd-udevd", &[]);
-    t.process(98, "kpartx", "/usr/sbin/kpartx", &[("3", node)]);
-    let ppid = |parent: u32| format!("Name:\tkpartx\nPPid:\t{parent}\nUid:\t0\t0\t0\t0\n");
-    t.write("proc/98/status", ppid(97).as_bytes());
-    let u = t.usage(&["dm-0"], &[]);
-    assert!(u.is_empty(), "udev's kpartx refused the map: {u}");
-    assert_eq!(u.managers.len(), 1, "{:?}", u.managers);
-    // The same kpartx run from a shell (`kpartx -a /dev/mapper/mpatha`): a user.
-    t.process(96, "bash", "/usr/bin/bash", &[]);
-    t.write("proc/98/status", ppid(96).as_bytes());
-    let u = t.usage(&["dm-0"], &[]);
-    assert!(
-        u.to_string().contains("open by pid 98 (kpartx)"),
-        "a kpartx a shell ran was excused: {u}"
+    // multipath-tools' kpartx.rules: a udev worker runs kpartx on the map, which reads its
+    // partition table read-only. With the target down it stays in that read.
+    a_rule_program_is_a_probe_only_when_a_udev_worker_ran_it(
+        &t,
+        node.to_str().unwrap(),
+        "dm-0",
+        "kpartx",
+        "/usr/sbin/kpartx",
+    );
+}
+
+#[test]
+fn multipath_u_is_a_probe_only_when_a_udev_worker_ran_it() {
+    let (node, dev) = host_block_device_or_skip!();
+    // multipath-tools' 60-multipath.rules: a udev worker runs `multipath -u sdc` on the new
+    // or changed disk, which opens it to ask whether multipathd should claim it. CI's detach
+    // just after an attach found it on a path and waited a round for it.
+    let t = Tree::new("inuse-multipath-u", dev);
+    a_rule_program_is_a_probe_only_when_a_udev_worker_ran_it(
+        &t,
+        node.to_str().unwrap(),
+        "sdc",
+        "multipath",
+        "/usr/sbin/multipath",
     );
 }
 

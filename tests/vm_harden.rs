@@ -1,5 +1,6 @@
 //! VM tests for hardening (issue 7): forged uevents, SCSI faults during a scan, a uevent storm
-//! that overflows lunkit's socket, and every root operation run as an unprivileged user.
+//! that overflows lunkit's socket, every root operation run as an unprivileged user, and
+//! what the in-use check makes of a stuck flush, another pid namespace and udev's probes.
 //!
 //! Every lunkit run here is watched against a limit (`support::child`): the claim under test
 //! is "ends on time with success or a typed error (exit 1, 3 or 5 and one `lunkit: ...` line
@@ -738,6 +739,112 @@ fn harden_a_proc_of_another_pid_namespace_is_said_and_not_called_unused() {
     drop(sd);
 }
 
+/// multipath-tools' `60-multipath.rules` runs `multipath -u DISK` on every new or changed
+/// disk, and it holds the disk open (read-only) while it asks whether multipathd should
+/// claim it. A detach run just after an attach found it on a path in CI and waited a round
+/// for it. It is udev's probe, not a user: the in-use check lists it among the managers
+/// (a worker ran it, as root, from multipath's executable), never among the openers.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn harden_udevs_multipath_probe_on_a_path_is_not_a_user() {
+    require_vm();
+    udev::ensure_running().expect("udevd");
+    let (sd, _manual) = fault_lab();
+    let (_hctl, disk, node) = settled_disk(&sd, 4);
+    // Caught with the disk open and stopped there (SIGSTOP), so the check below sees it for
+    // certain; it lives a few hundred ms otherwise.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut events = 0;
+    let probe = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no `multipath -u` caught holding {disk} in {events} change events"
+        );
+        std::fs::write(format!("/sys/block/{disk}/uevent"), "change").unwrap();
+        events += 1;
+        if let Some(p) = Stopped::multipath_holding(&node.path, Duration::from_secs(3)) {
+            break p;
+        }
+    };
+    let scope = lunkit::block::UsageScope {
+        own: &[],
+        ignore_openers: lunkit::scsi::PATH_MANAGERS,
+    };
+    let u = lunkit::block::usage(
+        &lunkit::Root::default(),
+        std::slice::from_ref(&node),
+        &scope,
+        Instant::now() + Duration::from_secs(30),
+    )
+    .unwrap();
+    eprintln!(
+        "pid {} caught after {events} change event(s); the check: {u:?}",
+        probe.0
+    );
+    assert!(
+        u.openers.iter().all(|o| o.pid != probe.0),
+        "udev's probe taken for a user: {u}"
+    );
+    let listed = u.managers.iter().find(|o| o.pid == probe.0);
+    assert!(
+        listed.is_some_and(|o| o.read_only && o.comm == "multipath"),
+        "{u:?}"
+    );
+    drop(probe);
+    udev::settle(Duration::from_secs(60)).unwrap();
+    drop(sd);
+}
+
+/// A process stopped with SIGSTOP, continued (SIGCONT) on drop.
+struct Stopped(u32);
+
+impl Stopped {
+    /// The first process named `multipath` seen holding `node` open within `limit`, stopped
+    /// while it still does.
+    fn multipath_holding(node: &Path, limit: Duration) -> Option<Stopped> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            for pid in std::fs::read_dir("/proc").unwrap().flatten() {
+                let Some(pid) = pid.file_name().to_str().and_then(|p| p.parse().ok()) else {
+                    continue;
+                };
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                if comm.is_ok_and(|c| c.trim_end() == "multipath") && holds(pid, node) {
+                    let stopped = Stopped::new(pid);
+                    if holds(pid, node) {
+                        return Some(stopped);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn new(pid: u32) -> Stopped {
+        let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        // It may have exited since it was seen; the caller looks again.
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::STOP);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(p) = rustix::process::Pid::from_raw(self.0 as i32) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
+        }
+    }
+}
+
+/// Whether process `pid` (a number or `self`) has `node` open.
+fn holds(pid: impl std::fmt::Display, node: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == node))
+}
+
 /// How many of lunkit's helper threads this process has (named `lunkit-helper`; the name
 /// they had before this test existed, `lunkit-bounded`, counts too).
 fn helper_threads() -> usize {
@@ -764,11 +871,7 @@ fn settled_disk(sd: &ScsiDebug, lun: u32) -> (String, String, lunkit::block::Blo
 
 /// Whether this process has `node` open (a helper thread's descriptor).
 fn holds_open(node: &str) -> bool {
-    std::fs::read_dir("/proc/self/fd")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new(node)))
+    holds("self", Path::new(node))
 }
 
 // ---------------------------------------------------------------------------------------

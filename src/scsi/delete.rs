@@ -18,14 +18,19 @@ use crate::wait;
 /// close it when done; under load that takes seconds, and deleting the disk under them only
 /// fails their reads. `kpartx` is one of udev's probes too: multipath-tools' `kpartx.rules`
 /// runs it on every change of a map, and it opens the map read-only for its partition table
-/// (with the target down it sits in that read as blkid does). Only one a udev worker started
-/// counts (see [`crate::block::UsageScope::ignore_openers`]).
+/// (with the target down it sits in that read as blkid does). `multipath` is one too:
+/// multipath-tools' `60-multipath.rules` runs `multipath -u` on every new or changed disk to
+/// ask whether multipathd should claim it, and it opens the disk for that moment (a detach
+/// run just after an attach found it on a path). Only one a udev worker started counts (see
+/// [`crate::block::UsageScope::ignore_openers`]): a `multipath` or `kpartx` run from a shell
+/// is a user.
 pub const PATH_MANAGERS: &[&str] = &[
     "multipathd",
     "(udev-worker)",
     "systemd-udevd",
     "udevd",
     "kpartx",
+    "multipath",
 ];
 
 /// How [`delete`] behaves. The default: 30 s, not forced.
