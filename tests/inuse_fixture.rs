@@ -374,19 +374,25 @@ fn kpartx_is_a_probe_only_when_a_udev_worker_ran_it() {
 }
 
 #[test]
-fn multipath_u_is_a_probe_only_when_a_udev_worker_ran_it() {
+fn udevs_probes_on_a_path_are_probes_only_when_a_udev_worker_ran_them() {
     let (node, dev) = host_block_device_or_skip!();
     // multipath-tools' 60-multipath.rules: a udev worker runs `multipath -u sdc` on the new
-    // or changed disk, which opens it to ask whether multipathd should claim it. CI's detach
-    // just after an attach found it on a path and waited a round for it.
-    let t = Tree::new("inuse-multipath-u", dev);
-    a_rule_program_is_a_probe_only_when_a_udev_worker_ran_it(
-        &t,
-        node.to_str().unwrap(),
-        "sdc",
-        "multipath",
-        "/usr/sbin/multipath",
-    );
+    // or changed disk, which opens it to ask whether multipathd should claim it (CI's detach
+    // just after an attach found it on a path and waited a round for it). systemd's
+    // 60-persistent-storage.rules runs `scsi_id -d /dev/sdc` where no rule set the serial.
+    for (comm, exe) in [
+        ("multipath", "/usr/sbin/multipath"),
+        ("scsi_id", "/usr/lib/udev/scsi_id"),
+    ] {
+        let t = Tree::new(&format!("inuse-probe-{comm}"), dev);
+        a_rule_program_is_a_probe_only_when_a_udev_worker_ran_it(
+            &t,
+            node.to_str().unwrap(),
+            "sdc",
+            comm,
+            exe,
+        );
+    }
 }
 
 #[test]

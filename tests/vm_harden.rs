@@ -739,30 +739,43 @@ fn harden_a_proc_of_another_pid_namespace_is_said_and_not_called_unused() {
     drop(sd);
 }
 
-/// multipath-tools' `60-multipath.rules` runs `multipath -u DISK` on every new or changed
-/// disk, and it holds the disk open (read-only) while it asks whether multipathd should
-/// claim it. A detach run just after an attach found it on a path in CI and waited a round
-/// for it. It is udev's probe, not a user: the in-use check lists it among the managers
-/// (a worker ran it, as root, from multipath's executable), never among the openers.
+/// udev's rules run programs that open each new or changed disk for a moment:
+/// multipath-tools' `60-multipath.rules` runs `multipath -u DISK` (a detach run just after an
+/// attach found it on a path in CI and waited a round for it), and systemd's
+/// `60-persistent-storage.rules` runs `scsi_id` where no other rule set the disk's serial (a
+/// node without sg3-utils' `55-scsi-sg3_id.rules`, masked here for that part). They are
+/// udev's probes, not users: the in-use check lists each among the managers (a worker ran
+/// it, as root), never among the openers.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn harden_udevs_multipath_probe_on_a_path_is_not_a_user() {
+fn harden_udevs_probes_on_a_path_are_not_users() {
     require_vm();
     udev::ensure_running().expect("udevd");
     let (sd, _manual) = fault_lab();
     let (_hctl, disk, node) = settled_disk(&sd, 4);
-    // Caught with the disk open and stopped there (SIGSTOP), so the check below sees it for
-    // certain; it lives a few hundred ms otherwise.
+    assert_probe_is_a_manager(&disk, &node, "multipath");
+    {
+        let _masked = RulesMasked::new("55-scsi-sg3_id.rules");
+        assert_probe_is_a_manager(&disk, &node, "scsi_id");
+    }
+    udev::settle(Duration::from_secs(60)).unwrap();
+    drop(sd);
+}
+
+/// Gives `disk` change events until a process named `comm` is caught holding it open, stops
+/// it there (SIGSTOP: otherwise it lives a few hundred ms), and checks that the in-use check
+/// calls it a manager.
+fn assert_probe_is_a_manager(disk: &str, node: &lunkit::block::BlockNode, comm: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut events = 0;
     let probe = loop {
         assert!(
             Instant::now() < deadline,
-            "no `multipath -u` caught holding {disk} in {events} change events"
+            "no `{comm}` caught holding {disk} in {events} change events"
         );
         std::fs::write(format!("/sys/block/{disk}/uevent"), "change").unwrap();
         events += 1;
-        if let Some(p) = Stopped::multipath_holding(&node.path, Duration::from_secs(3)) {
+        if let Some(p) = Stopped::holding(comm, &node.path, Duration::from_secs(3)) {
             break p;
         }
     };
@@ -772,44 +785,64 @@ fn harden_udevs_multipath_probe_on_a_path_is_not_a_user() {
     };
     let u = lunkit::block::usage(
         &lunkit::Root::default(),
-        std::slice::from_ref(&node),
+        std::slice::from_ref(node),
         &scope,
         Instant::now() + Duration::from_secs(30),
     )
     .unwrap();
     eprintln!(
-        "pid {} caught after {events} change event(s); the check: {u:?}",
+        "{comm} (pid {}) caught after {events} change event(s); the check: {u:?}",
         probe.0
     );
     assert!(
         u.openers.iter().all(|o| o.pid != probe.0),
-        "udev's probe taken for a user: {u}"
+        "udev's {comm} taken for a user: {u}"
     );
     let listed = u.managers.iter().find(|o| o.pid == probe.0);
     assert!(
-        listed.is_some_and(|o| o.read_only && o.comm == "multipath"),
+        listed.is_some_and(|o| o.read_only && o.comm == comm),
         "{u:?}"
     );
-    drop(probe);
-    udev::settle(Duration::from_secs(60)).unwrap();
-    drop(sd);
+}
+
+/// A rules file of `/usr/lib/udev/rules.d` masked by an empty one of the same name in
+/// `/etc/udev/rules.d` (as an administrator turns a rule off); unmasked on drop.
+struct RulesMasked(PathBuf);
+
+impl RulesMasked {
+    fn new(name: &str) -> RulesMasked {
+        let path = Path::new("/etc/udev/rules.d").join(name);
+        assert!(!path.exists(), "{} is there already", path.display());
+        std::fs::create_dir_all("/etc/udev/rules.d").unwrap();
+        std::fs::write(&path, "").unwrap();
+        support::cmd::run("udevadm", &["control", "--reload"]).expect("reload udev's rules");
+        RulesMasked(path)
+    }
+}
+
+impl Drop for RulesMasked {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        support::cmd::run_ignoring_failure("udevadm", &["control", "--reload"]);
+    }
 }
 
 /// A process stopped with SIGSTOP, continued (SIGCONT) on drop.
 struct Stopped(u32);
 
 impl Stopped {
-    /// The first process named `multipath` seen holding `node` open within `limit`, stopped
+    /// The first process named `comm` seen holding `node` open within `limit`, stopped
     /// while it still does.
-    fn multipath_holding(node: &Path, limit: Duration) -> Option<Stopped> {
+    fn holding(comm: &str, node: &Path, limit: Duration) -> Option<Stopped> {
         let end = Instant::now() + limit;
         while Instant::now() < end {
             for pid in std::fs::read_dir("/proc").unwrap().flatten() {
                 let Some(pid) = pid.file_name().to_str().and_then(|p| p.parse().ok()) else {
                     continue;
                 };
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"));
-                if comm.is_ok_and(|c| c.trim_end() == "multipath") && holds(pid, node) {
+                let named = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == comm);
+                if named && holds(pid, node) {
                     let stopped = Stopped::new(pid);
                     if holds(pid, node) {
                         return Some(stopped);

@@ -18,12 +18,13 @@ use crate::wait;
 /// close it when done; under load that takes seconds, and deleting the disk under them only
 /// fails their reads. `kpartx` is one of udev's probes too: multipath-tools' `kpartx.rules`
 /// runs it on every change of a map, and it opens the map read-only for its partition table
-/// (with the target down it sits in that read as blkid does). `multipath` is one too:
-/// multipath-tools' `60-multipath.rules` runs `multipath -u` on every new or changed disk to
-/// ask whether multipathd should claim it, and it opens the disk for that moment (a detach
-/// run just after an attach found it on a path). Only one a udev worker started counts (see
-/// [`crate::block::UsageScope::ignore_openers`]): a `multipath` or `kpartx` run from a shell
-/// is a user.
+/// (with the target down it sits in that read as blkid does). So are `multipath` and
+/// `scsi_id`, which open each new or changed disk for a moment: multipath-tools'
+/// `60-multipath.rules` runs `multipath -u` to ask whether multipathd should claim the disk
+/// (a detach run just after an attach found it on a path), and systemd's
+/// `60-persistent-storage.rules` runs `scsi_id` for the disk's serial where no other rule
+/// set it (a node without sg3-utils' rules). Only one a udev worker started counts (see
+/// [`crate::block::UsageScope::ignore_openers`]): any of them run from a shell is a user.
 pub const PATH_MANAGERS: &[&str] = &[
     "multipathd",
     "(udev-worker)",
@@ -31,6 +32,7 @@ pub const PATH_MANAGERS: &[&str] = &[
     "udevd",
     "kpartx",
     "multipath",
+    "scsi_id",
 ];
 
 /// How [`delete`] behaves. The default: 30 s, not forced.
