@@ -916,7 +916,7 @@ fn harden_storm_overflow_scan_still_finds_its_lun() {
     require_vm();
     // udevd would open all 256 disks to probe them, which under TCG takes minutes and keeps
     // scsi_debug busy (it cannot unload); the storm is the kernel's uevents, not udevd's.
-    let _udev = UdevStopped::stop();
+    let _udev = udev::Stopped::new().expect("stop udevd");
     let _manual = Tunable::set(SCAN_MODE, "manual").unwrap();
     let sd = ScsiDebug::load(
         &[("add_host", "2"), ("num_tgts", "1"), ("max_luns", "256")],
@@ -995,24 +995,6 @@ fn harden_storm_overflow_scan_still_finds_its_lun() {
     );
 
     sd.unload().expect("unload scsi_debug");
-}
-
-/// udevd stopped for a test, started again on drop (the next test may need it).
-struct UdevStopped;
-
-impl UdevStopped {
-    fn stop() -> Self {
-        udev::stop().expect("stop udevd");
-        UdevStopped
-    }
-}
-
-impl Drop for UdevStopped {
-    fn drop(&mut self) {
-        if let Err(e) = udev::ensure_running() {
-            eprintln!("restarting udevd: {e}");
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -98,6 +98,26 @@ pub fn stop() -> Result<()> {
     }
 }
 
+/// udevd stopped for a test, started again on drop (the next test may need it).
+#[derive(Debug)]
+pub struct Stopped;
+
+impl Stopped {
+    /// Stops udevd (see [`stop`]).
+    pub fn new() -> Result<Stopped> {
+        stop()?;
+        Ok(Stopped)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Err(e) = ensure_running() {
+            eprintln!("restarting udevd: {e}");
+        }
+    }
+}
+
 /// A property udevd recorded for the block device numbered `dev` (`major:minor`, as sysfs's
 /// `dev` attribute spells it): the `E:KEY=value` line of `/run/udev/data/b<dev>`. `None` when
 /// udevd has no record of the device or the record no such key. multipath-tools takes a
