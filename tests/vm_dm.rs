@@ -511,6 +511,82 @@ fn mpath_remove_resumes_a_map_left_suspended() {
     assert!(!lab.present(&ctl, &lab.part), "partition map gone");
 }
 
+/// multipathd reloads a map (a path came or went, a resize) with one `DM_DEV_SUSPEND` that
+/// suspends it, swaps in the new table and resumes it. A take-down that found the map
+/// suspended in that moment and resumed it got `EINVAL` (the kernel's `dm_resume` of a map
+/// no longer suspended): a full local run's CSI unstage failed with "resume-map mpatha (dm-0):
+/// DM_DEV_SUSPEND ...: Invalid argument". Here a thread stands in for multipathd, reloading
+/// the map with its own table over and over, while this one resumes it where it finds it
+/// suspended: the library's `resume_if_suspended`, and the look-then-resume it replaced. The
+/// old way must meet the race (so the race is real here), and the library's call must never
+/// fail meanwhile.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn resume_if_suspended_survives_another_resume() {
+    require_vm();
+    let lab = Lab::build("resume-race", false);
+    // Each resume sends a change uevent, and udev's rules would probe the map thousands of
+    // times; the race is between the two callers alone.
+    let _udev = udev::Stopped::new().expect("stop udevd");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reloader = {
+        let (name, stop) = (lab.name.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let ctl = Control::open(&Root::default()).unwrap();
+            let id = DevId::Name(&name);
+            let table = ctl.table(&id).unwrap();
+            let mut cycles = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // multipathd's reload: the table loaded, then one resume that suspends the
+                // map, swaps the table in and resumes it.
+                ctl.load(&id, &table).expect("the stand-in's load");
+                // This thread's resume meets the race from its side; it is not under test.
+                match ctl.resume(&id) {
+                    Err(e) if e.errno() != Some(libc::EINVAL) => panic!("{e}"),
+                    _ => cycles += 1,
+                }
+            }
+            cycles
+        })
+    };
+    let ctl = Control::open(&Root::default()).unwrap();
+    let id = DevId::Name(&lab.name);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut old_failed, mut calls, mut resumed) = (0, 0, 0);
+    while old_failed < 3 || calls < 2000 {
+        if Instant::now() >= deadline {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            panic!("the old way met the race {old_failed} times in {calls} rounds within 60 s");
+        }
+        // The old way: look, then resume.
+        if ctl.info(&id).unwrap().suspended() {
+            match ctl.resume(&id) {
+                Err(e) if e.errno() == Some(libc::EINVAL) => old_failed += 1,
+                r => drop(r.unwrap()),
+            }
+        }
+        // The library's.
+        let r = ctl.resume_if_suspended(&id);
+        calls += 1;
+        match r {
+            Ok(Some(_)) => resumed += 1,
+            Ok(None) => {}
+            Err(e) => {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("resume_if_suspended failed after {calls} calls: {e}");
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let cycles = reloader.join().unwrap();
+    eprintln!(
+        "{calls} calls ({resumed} resumed the map), the old way failed {old_failed} times; \
+         the stand-in made {cycles} reloads"
+    );
+    ctl.resume_if_suspended(&id).unwrap();
+    assert!(!ctl.info(&id).unwrap().suspended());
+}
+
 /// Issue 33: the in-use check opens every bound loop device to ask what backs it, and that
 /// open waits while a partition scan of the loop device holds it. Here the scan is the one
 /// made when `losetup -P` binds a loop device to a linear map the test has suspended (by

@@ -234,6 +234,23 @@ impl Control {
             .map(|r| r.info())
     }
 
+    /// Resumes the device if it is suspended: `DM_DEV_STATUS`, then `DM_DEV_SUSPEND` without
+    /// `DM_SUSPEND_FLAG`. `Some` with the device's state when this call resumed it; `None`
+    /// when it was not suspended, or another process resumed it in between (multipathd
+    /// reloading the map suspends and resumes it inside its own `DM_DEV_SUSPEND`). The
+    /// kernel's `dm_resume` answers `EINVAL` for a device that is not suspended, so an
+    /// `EINVAL` is looked at again before it is taken for a failure.
+    pub fn resume_if_suspended(&self, id: &DevId<'_>) -> Result<Option<DeviceInfo>> {
+        if !self.info(id)?.suspended() {
+            return Ok(None);
+        }
+        match self.resume(id) {
+            Ok(info) => Ok(Some(info)),
+            Err(e) if e.errno() == Some(libc::EINVAL) && !self.info(id)?.suspended() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `DM_DEV_CREATE`: a new device named `name` (with `uuid` if given), with no table. Load
     /// one with [`Control::load`] and [`Control::resume`] to make it usable.
     pub fn create(&self, name: &str, uuid: Option<&str>) -> Result<DeviceInfo> {

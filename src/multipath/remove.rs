@@ -191,12 +191,9 @@ fn resume_suspended(ctl: &Control, map: &Map, parts: &[PartitionMap]) -> Result<
     let mut resumed = Vec::new();
     let devs = std::iter::once(map.info.dev).chain(parts.iter().map(|p| p.dev));
     for dev in devs {
-        match ctl.info(&DevId::Dev(dev)) {
-            Ok(i) if i.suspended() => {
-                ctl.resume(&DevId::Dev(dev))?;
-                resumed.push(i.name);
-            }
-            Ok(_) => {}
+        match ctl.resume_if_suspended(&DevId::Dev(dev)) {
+            Ok(Some(i)) => resumed.push(i.name),
+            Ok(None) => {}
             Err(e) if e.is_gone() => {}
             Err(e) => return Err(e),
         }
@@ -365,7 +362,7 @@ fn flush_and_remove(
             Err(e) if e.errno() == Some(libc::EBUSY) => {
                 if may_suspend {
                     // Let I/O through again while we wait: a suspended map blocks its openers.
-                    match ctl.resume(&by_name) {
+                    match ctl.resume_if_suspended(&by_name) {
                         Ok(_) => {}
                         Err(e) if e.is_gone() => {
                             return Ok((Removed::Now, removed));

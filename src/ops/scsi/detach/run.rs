@@ -73,7 +73,8 @@ impl Run<'_> {
     /// Resumes the volume's maps (and their partition maps) that are suspended, parents
     /// first, before anything is checked or flushed: a flush of a suspended map would wait
     /// for the resume, and nothing else would ever resume it. Resuming gives the map back the
-    /// table it has, and its users the I/O it held; no data is dropped.
+    /// table it has, and its users the I/O it held; no data is dropped. A map that multipathd
+    /// is reloading is suspended for that moment, and one it resumed first is no failure.
     fn resume_suspended(&mut self, state: &VolumeState) -> std::result::Result<(), Stop> {
         if state.maps.is_empty() {
             return Ok(());
@@ -91,28 +92,24 @@ impl Run<'_> {
                 Some(DevNum { major, minor })
             });
             for dev in std::iter::once(map.node.dev).chain(parts) {
-                let info = match ctl.info(&DevId::Dev(dev)) {
-                    Ok(info) => info,
-                    Err(e) if e.is_gone() => continue,
+                let t0 = Instant::now();
+                match ctl.resume_if_suspended(&DevId::Dev(dev)) {
+                    Ok(Some(info)) => {
+                        let label = format!("{} ({})", info.name, info.kernel_name());
+                        let took = t0.elapsed();
+                        self.log
+                            .record(StepKind::ResumeMap, &label, Outcome::Done, took);
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.is_gone() => {}
                     Err(e) => {
-                        let target = format!("{} ({})", map.name, map.node.name);
+                        let target = format!("{} (dm-{})", map.name, dev.minor);
                         let failed = Outcome::Failed(e.to_string());
                         self.log
-                            .record(StepKind::ResumeMap, &target, failed, Duration::ZERO);
+                            .record(StepKind::ResumeMap, &target, failed, t0.elapsed());
                         return Err(step_error(StepKind::ResumeMap, &target, e).into());
                     }
-                };
-                if !info.suspended() {
-                    continue;
                 }
-                let label = format!("{} ({})", info.name, info.kernel_name());
-                self.log.run(StepKind::ResumeMap, &label, || {
-                    match ctl.resume(&DevId::Dev(dev)) {
-                        Ok(_) => Ok(((), Outcome::Done)),
-                        Err(e) if e.is_gone() => Ok(((), Outcome::AlreadyGone)),
-                        Err(e) => Err(e),
-                    }
-                })?;
             }
         }
         Ok(())
