@@ -17,7 +17,7 @@ use lunkit_sys::nvme::{
     NVME_ADMIN_GET_LOG_PAGE, NVME_ADMIN_IDENTIFY, NVME_ID_CNS_NS, NVME_IDENTIFY_DATA_SIZE,
     NVME_IOCTL_ADMIN_CMD, nvme_passthru_cmd,
 };
-use lunkit_sys::sg::{SG_DXFER_NONE, SG_INTERFACE_ID_ORIG, SG_IO, sg_io_hdr};
+use lunkit_sys::sg::{SG_DXFER_FROM_DEV, SG_DXFER_NONE, SG_INTERFACE_ID_ORIG, SG_IO, sg_io_hdr};
 use rustix::ioctl::{Getter, Ioctl, IoctlOutput, NoArg, Opcode, Updater, ioctl};
 
 /// `ioctl(fd, BLKFLSBUF)` — writes back the block device's page cache (or syncs the mounted
@@ -181,6 +181,53 @@ pub(crate) fn sg_io_no_data(
     unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
     hdr.cmdp = std::ptr::null_mut();
     hdr.sbp = std::ptr::null_mut();
+    Ok(hdr)
+}
+
+/// `ioctl(fd, SG_IO, &sg_io_hdr)` with `cdb`, a SCSI command that reads up to `data.len()`
+/// bytes from the device (INQUIRY), as [`sg_io_no_data`] does otherwise: the header as the
+/// kernel wrote it back (its pointers cleared; `resid` says how much of `data` was not
+/// filled), with sense data in `sense`. A reader may send INQUIRY (on the kernel's safe
+/// list). `EINVAL` (without a call) unless `cdb` is 6 to 16 bytes and `data` at most
+/// `u32::MAX` bytes.
+pub(crate) fn sg_io_from_dev(
+    fd: impl AsFd,
+    cdb: &[u8],
+    data: &mut [u8],
+    sense: &mut [u8],
+    timeout_ms: u32,
+) -> io::Result<sg_io_hdr> {
+    let Ok(dxfer_len) = u32::try_from(data.len()) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    if !(6..=16).contains(&cdb.len()) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut cmd = [0u8; 16];
+    cmd[..cdb.len()].copy_from_slice(cdb);
+    let mut hdr = sg_io_hdr {
+        interface_id: SG_INTERFACE_ID_ORIG,
+        dxfer_direction: SG_DXFER_FROM_DEV,
+        cmd_len: cdb.len() as u8,
+        mx_sb_len: u8::try_from(sense.len()).unwrap_or(u8::MAX),
+        dxfer_len,
+        dxferp: data.as_mut_ptr().cast(),
+        cmdp: cmd.as_mut_ptr(),
+        sbp: sense.as_mut_ptr(),
+        timeout: timeout_ms,
+        ..sg_io_hdr::zeroed()
+    };
+    // SAFETY: SG_IO reads and writes back exactly one `sg_io_hdr` through its pointer
+    // argument; lunkit-sys checks the struct against the C header.
+    let req = unsafe { Updater::<{ SG_IO as Opcode }, sg_io_hdr>::new(&mut hdr) };
+    // SAFETY: besides `hdr` the kernel reads `cmd_len` (<= 16) bytes at `cmdp` (`cmd`, live),
+    // writes <= `mx_sb_len` bytes at `sbp` (`sense`, exclusively borrowed, that long) and
+    // <= `dxfer_len` bytes at `dxferp` (`data`, exclusively borrowed, exactly that long; one
+    // buffer, `iovec_count` 0); nothing else touches either until the call returns.
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
+    hdr.cmdp = std::ptr::null_mut();
+    hdr.sbp = std::ptr::null_mut();
+    hdr.dxferp = std::ptr::null_mut();
     Ok(hdr)
 }
 

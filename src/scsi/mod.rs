@@ -42,9 +42,10 @@ mod delete;
 pub(crate) mod scan;
 pub mod sg_io;
 pub mod sysfs;
+pub mod vpd;
 mod wwids;
 
-pub(crate) use add::{ReadyPending, TriggerPending, ready_start, trigger_start};
+pub(crate) use add::{ReadyPending, TriggerPending, ready_start, remapped, trigger_start};
 pub(crate) use delete::remove_device;
 pub use delete::{
     DEFAULT_DELETE_TIMEOUT, DeleteOptions, Deleted, PATH_MANAGERS, PathIdentity, delete,

@@ -1,5 +1,6 @@
-//! Asking a SCSI disk directly: TEST UNIT READY through `SG_IO` ([`test_unit_ready`]) and
-//! the sense data it may answer with ([`Sense::parse`], pure).
+//! Asking a SCSI disk directly: TEST UNIT READY through `SG_IO` ([`test_unit_ready`]), a VPD
+//! page ([`inquiry_vpd`]: what the LUN says it is now, without the kernel's rescan), and the
+//! sense data it may answer with ([`Sense::parse`], pure).
 //!
 //! sysfs shows what the kernel last knew: a LUN the array deleted or unmapped stays
 //! `running` until a command to it fails, and the midlayer does not take it away even then.
@@ -29,6 +30,9 @@ pub const TUR_TIMEOUT: Duration = Duration::from_secs(5);
 /// attention (a LUN inventory or capacity change, a reset) is reported once, to the next
 /// command, and says nothing about whether the LUN is served.
 const ATTEMPTS: usize = 3;
+
+/// The SCSI INQUIRY opcode.
+const INQUIRY: u8 = 0x12;
 
 /// The SCSI TEST UNIT READY command: opcode 0, five bytes of zeros.
 const TEST_UNIT_READY: [u8; 6] = [0; 6];
@@ -321,6 +325,82 @@ fn send(fd: &impl AsFd, node: &BlockNode, deadline: Instant) -> Result<TurStatus
         hdr.driver_status,
         &sense[..written],
     ))
+}
+
+/// The largest VPD page asked for: a Device Identification page lists a few designators
+/// per port, far below this.
+const VPD_MAX: usize = 4096;
+
+/// Sends INQUIRY for the VPD page `page` to the SCSI disk `node` and returns the page as the
+/// device answers it now (`None` when it answers something else than GOOD, after up to
+/// three UNIT ATTENTIONs: a re-mapped LUN reports INQUIRY DATA HAS CHANGED once). Unlike a
+/// `rescan`, it leaves the kernel's copy of the page (sysfs `vpd_pg83`) as it was.
+///
+/// The first INQUIRY asks for 255 bytes, as the kernel does; a longer page is asked for
+/// again at its stated length, up to 4 KiB. Open, timeouts, helper thread and errors as
+/// [`test_unit_ready`].
+pub fn inquiry_vpd(node: &BlockNode, page: u8, deadline: Instant) -> Result<Option<Vec<u8>>> {
+    let what = || format!("INQUIRY to {node} (the device is not answering)");
+    let subject = Subject::device("inquiry", node.dev);
+    let node = node.clone();
+    helper::bounded(subject, deadline, &what, move || {
+        let fd = block::open_checked(&node, OFlags::NONBLOCK)?;
+        let _held = helper::hold(fd.as_fd(), node.dev);
+        let mut want = 255;
+        for _ in 0..ATTEMPTS + 1 {
+            let (status, data) = send_inquiry(&fd, &node, page, want, deadline)?;
+            if status.unit_attention() {
+                continue;
+            }
+            if status != TurStatus::Ready {
+                return Ok(None);
+            }
+            let stated = data
+                .get(2..4)
+                .map_or(0, |l| 4 + usize::from(u16::from_be_bytes([l[0], l[1]])));
+            if stated > data.len() && want < stated.min(VPD_MAX) {
+                want = stated.min(VPD_MAX);
+                continue;
+            }
+            return Ok(Some(data));
+        }
+        Ok(None)
+    })
+}
+
+/// One INQUIRY with EVPD for `page`, `len` bytes at most, on the open disk `fd`: its status,
+/// and the bytes the device sent.
+fn send_inquiry(
+    fd: &impl AsFd,
+    node: &BlockNode,
+    page: u8,
+    len: usize,
+    deadline: Instant,
+) -> Result<(TurStatus, Vec<u8>)> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let timeout = left.clamp(Duration::from_millis(1), TUR_TIMEOUT);
+    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+    let alloc = u16::try_from(len).unwrap_or(u16::MAX).to_be_bytes();
+    let cdb = [INQUIRY, 0x01, page, alloc[0], alloc[1], 0];
+    let mut data = vec![0u8; len];
+    let mut sense = [0u8; 64];
+    let hdr = crate::ioctl::sg_io_from_dev(fd, &cdb, &mut data, &mut sense, timeout_ms).map_err(
+        |source| Error::Ioctl {
+            op: "SG_IO",
+            target: node.to_string(),
+            source,
+        },
+    )?;
+    let resid = usize::try_from(hdr.resid).unwrap_or(0).min(len);
+    data.truncate(len - resid);
+    let written = usize::from(hdr.sb_len_wr).min(sense.len());
+    let status = TurStatus::from_reply(
+        hdr.status,
+        hdr.host_status,
+        hdr.driver_status,
+        &sense[..written],
+    );
+    Ok((status, data))
 }
 
 #[cfg(test)]
