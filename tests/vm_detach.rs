@@ -746,24 +746,25 @@ impl Drop for Holder {
     }
 }
 
-/// The array re-points a LUN at another backstore while the node's old path of it is still
-/// open in a process of another mount namespace, and no multipath map holds it (issue 33 item
-/// 2, the pattern of os-brick's CVE-2023-2088). An attach of that LUN must not hand the old
-/// paths out as the new volume: the in-use check a detach makes finds the process and
-/// refuses, naming it, with or without the new volume's WWID. Once the process is gone, the
-/// paths are the new volume's.
+/// The array re-points a LUN at another backstore while one of the node's two old paths of it
+/// is still open in a process of another mount namespace, and no multipath map holds it (the
+/// pattern of os-brick's CVE-2023-2088). A LUN number belongs to one identity on the node at a
+/// time: an attach of that LUN, with or without the new volume's WWID, is refused as a whole
+/// (exit 4), naming the holder and both WWIDs; neither path is handed out, nothing is deleted,
+/// and the held path is not rescanned, so the kernel still knows it as the old volume and the
+/// next attach refuses too (before, a refused attach without the WWID rescanned it, and the
+/// one after handed it out as the new volume). The same with the holder on the other session.
+/// Once the holder is gone, both paths come in as the new volume.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn a_remapped_lun_whose_old_path_is_open_elsewhere_is_not_attached() {
+fn a_remapped_lun_held_on_one_path_is_refused_on_every_path() {
     require_vm();
     let lab = lab(vec![1, 2], 4, false);
     let old = Volume::of(&lab, 1);
     let new = Volume::of(&lab, 2);
-    let devs: Vec<String> = old.disks.iter().map(|d| format!("/dev/{d}")).collect();
-    let holder = Holder::open(&devs);
-    let pid = holder.0.id();
-    lab.target().remap(1, 2).unwrap();
-
+    assert_eq!(old.hctls.len(), 2, "LUN 1 on both sessions");
+    let wwid_of =
+        |h: &str| sysfs::attr(format!("/sys/class/scsi_device/{h}/device/wwid")).expect("wwid");
     let attach = |extra: &[&str]| {
         let mut args = vec![
             "attach",
@@ -779,29 +780,58 @@ fn a_remapped_lun_whose_old_path_is_open_elsewhere_is_not_attached() {
         eprintln!("attach {extra:?}: {}", describe(&out));
         out
     };
-    // Named as the new volume: refused before the rescan.
-    let out = attach(&["--expect-wwid", &new.wwid]);
-    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(&format!("SCSI device {} is in use", old.hctls[0]))
-            && err.contains(&format!("open by pid {pid}"))
-            && err.contains("not rescanned"),
-        "{err}"
-    );
-    // Not named: rescanned, found to be another volume now, refused for the same holder.
-    let out = attach(&[]);
-    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(&format!("reports WWID {} since its rescan", new.wwid))
-            && err.contains(&format!("open by pid {pid}")),
-        "{err}"
-    );
-    // The holder's device is still there for it to close.
-    old.assert_present();
-
-    drop(holder);
+    for held in 0..2 {
+        if held > 0 {
+            // LUN 1 is the old volume again, and both paths know it as such.
+            lab.target().remap(1, 1).unwrap();
+            for h in &old.hctls {
+                std::fs::write(format!("/sys/class/scsi_device/{h}/device/rescan"), "1").unwrap();
+                assert_eq!(wwid_of(h), old.wwid, "{h} after the rescan");
+            }
+        }
+        let holder = Holder::open(&[format!("/dev/{}", old.disks[held])]);
+        let pid = holder.0.id();
+        lab.target().remap(1, 2).unwrap();
+        for extra in [
+            &["--expect-wwid", &new.wwid][..],
+            &[],
+            &["--expect-wwid", &new.wwid],
+        ] {
+            let out = attach(extra);
+            assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+            assert!(out.stdout.is_empty(), "{}", describe(&out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("SCSI device {} is in use", old.hctls[held]))
+                    && err.contains(&format!("open by pid {pid}"))
+                    && err.contains(&old.wwid)
+                    && err.contains(&new.wwid)
+                    && err.contains("No path of"),
+                "{err}"
+            );
+            old.assert_present();
+            assert_eq!(
+                wwid_of(&old.hctls[held]),
+                old.wwid,
+                "the held path was rescanned: {err}"
+            );
+        }
+        if held == 0 {
+            // A resize of the old volume finds the path the kernel still knows as it, asks
+            // the LUN, and is refused without rescanning it.
+            let out = lunkit(&["resize", "--wwid", &old.wwid, "--timeout", "30"]);
+            eprintln!("resize: {}", describe(&out));
+            assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("answers INQUIRY as {}", new.wwid))
+                    && err.contains(&old.wwid),
+                "{err}"
+            );
+            assert_eq!(wwid_of(&old.hctls[held]), old.wwid, "rescanned: {err}");
+        }
+        drop(holder);
+    }
     let out = attach(&["--expect-wwid", &new.wwid, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -7,10 +7,12 @@ use std::time::Instant;
 use rustix::fs::{Mode, OFlags};
 
 use super::delete::{PATH_MANAGERS, busy_reason};
+use super::sg_io;
 use super::sysfs;
+use super::vpd::{self, LuIdentity};
 use super::{PathDevice, ScanTarget, Triggered, write_start};
 use crate::block::{self, UsageScope};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::helper::{self, Subject};
 use crate::id::{DevNum, Hctl, Wwid};
 use crate::root::Root;
@@ -41,8 +43,14 @@ pub(crate) struct TriggerPending {
 /// makes ([`block::usage`]) decides, and [`Error::Busy`] refuses a device in use, naming
 /// its user:
 /// - without a rescan, when it belongs to another volume than `expect`;
+/// - without a rescan, when the LUN answers INQUIRY with another identity than the kernel
+///   last read for it (`refuse_if_remapped`): the rescan would overwrite the kernel's copy,
+///   the one record of what its users opened;
 /// - after the rescan (in `finish`), when it now reports another WWID than the volume it
-///   belonged to.
+///   belonged to (where the INQUIRY could not tell).
+///
+/// Any of these refuses the whole volume, not only this path ([`super::scan`]): a LUN number
+/// belongs to one identity on the node at a time.
 ///
 /// A device nobody uses may be rescanned and handed out as what it reports now: its last
 /// close dropped whatever the old LUN left in its page cache.
@@ -74,6 +82,9 @@ pub(crate) fn trigger_start(
                 ),
                 deadline,
             )?;
+        }
+        if !present.checked {
+            present.refuse_if_remapped(root, &dev_dir, deadline)?;
         }
         // Already present: `rescan` is synchronous and re-reads VPD pages and capacity.
         let path = dev_dir.join("rescan");
@@ -142,6 +153,36 @@ fn show(w: &Option<Wwid>) -> String {
     w.as_ref().map_or("unknown".to_owned(), Wwid::to_string)
 }
 
+/// Whether the LUN behind the SCSI device at `dev_dir` (its `device` directory), whose disk is
+/// `disk`, is another one than the kernel last read: the identity the kernel keeps
+/// (`vpd_pg83`) and the one the LUN answers INQUIRY with now, when they differ. `None` when
+/// they agree, or when there is nothing to compare (no page in sysfs, no answer, no
+/// designator of the LU): then only a rescan can tell. [`Error::Timeout`] when the device
+/// did not answer by `deadline`.
+pub(crate) fn remapped(
+    dev_dir: &Path,
+    disk: &block::BlockNode,
+    deadline: Instant,
+) -> Result<Option<(LuIdentity, LuIdentity)>> {
+    let Some(known) = std::fs::read(dev_dir.join("vpd_pg83"))
+        .ok()
+        .and_then(|p| LuIdentity::parse(&p).ok())
+        .filter(|id| !id.is_empty())
+    else {
+        return Ok(None);
+    };
+    let now = match sg_io::inquiry_vpd(disk, vpd::DEVICE_IDENTIFICATION, deadline) {
+        Ok(Some(page)) => match LuIdentity::parse(&page) {
+            Ok(id) if !id.is_empty() => id,
+            _ => return Ok(None),
+        },
+        Ok(None) => return Ok(None),
+        Err(e) if e.kind() == ErrorKind::Timeout => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    Ok((now != known).then_some((known, now)))
+}
+
 /// A SCSI device found present before its rescan, and whose it is.
 struct Present {
     hctl: Hctl,
@@ -192,6 +233,33 @@ impl Present {
         }
         present.disk = block::by_name(root, &disk)?;
         Ok(present)
+    }
+
+    /// Asks the LUN what it is now (INQUIRY for its Device Identification page, which leaves
+    /// the kernel's copy alone) and, when that is not what the kernel last read
+    /// (`vpd_pg83`), refuses as [`Self::refuse_if_used`] does: the device's users opened it
+    /// as the LUN the kernel knew, and a rescan would overwrite the only record of that
+    /// (sysfs `wwid`), so that the next attach would hand the device out as the new volume
+    /// under them. Nothing to compare (no disk, no page in sysfs, no answer) is left to the
+    /// check after the rescan.
+    fn refuse_if_remapped(&mut self, root: &Root, dev_dir: &Path, deadline: Instant) -> Result<()> {
+        let Some(disk) = &self.disk else {
+            return Ok(());
+        };
+        let Some((known, now)) = remapped(dev_dir, disk, deadline)? else {
+            return Ok(());
+        };
+        self.refuse_if_used(
+            root,
+            &format!(
+                "it answers INQUIRY as {now}, but the kernel knows it as {known}, a path of \
+                 volume {} ({}): the LUN was re-mapped under a device still in use, and is \
+                 neither rescanned nor handed out as the new volume; detach the old one first",
+                show(&self.owner),
+                self.by
+            ),
+            deadline,
+        )
     }
 
     /// [`Error::Busy`] (or [`Error::Unverified`]) when anything uses the device's disk, by

@@ -232,7 +232,9 @@ fn complete_names(candidates: &mut [Candidate], namer: Namer<'_>) {
 /// there are candidates but none can be scanned; [`Error::WwidMismatch`] when a path's WWID differs from the expected one or from
 /// the other paths', naming that path; [`Error::MissingPaths`] when fewer than
 /// [`ScanOptions::min_paths`] came (with a single scanned path, that path's own error
-/// instead: not reported is [`Error::NotFound`], a timeout is [`Error::Timeout`]).
+/// instead: not reported is [`Error::NotFound`], a timeout is [`Error::Timeout`]);
+/// [`Error::Busy`] or [`Error::Unverified`] for the whole volume when a device at the LUN's
+/// address is (or may be) still used as another volume, before any path is waited for.
 pub(crate) fn scan_paths(
     root: &Root,
     what: &str,
@@ -262,6 +264,7 @@ pub(crate) fn scan_paths(
     );
     complete_names(&mut candidates, namer);
     let triggered = finish_writes(started, start, deadline);
+    let triggered = refuse_if_held_as_another(what, triggered)?;
     let (mut paths, pending) = outcomes(candidates, triggered);
     wait_ready(root, monitor.as_mut(), &mut paths, pending, start, deadline)?;
     let report = ScanReport {
@@ -338,13 +341,12 @@ fn start_writes(
         .collect()
 }
 
+/// A path's write and what it found, with its timings; `None` for a skipped candidate.
+type Written = Option<(Result<Triggered>, PathTiming)>;
+
 /// Each write waited for. A write stuck in the kernel is left to its helper at the deadline
 /// (see `helper::bounded`), so this returns on time.
-fn finish_writes(
-    started: Vec<Started>,
-    start: Instant,
-    deadline: Instant,
-) -> Vec<Option<(Result<Triggered>, PathTiming)>> {
+fn finish_writes(started: Vec<Started>, start: Instant, deadline: Instant) -> Vec<Written> {
     started
         .into_iter()
         .map(|s| {
@@ -368,10 +370,7 @@ fn finish_writes(
 
 /// Every path with what its write found, and the indices of those whose device is present,
 /// which wait for their disk to open (until then `TimedOut`).
-fn outcomes(
-    candidates: Vec<Candidate>,
-    triggered: Vec<Option<(Result<Triggered>, PathTiming)>>,
-) -> (Vec<PathScan>, Vec<usize>) {
+fn outcomes(candidates: Vec<Candidate>, triggered: Vec<Written>) -> (Vec<PathScan>, Vec<usize>) {
     let mut paths: Vec<PathScan> = Vec::with_capacity(candidates.len());
     let mut pending: Vec<usize> = Vec::new();
     for (c, t) in candidates.into_iter().zip(triggered) {
@@ -412,6 +411,43 @@ fn outcomes(
         });
     }
     (paths, pending)
+}
+
+/// A path whose device another volume still uses at this LUN number (its write refused as
+/// [`ErrorKind::Busy`] or [`ErrorKind::Unverified`]: only the identity checks of
+/// `scsi::trigger_start` refuse so) refuses the whole volume, before any path is waited for
+/// or handed out: the other paths would give the new volume a second writer, the old user
+/// writing through its stale path into the same LUN.
+fn refuse_if_held_as_another(what: &str, mut triggered: Vec<Written>) -> Result<Vec<Written>> {
+    let held = triggered.iter().position(|t| {
+        matches!(t, Some((Err(e), _)) if matches!(e.kind(), ErrorKind::Busy | ErrorKind::Unverified))
+    });
+    let Some(Some((Err(e), _))) = held.map(|i| triggered.swap_remove(i)) else {
+        return Ok(triggered);
+    };
+    let whole =
+        |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
+    Err(match e {
+        Error::Busy {
+            device,
+            reason,
+            usage,
+        } => Error::Busy {
+            device,
+            reason: whole(reason),
+            usage,
+        },
+        Error::Unverified {
+            device,
+            reason,
+            usage,
+        } => Error::Unverified {
+            device,
+            reason: whole(reason),
+            usage,
+        },
+        other => other,
+    })
 }
 
 /// The `sd` probes run asynchronously after the writes: waits for every pending path's disk

@@ -52,8 +52,10 @@ pub(in crate::ops) fn resize(
         reason,
     };
 
-    // Every path up and with a disk, before anything is written.
+    // Every path up and with a disk, and still the LUN the kernel knows, before anything is
+    // written.
     let mut paths = paths_up(root, spec, &state.paths, refuse)?;
+    refuse_remapped(root, &state.paths, &volume, deadline)?;
     paths.sort_by_key(|p| p.hctl);
     let map_before = match &map {
         Some(m) => Some(sysblock::size_of(root, &m.node.name)?),
@@ -242,6 +244,43 @@ fn rescan_until(
     })?;
     for p in paths.iter_mut() {
         p.after = sysblock::size_of(root, &p.disk)?;
+    }
+    Ok(())
+}
+
+/// [`Error::Busy`] when a path's LUN answers INQUIRY as another one than the kernel knows
+/// (the array re-mapped it under the volume): a rescan would make the kernel take it for
+/// the new LUN under the volume's users, and grow the volume from it. A LUN number belongs
+/// to one identity on the node at a time, as an attach holds (`scsi::trigger_start`).
+fn refuse_remapped(
+    root: &Root,
+    found: &[VolumePath],
+    volume: &str,
+    deadline: Instant,
+) -> Result<()> {
+    let asked = helper::fan_out("lunkit-inquiry", found, |p| match &p.disk {
+        Some(disk) => {
+            let dir = crate::scsi::sysfs::device_dir(root, p.hctl);
+            match crate::sysfs::Confine::new(root).dir(&dir) {
+                Some(dir) => crate::scsi::remapped(&dir, disk, deadline),
+                None => Ok(None),
+            }
+        }
+        None => Ok(None),
+    });
+    for (p, r) in found.iter().zip(asked) {
+        if let Some((known, now)) = r? {
+            return Err(Error::Busy {
+                device: format!("SCSI device {}", p.hctl),
+                reason: format!(
+                    "it answers INQUIRY as {now}, but the kernel knows it as {known}, a path \
+                     of {volume}: the array re-mapped the LUN under the volume, which is \
+                     neither rescanned nor resized; restore the array's mapping, or detach \
+                     the volume"
+                ),
+                usage: None,
+            });
+        }
     }
     Ok(())
 }
