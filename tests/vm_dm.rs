@@ -516,15 +516,19 @@ fn mpath_remove_resumes_a_map_left_suspended() {
 /// suspended in that moment and resumed it got `EINVAL` (the kernel's `dm_resume` of a map
 /// no longer suspended): a full local run's CSI unstage failed with "resume-map mpatha (dm-0):
 /// DM_DEV_SUSPEND ...: Invalid argument". Here a thread stands in for multipathd, reloading
-/// the map with its own table over and over, while this one resumes it where it finds it
-/// suspended: the library's `resume_if_suspended`, and the look-then-resume it replaced. The
-/// old way must meet the race (so the race is real here), and the library's call must never
-/// fail meanwhile.
+/// the map with its own table over and over, while this one:
+/// - resumes it where it finds it suspended: the library's `resume_if_suspended`, and the
+///   look-then-resume it replaced. The old way must meet the race (so the race is real
+///   here), and the library's call must never fail meanwhile;
+/// - suspends it with a flush as a removal does (`suspend_unless_suspended`), which must
+///   never fail and must see the stand-in's suspensions (its flush did not happen then);
+/// - removes it with `multipath::remove` while the reloads go on: no failure, no hang, the
+///   map gone within the remove's deadline.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn resume_if_suspended_survives_another_resume() {
+fn resume_suspend_and_remove_survive_another_reload() {
     require_vm();
-    let lab = Lab::build("resume-race", false);
+    let lab = Lab::build("reload-race", false);
     // Each resume sends a change uevent, and udev's rules would probe the map thousands of
     // times; the race is between the two callers alone.
     let _udev = udev::Stopped::new().expect("stop udevd");
@@ -538,10 +542,14 @@ fn resume_if_suspended_survives_another_resume() {
             let mut cycles = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // multipathd's reload: the table loaded, then one resume that suspends the
-                // map, swaps the table in and resumes it.
-                ctl.load(&id, &table).expect("the stand-in's load");
+                // map, swaps the table in and resumes it. The map removed ends it.
+                match ctl.load(&id, &table) {
+                    Err(e) if e.is_gone() => break,
+                    r => drop(r.expect("the stand-in's load")),
+                }
                 // This thread's resume meets the race from its side; it is not under test.
                 match ctl.resume(&id) {
+                    Err(e) if e.is_gone() => break,
                     Err(e) if e.errno() != Some(libc::EINVAL) => panic!("{e}"),
                     _ => cycles += 1,
                 }
@@ -551,12 +559,14 @@ fn resume_if_suspended_survives_another_resume() {
     };
     let ctl = Control::open(&Root::default()).unwrap();
     let id = DevId::Name(&lab.name);
+    let fail = |what: String| halt(&stop, what);
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut old_failed, mut calls, mut resumed) = (0, 0, 0);
     while old_failed < 3 || calls < 2000 {
         if Instant::now() >= deadline {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            panic!("the old way met the race {old_failed} times in {calls} rounds within 60 s");
+            fail(format!(
+                "the old way met the race {old_failed} times in {calls} rounds within 60 s"
+            ));
         }
         // The old way: look, then resume.
         if ctl.info(&id).unwrap().suspended() {
@@ -566,25 +576,64 @@ fn resume_if_suspended_survives_another_resume() {
             }
         }
         // The library's.
-        let r = ctl.resume_if_suspended(&id);
-        calls += 1;
-        match r {
+        match ctl.resume_if_suspended(&id) {
             Ok(Some(_)) => resumed += 1,
             Ok(None) => {}
-            Err(e) => {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                panic!("resume_if_suspended failed after {calls} calls: {e}");
-            }
+            Err(e) => fail(format!(
+                "resume_if_suspended failed after {calls} calls: {e}"
+            )),
         }
+        calls += 1;
+    }
+    eprintln!(
+        "resume: {calls} calls ({resumed} resumed the map), the old way failed {old_failed} times"
+    );
+
+    let how = lunkit::dm::Suspend {
+        noflush: false,
+        skip_lockfs: true,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut ours, mut theirs) = (0, 0);
+    while theirs < 3 || ours < 200 {
+        if Instant::now() >= deadline {
+            fail(format!(
+                "the stand-in's suspension seen {theirs} times in {ours} suspends within 60 s"
+            ));
+        }
+        match ctl.suspend_unless_suspended(&id, how) {
+            Ok(true) => {
+                ours += 1;
+                if let Err(e) = ctl.resume_if_suspended(&id) {
+                    fail(format!("resume after the suspend failed: {e}"));
+                }
+            }
+            Ok(false) => theirs += 1,
+            Err(e) => fail(format!(
+                "suspend_unless_suspended failed after {ours} suspends: {e}"
+            )),
+        }
+    }
+    eprintln!("suspend: {ours} suspended here, {theirs} found suspended by the stand-in");
+
+    let started = Instant::now();
+    match multipath::remove(&Root::default(), &lab.name, &opts(30)) {
+        Ok(r) => assert_eq!(r.outcome, Removed::Now),
+        Err(e) => fail(format!("remove during the reloads: {e}")),
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let cycles = reloader.join().unwrap();
     eprintln!(
-        "{calls} calls ({resumed} resumed the map), the old way failed {old_failed} times; \
-         the stand-in made {cycles} reloads"
+        "removed in {:?}; the stand-in made {cycles} reloads",
+        started.elapsed()
     );
-    ctl.resume_if_suspended(&id).unwrap();
-    assert!(!ctl.info(&id).unwrap().suspended());
+    assert!(!lab.present(&ctl, &lab.name), "map gone");
+}
+
+/// Stops the stand-in of a race test, then fails the test with `what`.
+fn halt(stop: &std::sync::atomic::AtomicBool, what: String) -> ! {
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    panic!("{what}");
 }
 
 /// Issue 33: the in-use check opens every bound loop device to ask what backs it, and that

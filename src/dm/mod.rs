@@ -251,6 +251,37 @@ impl Control {
         }
     }
 
+    /// Suspends the device (as [`Control::suspend`]) unless another caller has it suspended:
+    /// `true` when this call suspended it; `false` when it was found suspended, so that this
+    /// call's flush did not happen (multipathd reloading the map suspends it without a
+    /// flush, inside one `DM_DEV_SUSPEND`): wait for it to be resumed, and call again. The
+    /// kernel's `dm_suspend` answers `EINVAL` for a device suspended in between its
+    /// `DM_DEV_SUSPEND` handler's look and its own, so an `EINVAL` is looked at again before
+    /// it is taken for a failure.
+    pub fn suspend_unless_suspended(&self, id: &DevId<'_>, how: Suspend) -> Result<bool> {
+        if self.info(id)?.suspended() {
+            return Ok(false);
+        }
+        match self.suspend(id, how) {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno() == Some(libc::EINVAL) && self.info(id)?.suspended() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Another handle on the same control device (a `dup` of its descriptor), for a call
+    /// made on a helper thread.
+    pub fn try_clone(&self) -> Result<Control> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::io("/dev/mapper/control", e))?;
+        Ok(Control {
+            fd,
+            version: self.version,
+        })
+    }
+
     /// `DM_DEV_CREATE`: a new device named `name` (with `uuid` if given), with no table. Load
     /// one with [`Control::load`] and [`Control::resume`] to make it usable.
     pub fn create(&self, name: &str, uuid: Option<&str>) -> Result<DeviceInfo> {

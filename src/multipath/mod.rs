@@ -18,6 +18,7 @@ mod find;
 mod multipathd;
 mod remove;
 mod resize;
+mod suspend;
 mod table;
 
 pub use find::*;

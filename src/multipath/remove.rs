@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::block::{self, UsageScope};
-use crate::dm::{Control, DevId, Removed, Suspend};
+use crate::dm::{Control, DevId, Removed};
 use crate::error::{Error, Result};
 use crate::id::DevNum;
 use crate::id::Wwid;
@@ -85,7 +85,9 @@ pub struct RemoveReport {
 ///    given [`block::OPENER_GRACE`] first: udev probes a map after every reload.
 /// 4. multipathd running (as root): `del map NAME`, given half the time left; otherwise, or if
 ///    it fails or does not answer in time ([`RemoveReport::multipathd_skipped`]):
-///    `fail_if_no_path` if the table queues, remove partition maps, suspend with flush,
+///    `fail_if_no_path` if the table queues, remove partition maps, suspend with flush (on a
+///    helper thread bounded by the deadline; a map found suspended by another process, as
+///    multipathd's reload leaves it for a moment, is waited for and suspended again),
 ///    remove, retrying `EBUSY` with backoff until the deadline (resuming between tries), and
 ///    on failure restore `queue_if_no_path`.
 /// 5. After an immediate removal, wait for the `remove` uevent of `dm-N` (or its sysfs
@@ -337,58 +339,79 @@ fn flush_and_remove(
     let removing_since = Instant::now();
     let mut backoff =
         crate::wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
-    let mut last_open = 0;
     loop {
-        if may_suspend {
-            let how = Suspend {
-                noflush: false,
-                skip_lockfs: true,
-            };
-            match ctl.suspend(&by_name, how) {
-                Ok(_) => {}
-                Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
-                Err(e) => return Err(fail(e)),
-            }
-        }
-        match ctl.remove(&by_name, opts.deferred) {
-            Ok(Removed::Deferred) => {
+        let why = match try_remove(ctl, map, opts.deferred, may_suspend, deadline) {
+            Ok(Attempt::Done(Removed::Deferred)) => {
                 // Still serving its holder until the last close: give it back the I/O policy
                 // it had.
                 restore_queueing(ctl, &by_name, queue_disabled);
                 return Ok((Removed::Deferred, removed));
             }
-            Ok(outcome) => return Ok((outcome, removed)),
-            Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
-            Err(e) if e.errno() == Some(libc::EBUSY) => {
-                if may_suspend {
-                    // Let I/O through again while we wait: a suspended map blocks its openers.
-                    match ctl.resume_if_suspended(&by_name) {
-                        Ok(_) => {}
-                        Err(e) if e.is_gone() => {
-                            return Ok((Removed::Now, removed));
-                        }
-                        Err(e) => return Err(fail(e)),
-                    }
-                }
-                match ctl.info(&by_name) {
-                    Ok(i) => last_open = i.open_count,
-                    Err(e) if e.is_gone() => return Ok((Removed::Now, removed)),
-                    Err(_) => {}
-                }
-            }
+            Ok(Attempt::Done(outcome)) => return Ok((outcome, removed)),
+            Ok(Attempt::Again(why)) => why,
             Err(e) => return Err(fail(e)),
-        }
-        let now = Instant::now();
-        if now >= deadline {
+        };
+        if Instant::now() >= deadline {
             return Err(fail(Error::Timeout {
-                what: format!(
-                    "removal of {} (still open, open count {last_open})",
-                    map.label()
-                ),
+                what: format!("removal of {} ({why})", map.label()),
                 waited: removing_since.elapsed(),
             }));
         }
         backoff.sleep(deadline);
+    }
+}
+
+/// What one try of [`try_remove`] came to.
+enum Attempt {
+    /// Removed (or found gone: [`Removed::Now`]).
+    Done(Removed),
+    /// Not yet, and why, for the timeout's message.
+    Again(String),
+}
+
+/// One try at the removal: the flushing suspend (unless `may_suspend` is false), then
+/// `DM_DEV_REMOVE`. The map found suspended by another caller (multipathd's reload, without a
+/// flush) is not removed this time: that caller resumes it, and the next try suspends it with
+/// the flush. A map still open (`EBUSY`) is resumed for the wait, so that its openers' I/O
+/// goes on meanwhile.
+fn try_remove(
+    ctl: &Control,
+    map: &Map,
+    deferred: bool,
+    may_suspend: bool,
+    deadline: Instant,
+) -> Result<Attempt> {
+    let by_name = DevId::Name(map.name());
+    let gone = |e: &Error| e.is_gone();
+    if may_suspend {
+        match super::suspend::flushing(ctl, map.name(), map.info.dev, deadline) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Attempt::Again("suspended by another process".into())),
+            Err(e) if gone(&e) => return Ok(Attempt::Done(Removed::Now)),
+            Err(e) => return Err(e),
+        }
+    }
+    match ctl.remove(&by_name, deferred) {
+        Ok(outcome) => Ok(Attempt::Done(outcome)),
+        Err(e) if gone(&e) => Ok(Attempt::Done(Removed::Now)),
+        Err(e) if e.errno() == Some(libc::EBUSY) => {
+            if may_suspend {
+                match ctl.resume_if_suspended(&by_name) {
+                    Ok(_) => {}
+                    Err(e) if gone(&e) => return Ok(Attempt::Done(Removed::Now)),
+                    Err(e) => return Err(e),
+                }
+            }
+            match ctl.info(&by_name) {
+                Ok(i) => Ok(Attempt::Again(format!(
+                    "still open, open count {}",
+                    i.open_count
+                ))),
+                Err(e) if gone(&e) => Ok(Attempt::Done(Removed::Now)),
+                Err(_) => Ok(Attempt::Again("still open".into())),
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
