@@ -982,42 +982,93 @@ fn an_address_the_array_remapped_is_reported_and_nothing_deleted() {
     forget_records();
 }
 
-/// An NVMe namespace attached through lunkit (its attach mark and name record written),
-/// then its controller deleted behind lunkit's back: no controller of the subsystem serves
-/// it, and the mark would keep the subsystem's controllers through every later detach. Found
-/// as `stale-attach-mark` (and its record as `stale-name-record`); a plain `--fix` removes
-/// both files, and a second one finds nothing.
+/// Whether the node has a disk of namespace `nsid` of subsystem `nqn` (a head, or a
+/// controller's own disk).
+fn namespace_on_node(nqn: &str, nsid: u32) -> bool {
+    support::sysfs::names("/sys/block").iter().any(|d| {
+        support::sysfs::attr(format!("/sys/block/{d}/nsid")) == Some(nsid.to_string())
+            && support::sysfs::attr(format!("/sys/block/{d}/device/subsysnqn")).as_deref()
+                == Some(nqn)
+    })
+}
+
+/// Two NVMe namespaces of one subsystem attached through lunkit (attach marks and name
+/// records written).
+/// - The array hides namespace 1 for a moment: its mark is `stale-attach-mark` only past the
+///   grace (pending before), and a plain `--fix` leaves it (`not-selected`), since the
+///   subsystem's controller is still on the node. The namespace comes back, and the
+///   sibling's detach keeps the controller that serves it.
+/// - Its controller deleted behind lunkit's back: no controller of the subsystem serves it,
+///   and the mark would keep the subsystem's controllers through every later detach. Found
+///   as `stale-attach-mark` (and its record as `stale-name-record`); a plain `--fix` removes
+///   both files, and a second one finds nothing.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
-fn an_attach_mark_of_a_namespace_no_controller_serves_is_removed_by_fix() {
+fn an_attach_mark_is_removed_by_fix_only_once_its_subsystem_is_gone() {
     require_vm();
     forget_records();
     let nqn = "nqn.2014-08.org.lunkit:doctor-marks";
     let t = Target::builder()
         .nqn(nqn)
         .namespace(16 << 20)
+        .namespace_id(2, 16 << 20)
         .port(PortConfig::new(62, "127.0.0.1", "4420"))
         .build()
         .expect("nvmet target");
-    attach_ok(&[
+    let host = [
         "--nvme-nqn",
         nqn,
-        "--nsid",
-        "1",
         "--portal",
         "127.0.0.1:4420",
         "--hostnqn",
         "nqn.2014-08.org.nvmexpress:uuid:6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
         "--hostid",
         "6c1d8a70-1c9e-4d5e-9a40-3b4c5d6e7f80",
-    ]);
+    ];
+    for nsid in ["1", "2"] {
+        attach_ok(&[&host[..], &["--nsid", nsid]].concat());
+    }
     let file = format!("nvme-{nqn}-ns-1");
     let mark = Path::new(LOCKS).join("attached").join(&file);
     let record = Path::new(LOCKS).join("names").join(&file);
     assert!(mark.exists() && record.exists());
-    let (_, doc) = doctor();
+    let (_, doc) = doctor_with(&["--grace", "0"]);
     assert_eq!(findings(&doc, "stale-attach-mark"), []);
     assert_eq!(findings(&doc, "stale-name-record"), []);
+
+    // Hidden for a moment.
+    t.set_namespace_enabled(1, false).unwrap();
+    support::wait::until_true("namespace 1 to leave", Duration::from_secs(60), || {
+        !namespace_on_node(nqn, 1)
+    })
+    .unwrap();
+    let (_, doc) = doctor_with(&["--grace", "0", "--fix"]);
+    let left = fixes(&doc, "stale-attach-mark");
+    assert_eq!(left.len(), 1, "{doc}");
+    assert_eq!(left[0].0[0], file);
+    assert_eq!(left[0].1, "not-selected", "{doc}");
+    assert!(
+        mark.exists(),
+        "a plain --fix removed the mark of a hidden namespace"
+    );
+    let (_, doc) = doctor();
+    assert_eq!(
+        findings(&doc, "stale-attach-mark"),
+        [],
+        "within the grace: {doc}"
+    );
+    assert!(doc["pending"].to_string().contains(&file), "{doc}");
+    t.set_namespace_enabled(1, true).unwrap();
+    support::wait::until_true("namespace 1 to come back", Duration::from_secs(60), || {
+        namespace_on_node(nqn, 1)
+    })
+    .unwrap();
+    let out = lunkit(&[&["detach"], &host[..2], &["--nsid", "2"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        namespace_on_node(nqn, 1),
+        "the sibling's detach took namespace 1's controller"
+    );
 
     let controllers: Vec<String> = support::sysfs::names("/sys/class/nvme")
         .into_iter()
@@ -1034,27 +1085,31 @@ fn an_attach_mark_of_a_namespace_no_controller_serves_is_removed_by_fix() {
     .unwrap();
     support::udev::settle(Duration::from_secs(60)).unwrap();
 
-    let (code, doc) = doctor();
+    let (code, doc) = doctor_with(&["--grace", "0"]);
     let marks: Vec<_> = of_kind(&doc, "stale-attach-mark").collect();
     assert_eq!(marks.len(), 1, "{doc}");
     assert_eq!(marks[0].0[0], file);
     assert_eq!(marks[0].1["identity"], nqn);
+    // Namespace 2's name record (a detach keeps its record), and namespace 1's unless the
+    // fix while it was hidden removed it (a record names no device, and keeps none).
     let records = findings(&doc, "stale-name-record");
-    assert_eq!(records.len(), 1, "{doc}");
-    assert_eq!(records[0].0[0], file);
+    assert!(!records.is_empty(), "{doc}");
     assert_eq!(code, 1, "{doc}");
-    assert!(mark.exists() && record.exists());
+    assert!(mark.exists());
 
-    let (code, doc) = doctor_with(&["--fix"]);
-    for kind in ["stale-attach-mark", "stale-name-record"] {
+    let (code, doc) = doctor_with(&["--grace", "0", "--fix"]);
+    for (kind, n) in [
+        ("stale-attach-mark", 1),
+        ("stale-name-record", records.len()),
+    ] {
         let fixed = fixes(&doc, kind);
-        assert_eq!(fixed.len(), 1, "{doc}");
-        assert_eq!(fixed[0].1, "fixed", "{kind}: {fixed:?}");
+        assert_eq!(fixed.len(), n, "{doc}");
+        assert!(fixed.iter().all(|f| f.1 == "fixed"), "{kind}: {fixed:?}");
     }
     assert!(!mark.exists() && !record.exists());
     assert_eq!(code, 0, "{doc}");
 
-    let (code, doc) = doctor_with(&["--fix"]);
+    let (code, doc) = doctor_with(&["--grace", "0", "--fix"]);
     assert_eq!((code, doc["findings"].as_array().unwrap().len()), (0, 0));
     t.teardown().unwrap();
     forget_records();

@@ -100,8 +100,13 @@ impl Kind {
 impl Kind {
     /// Whether the kernel may still bring it back by itself: then it is a finding only once
     /// it has lasted past [`DoctorOptions::grace`].
+    /// A stale attach mark is one: the array may hide a namespace for a moment (a
+    /// re-masking, a namespace moved between pools) and show it again.
     pub fn recoverable(self) -> bool {
-        matches!(self, Kind::ScsiDeviceBlocked | Kind::NvmeControllerDown)
+        matches!(
+            self,
+            Kind::ScsiDeviceBlocked | Kind::NvmeControllerDown | Kind::StaleAttachMark
+        )
     }
 }
 

@@ -26,7 +26,9 @@
 //! - `stale-name-record`, `stale-attach-mark`: the file is removed, under the volume's lock
 //!   (and an NVMe subsystem's) that attach and detach take, once the node and the lock
 //!   directory read again under it still show it stale with the same content. The lock
-//!   directory is [`FixOptions::lock_dir`], which must be the examination's.
+//!   directory is [`FixOptions::lock_dir`], which must be the examination's. An attach
+//!   mark whose subsystem still has a controller on the node is left unless the kind is
+//!   named (`not-selected`, opt-in).
 //! - `remapped-address` (opt-in): left; no device is deleted for it, since the devices at
 //!   the address may be a new volume someone attached: detach a lingering map of the
 //!   recorded volume by its WWID; the next attach or detach at that address rewrites the
@@ -93,7 +95,10 @@ impl Kind {
     /// `scsi-device-down` finding is cleaned up by default only when the device is
     /// `offline` (the error handler gave up on it); a `transport-offline` one only when the
     /// kind is named. A stale name record or attach mark is a file of lunkit's own that
-    /// names nothing on the node: removing it takes no device away.
+    /// names nothing on the node: removing it takes no device away. An attach mark whose
+    /// subsystem still has a controller on the node is removed by default only when the
+    /// kind is named: its namespace may be hidden for a moment, and the mark keeps the
+    /// controllers it needs through a sibling's detach.
     pub const SAFE: [Kind; 6] = [
         Kind::ScsiDeviceDown,
         Kind::RemappedPath,
@@ -342,7 +347,8 @@ fn act(
         Kind::IdleSession => Ok(FixOutcome::Unsupported(NO_LOGOUT.into())),
         Kind::RemappedAddress => Ok(FixOutcome::Unsupported(REMAPPED.into())),
         Kind::StaleNameRecord | Kind::StaleAttachMark => {
-            super::records::fix(root, f, opts.lock_dir.as_deref(), deadline)
+            let named = opts.kinds.contains(&f.kind);
+            super::records::fix(root, f, opts.lock_dir.as_deref(), named, deadline)
         }
         Kind::LunGone => super::lun_gone::fix(root, f, deadline),
     }

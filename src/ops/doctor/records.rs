@@ -10,7 +10,10 @@
 //!   next attach or detach at that address.
 //! - `stale-attach-mark`: no controller of the subsystem serves a namespace the mark selects.
 //!   A mark keeps every controller of its subsystem through each detach of another
-//!   namespace; a stale one keeps them for ever. Fixed by removing the file.
+//!   namespace; a stale one keeps them for ever. The array may hide a namespace for a moment
+//!   and show it again, so it is a finding only once it lasted past the grace (a
+//!   recoverable state), and a plain `--fix` removes the file only when no controller of
+//!   the subsystem is on the node any more; naming the kind removes it in any case.
 //!
 //! The classification ([`classify`]) is pure over a [`Topology`] and the records read
 //! ([`read`]); the fix takes the locks an attach or detach of the volume takes, reads both
@@ -254,6 +257,7 @@ pub(super) fn fix(
     root: &Root,
     f: &Finding,
     dir: Option<&Path>,
+    named: bool,
     deadline: Instant,
 ) -> Result<FixOutcome> {
     let Some(dir) = dir else {
@@ -266,7 +270,8 @@ pub(super) fn fix(
         what: format!("{} finding of no record name: {:?}", f.kind, f.objects),
     })?;
     let _locks = locks(dir, f, &spec, deadline)?;
-    let again = classify(&Topology::read(root)?, &read(dir)?);
+    let topology = Topology::read(root)?;
+    let again = classify(&topology, &read(dir)?);
     let now = again
         .iter()
         .find(|n| n.kind == f.kind && n.objects.first() == f.objects.first());
@@ -293,11 +298,24 @@ pub(super) fn fix(
                 false => FixOutcome::Gone,
             })
         }
+        _ if !named && subsystem_on_node(&topology, f) => {
+            Ok(FixOutcome::NotSelected { opt_in: true })
+        }
         _ => {
             names::unmark_attached(dir, &spec)?;
             Ok(FixOutcome::Fixed(format!("removed attach mark {file}")))
         }
     }
+}
+
+/// Whether a controller of the attach mark's subsystem (`f.identity`) is on the node: then
+/// the namespace may only be hidden for a moment, and a plain `--fix` leaves its mark, which
+/// keeps those controllers through a sibling's detach until the namespace comes back.
+fn subsystem_on_node(t: &Topology, f: &Finding) -> bool {
+    let nqn = f.identity.as_deref();
+    t.nvme_controllers
+        .iter()
+        .any(|c| c.subsysnqn.as_deref() == nqn && nqn.is_some())
 }
 
 /// Whether the file of finding kind `kind` is still in `dir`.

@@ -290,6 +290,17 @@ impl Target {
         fs::remove_file(&ns.file).map_err(|e| format!("remove {}: {e}", ns.file.display()).into())
     }
 
+    /// Hides (`false`) or shows again (`true`) namespace `nsid`, keeping its file: an array
+    /// masking a namespace for a moment. Connected hosts get a namespace-change event, and
+    /// remove or scan its disk.
+    pub fn set_namespace_enabled(&self, nsid: u32, on: bool) -> Result<()> {
+        self.namespace(nsid)?;
+        write(
+            &self.namespace_dir(nsid).join("enable"),
+            if on { "1" } else { "0" },
+        )
+    }
+
     /// Creates `port` and links the subsystem to it: nvmet starts listening when the first
     /// subsystem is linked.
     pub fn add_port(&mut self, port: PortConfig) -> Result<()> {

@@ -235,6 +235,7 @@ fn controller(nqn: &str) -> NvmeController {
         cntlid: None,
         hostnqn: None,
         hostid: None,
+        object: None,
     }
 }
 
@@ -299,15 +300,32 @@ fn a_stale_record_is_removed_under_its_lock_and_a_changed_one_left() {
     // Rewritten by an attach since it was found: another finding now, left.
     let new: Wwid = NEW.parse().unwrap();
     crate::ops::names::remember(&locks, &iscsi(1), &new).unwrap();
-    let got = fix(&root, &found[0], Some(&locks), deadline).unwrap();
+    let got = fix(&root, &found[0], Some(&locks), false, deadline).unwrap();
     assert!(matches!(got, FixOutcome::Changed(_)), "{got:?}");
     crate::ops::names::remember(&locks, &iscsi(1), &old).unwrap();
-    let got = fix(&root, &found[0], Some(&locks), deadline).unwrap();
+    let got = fix(&root, &found[0], Some(&locks), false, deadline).unwrap();
     assert!(matches!(got, FixOutcome::Fixed(_)), "{got:?}");
     assert_eq!(crate::ops::names::recall(&locks, &iscsi(1)), None);
-    let got = fix(&root, &found[0], Some(&locks), deadline).unwrap();
+    let got = fix(&root, &found[0], Some(&locks), false, deadline).unwrap();
     assert_eq!(got, FixOutcome::Gone);
     // Its lock was taken as an attach takes it: by the recorded WWID.
     assert!(crate::ops::lock::file_path(&locks, &old.to_multipath()).exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_mark_of_a_subsystem_still_on_the_node_is_left_by_a_plain_fix() {
+    let r = records(&[], &[nvme(1)]);
+    let mut t = empty();
+    t.nvme_controllers = vec![controller(NQN)];
+    let found = classify(&t, &r);
+    assert_eq!(kinds(&found), [Kind::StaleAttachMark]);
+    assert!(Kind::StaleAttachMark.recoverable());
+    // Its namespace may be hidden for a moment: the subsystem's controller is still here.
+    assert!(subsystem_on_node(&t, &found[0]));
+    // Another subsystem's controller is not its.
+    t.nvme_controllers = vec![controller("nqn.2014-08.org.lunkit:b")];
+    assert!(!subsystem_on_node(&t, &found[0]));
+    t.nvme_controllers.clear();
+    assert!(!subsystem_on_node(&t, &found[0]));
 }
