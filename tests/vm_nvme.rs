@@ -238,6 +238,61 @@ fn read_direct(dev: &str, len: usize) -> Vec<u8> {
     buf[off..off + len].to_vec()
 }
 
+/// A controller is deleted only as the object it was decided on. Between a decision to delete
+/// `nvme0` and the write, that controller goes and another is made through another port: the
+/// kernel gives it the same name (the lowest free instance) and nvmet the same controller id
+/// (the lowest free one). The delete of what was decided on is refused as `Replaced`, and the
+/// new controller stays.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_controller_made_again_under_the_same_name_is_not_deleted_as_the_old_one() {
+    require_vm();
+    let target = Target::builder()
+        .namespace(16 * MIB)
+        .build()
+        .expect("nvmet target");
+    let nqn = target.nqn().to_owned();
+    let _cleanup = Disconnect(nqn.clone());
+    let root = lunkit::Root::default();
+    let (code, _, out) = connect(&nqn, PORTALS[0]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let [name] = controllers(&nqn).try_into().expect("one controller");
+    let decided = lunkit::nvme::sysfs::controller(&root, &name)
+        .unwrap()
+        .expect("the controller");
+
+    fs::write(format!("/sys/class/nvme/{name}/delete_controller"), "1").unwrap();
+    wait::until_true("the controller to go", Duration::from_secs(60), || {
+        controllers(&nqn).is_empty()
+    })
+    .unwrap();
+    let (code, _, out) = connect(&nqn, PORTALS[1]);
+    assert_eq!(code, Some(0), "{}", describe(&out));
+    let now = lunkit::nvme::sysfs::controller(&root, &name)
+        .unwrap()
+        .expect("a controller under the same name");
+    assert_eq!(
+        now.cntlid, decided.cntlid,
+        "nvmet gave another controller id"
+    );
+    assert_ne!(now.address, decided.address);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    match lunkit::nvme::delete_controller(&root, &decided, deadline) {
+        Err(e @ lunkit::Error::Replaced { .. }) => eprintln!("refused: {e}"),
+        other => panic!("the delete of the old controller gave {other:?}"),
+    }
+    assert_eq!(
+        controllers(&nqn),
+        std::slice::from_ref(&name),
+        "the new controller was deleted"
+    );
+    // The one read now is deleted.
+    lunkit::nvme::delete_controller(&root, &now, deadline).unwrap();
+    assert!(controllers(&nqn).is_empty());
+    target.teardown().expect("target teardown");
+}
+
 /// The steps of a detach report whose kind is `kind`, as `(target, outcome, detail)`.
 fn steps<'a>(doc: &'a Value, kind: &str) -> Vec<(&'a str, &'a str, &'a str)> {
     doc["steps"]
@@ -726,9 +781,33 @@ fn a_mounted_or_open_namespace_is_refused_with_its_data_intact() {
     );
     assert_eq!(controllers(&nqn).len(), 2, "a refusal changed something");
 
-    // Let go: detached, and the filesystem on the target still holds the file.
-    let (code, _, out) = detach(&nqn, 1);
-    assert_eq!(code, Some(0), "{}", describe(&out));
+    // Let go: detached, and the filesystem on the target still holds the file. The head is
+    // claimed from the check to the controllers' delete: a mount tried right after the check
+    // (from the step callback, on the detach's own thread) fails as busy instead of losing
+    // its device under it.
+    use lunkit::ops::{DetachOptions, NamespaceSelector, Outcome, StepKind, VolumeSpec};
+    let root = lunkit::Root::default();
+    let spec = VolumeSpec::Nvme {
+        nqn: nqn.parse().unwrap(),
+        namespace: NamespaceSelector::Id(1),
+    };
+    let mut tried = None;
+    let report = lunkit::ops::detach_with(&root, &spec, &DetachOptions::new(&root), &mut |step| {
+        if step.kind == StepKind::CheckInUse && step.outcome == Outcome::Done {
+            tried = Some(Command::new("mount").args([&dev, MOUNT]).output().unwrap());
+        }
+    })
+    .unwrap();
+    eprintln!("{report:#?}");
+    let tried = tried.expect("a check-in-use step that was done");
+    assert!(!tried.status.success(), "mounted: {}", describe(&tried));
+    assert!(
+        String::from_utf8_lossy(&tried.stderr).contains("busy"),
+        "{}",
+        describe(&tried)
+    );
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(MOUNT), "{mounts}");
     assert_eq!(controllers(&nqn), Vec::<String>::new());
     let (code, a, out) = attach(&nqn, 1);
     assert_eq!(code, Some(0), "{}", describe(&out));

@@ -31,11 +31,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod delete;
 pub mod dhchap;
 pub mod discovery;
 pub mod fabrics;
 pub mod identify;
 pub mod sysfs;
+
+pub use delete::delete_controller;
 
 pub use fabrics::{ConnectOptions, Host, Interface, Transport};
 pub use identify::{IdentifyNamespace, identify_namespace};
@@ -49,7 +52,6 @@ use crate::helper::{self, Subject};
 use crate::id::Nqn;
 use crate::nvme::sysfs as sysnvme;
 use crate::root::Root;
-use crate::uevent::{Action, Subscription, Uevent};
 use crate::wait;
 use sysfs::CtrlState;
 
@@ -412,67 +414,6 @@ pub(crate) fn usage_scope() -> UsageScope<'static> {
         own: &[],
         ignore_openers: crate::scsi::PATH_MANAGERS,
     }
-}
-
-/// Writes `1` to controller `name`'s `delete_controller` and waits until the controller is
-/// gone. The store itself is synchronous (`nvme_delete_ctrl_sync`), but can wait for as long
-/// as the controller's queues drain, so it is bounded like every such write.
-pub(crate) fn delete_controller(
-    root: &Root,
-    c: &sysnvme::NvmeController,
-    deadline: Instant,
-) -> Result<()> {
-    let name = c.name.as_str();
-    let dir = crate::sysfs::Confine::new(root)
-        .dir(&sysnvme::controller_dir(root, name))
-        .filter(|d| d.is_dir());
-    let Some(dir) = dir else {
-        return Ok(()); // Gone already.
-    };
-    let object = crate::sysfs::object_id(&dir);
-    let path = dir.join("delete_controller");
-    let mut backoff = wait::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
-    let mut monitor = Subscription::open().ok();
-    loop {
-        let writer = match crate::sysfs::AttrWriter::open(&path) {
-            Ok(w) => w,
-            Err(e) if e.is_gone() && !dir.exists() => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        // Opened first, then checked: the write reaches the controller checked here or
-        // nothing (kernfs). Its name may have been given to another controller since it was
-        // listed (the kernel hands out the lowest free instance), which is left alone.
-        let now = sysnvme::controller(root, name)?;
-        if now
-            .as_ref()
-            .is_none_or(|n| n.subsysnqn != c.subsysnqn || n.cntlid != c.cntlid)
-        {
-            return Ok(());
-        }
-        let what = || {
-            format!(
-                "write to {} (the controller is not answering)",
-                path.display()
-            )
-        };
-        match helper::bounded(Subject::write(&path, "1"), deadline, &what, move || {
-            writer.write("1")
-        }) {
-            Ok(()) => break,
-            // Removed since the open.
-            Err(e) if e.errno() == Some(libc::ENODEV) => break,
-            // A controller whose first connect has not finished cannot be deleted yet.
-            Err(e) if e.errno() == Some(libc::EBUSY) && Instant::now() < deadline => {
-                backoff.sleep(deadline);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let what = || format!("removal of NVMe controller {name}");
-    let relevant = |ev: &Uevent| ev.action == Action::Remove;
-    wait::until(monitor.as_mut(), deadline, &what, &relevant, || {
-        Ok((crate::sysfs::object_id(&dir) != object || object.is_none()).then_some(()))
-    })
 }
 
 /// Writes `1` to `rescan_controller` of every live controller of subsystem `nqn`, so that

@@ -83,6 +83,9 @@ pub struct NvmeController {
     pub hostnqn: Option<String>,
     /// The host id it connected with (fabrics only).
     pub hostid: Option<String>,
+    /// The sysfs object it was read from: a controller deleted and another made under the
+    /// same name (the kernel hands out the lowest free instance) is another object.
+    pub object: Option<crate::id::ObjectId>,
 }
 
 impl NvmeController {
@@ -212,6 +215,7 @@ pub fn controller(root: &Root, name: &str) -> Result<Option<NvmeController>> {
         serial: attr(&d, "serial"),
         namespaces,
         name: name.to_owned(),
+        object: crate::sysfs::object_id(&d),
     }))
 }
 

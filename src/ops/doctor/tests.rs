@@ -51,6 +51,7 @@ fn controller(name: &str, state: &str, transport: &str) -> NvmeController {
         cntlid: None,
         hostnqn: None,
         hostid: None,
+        object: None,
     }
 }
 

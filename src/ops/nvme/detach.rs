@@ -169,7 +169,9 @@ impl Run<'_> {
             .map(|n| n.name.as_str())
             .collect::<Vec<_>>()
             .join(", ");
-        self.check_in_use(&nodes, &target)?;
+        // Claimed from the check to the last delete: a mount or an LVM activation in
+        // between fails with EBUSY instead of losing its device.
+        let claims = self.check_in_use(&nodes, &target)?;
         let ours: Vec<String> = found
             .devices
             .iter()
@@ -177,28 +179,49 @@ impl Run<'_> {
             .collect();
         let (live, reconnecting) = self.wait_for_live(&ours, &target)?;
         self.flush(&nodes, live, &reconnecting)?;
-        let (delete, deleted_ours) = self.controllers_to_delete(&found.own, &ours)?;
+        let (delete, deleted_ours, siblings) = self.controllers_to_delete(&found.own, &ours)?;
         self.delete_controllers(&delete)?;
+        // Let go before the wait for the devices to leave: an open head stays until closed.
+        drop((claims, siblings));
         self.verify(deleted_ours, &target)
     }
 
-    /// The `check-in-use` step: refused when something uses the namespace, unless forced.
-    fn check_in_use(&mut self, nodes: &[BlockNode], target: &str) -> Result<()> {
-        let t0 = Instant::now();
-        let usage = fabrics_nvme::in_use(self.root, nodes, self.deadline)?;
-        let outcome = match usage.refusal(target) {
-            Some(refusal) if !self.opts.force => {
-                let failed = Outcome::Failed(refusal.to_string());
+    /// The `check-in-use` step: refused when something uses the namespace, unless forced;
+    /// else its devices claimed (`O_EXCL`) before the step is done, held by the caller until
+    /// the controllers are deleted. A claim refused with `EBUSY` means a user came after the
+    /// check: the check runs again, and names it.
+    fn check_in_use(&mut self, nodes: &[BlockNode], target: &str) -> Result<Vec<block::Claim>> {
+        loop {
+            let t0 = Instant::now();
+            let usage = fabrics_nvme::in_use(self.root, nodes, self.deadline)?;
+            let refused = usage.refusal(target);
+            if let Some(refusal) = refused {
+                if !self.opts.force {
+                    let failed = Outcome::Failed(refusal.to_string());
+                    self.log
+                        .record_since(StepKind::CheckInUse, target, failed, t0);
+                    return Err(refusal);
+                }
+                let forced = Outcome::Skipped(format!("forced: {refusal}"));
                 self.log
-                    .record_since(StepKind::CheckInUse, target, failed, t0);
-                return Err(refusal);
+                    .record_since(StepKind::CheckInUse, target, forced, t0);
+                return Ok(Vec::new());
             }
-            Some(refusal) => Outcome::Skipped(format!("forced: {refusal}")),
-            None => Outcome::Done,
-        };
-        self.log
-            .record_since(StepKind::CheckInUse, target, outcome, t0);
-        Ok(())
+            match claim_all(nodes, self.deadline) {
+                Ok(claims) => {
+                    self.log
+                        .record_since(StepKind::CheckInUse, target, Outcome::Done, t0);
+                    return Ok(claims);
+                }
+                Err(e) if e.errno() == Some(libc::EBUSY) && Instant::now() < self.deadline => {}
+                Err(e) => {
+                    let failed = Outcome::Failed(e.to_string());
+                    self.log
+                        .record_since(StepKind::CheckInUse, target, failed, t0);
+                    return Err(e);
+                }
+            }
+        }
     }
 
     /// Whether a controller of `ours` is live, and which are reconnecting.
@@ -300,7 +323,7 @@ impl Run<'_> {
         &mut self,
         own: &[NamespaceSelector],
         ours: &[String],
-    ) -> Result<(Vec<NvmeController>, bool)> {
+    ) -> Result<(Vec<NvmeController>, bool, Vec<block::Claim>)> {
         let t0 = Instant::now();
         let controllers = fabrics_nvme::controllers_of(self.root, self.nqn)?;
         let lock_dir = self.opts.lock_dir.as_deref();
@@ -312,6 +335,8 @@ impl Run<'_> {
             &controllers,
             self.deadline,
         )?;
+        let (claims, came) = claim_siblings(self.root, self.nqn, own, &needed, self.deadline)?;
+        let needed: Vec<(String, String)> = needed.into_iter().chain(came).collect();
         let mut deleted_ours = true;
         let mut delete = Vec::new();
         for c in controllers {
@@ -336,7 +361,7 @@ impl Run<'_> {
                 t0,
             );
         }
-        Ok((delete, deleted_ours))
+        Ok((delete, deleted_ours, claims))
     }
 
     /// The `delete-controller` steps, side by side: each write returns once its controller
@@ -450,6 +475,49 @@ fn needed_by_others(
         }
     }
     Ok(needed)
+}
+
+/// A controller another namespace needs, with that namespace (for the step's message).
+type Needed = (String, String);
+
+/// Claims every device of `nodes` (`O_EXCL`); the first refusal is the error. A device that
+/// does not open (gone, or its open not returning) cannot be mounted either, and goes
+/// without a claim.
+fn claim_all(nodes: &[BlockNode], deadline: Instant) -> Result<Vec<block::Claim>> {
+    let mut claims = Vec::new();
+    for n in nodes {
+        claims.extend(block::try_claim(n, deadline)?);
+    }
+    Ok(claims)
+}
+
+/// Claims the subsystem's other namespaces that nobody needs (`needed` names none of their
+/// controllers), which go with the controllers about to be deleted: nothing may start using
+/// them between that decision and the delete. One whose claim is refused (`EBUSY`: a user
+/// came since the check) needs its controllers after all: returned as more `needed` pairs.
+fn claim_siblings(
+    root: &Root,
+    nqn: &Nqn,
+    own: &[NamespaceSelector],
+    needed: &[(String, String)],
+    deadline: Instant,
+) -> Result<(Vec<block::Claim>, Vec<Needed>)> {
+    let (mut claims, mut came) = (Vec::new(), Vec::new());
+    for (ns, other) in fabrics_nvme::namespace_devices(root, nqn)? {
+        let kept = |c: &String| needed.iter().any(|(n, _)| n == c);
+        if own.iter().any(|o| o.matches(&ns)) || other.controllers.iter().any(kept) {
+            continue;
+        }
+        match block::try_claim(&other.node, deadline) {
+            Ok(c) => claims.extend(c),
+            Err(e) if e.errno() == Some(libc::EBUSY) => {
+                let why = format!("{} (in use since the check)", other.node.name);
+                came.extend(other.controllers.iter().map(|c| (c.clone(), why.clone())));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((claims, came))
 }
 
 /// Every selector that names the namespace being detached: the one given, and its id, NGUID,

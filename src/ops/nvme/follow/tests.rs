@@ -49,6 +49,7 @@ fn controller(name: &str, state: &str, namespaces: &[&str]) -> NvmeController {
         cntlid: None,
         hostnqn: None,
         hostid: None,
+        object: None,
     }
 }
 
