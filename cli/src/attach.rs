@@ -146,17 +146,17 @@ fn print_nvme(
     }
     let udev_of = |i: usize| udev.as_ref().and_then(|u| u.get(i));
     for d in &nvme.discovery {
-        println!("{d}");
+        outln!("{d}");
     }
     for p in &nvme.portals {
         let found = if p.discovered { " [discovered]" } else { "" };
-        println!("{p}{found}");
+        outln!("{p}{found}");
     }
     for (i, d) in nvme.devices.iter().enumerate() {
         let u = udev_of(i).map_or(String::new(), |u| {
             format!("  udev {} {}", u.state, u.links.join(" "))
         });
-        println!(
+        outln!(
             "/dev/{} ({}) WWID {} via {}{}",
             d.name,
             d.dev,
@@ -165,5 +165,5 @@ fn print_nvme(
             u.trim_end()
         );
     }
-    println!("attached in {:.1} ms", elapsed.as_secs_f64() * 1e3);
+    outln!("attached in {:.1} ms", elapsed.as_secs_f64() * 1e3);
 }

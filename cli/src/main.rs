@@ -1,5 +1,8 @@
 //! `lunkit`: bring one SCSI LUN in and take it out again, from the command line.
 
+// First: its macros (`outln!`, `out!`, `errln!`) are used by every module below.
+#[macro_use]
+mod out;
 mod attach;
 mod batch;
 mod doctor;
@@ -121,10 +124,18 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Batch { at_once } = cli.command {
-        return batch::run(&cli.root, at_once);
-    }
-    ExitCode::from(run(cli))
+    let code = if let Command::Batch { at_once } = cli.command {
+        batch::run(&cli.root, at_once)
+    } else {
+        run(cli)
+    };
+    out::flush();
+    // Output lost to a failed write (not a closed pipe) is a failure, as util-linux's.
+    ExitCode::from(if code == 0 && out::failed() {
+        exit::OTHER
+    } else {
+        code
+    })
 }
 
 /// Runs one parsed command line; its exit code.
@@ -147,7 +158,7 @@ fn run(cli: Cli) -> u8 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("lunkit: {e}");
+            errln!("lunkit: {e}");
             exit_code(&e)
         }
     }
@@ -190,7 +201,7 @@ fn list(root: &Root, as_json: bool) -> lunkit::Result<()> {
     if as_json {
         json::print(&json::list::List::from(&topo), json::Layout::Pretty);
     } else {
-        print!("{}", human::render(&topo));
+        out!("{}", human::render(&topo));
     }
     Ok(())
 }

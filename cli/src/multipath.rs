@@ -57,15 +57,15 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
                 } else {
                     format!(" with {}", r.partitions_removed.join(", "))
                 };
-                println!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
+                outln!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
                 if !r.resumed.is_empty() {
-                    eprintln!(
+                    errln!(
                         "note: found suspended, resumed first: {}",
                         r.resumed.join(", ")
                     );
                 }
                 if let Some(why) = &r.multipathd_skipped {
-                    eprintln!("note: done through device-mapper, not multipathd: {why}");
+                    errln!("note: done through device-mapper, not multipathd: {why}");
                 }
             }
             Ok(())

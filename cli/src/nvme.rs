@@ -219,11 +219,11 @@ fn print_discovered(found: &discovery::Discovered) {
         let l = match &s.result {
             Ok(l) => l,
             Err(e) => {
-                println!("{}:{}: {e}", s.traddr, s.trsvcid);
+                outln!("{}:{}: {e}", s.traddr, s.trsvcid);
                 continue;
             }
         };
-        println!(
+        outln!(
             "{}:{}: generation {}, {} entries (through {})",
             s.traddr,
             s.trsvcid,
@@ -238,13 +238,16 @@ fn print_discovered(found: &discovery::Discovered) {
                 Subtype::CurrentDiscovery => "discovery",
                 Subtype::Other(_) => "other",
             };
-            println!(
+            outln!(
                 "  {kind:<9} {} {}:{} port {}",
-                e.subsystem, e.address, e.service_id, e.port_id
+                e.subsystem,
+                e.address,
+                e.service_id,
+                e.port_id
             );
         }
         for r in &l.log.rejected {
-            println!("  rejected  {r}");
+            outln!("  rejected  {r}");
         }
     }
 }
@@ -305,7 +308,7 @@ fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
         } else {
             "connected"
         };
-        println!(
+        outln!(
             "{}: {how} (cntlid {}, {}) in {:.1} ms",
             r.controller,
             r.cntlid,
@@ -325,7 +328,7 @@ fn rescan(root: &Root, r: Rescan) -> lunkit::Result<()> {
         json::print(&doc, Layout::Line);
     } else {
         for c in asked {
-            println!("{c}: rescan asked");
+            outln!("{c}: rescan asked");
         }
     }
     Ok(())
@@ -346,10 +349,10 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
         );
     } else if let Ok(r) = &result {
         if r.controllers.is_empty() {
-            println!("{}: nothing connected", d.nqn);
+            outln!("{}: nothing connected", d.nqn);
         }
         for c in &r.controllers {
-            println!("{c}: deleted");
+            outln!("{c}: deleted");
         }
     }
     result.map(drop)

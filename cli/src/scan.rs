@@ -191,7 +191,7 @@ pub fn print(
                     .map_or(String::new(), |u| {
                         format!("  udev {} {}", u.state, u.links.join(" "))
                     });
-                println!(
+                outln!(
                     "{hctl}  {}  {}  {}{}  ({})",
                     d.dev_path.display(),
                     d.dev,
@@ -200,13 +200,13 @@ pub fn print(
                     p.via
                 );
             }
-            None => println!("{hctl}  {}  ({})", p.outcome, p.via),
+            None => outln!("{hctl}  {}  ({})", p.outcome, p.via),
         }
     }
     if let Some(m) = map {
-        println!("map {} ({}, {})", m.name, m.node.name, m.node.dev);
+        outln!("map {} ({}, {})", m.name, m.node.name, m.node.dev);
     }
-    println!(
+    outln!(
         "{} of {} path(s) in {:.1} ms",
         found,
         paths.len(),

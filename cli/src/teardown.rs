@@ -140,7 +140,7 @@ pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
             Layout::Line,
         );
     } else {
-        println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+        outln!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
     }
     Ok(())
 }
@@ -158,8 +158,8 @@ pub fn delete(root: &Root, cmd: Delete) -> lunkit::Result<()> {
         return Ok(());
     }
     match deleted {
-        Deleted::Now => println!("{hctl} deleted in {}", ms(t0.elapsed())),
-        Deleted::AlreadyGone => println!("{hctl} already gone"),
+        Deleted::Now => outln!("{hctl} deleted in {}", ms(t0.elapsed())),
+        Deleted::AlreadyGone => outln!("{hctl} already gone"),
     }
     Ok(())
 }
@@ -195,7 +195,7 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
     let t0 = Instant::now();
     let result = ops::detach_with(root, &spec, &opts, &mut |s| {
         if !as_json {
-            println!(
+            outln!(
                 "{:<13} {:<40} {} ({})",
                 s.kind.as_str(),
                 s.target,
@@ -209,7 +209,7 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
         let doc = json::detach::Detach::new(&spec, &result, &steps, t0.elapsed());
         json::print(&doc, Layout::Line);
     } else if let Ok(r) = &result {
-        println!(
+        outln!(
             "{spec}: detached in {} ({} round(s))",
             ms(r.duration),
             r.rounds
