@@ -7,6 +7,7 @@ mod attach;
 mod batch;
 mod doctor;
 mod human;
+mod ids;
 mod json;
 mod multipath;
 mod nvme;

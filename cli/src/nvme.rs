@@ -43,8 +43,8 @@ pub struct Connect {
     /// The target's port.
     #[arg(long, value_name = "PORT", default_value = "4420")]
     trsvcid: String,
-    /// The subsystem NQN.
-    #[arg(long, value_name = "NQN")]
+    /// The subsystem's NQN: nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long = "nvme-nqn", alias = "nqn", value_name = "NQN")]
     nqn: String,
     /// This host's NQN (default: /etc/nvme/hostnqn under --root).
     #[arg(long, value_name = "NQN")]
@@ -86,8 +86,8 @@ pub struct Connect {
 /// `lunkit nvme disconnect`.
 #[derive(Args)]
 pub struct Disconnect {
-    /// The subsystem NQN.
-    #[arg(long, value_name = "NQN")]
+    /// The subsystem's NQN: nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long = "nvme-nqn", alias = "nqn", value_name = "NQN")]
     nqn: String,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
@@ -104,8 +104,8 @@ pub struct Disconnect {
 /// `lunkit nvme rescan`.
 #[derive(Args)]
 pub struct Rescan {
-    /// The subsystem NQN.
-    #[arg(long, value_name = "NQN")]
+    /// The subsystem's NQN: nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long = "nvme-nqn", alias = "nqn", value_name = "NQN")]
     nqn: String,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
