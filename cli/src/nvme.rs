@@ -15,19 +15,30 @@ use crate::json::{self, Layout};
 /// `lunkit nvme`.
 #[derive(Subcommand)]
 pub enum Nvme {
-    /// Connect one path (one controller) to a subsystem; run it once per path. A path that is
-    /// connected already is returned, never duplicated. Exit 0 connected (or already), 2 bad
-    /// input (nothing written), 3 nothing listens there or no host NQN, 5 deadline passed.
+    /// Connect one path (one controller) to a subsystem.
+    ///
+    /// Run it once per path. A path that is connected already is returned, never duplicated.
+    ///
+    /// Exit 0 connected (or already), 2 bad input (nothing written), 3 nothing listens there
+    /// or no host NQN, 5 deadline passed.
     Connect(Connect),
-    /// Take every controller of a subsystem away, after checking that nothing uses its
-    /// namespaces and flushing them. Nothing connected is success. Exit 4 refused (in use).
+    /// Take every controller of a subsystem away, after checking nothing uses its namespaces.
+    ///
+    /// The namespaces are flushed first. Nothing connected is success.
+    ///
+    /// Exit 0 disconnected (or nothing was), 2 bad input, 4 refused (in use), 5 deadline
+    /// passed.
     Disconnect(Disconnect),
     /// Ask every live controller of a subsystem to look for new or resized namespaces.
+    ///
+    /// Exit 0 asked, 2 bad input, 3 no live controller of the subsystem, 5 deadline passed.
     Rescan(Rescan),
-    /// Ask a discovery service which subsystems this host may reach, and on which ports
-    /// (the Discovery Log Page), following its referrals; the discovery controllers made
-    /// for it are disconnected after. Exit 0 answered, 2 bad input, 3 nothing listens
-    /// there, 5 deadline passed.
+    /// Ask a discovery service which subsystems this host may reach, and on which ports.
+    ///
+    /// Reads the Discovery Log Page, following its referrals; the discovery controllers made
+    /// for it are disconnected after.
+    ///
+    /// Exit 0 answered, 2 bad input, 3 nothing listens there, 5 deadline passed.
     Discover(Discover),
 }
 
@@ -219,7 +230,12 @@ fn print_discovered(found: &discovery::Discovered) {
         let l = match &s.result {
             Ok(l) => l,
             Err(e) => {
-                outln!("{}:{}: {e}", s.traddr, s.trsvcid);
+                outln!(
+                    "{}:{}: {}",
+                    s.traddr,
+                    s.trsvcid,
+                    crate::message::describe(e)
+                );
                 continue;
             }
         };
