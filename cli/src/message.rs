@@ -40,6 +40,18 @@ fn not_found(what: &str) -> Option<String> {
              `iscsiadm -m discovery -t sendtargets -p {portal}` if the node is not known yet)"
         ));
     }
+    if let Some(ports) = what.strip_prefix("FC target port ") {
+        return Some(format!(
+            "no FC remote port {ports} is on this node: check the target's zoning and LUN \
+             masking, and `lunkit list` for the ports the node sees"
+        ));
+    }
+    if let Some(nqn) = what.strip_prefix("live NVMe controller of subsystem ") {
+        return Some(format!(
+            "no NVMe controller of subsystem {nqn} is live: connect one with \
+             `lunkit nvme connect --traddr ADDR --nvme-nqn {nqn}` or `lunkit attach`"
+        ));
+    }
     if let Some(rest) = what.strip_prefix("host NQN: none was given and ") {
         let file = rest.split_once(" does not exist")?.0;
         return Some(format!(
@@ -102,6 +114,26 @@ mod tests {
             "this host has no NVMe host NQN: /r/etc/nvme/hostnqn does not exist, so write one \
              there (`nvme gen-hostnqn > /r/etc/nvme/hostnqn`) or pass --hostnqn"
         );
+    }
+
+    #[test]
+    fn a_missing_fc_port_or_nvme_controller_says_where_to_look() {
+        let m = nf("FC target port 0x5001438002a3c4d6");
+        assert!(
+            m.starts_with(
+                "no FC remote port 0x5001438002a3c4d6 is on this node: check the target's zoning"
+            ),
+            "{m}"
+        );
+        let m = nf("live NVMe controller of subsystem nqn.2014-08.org.a:b");
+        assert!(
+            m.contains("lunkit nvme connect --traddr ADDR --nvme-nqn nqn.2014-08.org.a:b"),
+            "{m}"
+        );
+        let m =
+            nf("WWID of sdc, sdd (a multipath map is keyed by it; the LUN has no VPD page 0x83)");
+        assert!(m.starts_with("sdc, sdd report no WWID"), "{m}");
+        assert!(m.contains("without --wait-map"), "{m}");
     }
 
     #[test]
