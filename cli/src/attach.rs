@@ -9,7 +9,7 @@ use lunkit::{Hctl, Root, Wwn};
 use crate::json::scan::Udev;
 use crate::json::{self, Layout};
 use crate::scan::{Common, print, wait_udev};
-use crate::teardown::AddressArgs;
+use crate::teardown::{AddressArgs, NVME, SCSI};
 
 /// Options of another transport than the chosen volume's are refused by name.
 const NOT_FC: [&str; 3] = ["hctl", "iscsi_target", "nvme_nqn"];
@@ -34,28 +34,28 @@ pub struct Attach {
     /// NVMe: ask the discovery service at ADDR (port 8009 unless given; an IPv6 address in
     /// brackets with a port) for the subsystem's paths, referrals followed, and connect every
     /// TCP path it lists with the --portal ones. Repeatable.
-    #[arg(long = "discover", value_name = "ADDR[:PORT]", requires = "nvme_nqn", conflicts_with_all = NOT_NVME)]
+    #[arg(long = "discover", value_name = "ADDR[:PORT]", requires = "nvme_nqn", conflicts_with_all = NOT_NVME, help_heading = NVME)]
     discover: Vec<String>,
     /// FC: only through this local port (initiator WWPN); repeatable.
-    #[arg(long = "initiator", value_name = "WWPN", conflicts_with_all = NOT_FC)]
+    #[arg(long = "initiator", value_name = "WWPN", conflicts_with_all = NOT_FC, help_heading = SCSI)]
     initiators: Vec<Wwn>,
     /// Also wait until multipathd has built the volume's map with every path that came (a
     /// SCSI LUN: an NVMe namespace has the kernel's native multipath, no map).
-    #[arg(long, conflicts_with = "nvme_nqn")]
+    #[arg(long, conflicts_with = "nvme_nqn", help_heading = SCSI)]
     wait_map: bool,
     /// NVMe: this host's NQN for the connects (default: /etc/nvme/hostnqn under --root).
-    #[arg(long, value_name = "NQN", conflicts_with_all = NOT_NVME)]
+    #[arg(long, value_name = "NQN", conflicts_with_all = NOT_NVME, help_heading = NVME)]
     hostnqn: Option<String>,
     /// NVMe: this host's id, a UUID (default: /etc/nvme/hostid under --root, if any).
-    #[arg(long, value_name = "UUID", requires = "hostnqn", conflicts_with_all = NOT_NVME)]
+    #[arg(long, value_name = "UUID", requires = "hostnqn", conflicts_with_all = NOT_NVME, help_heading = NVME)]
     hostid: Option<String>,
     /// NVMe: a file holding the host's DH-HMAC-CHAP secret (`DHHC-1:…`) for every connect:
     /// read here, never taken on the command line, where any user could read it.
-    #[arg(long, value_name = "FILE", requires = "nvme_nqn", conflicts_with_all = NOT_NVME)]
+    #[arg(long, value_name = "FILE", requires = "nvme_nqn", conflicts_with_all = NOT_NVME, help_heading = NVME)]
     dhchap_secret_file: Option<std::path::PathBuf>,
     /// NVMe: a file holding the controller's secret: each controller must prove itself
     /// with it.
-    #[arg(long, value_name = "FILE", requires = "dhchap_secret_file", conflicts_with_all = NOT_NVME)]
+    #[arg(long, value_name = "FILE", requires = "dhchap_secret_file", conflicts_with_all = NOT_NVME, help_heading = NVME)]
     dhchap_ctrl_secret_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     common: Common,

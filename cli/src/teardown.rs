@@ -39,6 +39,11 @@ pub struct Delete {
     json: bool,
 }
 
+/// The `--help` heading of the options that name or reach a SCSI LUN.
+pub const SCSI: &str = "A SCSI LUN (iSCSI, FC)";
+/// The `--help` heading of the options that name or reach an NVMe namespace.
+pub const NVME: &str = "An NVMe namespace";
+
 /// The options that belong to SCSI LUNs only, refused with an NVMe namespace.
 pub const SCSI_ONLY: [&str; 3] = ["iscsi_target", "fc_wwpn", "lun"];
 /// The options that belong to NVMe namespaces only, refused with a SCSI LUN.
@@ -53,24 +58,42 @@ pub const NVME_ONLY: [&str; 3] = ["nvme_nqn", "nsid", "nguid"];
 pub struct AddressArgs {
     /// The iSCSI target's name (with --lun): iqn.yyyy-mm.<reverse domain>[:<name>],
     /// eui.<16 hex digits> or naa.<16 or 32 hex digits>.
-    #[arg(long, value_name = "IQN", requires = "lun")]
+    #[arg(long, value_name = "IQN", requires = "lun", help_heading = SCSI)]
     iscsi_target: Option<String>,
     /// The FC target's port name (with --lun), 16 hex digits (0x…, bare, or colon-separated);
     /// repeat it, or separate with commas, for a target reached through several ports.
-    #[arg(long, value_name = "WWPN", requires = "lun", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "WWPN",
+        requires = "lun",
+        value_delimiter = ',',
+        help_heading = SCSI
+    )]
     fc_wwpn: Vec<String>,
     /// The LUN, with --iscsi-target or --fc-wwpn.
-    #[arg(long, value_name = "LUN", conflicts_with_all = NVME_ONLY)]
+    #[arg(long, value_name = "LUN", conflicts_with_all = NVME_ONLY, help_heading = SCSI)]
     lun: Option<u64>,
     /// The NVMe subsystem's NQN (with --nsid or --nguid): nqn.yyyy-mm.<reverse domain>[:<name>].
-    #[arg(long, value_name = "NQN", requires = "nvme_namespace")]
+    #[arg(long, value_name = "NQN", requires = "nvme_namespace", help_heading = NVME)]
     nvme_nqn: Option<String>,
     /// The NVMe namespace id, with --nvme-nqn.
-    #[arg(long, value_name = "N", requires = "nvme_nqn", conflicts_with_all = SCSI_ONLY)]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "nvme_nqn",
+        conflicts_with_all = SCSI_ONLY,
+        help_heading = NVME
+    )]
     nsid: Option<u32>,
     /// The NVMe namespace's NGUID, with --nvme-nqn: 32 hex digits (as `nvme id-ns` prints
     /// it), 8-4-4-4-12 (as sysfs does) or eui.<32 hex digits>.
-    #[arg(long, value_name = "NGUID", requires = "nvme_nqn", conflicts_with_all = SCSI_ONLY)]
+    #[arg(
+        long,
+        value_name = "NGUID",
+        requires = "nvme_nqn",
+        conflicts_with_all = SCSI_ONLY,
+        help_heading = NVME
+    )]
     nguid: Option<String>,
 }
 
