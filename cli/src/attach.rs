@@ -96,7 +96,11 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
         opts.nvme.dhchap_secret = secret(&cmd.dhchap_secret_file).transpose()?;
         opts.nvme.dhchap_ctrl_secret = secret(&cmd.dhchap_ctrl_secret_file).transpose()?;
     } else {
-        opts.scsi.iscsi_portals = cmd.portals;
+        opts.scsi.iscsi_portals = cmd
+            .portals
+            .iter()
+            .map(|p| crate::ids::iscsi_portal(p))
+            .collect::<lunkit::Result<_>>()?;
     }
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;

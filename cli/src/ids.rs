@@ -106,6 +106,21 @@ pub fn iscsi_name(s: &str) -> lunkit::Result<String> {
     Ok(s.to_owned())
 }
 
+/// Checks an iSCSI portal given by the user (`--portal`): `ADDR:PORT` with an IP address,
+/// IPv6 in brackets, as `iscsiadm -m session` and sysfs show it. Sessions are matched by that
+/// text, so anything else (a host name, a missing port) would match none.
+pub fn iscsi_portal(s: &str) -> lunkit::Result<String> {
+    s.parse::<std::net::SocketAddr>().map_err(|_| {
+        Error::invalid(
+            "iSCSI portal",
+            s,
+            "expected ADDR:PORT with an IP address (an IPv6 one in brackets), as \
+             `iscsiadm -m session` shows it",
+        )
+    })?;
+    Ok(s.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +183,23 @@ mod tests {
         for bad in ["foo", "uuid.x", "nvme.", "naa.12"] {
             let e = expect_wwid(bad).unwrap_err().to_string();
             assert!(e.contains("uuid.<8-4-4-4-12 hex digits>"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn iscsi_portals_are_ip_and_port() {
+        for good in ["10.0.0.1:3260", "[fd00::1]:3260"] {
+            assert_eq!(iscsi_portal(good).unwrap(), good);
+        }
+        for bad in [
+            "foo",
+            "10.0.0.1",
+            "10.0.0.1:99999",
+            "fd00::1:3260",
+            "san.example:3260",
+        ] {
+            let e = iscsi_portal(bad).unwrap_err().to_string();
+            assert!(e.contains("expected ADDR:PORT"), "{bad:?}: {e}");
         }
     }
 

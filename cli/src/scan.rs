@@ -109,7 +109,10 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
             ..
         } => {
             let lun = IscsiLun {
-                portals: portals.clone(),
+                portals: portals
+                    .iter()
+                    .map(|p| crate::ids::iscsi_portal(p))
+                    .collect::<lunkit::Result<_>>()?,
                 ..IscsiLun::new(crate::ids::iscsi_name(target)?, *lun)
             };
             lunkit::iscsi::scan(root, &lun, &opts)?

@@ -153,6 +153,31 @@ fn malformed_names_are_usage_errors_naming_the_accepted_forms() {
             nqn_forms,
         ),
         (
+            vec![
+                "scan",
+                "iscsi",
+                "--iscsi-target",
+                IQN,
+                "--lun",
+                "1",
+                "--portal",
+                "san1",
+            ],
+            "expected ADDR:PORT",
+        ),
+        (
+            vec![
+                "attach",
+                "--iscsi-target",
+                IQN,
+                "--lun",
+                "1",
+                "--portal",
+                "10.0.0.1",
+            ],
+            "expected ADDR:PORT",
+        ),
+        (
             vec!["attach", "--fc-wwpn", "zz", "--lun", "1"],
             "16 hex digits",
         ),
