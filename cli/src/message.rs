@@ -40,6 +40,16 @@ fn not_found(what: &str) -> Option<String> {
              `iscsiadm -m discovery -t sendtargets -p {portal}` if the node is not known yet)"
         ));
     }
+    // `flush` and `delete` (teardown.rs) say this one.
+    if let Some(device) = what
+        .strip_prefix("block device ")
+        .filter(|d| !d.starts_with("of "))
+    {
+        return Some(format!(
+            "no block device {device} on this node: give a /dev path, a kernel name (sdc, \
+             dm-0) or an H:C:T:L, as `lunkit list` shows them"
+        ));
+    }
     if let Some(ports) = what.strip_prefix("FC target port ") {
         return Some(format!(
             "no FC remote port {ports} is on this node: check the target's zoning and LUN \
@@ -134,6 +144,17 @@ mod tests {
             nf("WWID of sdc, sdd (a multipath map is keyed by it; the LUN has no VPD page 0x83)");
         assert!(m.starts_with("sdc, sdd report no WWID"), "{m}");
         assert!(m.contains("without --wait-map"), "{m}");
+    }
+
+    #[test]
+    fn a_missing_block_device_says_how_to_name_one() {
+        let m = nf("block device sdzz");
+        assert!(
+            m.starts_with("no block device sdzz on this node: give"),
+            "{m}"
+        );
+        let m = nf("block device of 7:0:0:1 to appear and open");
+        assert_eq!(m, "block device of 7:0:0:1 to appear and open not found");
     }
 
     #[test]
