@@ -4,7 +4,6 @@
 use std::ffi::OsStr;
 use std::io::BufRead;
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
@@ -15,13 +14,18 @@ use crate::{Cli, Command, exit};
 const PANIC: u8 = 101;
 
 /// Runs stdin's lines under `root`: one after another, or every line at once (`at_once`).
-pub(crate) fn run(root: &Path, at_once: bool) -> ExitCode {
+pub(crate) fn run(root: &Path, at_once: bool) -> u8 {
     if at_once {
         return all_at_once(root);
     }
     for line in std::io::stdin().lock().lines() {
+        // Nobody reads the answers any more: the line that was running has ended, and the
+        // next ones are not started.
+        if crate::out::closed() {
+            break;
+        }
         let Some(line) = read(line) else {
-            return ExitCode::from(exit::OTHER);
+            return exit::OTHER;
         };
         let Some(words) = command(&line) else {
             continue;
@@ -29,22 +33,22 @@ pub(crate) fn run(root: &Path, at_once: bool) -> ExitCode {
         let Some(code) = one_line(root, &words) else {
             // A panic is a bug, after which this process's state is not to be trusted: the
             // line gets its exit line (the panic's own code) and the batch ends.
-            println!("lunkit-batch: exit {PANIC}");
-            return ExitCode::from(PANIC);
+            outln!("lunkit-batch: exit {PANIC}");
+            return PANIC;
         };
-        println!("lunkit-batch: exit {code}");
+        outln!("lunkit-batch: exit {code}");
     }
-    ExitCode::SUCCESS
+    0
 }
 
 /// Every line read first, then all run at once, each on a thread of its own. A line that
 /// panicked gets its exit line like the others; the batch then exits with the panic's code
 /// once every line has ended (no thread can be stopped half-way).
-fn all_at_once(root: &Path) -> ExitCode {
+fn all_at_once(root: &Path) -> u8 {
     let mut lines = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let Some(line) = read(line) else {
-            return ExitCode::from(exit::OTHER);
+            return exit::OTHER;
         };
         lines.push(line);
     }
@@ -57,7 +61,7 @@ fn all_at_once(root: &Path) -> ExitCode {
             .map(|(number, words)| {
                 s.spawn(move || {
                     let code = one_line(root, &words);
-                    println!("lunkit-batch: line {number} exit {}", code.unwrap_or(PANIC));
+                    outln!("lunkit-batch: line {number} exit {}", code.unwrap_or(PANIC));
                     code.is_none()
                 })
             })
@@ -70,17 +74,13 @@ fn all_at_once(root: &Path) -> ExitCode {
             .collect();
         ended.contains(&true)
     });
-    println!("lunkit-batch: all in {} us", start.elapsed().as_micros());
-    if panicked {
-        ExitCode::from(PANIC)
-    } else {
-        ExitCode::SUCCESS
-    }
+    outln!("lunkit-batch: all in {} us", start.elapsed().as_micros());
+    if panicked { PANIC } else { 0 }
 }
 
 /// A line of stdin, or `None` after saying why it could not be read.
 fn read(line: std::io::Result<String>) -> Option<String> {
-    line.map_err(|e| eprintln!("lunkit: batch: reading stdin (a line that is not UTF-8?): {e}"))
+    line.map_err(|e| errln!("lunkit: batch: reading stdin (a line that is not UTF-8?): {e}"))
         .ok()
 }
 
@@ -98,7 +98,7 @@ fn one_line(root: &Path, words: &[&str]) -> Option<u8> {
         .iter()
         .any(|w| *w == "--root" || w.starts_with("--root="))
     {
-        eprintln!(
+        errln!(
             "lunkit: {}",
             lunkit::Error::invalid(
                 "batch line",
@@ -117,7 +117,7 @@ fn one_line(root: &Path, words: &[&str]) -> Option<u8> {
             command: Command::Watch { .. },
             ..
         }) => {
-            eprintln!("lunkit: {}", nested("watch"));
+            errln!("lunkit: {}", nested("watch"));
             Some(exit::USAGE)
         }
         Ok(cli) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::run(cli))).ok(),

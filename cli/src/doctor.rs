@@ -45,12 +45,12 @@ pub fn run(root: &Root, cmd: Doctor) -> u8 {
                 let doc = json::doctor::Doctor::new(&found, fixes.as_ref());
                 json::print(&doc, json::Layout::Pretty);
             } else {
-                print!("{}", render(&found, fixes.as_ref()));
+                out!("{}", render(&found, fixes.as_ref()));
             }
             exit(&found, fixes.as_ref())
         }
         Err(e) => {
-            eprintln!("lunkit: {e}");
+            errln!("lunkit: {}", crate::message::describe(&e));
             crate::exit_code(&e)
         }
     }

@@ -1,10 +1,15 @@
 //! `lunkit`: bring one SCSI LUN in and take it out again, from the command line.
 
+// First: its macros (`outln!`, `out!`, `errln!`) are used by every module below.
+#[macro_use]
+mod out;
 mod attach;
 mod batch;
 mod doctor;
 mod human;
+mod ids;
 mod json;
+mod message;
 mod multipath;
 mod nvme;
 mod resize;
@@ -31,7 +36,8 @@ mod exit {
 #[command(
     name = "lunkit",
     version,
-    about = "Attach, detach and resize SCSI LUNs (iSCSI, FC, H:C:T:L) and NVMe/TCP namespaces, with their multipath maps, without shelling out"
+    about = "Attach, detach and resize SCSI LUNs (iSCSI, FC, H:C:T:L) and NVMe/TCP namespaces, with their multipath maps, without shelling out",
+    after_long_help = EXIT_CODES
 )]
 struct Cli {
     /// Directory that stands for / (where sys/, dev/, proc/, etc/ and run/ are); /host in a container
@@ -43,54 +49,84 @@ struct Cli {
     command: Command,
 }
 
+/// The exit codes every command shares, at the end of `lunkit --help`.
+const EXIT_CODES: &str = "Exit codes: 0 done (or nothing to do), 1 failed, 2 bad input (nothing \
+was changed), 3 not found, 4 refused (in use), 5 deadline passed. `lunkit COMMAND --help` says \
+which a command uses.";
+
+// Each command's first paragraph is its one line in `lunkit --help` (and `-h`); the rest,
+// exit codes included, is shown by `lunkit COMMAND --help` only.
 #[derive(Subcommand)]
 enum Command {
-    /// Show SCSI hosts, LUNs, block devices, multipath maps, iSCSI sessions, FC ports and NVMe
-    /// controllers in one view.
+    /// Show the node's LUNs, devices, multipath maps, sessions, FC ports and NVMe controllers.
+    ///
+    /// One view of SCSI hosts and their LUNs, block devices, multipath maps, iSCSI sessions,
+    /// FC ports and NVMe controllers. Exit 0 shown, 2 or 3 when the node could not be read.
     List {
         /// Print the stable JSON document (schema version 1) instead of the tree.
         #[arg(long)]
         json: bool,
     },
-    /// Bring a volume in: scan its LUN on every path at once (an iSCSI target and LUN, an FC
-    /// target and LUN, or an H:C:T:L), list every path's outcome, optionally wait for its
-    /// multipath map; or connect an NVMe subsystem's portals and wait for its namespace. Exit 0 when at least --min-paths came, 3 when fewer (none reported it),
-    /// 5 when a path timed out.
+    /// Bring a volume in on every path at once: an iSCSI or FC target's LUN, or an NVMe namespace.
+    ///
+    /// Scans the LUN on every path at once (an iSCSI target and LUN, an FC target and LUN,
+    /// or an H:C:T:L), lists every path's outcome and optionally waits for its multipath map;
+    /// or connects an NVMe subsystem's portals and waits for its namespace. Options of
+    /// another kind of volume than the one named are refused.
+    ///
+    /// Exit 0 when at least --min-paths came, 2 bad input, 3 when fewer came (none reported
+    /// the LUN, or no session or port leads to the target), 5 when a path timed out.
     Attach(attach::Attach),
-    /// Take a whole volume off the node: check nobody uses it, flush and remove its multipath
-    /// map, flush and delete every path, verify nothing is left; retried until the deadline.
-    /// An NVMe namespace is flushed and the controllers no other namespace needs deleted.
-    /// Exit 0 done (or nothing was there), 4 refused (in use), 5 deadline passed.
+    /// Take a whole volume off the node, after checking that nothing uses it.
+    ///
+    /// Checks nobody uses the volume, flushes and removes its multipath map, flushes and
+    /// deletes every path, and verifies nothing is left, retried until the deadline. An NVMe
+    /// namespace is flushed and the controllers no other namespace needs are deleted.
+    ///
+    /// Exit 0 done (or nothing was there), 2 bad input, 4 refused (in use), 5 deadline passed.
     Detach(teardown::Detach),
-    /// Grow an attached volume online: rescan every path at once, check they agree, then grow
-    /// its multipath map (through multipathd when it runs); an NVMe namespace's controllers
-    /// are asked its size and told to rescan. The filesystem is the caller's to
-    /// grow. Exit 0 resized (or already the size), 1 refused (a path down, paths that
-    /// disagree, a volume that shrank), 3 no such volume, 5 --expect-size not reached.
+    /// Grow an attached volume online, on every path and its multipath map.
+    ///
+    /// Rescans every path at once, checks they agree, then grows the multipath map (through
+    /// multipathd when it runs); an NVMe namespace's controllers are asked its size and told
+    /// to rescan. The filesystem is the caller's to grow.
+    ///
+    /// Exit 0 resized (or already the size), 1 refused (a path down, paths that disagree, a
+    /// volume that shrank), 2 bad input, 3 no such volume, 5 --expect-size not reached.
     Resize(resize::Resize),
-    /// Delete one SCSI device (after a flush); refused while it is in use or a path of a live
-    /// multipath map. An H:C:T:L that is already gone is success.
+    /// Delete one SCSI device after a flush, unless it is in use.
+    ///
+    /// Refused while the device is in use or a path of a live multipath map. An H:C:T:L that
+    /// is already gone is success.
+    ///
+    /// Exit 0 deleted (or already gone), 2 bad input, 3 no such device, 4 refused (in use),
+    /// 5 deadline passed.
     Delete(teardown::Delete),
-    /// Write a block device's cached data to it (fsync) and drop its page cache (BLKFLSBUF).
+    /// Write a block device's cached data to it and drop its page cache.
+    ///
+    /// An fsync, then BLKFLSBUF. Exit 0 flushed, 2 bad input, 3 no such device, 5 deadline
+    /// passed.
     Flush(teardown::Flush),
-    /// Connect, disconnect and rescan NVMe over Fabrics controllers, and ask discovery
-    /// services what to connect, without nvme-cli.
+    /// Connect, disconnect, rescan and discover NVMe over Fabrics controllers, without nvme-cli.
     #[command(subcommand)]
     Nvme(nvme::Nvme),
     /// Remove multipath maps without `multipath -f`.
     #[command(subcommand)]
     Multipath(multipath::Multipath),
     /// Scan exactly one LUN and wait until its block devices open.
+    ///
+    /// Exit 0 when at least --min-paths came, 2 bad input, 3 when fewer came, 5 when a path
+    /// timed out.
     #[command(subcommand)]
     Scan(scan::Scan),
-    /// Run commands read from stdin, one per line, in this one process: what a program that
-    /// links the library (a CSI node plugin) pays per operation, without a process start
-    /// each time. A line is split on whitespace (no quoting) and run as `lunkit LINE`, under
-    /// this --root (a line cannot set its own); after its output comes the line
-    /// `lunkit-batch: exit N`, N its exit code. Errors go to stderr as each command writes
-    /// them. Empty lines and lines starting with `#` are skipped; `batch` and `watch` cannot
-    /// be run inside. Exit 0 at the end of the input; 1 on a line that cannot be read (not
-    /// UTF-8); 101, after that line's exit line, when a command panicked.
+    /// Run commands read from stdin, one per line, in this one process.
+    ///
+    /// What a program that links the library (a CSI node plugin) pays per operation, without
+    /// a process start each time. A line is split on whitespace (no quoting) and run as
+    /// `lunkit LINE`, under this --root (a line cannot set its own); after its output comes
+    /// the line `lunkit-batch: exit N`, N its exit code. Errors go to stderr as each command
+    /// writes them. Empty lines and lines starting with `#` are skipped; `batch` and `watch`
+    /// cannot be run inside. When stdout is closed, the line running ends and no other starts.
     ///
     /// With --at-once, every line is read first and all of them run at once, each on a
     /// thread of its own, as a CSI plugin stages many volumes during a node drain; each
@@ -98,20 +134,28 @@ enum Command {
     /// `lunkit-batch: all in T us`, from the first line's start to the last one's end. The
     /// output of lines running at once interleaves line by line; with --json each document
     /// is written whole.
+    ///
+    /// Exit 0 at the end of the input; 1 on a line that cannot be read (not UTF-8); 101,
+    /// after that line's exit line, when a command panicked.
     Batch {
         /// Run every line at once instead of one after another.
         #[arg(long)]
         at_once: bool,
     },
-    /// Find what earlier attaches and detaches left on the node: SCSI devices the kernel set
-    /// offline, paths an array re-mapped under a map, maps with no working path, iSCSI
-    /// sessions nothing uses, NVMe controllers not live; each with the in-use check a detach
-    /// makes. Changes nothing unless --fix: then cleans up what nothing uses (identity
-    /// checked again before each write) and says for each finding what it did or why it left
-    /// it. Exit 0 nothing found (or all of it cleaned up), 1 findings left, 4 a finding left
-    /// in use.
+    /// Find what earlier attaches and detaches left on the node; clean it up with --fix.
+    ///
+    /// Looks for SCSI devices the kernel set offline, paths an array re-mapped under a map,
+    /// maps with no working path, iSCSI sessions nothing uses and NVMe controllers not live,
+    /// each with the in-use check a detach makes. Changes nothing unless --fix: then cleans
+    /// up what nothing uses (identity checked again before each write) and says for each
+    /// finding what it did or why it left it.
+    ///
+    /// Exit 0 nothing found (or all of it cleaned up), 1 findings left, 2 a kind not known,
+    /// 4 a finding left in use.
     Doctor(doctor::Doctor),
     /// Print kernel uevents as they arrive (like `udevadm monitor --kernel`).
+    ///
+    /// Runs until interrupted, or until stdout is closed.
     Watch {
         /// One JSON object per line.
         #[arg(long)]
@@ -121,10 +165,18 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Batch { at_once } = cli.command {
-        return batch::run(&cli.root, at_once);
-    }
-    ExitCode::from(run(cli))
+    let code = if let Command::Batch { at_once } = cli.command {
+        batch::run(&cli.root, at_once)
+    } else {
+        run(cli)
+    };
+    out::flush();
+    // Output lost to a failed write (not a closed pipe) is a failure, as util-linux's.
+    ExitCode::from(if code == 0 && out::failed() {
+        exit::OTHER
+    } else {
+        code
+    })
 }
 
 /// Runs one parsed command line; its exit code.
@@ -147,7 +199,7 @@ fn run(cli: Cli) -> u8 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("lunkit: {e}");
+            errln!("lunkit: {}", message::describe(&e));
             exit_code(&e)
         }
     }
@@ -190,7 +242,7 @@ fn list(root: &Root, as_json: bool) -> lunkit::Result<()> {
     if as_json {
         json::print(&json::list::List::from(&topo), json::Layout::Pretty);
     } else {
-        print!("{}", human::render(&topo));
+        out!("{}", human::render(&topo));
     }
     Ok(())
 }

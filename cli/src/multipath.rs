@@ -8,9 +8,10 @@ use crate::json::{self, Layout};
 
 #[derive(Subcommand)]
 pub enum Multipath {
-    /// Flush and remove one multipath map (and its partition maps). Exit 0 removed or
-    /// deferred, 3 no such map, 4 refused (in use, or no active path while I/O queues),
-    /// 5 deadline passed.
+    /// Flush and remove one multipath map and its partition maps.
+    ///
+    /// Exit 0 removed or deferred, 2 bad input, 3 no such map, 4 refused (in use, or no
+    /// active path while I/O queues), 5 deadline passed.
     Remove {
         /// The map: a name, a WWID, dm-N, /dev/dm-N, /dev/mapper/NAME, or a path device.
         map: String,
@@ -57,15 +58,15 @@ pub fn run(root: &Root, cmd: Multipath) -> lunkit::Result<()> {
                 } else {
                     format!(" with {}", r.partitions_removed.join(", "))
                 };
-                println!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
+                outln!("{} ({}) {outcome}{via}{parts}", r.map, r.kernel_name);
                 if !r.resumed.is_empty() {
-                    eprintln!(
+                    errln!(
                         "note: found suspended, resumed first: {}",
                         r.resumed.join(", ")
                     );
                 }
                 if let Some(why) = &r.multipathd_skipped {
-                    eprintln!("note: done through device-mapper, not multipathd: {why}");
+                    errln!("note: done through device-mapper, not multipathd: {why}");
                 }
             }
             Ok(())

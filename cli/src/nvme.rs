@@ -15,19 +15,30 @@ use crate::json::{self, Layout};
 /// `lunkit nvme`.
 #[derive(Subcommand)]
 pub enum Nvme {
-    /// Connect one path (one controller) to a subsystem; run it once per path. A path that is
-    /// connected already is returned, never duplicated. Exit 0 connected (or already), 2 bad
-    /// input (nothing written), 3 nothing listens there or no host NQN, 5 deadline passed.
+    /// Connect one path (one controller) to a subsystem.
+    ///
+    /// Run it once per path. A path that is connected already is returned, never duplicated.
+    ///
+    /// Exit 0 connected (or already), 2 bad input (nothing written), 3 nothing listens there
+    /// or no host NQN, 5 deadline passed.
     Connect(Connect),
-    /// Take every controller of a subsystem away, after checking that nothing uses its
-    /// namespaces and flushing them. Nothing connected is success. Exit 4 refused (in use).
+    /// Take every controller of a subsystem away, after checking nothing uses its namespaces.
+    ///
+    /// The namespaces are flushed first. Nothing connected is success.
+    ///
+    /// Exit 0 disconnected (or nothing was), 2 bad input, 4 refused (in use), 5 deadline
+    /// passed.
     Disconnect(Disconnect),
     /// Ask every live controller of a subsystem to look for new or resized namespaces.
+    ///
+    /// Exit 0 asked, 2 bad input, 3 no live controller of the subsystem, 5 deadline passed.
     Rescan(Rescan),
-    /// Ask a discovery service which subsystems this host may reach, and on which ports
-    /// (the Discovery Log Page), following its referrals; the discovery controllers made
-    /// for it are disconnected after. Exit 0 answered, 2 bad input, 3 nothing listens
-    /// there, 5 deadline passed.
+    /// Ask a discovery service which subsystems this host may reach, and on which ports.
+    ///
+    /// Reads the Discovery Log Page, following its referrals; the discovery controllers made
+    /// for it are disconnected after.
+    ///
+    /// Exit 0 answered, 2 bad input, 3 nothing listens there, 5 deadline passed.
     Discover(Discover),
 }
 
@@ -43,8 +54,8 @@ pub struct Connect {
     /// The target's port.
     #[arg(long, value_name = "PORT", default_value = "4420")]
     trsvcid: String,
-    /// The subsystem NQN.
-    #[arg(long, value_name = "NQN")]
+    /// The subsystem's NQN: nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long = "nvme-nqn", alias = "nqn", value_name = "NQN")]
     nqn: String,
     /// This host's NQN (default: /etc/nvme/hostnqn under --root).
     #[arg(long, value_name = "NQN")]
@@ -86,8 +97,8 @@ pub struct Connect {
 /// `lunkit nvme disconnect`.
 #[derive(Args)]
 pub struct Disconnect {
-    /// The subsystem NQN.
-    #[arg(long, value_name = "NQN")]
+    /// The subsystem's NQN: nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long = "nvme-nqn", alias = "nqn", value_name = "NQN")]
     nqn: String,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
@@ -104,8 +115,8 @@ pub struct Disconnect {
 /// `lunkit nvme rescan`.
 #[derive(Args)]
 pub struct Rescan {
-    /// The subsystem NQN.
-    #[arg(long, value_name = "NQN")]
+    /// The subsystem's NQN: nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long = "nvme-nqn", alias = "nqn", value_name = "NQN")]
     nqn: String,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
@@ -219,11 +230,16 @@ fn print_discovered(found: &discovery::Discovered) {
         let l = match &s.result {
             Ok(l) => l,
             Err(e) => {
-                println!("{}:{}: {e}", s.traddr, s.trsvcid);
+                outln!(
+                    "{}:{}: {}",
+                    s.traddr,
+                    s.trsvcid,
+                    crate::message::describe(e)
+                );
                 continue;
             }
         };
-        println!(
+        outln!(
             "{}:{}: generation {}, {} entries (through {})",
             s.traddr,
             s.trsvcid,
@@ -238,13 +254,16 @@ fn print_discovered(found: &discovery::Discovered) {
                 Subtype::CurrentDiscovery => "discovery",
                 Subtype::Other(_) => "other",
             };
-            println!(
+            outln!(
                 "  {kind:<9} {} {}:{} port {}",
-                e.subsystem, e.address, e.service_id, e.port_id
+                e.subsystem,
+                e.address,
+                e.service_id,
+                e.port_id
             );
         }
         for r in &l.log.rejected {
-            println!("  rejected  {r}");
+            outln!("  rejected  {r}");
         }
     }
 }
@@ -305,7 +324,7 @@ fn connect(root: &Root, c: Connect) -> lunkit::Result<()> {
         } else {
             "connected"
         };
-        println!(
+        outln!(
             "{}: {how} (cntlid {}, {}) in {:.1} ms",
             r.controller,
             r.cntlid,
@@ -325,7 +344,7 @@ fn rescan(root: &Root, r: Rescan) -> lunkit::Result<()> {
         json::print(&doc, Layout::Line);
     } else {
         for c in asked {
-            println!("{c}: rescan asked");
+            outln!("{c}: rescan asked");
         }
     }
     Ok(())
@@ -346,10 +365,10 @@ fn disconnect(root: &Root, d: Disconnect) -> lunkit::Result<()> {
         );
     } else if let Ok(r) = &result {
         if r.controllers.is_empty() {
-            println!("{}: nothing connected", d.nqn);
+            outln!("{}: nothing connected", d.nqn);
         }
         for c in &r.controllers {
-            println!("{c}: deleted");
+            outln!("{c}: deleted");
         }
     }
     result.map(drop)

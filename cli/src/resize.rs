@@ -59,18 +59,18 @@ pub fn run(root: &Root, cmd: Resize) -> lunkit::Result<()> {
 fn print(r: &Resized) {
     let scsi = r.scsi();
     for p in scsi.iter().flat_map(|s| &s.paths) {
-        println!("{:<24} {:>16} -> {:>16} bytes", p.device, p.before, p.after);
+        outln!("{:<24} {:>16} -> {:>16} bytes", p.device, p.before, p.after);
     }
     if let Some(n) = r.nvme() {
         for d in &n.devices {
-            println!("{:<24} {:>16} -> {:>16} bytes", d.device, d.before, d.after);
+            outln!("{:<24} {:>16} -> {:>16} bytes", d.device, d.before, d.after);
         }
         for (c, size) in &n.reported {
-            println!("{c:<24} reports {size:>16} bytes");
+            outln!("{c:<24} reports {size:>16} bytes");
         }
     }
     if let Some(m) = scsi.and_then(|s| s.map.as_ref()) {
-        println!(
+        outln!(
             "{:<24} {:>16} -> {:>16} bytes ({})",
             m.device,
             m.before,
@@ -80,7 +80,7 @@ fn print(r: &Resized) {
     }
     let what = if r.changed() { "resized" } else { "unchanged" };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    println!(
+    outln!(
         "{what}: {} bytes in {:.1} ms (rescans {:.1} ms, map {:.1} ms)",
         r.size(),
         ms(r.elapsed),

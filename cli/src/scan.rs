@@ -17,35 +17,43 @@ pub enum Scan {
     /// Scan one LUN by its SCSI address (writes "C T L" to hostH/scan).
     Hctl {
         /// The address, H:C:T:L.
+        #[arg(value_name = "H:C:T:L")]
         hctl: Hctl,
         #[command(flatten)]
         common: Common,
     },
     /// Scan one LUN on every logged-in session to an iSCSI target.
     Iscsi {
-        /// Target IQN.
-        #[arg(long)]
+        /// The target's iSCSI name: iqn.yyyy-mm.<reverse domain>[:<name>], eui.<16 hex
+        /// digits> or naa.<16 or 32 hex digits>.
+        #[arg(long = "iscsi-target", alias = "target", value_name = "IQN")]
         target: String,
         /// Only sessions through this portal (ADDR:PORT, an IPv6 address in brackets); repeatable.
         #[arg(long = "portal", value_name = "ADDR:PORT")]
         portals: Vec<String>,
-        /// LUN number.
-        #[arg(long)]
+        /// The LUN.
+        #[arg(long, value_name = "LUN")]
         lun: u64,
         #[command(flatten)]
         common: Common,
     },
     /// Scan one LUN through every online FC remote port of a target's WWPNs.
     Fc {
-        /// Target port WWPN (0x…, bare hex, or colon-separated); repeat it, or separate with
-        /// commas, for a target reached through several ports.
-        #[arg(long, required = true, value_delimiter = ',')]
+        /// The target's port name, 16 hex digits (0x…, bare, or colon-separated); repeat it,
+        /// or separate with commas, for a target reached through several ports.
+        #[arg(
+            long = "fc-wwpn",
+            alias = "wwpn",
+            value_name = "WWPN",
+            required = true,
+            value_delimiter = ','
+        )]
         wwpn: Vec<Wwn>,
         /// Only through these local ports (initiator WWPNs); repeatable.
         #[arg(long = "initiator", value_name = "WWPN")]
         initiators: Vec<Wwn>,
-        /// LUN number.
-        #[arg(long)]
+        /// The LUN.
+        #[arg(long, value_name = "LUN")]
         lun: u64,
         /// Write "- - L" (every target of the host) instead of the exact "C T L".
         #[arg(long)]
@@ -60,8 +68,9 @@ pub struct Common {
     /// Seconds to wait for the block devices.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     timeout: f64,
-    /// Reject paths whose WWID differs (sysfs naa.… or multipath 3… form).
-    #[arg(long, value_name = "WWID")]
+    /// Reject paths whose WWID differs: a SCSI LUN's in the forms of `detach --wwid`, or an
+    /// NVMe namespace's as sysfs shows it (uuid.…, eui.…, nvme.…).
+    #[arg(long, value_name = "WWID", value_parser = crate::ids::expect_wwid)]
     expect_wwid: Option<Wwid>,
     /// Succeed only when at least N paths came (exit 3 when fewer did, 5 when a path timed out).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -100,8 +109,11 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
             ..
         } => {
             let lun = IscsiLun {
-                portals: portals.clone(),
-                ..IscsiLun::new(target.clone(), *lun)
+                portals: portals
+                    .iter()
+                    .map(|p| crate::ids::iscsi_portal(p))
+                    .collect::<lunkit::Result<_>>()?,
+                ..IscsiLun::new(crate::ids::iscsi_name(target)?, *lun)
             };
             lunkit::iscsi::scan(root, &lun, &opts)?
         }
@@ -191,7 +203,7 @@ pub fn print(
                     .map_or(String::new(), |u| {
                         format!("  udev {} {}", u.state, u.links.join(" "))
                     });
-                println!(
+                outln!(
                     "{hctl}  {}  {}  {}{}  ({})",
                     d.dev_path.display(),
                     d.dev,
@@ -200,13 +212,13 @@ pub fn print(
                     p.via
                 );
             }
-            None => println!("{hctl}  {}  ({})", p.outcome, p.via),
+            None => outln!("{hctl}  {}  ({})", p.outcome, p.via),
         }
     }
     if let Some(m) = map {
-        println!("map {} ({}, {})", m.name, m.node.name, m.node.dev);
+        outln!("map {} ({}, {})", m.name, m.node.name, m.node.dev);
     }
-    println!(
+    outln!(
         "{} of {} path(s) in {:.1} ms",
         found,
         paths.len(),

@@ -39,47 +39,70 @@ pub struct Delete {
     json: bool,
 }
 
-/// How `detach` and `attach` name a volume (one of the five; clap's group on the command
-/// requires exactly one).
+/// The `--help` heading of the options that name or reach a SCSI LUN.
+pub const SCSI: &str = "A SCSI LUN (iSCSI, FC)";
+/// The `--help` heading of the options that name or reach an NVMe namespace.
+pub const NVME: &str = "An NVMe namespace";
+
+/// The options that belong to SCSI LUNs only, refused with an NVMe namespace.
+pub const SCSI_ONLY: [&str; 3] = ["iscsi_target", "fc_wwpn", "lun"];
+/// The options that belong to NVMe namespaces only, refused with a SCSI LUN.
+pub const NVME_ONLY: [&str; 3] = ["nvme_nqn", "nsid", "nguid"];
+
+/// Where a volume is reached: an iSCSI or FC target and a LUN, or an NVMe subsystem and a
+/// namespace. `attach` takes these only; `detach` and `resize` also take a device or a WWID
+/// ([`VolumeArgs`]). The command's `volume` group requires one kind; an option of another
+/// kind is refused by name, never ignored.
 #[derive(Args)]
 #[group(skip)]
-pub struct VolumeArgs {
-    /// A device of the volume: /dev/sdc, /dev/mapper/mpatha, dm-0, a map name, an H:C:T:L.
-    device: Option<String>,
-    /// The volume's WWID (naa.… or 36…).
-    #[arg(long, value_name = "WWID")]
-    wwid: Option<String>,
-    /// The iSCSI target IQN (with --lun).
-    #[arg(long, value_name = "IQN", requires = "lun")]
+pub struct AddressArgs {
+    /// The iSCSI target's name (with --lun): iqn.yyyy-mm.<reverse domain>[:<name>],
+    /// eui.<16 hex digits> or naa.<16 or 32 hex digits>.
+    #[arg(long, value_name = "IQN", requires = "lun", help_heading = SCSI)]
     iscsi_target: Option<String>,
-    /// The FC target's port name (with --lun); repeat it, or separate with commas, for a
-    /// target reached through several ports.
-    #[arg(long, value_name = "WWPN", requires = "lun", value_delimiter = ',')]
+    /// The FC target's port name (with --lun), 16 hex digits (0x…, bare, or colon-separated);
+    /// repeat it, or separate with commas, for a target reached through several ports.
+    #[arg(
+        long,
+        value_name = "WWPN",
+        requires = "lun",
+        value_delimiter = ',',
+        help_heading = SCSI
+    )]
     fc_wwpn: Vec<String>,
     /// The LUN, with --iscsi-target or --fc-wwpn.
-    #[arg(long)]
+    #[arg(long, value_name = "LUN", conflicts_with_all = NVME_ONLY, help_heading = SCSI)]
     lun: Option<u64>,
-    /// The NVMe subsystem NQN (with --nsid or --nguid).
-    #[arg(long, value_name = "NQN", requires = "nvme_namespace")]
+    /// The NVMe subsystem's NQN (with --nsid or --nguid): nqn.yyyy-mm.<reverse domain>[:<name>].
+    #[arg(long, value_name = "NQN", requires = "nvme_namespace", help_heading = NVME)]
     nvme_nqn: Option<String>,
     /// The NVMe namespace id, with --nvme-nqn.
-    #[arg(long, value_name = "N", requires = "nvme_nqn")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "nvme_nqn",
+        conflicts_with_all = SCSI_ONLY,
+        help_heading = NVME
+    )]
     nsid: Option<u32>,
     /// The NVMe namespace's NGUID, with --nvme-nqn: 32 hex digits (as `nvme id-ns` prints
     /// it), 8-4-4-4-12 (as sysfs does) or eui.<32 hex digits>.
-    #[arg(long, value_name = "NGUID", requires = "nvme_nqn")]
+    #[arg(
+        long,
+        value_name = "NGUID",
+        requires = "nvme_nqn",
+        conflicts_with_all = SCSI_ONLY,
+        help_heading = NVME
+    )]
     nguid: Option<String>,
 }
 
-impl VolumeArgs {
-    pub fn spec(self) -> lunkit::Result<VolumeSpec> {
-        Ok(if let Some(d) = self.device {
-            VolumeSpec::Device(d)
-        } else if let Some(w) = self.wwid {
-            VolumeSpec::Wwid(w.parse()?)
-        } else if let Some(target) = self.iscsi_target {
+impl AddressArgs {
+    /// The volume these name, every value checked; `None` when none was given.
+    pub fn spec(self) -> lunkit::Result<Option<VolumeSpec>> {
+        Ok(Some(if let Some(target) = self.iscsi_target {
             VolumeSpec::Iscsi {
-                target,
+                target: crate::ids::iscsi_name(&target)?,
                 lun: self.lun.unwrap_or_default(),
             }
         } else if !self.fc_wwpn.is_empty() {
@@ -101,7 +124,37 @@ impl VolumeArgs {
                 },
             }
         } else {
-            unreachable!("clap requires one of the volume arguments")
+            return Ok(None);
+        }))
+    }
+}
+
+/// How `detach` and `resize` name a volume: a device, a WWID or an address (one of them;
+/// clap's group on the command requires exactly one).
+#[derive(Args)]
+#[group(skip)]
+pub struct VolumeArgs {
+    /// A device of the volume: /dev/sdc, /dev/mapper/mpatha, dm-0, a map name, an H:C:T:L.
+    #[arg(conflicts_with_all = ["lun", "nsid", "nguid"])]
+    device: Option<String>,
+    /// The volume's WWID: naa.<hex>, eui.<hex> or t10.<text> as sysfs shows it, or
+    /// multipath's 3<hex>, 2<hex>, 1<text> or 8<SCSI name string>.
+    #[arg(long, value_name = "WWID", conflicts_with_all = ["lun", "nsid", "nguid"])]
+    wwid: Option<String>,
+    #[command(flatten)]
+    address: AddressArgs,
+}
+
+impl VolumeArgs {
+    pub fn spec(self) -> lunkit::Result<VolumeSpec> {
+        Ok(if let Some(d) = self.device {
+            VolumeSpec::Device(d)
+        } else if let Some(w) = self.wwid {
+            VolumeSpec::Wwid(crate::ids::wwid(&w)?)
+        } else {
+            self.address
+                .spec()?
+                .expect("clap requires one of the volume arguments")
         })
     }
 }
@@ -140,7 +193,7 @@ pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
             Layout::Line,
         );
     } else {
-        println!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
+        outln!("{node} ({}) flushed in {}", node.dev, ms(t0.elapsed()));
     }
     Ok(())
 }
@@ -158,8 +211,8 @@ pub fn delete(root: &Root, cmd: Delete) -> lunkit::Result<()> {
         return Ok(());
     }
     match deleted {
-        Deleted::Now => println!("{hctl} deleted in {}", ms(t0.elapsed())),
-        Deleted::AlreadyGone => println!("{hctl} already gone"),
+        Deleted::Now => outln!("{hctl} deleted in {}", ms(t0.elapsed())),
+        Deleted::AlreadyGone => outln!("{hctl} already gone"),
     }
     Ok(())
 }
@@ -195,7 +248,7 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
     let t0 = Instant::now();
     let result = ops::detach_with(root, &spec, &opts, &mut |s| {
         if !as_json {
-            println!(
+            outln!(
                 "{:<13} {:<40} {} ({})",
                 s.kind.as_str(),
                 s.target,
@@ -209,7 +262,7 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
         let doc = json::detach::Detach::new(&spec, &result, &steps, t0.elapsed());
         json::print(&doc, Layout::Line);
     } else if let Ok(r) = &result {
-        println!(
+        outln!(
             "{spec}: detached in {} ({} round(s))",
             ms(r.duration),
             r.rounds

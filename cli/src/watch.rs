@@ -1,14 +1,11 @@
 //! `lunkit watch`: print kernel uevents as they arrive, like `udevadm monitor --kernel`.
 
-use std::io::Write;
-
 use lunkit::uevent::{Monitor, Received};
 
 use crate::json::{self, Layout};
 
 pub fn run(json: bool) -> lunkit::Result<()> {
     let mut m = Monitor::open()?;
-    let stdout = std::io::stdout();
     loop {
         let line = match m.recv(None)? {
             Received::Event(ev) => {
@@ -33,9 +30,9 @@ pub fn run(json: bool) -> lunkit::Result<()> {
             }
             Received::TimedOut => continue,
         };
-        let mut out = stdout.lock();
+        outln!("{line}");
         // A closed pipe (`lunkit watch | head`) ends the command quietly.
-        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        if crate::out::closed() {
             return Ok(());
         }
     }

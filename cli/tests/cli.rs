@@ -259,7 +259,7 @@ fn watch_prints_kernel_events() {
     assert!(v["seqnum"].as_u64().unwrap() > 0);
 }
 
-/// `attach` names a volume as `detach` does, lists every path's outcome, and exits by how
+/// `attach` names a volume by its address as `detach` does, lists every path's outcome, and exits by how
 /// many paths came (the three-HBA FC node: found behind host4, not reported behind host3,
 /// host5's port Blocked).
 #[test]
@@ -298,17 +298,21 @@ fn attach_lists_every_path_and_exits_by_min_paths() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("1 of 3 path(s) came, 2 wanted"), "{err}");
 
-    // A WWID or a device path says what a volume is, not where to scan for it.
-    for what in [
-        vec!["--wwid", "3600a098038303053453f463045727a41"],
-        vec!["/dev/sdf"],
+    // A WWID or a device path says what a volume is, not where to scan for it: `attach`
+    // does not take them (issue 55: its usage line no longer offers them either).
+    for (what, said) in [
+        (
+            vec!["--wwid", "3600a098038303053453f463045727a41"],
+            "unexpected argument '--wwid'",
+        ),
+        (vec!["/dev/sdf"], "invalid value '/dev/sdf' for '[H:C:T:L]'"),
     ] {
         let mut args = vec!["--root", root, "attach"];
         args.extend(what);
         let out = lunkit(&args);
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("attach needs an address to scan"), "{err}");
+        assert!(err.contains(said), "{err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,7 +56,7 @@ pub fn to_text<T: Serialize>(doc: &T, layout: Layout) -> String {
 
 /// Prints `doc` on stdout, laid out as `layout` says.
 pub fn print<T: Serialize>(doc: &T, layout: Layout) {
-    println!("{}", to_text(doc, layout));
+    outln!("{}", to_text(doc, layout));
 }
 
 /// A duration in whole microseconds, the unit of every `*_us` field (saturating: a `u64` of
@@ -101,7 +101,7 @@ impl<S, R> Report<S, R> {
             version: SCHEMA_VERSION,
             subject,
             ok: result.is_ok(),
-            error: result.as_ref().err().map(ToString::to_string),
+            error: result.as_ref().err().map(crate::message::describe),
             elapsed_us: micros(elapsed),
             result: result.as_ref().ok().map(f),
         }
