@@ -17,14 +17,17 @@
 //! The relay decodes what h2 would, so it holds itself to h2's limits, or a client could make
 //! it hold what h2 never would: a frame is at most [`MAX_FRAME`] (checked before it is read),
 //! a header block at most [`MAX_BLOCK`] in at most [`MAX_CONTINUATIONS`] CONTINUATIONs, its
-//! decoded list at most [`headers::MAX_LIST`] and the HPACK table at most
-//! [`headers::MAX_TABLE`] ([`headers`] says how). A client over a limit gets a GOAWAY with
-//! the error code HTTP/2 names for it, and its connection, only its, is closed. A
-//! connection's relay then holds at most a frame, a block and a list (some 80 KiB) beside
-//! the pipes' buffers, whatever the client sends.
+//! decoded list at most [`MAX_LIST`] and the HPACK table at most [`MAX_TABLE`] (the `hpack`
+//! crate decodes, but a walk of our own checks each block first: `headers.rs` says why). A
+//! client over a limit gets a GOAWAY with the error code HTTP/2 names for it, and its
+//! connection, only its, is closed. A connection's relay then holds at most a frame, a block,
+//! its list encoded twice and the table (some 100 KiB) beside the pipes' buffers, whatever
+//! the client sends.
 
 mod headers;
 mod upstream;
+
+pub use headers::{MAX_LIST, MAX_TABLE};
 
 use std::io;
 
@@ -41,11 +44,13 @@ pub const AUTHORITY: &[u8] = b"localhost";
 pub const MAX_FRAME: usize = 16_384;
 
 /// The largest header block (its fragments put together, padding left out): twice the
-/// largest header list, room for any encoding of one, Huffman's worst included.
-pub const MAX_BLOCK: usize = 2 * headers::MAX_LIST;
+/// largest header list. A list's plainest encoding (literals, no Huffman) is already shorter
+/// than the list counts (32 octets an entry), and encoders take Huffman only when shorter.
+pub const MAX_BLOCK: usize = 2 * MAX_LIST;
 
-/// The most CONTINUATION frames in a header block: clients fill each frame, so 2 would do;
-/// an empty CONTINUATION costs no memory but a wake-up, and a flood of them is refused.
+/// The most CONTINUATION frames in a header block: clients fill each frame, and a block of
+/// [`MAX_BLOCK`] takes 2 or 3; an empty CONTINUATION costs no memory but a wake-up, and a
+/// flood of them (2024's CONTINUATION floods, which h2 bounds alike) is refused.
 pub const MAX_CONTINUATIONS: usize = 8;
 
 /// HTTP/2 error codes (RFC 9113 §7) a GOAWAY of the relay carries.
@@ -61,7 +66,7 @@ const GOAWAY: u8 = 0x7;
 
 /// Why the relay ends a connection: the GOAWAY it sends the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The HTTP/2 error code.
     pub code: u32,
     /// What the client did, sent as the GOAWAY's debug data and logged.
@@ -93,9 +98,9 @@ impl Refusal {
 
 /// How a connection's requests stopped being relayed, other than by the client closing it.
 #[derive(Debug)]
-pub enum Ended {
-    /// Reading the client or writing the server failed.
-    Io(io::Error),
+pub(crate) enum Ended {
+    /// Reading the client or writing the server failed: nothing to tell either.
+    Broken,
     /// The client broke a limit or the protocol: it gets a GOAWAY.
     Refused(Refusal),
 }
@@ -104,14 +109,14 @@ impl Ended {
     fn at(self, last_stream: u32) -> Ended {
         match self {
             Ended::Refused(r) => Ended::Refused(Refusal { last_stream, ..r }),
-            io => io,
+            broken => broken,
         }
     }
 }
 
 impl From<io::Error> for Ended {
-    fn from(e: io::Error) -> Ended {
-        Ended::Io(e)
+    fn from(_: io::Error) -> Ended {
+        Ended::Broken
     }
 }
 
