@@ -2,7 +2,8 @@
 //! exposition format 0.0.4).
 //!
 //! - `lunkit_csi_rpc_duration_seconds{method,code}`: every CSI call's latency, by method
-//!   (`NodeStageVolume`) and gRPC code (`OK`, `DeadlineExceeded`), a histogram.
+//!   (`NodeStageVolume`; `other` for any path the plugin does not serve) and gRPC code (`OK`,
+//!   `DeadlineExceeded`), a histogram.
 //! - `lunkit_csi_rpc_errors_total{method,code}`: the calls that failed, by code.
 //! - `lunkit_csi_step_duration_seconds{operation,step,outcome}`: lunkit's own steps, a
 //!   histogram: an attach's `scan`, each NVMe `connect`, the whole `attach`; a detach's
@@ -81,11 +82,11 @@ impl Histogram {
 #[derive(Debug, Default)]
 struct Series {
     /// (method, code) → latency.
-    rpcs: BTreeMap<(String, &'static str), Histogram>,
+    rpcs: BTreeMap<(&'static str, &'static str), Histogram>,
     /// (operation, step, outcome) → duration.
     steps: BTreeMap<(&'static str, &'static str, &'static str), Histogram>,
     /// method → calls being answered.
-    in_flight: BTreeMap<String, u64>,
+    in_flight: BTreeMap<&'static str, u64>,
     /// kind → findings of the last examination.
     findings: BTreeMap<&'static str, usize>,
     /// Examinations that ended well, and those that failed.
@@ -110,26 +111,23 @@ impl Metrics {
         self.series.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a CSI call of `method` that ended with `code` after `took`.
-    pub fn rpc(&self, method: &str, code: tonic::Code, took: Duration) {
+    /// Records a CSI call of `method` that ended with `code` after `took`. Labels are static:
+    /// no value comes from a client.
+    pub fn rpc(&self, method: &'static str, code: tonic::Code, took: Duration) {
         self.series()
             .rpcs
-            .entry((method.to_owned(), code_name(code)))
+            .entry((method, code_name(code)))
             .or_default()
             .observe(took);
     }
 
     /// Counts a call of `method` as being answered until the guard is dropped (its answer
     /// sent, or the call cancelled).
-    pub fn begin(&'static self, method: &str) -> InFlight {
-        *self
-            .series()
-            .in_flight
-            .entry(method.to_owned())
-            .or_default() += 1;
+    pub fn begin(&'static self, method: &'static str) -> InFlight {
+        *self.series().in_flight.entry(method).or_default() += 1;
         InFlight {
             metrics: self,
-            method: method.to_owned(),
+            method,
         }
     }
 
@@ -262,12 +260,12 @@ impl Metrics {
 #[derive(Debug)]
 pub struct InFlight {
     metrics: &'static Metrics,
-    method: String,
+    method: &'static str,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if let Some(n) = self.metrics.series().in_flight.get_mut(&self.method) {
+        if let Some(n) = self.metrics.series().in_flight.get_mut(self.method) {
             *n = n.saturating_sub(1);
         }
     }
@@ -431,9 +429,9 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let method = method_of(req.uri().path()).to_owned();
+        let method = method_of(req.uri().path());
         let start = std::time::Instant::now();
-        let in_flight = global().begin(&method);
+        let in_flight = global().begin(method);
         let answer = self.inner.call(req);
         Box::pin(async move {
             let r = answer.await;
@@ -445,20 +443,30 @@ where
                     .map_or(tonic::Code::Ok, |v| tonic::Code::from_bytes(v.as_bytes())),
                 Err(_) => tonic::Code::Unknown,
             };
-            global().rpc(&method, code, start.elapsed());
+            global().rpc(method, code, start.elapsed());
             r
         })
     }
 }
 
-/// A gRPC path's method: `/csi.v1.Node/NodeStageVolume` → `NodeStageVolume`.
-fn method_of(path: &str) -> &str {
-    let m = path.rsplit('/').next().unwrap_or_default();
-    if m.is_empty() || m.len() > 64 || !m.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        "unknown"
-    } else {
-        m
-    }
+/// The methods the plugin serves, after `/csi.v1.`: their names are the only method label
+/// values besides [`OTHER_METHOD`].
+const SERVED: &str = "Identity/GetPluginInfo Identity/GetPluginCapabilities Identity/Probe \
+    Node/NodeStageVolume Node/NodeUnstageVolume Node/NodePublishVolume Node/NodeUnpublishVolume \
+    Node/NodeGetVolumeStats Node/NodeExpandVolume Node/NodeGetCapabilities Node/NodeGetInfo";
+
+/// The method label of every call to a path the plugin does not serve: a client names the
+/// path, and a label value per name would grow the registry without bound.
+pub const OTHER_METHOD: &str = "other";
+
+/// A gRPC path's method label: `/csi.v1.Node/NodeStageVolume` → `NodeStageVolume`, and
+/// [`OTHER_METHOD`] for a path the plugin does not serve.
+fn method_of(path: &str) -> &'static str {
+    let rest = path.strip_prefix("/csi.v1.").unwrap_or_default();
+    let served = SERVED.split_whitespace().find(|m| *m == rest);
+    served
+        .and_then(|m| m.split_once('/'))
+        .map_or(OTHER_METHOD, |(_, name)| name)
 }
 
 #[cfg(test)]
@@ -571,11 +579,14 @@ mod tests {
     }
 
     #[test]
-    fn methods_are_the_paths_last_segment() {
+    fn methods_are_those_served_and_any_other_path_is_other() {
         assert_eq!(method_of("/csi.v1.Node/NodeStageVolume"), "NodeStageVolume");
         assert_eq!(method_of("/csi.v1.Identity/Probe"), "Probe");
-        assert_eq!(method_of("/"), "unknown");
-        assert_eq!(method_of("/x/a\"b"), "unknown");
+        for path in
+            "/ /x/a\"b /csi.v1.Node/Probe /x.Y/Probe /csi.v1.Node/ Node/NodeGetInfo".split(' ')
+        {
+            assert_eq!(method_of(path), OTHER_METHOD, "{path}");
+        }
     }
 
     #[test]
