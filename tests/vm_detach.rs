@@ -695,13 +695,18 @@ fn a_lun_remapped_under_a_mapped_path_is_not_scanned_in_as_the_new_volume() {
     }
     assert!(err.contains("not rescanned"), "{err}");
 
-    // Not named: rescanned, found to report another volume than the map's, not handed out.
+    // Not named: asked (INQUIRY), found to be another volume than the map's, neither
+    // rescanned nor handed out: the kernel still knows its paths as the old volume's.
     let err = refused_scan(&[]);
     assert!(
-        err.contains(&format!("reports WWID {} since its rescan", new.wwid))
+        err.contains(&format!("answers INQUIRY as {}", new.wwid))
             && err.contains(&format!("path of volume {}", old.wwid)),
         "{err}"
     );
+    for h in &old.hctls {
+        let wwid = sysfs::attr(format!("/sys/class/scsi_device/{h}/device/wwid"));
+        assert_eq!(wwid.as_deref(), Some(old.wwid.as_str()), "{h} rescanned");
+    }
 
     // The old volume's map still has both paths.
     let still = old.map().expect("the old volume's map");

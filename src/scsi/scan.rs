@@ -418,35 +418,63 @@ fn outcomes(candidates: Vec<Candidate>, triggered: Vec<Written>) -> (Vec<PathSca
 /// `scsi::trigger_start` refuse so) refuses the whole volume, before any path is waited for
 /// or handed out: the other paths would give the new volume a second writer, the old user
 /// writing through its stale path into the same LUN.
-fn refuse_if_held_as_another(what: &str, mut triggered: Vec<Written>) -> Result<Vec<Written>> {
-    let held = triggered.iter().position(|t| {
+fn refuse_if_held_as_another(what: &str, triggered: Vec<Written>) -> Result<Vec<Written>> {
+    let is_held = |t: &Written| {
         matches!(t, Some((Err(e), _)) if matches!(e.kind(), ErrorKind::Busy | ErrorKind::Unverified))
-    });
-    let Some(Some((Err(e), _))) = held.map(|i| triggered.swap_remove(i)) else {
-        return Ok(triggered);
     };
-    let whole =
-        |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
-    Err(match e {
-        Error::Busy {
+    if !triggered.iter().any(is_held) {
+        return Ok(triggered);
+    }
+    let mut held: Vec<Error> = triggered
+        .into_iter()
+        .filter(is_held)
+        .filter_map(|t| t.and_then(|(r, _)| r.err()))
+        .collect();
+    let whole = |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
+    if held.len() == 1 {
+        return Err(match held.swap_remove(0) {
+            Error::Busy {
+                device,
+                reason,
+                usage,
+            } => Error::Busy {
+                device,
+                reason: whole(reason),
+                usage,
+            },
+            Error::Unverified {
+                device,
+                reason,
+                usage,
+            } => Error::Unverified {
+                device,
+                reason: whole(reason),
+                usage,
+            },
+            other => other,
+        });
+    }
+    // Several paths held: each named, under the volume.
+    let busy = held.iter().any(|e| e.kind() == ErrorKind::Busy);
+    let usage = held.iter().find_map(|e| e.usage().cloned()).map(Box::new);
+    let reason = whole(
+        held.iter()
+            .map(Error::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    let device = what.to_owned();
+    Err(match busy {
+        true => Error::Busy {
             device,
             reason,
             usage,
-        } => Error::Busy {
-            device,
-            reason: whole(reason),
-            usage,
         },
-        Error::Unverified {
+        false => Error::Unverified {
             device,
             reason,
             usage,
-        } => Error::Unverified {
-            device,
-            reason: whole(reason),
-            usage,
         },
-        other => other,
     })
 }
 
