@@ -62,3 +62,10 @@ pub use topology::{DmDevice, MultipathMap, Topology};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The docs pages' examples, compiled as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/LIBRARY.md")]
+#[doc = include_str!("../docs/IN-USE.md")]
+#[doc = include_str!("../docs/CLI.md")]
+pub struct DocsDoctests;

@@ -1090,10 +1090,9 @@ fn an_attach_mark_is_removed_by_fix_only_once_its_subsystem_is_gone() {
     assert_eq!(marks.len(), 1, "{doc}");
     assert_eq!(marks[0].0[0], file);
     assert_eq!(marks[0].1["identity"], nqn);
-    // Namespace 2's name record (a detach keeps its record), and namespace 1's unless the
-    // fix while it was hidden removed it (a record names no device, and keeps none).
+    // Namespace 1's name record went with the plain fix while it was hidden (a record names
+    // no device and keeps none); whatever name records are stale now go with the mark.
     let records = findings(&doc, "stale-name-record");
-    assert!(!records.is_empty(), "{doc}");
     assert_eq!(code, 1, "{doc}");
     assert!(mark.exists());
 

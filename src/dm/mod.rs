@@ -257,15 +257,23 @@ impl Control {
     /// flush, inside one `DM_DEV_SUSPEND`): wait for it to be resumed, and call again. The
     /// kernel's `dm_suspend` answers `EINVAL` for a device suspended in between its
     /// `DM_DEV_SUSPEND` handler's look and its own, so an `EINVAL` is looked at again before
-    /// it is taken for a failure.
+    /// it is taken for a failure: still suspended is another's suspension; resumed already
+    /// (a reload's suspension lasts a moment), the suspend is tried again, up to three times.
     pub fn suspend_unless_suspended(&self, id: &DevId<'_>, how: Suspend) -> Result<bool> {
-        if self.info(id)?.suspended() {
-            return Ok(false);
-        }
-        match self.suspend(id, how) {
-            Ok(_) => Ok(true),
-            Err(e) if e.errno() == Some(libc::EINVAL) && self.info(id)?.suspended() => Ok(false),
-            Err(e) => Err(e),
+        let mut tries = 0;
+        loop {
+            if self.info(id)?.suspended() {
+                return Ok(false);
+            }
+            tries += 1;
+            match self.suspend(id, how) {
+                Ok(_) => return Ok(true),
+                Err(e) if e.errno() == Some(libc::EINVAL) && tries < 3 => {}
+                Err(e) if e.errno() == Some(libc::EINVAL) && self.info(id)?.suspended() => {
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use crate::scsi::scan::ScanReport;
 use crate::uevent::{Subscription, Uevent};
 use crate::wait;
 
-use super::identify::identify_named;
+use super::identify::identify_for_attach;
 use super::locate::locate_until;
 use crate::ops::lock::{self, VolumeLock};
 use crate::ops::names;
@@ -78,7 +78,7 @@ fn lock(
 ) -> Result<(Vec<VolumeLock>, String)> {
     let key = match &opts.scan.expect_wwid {
         Some(w) => w.to_multipath(),
-        None => identify_named(root, spec, opts.lock_dir.as_deref(), deadline)?.key(),
+        None => identify_for_attach(root, spec, opts.lock_dir.as_deref(), deadline)?.key(),
     };
     let held = lock::lock(&key, opts.lock_dir.as_deref(), deadline)?;
     Ok((vec![held], key))

@@ -29,24 +29,8 @@ pub fn identify(root: &Root, spec: &VolumeSpec) -> Result<Identity> {
             wwid: Some(w.clone()),
             addresses: Vec::new(),
         }),
-        VolumeSpec::Iscsi { target, lun } => {
-            crate::iscsi::check_target_name(target)?;
-            // Every session to the target, logged in or not: a session in recovery still has
-            // its devices.
-            let addresses = paths_to(root, target, Portals::Any)?
-                .into_iter()
-                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
-                .collect();
-            by_addresses(root, addresses)
-        }
-        VolumeSpec::Fc { wwpns, lun } => {
-            let wwpns = crate::fc::check_target_ports(wwpns)?;
-            let addresses = crate::fc::sysfs::remote_ports(root)?
-                .into_iter()
-                .filter(|r| r.port_name.is_some_and(|p| wwpns.contains(&p)))
-                .filter_map(|r| Some(Hctl::new(r.host, r.channel, r.scsi_target_id?, *lun)))
-                .collect();
-            by_addresses(root, addresses)
+        VolumeSpec::Iscsi { .. } | VolumeSpec::Fc { .. } => {
+            by_addresses(root, transport_addresses(root, spec)?)
         }
         VolumeSpec::Device(d) => identify_device(root, d),
         // `crate::ops::volume::identify` takes this one to the NVMe family.
@@ -92,6 +76,52 @@ pub(in crate::ops) fn identify_named(
     Ok(id)
 }
 
+/// Every address of an iSCSI or FC LUN on the node: its LUN behind every session to the
+/// target, logged in or not (a session in recovery still has its devices), or behind every
+/// remote port of the target's WWPNs. Empty for another kind of spec.
+fn transport_addresses(root: &Root, spec: &VolumeSpec) -> Result<Vec<Hctl>> {
+    Ok(match spec {
+        VolumeSpec::Iscsi { target, lun } => {
+            crate::iscsi::check_target_name(target)?;
+            paths_to(root, target, Portals::Any)?
+                .into_iter()
+                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
+                .collect()
+        }
+        VolumeSpec::Fc { wwpns, lun } => {
+            let wwpns = crate::fc::check_target_ports(wwpns)?;
+            crate::fc::sysfs::remote_ports(root)?
+                .into_iter()
+                .filter(|r| r.port_name.is_some_and(|p| wwpns.contains(&p)))
+                .filter_map(|r| Some(Hctl::new(r.host, r.channel, r.scsi_target_id?, *lun)))
+                .collect()
+        }
+        _ => Vec::new(),
+    })
+}
+
+/// Why [`by_addresses`] refuses devices that disagree.
+const MIXED: &str = "the devices at these addresses have different WWIDs";
+
+/// [`identify_named`] for an attach, which scans the address whatever it held: where the
+/// devices there disagree on their WWID (the array re-mapped the LUN, and some paths were
+/// rescanned since), the identity of the addresses alone, locked by them; the scan then
+/// judges each device as what it is now ([`crate::scsi::trigger_start`]).
+pub(in crate::ops) fn identify_for_attach(
+    root: &Root,
+    spec: &VolumeSpec,
+    lock_dir: Option<&Path>,
+    deadline: Instant,
+) -> Result<Identity> {
+    match identify_named(root, spec, lock_dir, deadline) {
+        Err(Error::Invalid { reason: MIXED, .. }) => Ok(Identity {
+            wwid: None,
+            addresses: transport_addresses(root, spec)?,
+        }),
+        r => r,
+    }
+}
+
 /// The identity of the devices at `addresses`: they must agree on one WWID.
 fn by_addresses(root: &Root, mut addresses: Vec<Hctl>) -> Result<Identity> {
     addresses.sort();
@@ -106,7 +136,7 @@ fn by_addresses(root: &Root, mut addresses: Vec<Hctl>) -> Result<Identity> {
                 return Err(Error::Invalid {
                     kind: "volume",
                     input: format!("{} and {h}", addresses[0]),
-                    reason: "the devices at these addresses have different WWIDs",
+                    reason: MIXED,
                 });
             }
             Some(_) => {}
