@@ -92,7 +92,8 @@ enum Command {
     /// to rescan. The filesystem is the caller's to grow.
     ///
     /// Exit 0 resized (or already the size), 1 refused (a path down, paths that disagree, a
-    /// volume that shrank), 2 bad input, 3 no such volume, 5 --expect-size not reached.
+    /// volume that shrank), 2 bad input, 3 no such volume, 4 refused (a path's LUN re-mapped
+    /// by the array under the volume), 5 --expect-size not reached.
     Resize(resize::Resize),
     /// Delete one SCSI device after a flush, unless it is in use.
     ///
