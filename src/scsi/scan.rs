@@ -419,9 +419,7 @@ fn outcomes(candidates: Vec<Candidate>, triggered: Vec<Written>) -> (Vec<PathSca
 /// or handed out: the other paths would give the new volume a second writer, the old user
 /// writing through its stale path into the same LUN.
 fn refuse_if_held_as_another(what: &str, triggered: Vec<Written>) -> Result<Vec<Written>> {
-    let is_held = |t: &Written| {
-        matches!(t, Some((Err(e), _)) if matches!(e.kind(), ErrorKind::Busy | ErrorKind::Unverified))
-    };
+    let is_held = |t: &Written| matches!(t, Some((Err(e), _)) if matches!(e.kind(), ErrorKind::Busy | ErrorKind::Unverified));
     if !triggered.iter().any(is_held) {
         return Ok(triggered);
     }
@@ -430,7 +428,8 @@ fn refuse_if_held_as_another(what: &str, triggered: Vec<Written>) -> Result<Vec<
         .filter(is_held)
         .filter_map(|t| t.and_then(|(r, _)| r.err()))
         .collect();
-    let whole = |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
+    let whole =
+        |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
     if held.len() == 1 {
         return Err(match held.swap_remove(0) {
             Error::Busy {
