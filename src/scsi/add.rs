@@ -148,6 +148,54 @@ impl TriggerPending {
     }
 }
 
+/// The refusal of the whole volume `what` (`LUN 3 of iSCSI target …`) for the paths refused
+/// as another volume's (`held`: each [`Error::Busy`] or [`Error::Unverified`], at least
+/// one): one path's own error, or with several, each named under the volume; `Busy` when
+/// any is.
+pub(crate) fn whole_volume_refusal(what: &str, mut held: Vec<Error>) -> Error {
+    let whole =
+        |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
+    if held.len() == 1 {
+        return match held.swap_remove(0) {
+            Error::Busy {
+                device,
+                reason,
+                usage,
+            } => Error::Busy {
+                device,
+                reason: whole(reason),
+                usage,
+            },
+            Error::Unverified {
+                device,
+                reason,
+                usage,
+            } => Error::Unverified {
+                device,
+                reason: whole(reason),
+                usage,
+            },
+            other => other,
+        };
+    }
+    let busy = held.iter().any(|e| e.kind() == ErrorKind::Busy);
+    let usage = held.iter().find_map(|e| e.usage().cloned()).map(Box::new);
+    let each: Vec<String> = held.iter().map(Error::to_string).collect();
+    let (device, reason) = (what.to_owned(), whole(each.join("; ")));
+    match busy {
+        true => Error::Busy {
+            device,
+            reason,
+            usage,
+        },
+        false => Error::Unverified {
+            device,
+            reason,
+            usage,
+        },
+    }
+}
+
 /// A WWID for messages, `unknown` when there is none.
 fn show(w: &Option<Wwid>) -> String {
     w.as_ref().map_or("unknown".to_owned(), Wwid::to_string)

@@ -37,7 +37,7 @@ use crate::id::Wwid;
 use crate::root::Root;
 use scan::Candidate;
 
-mod add;
+pub(crate) mod add;
 mod delete;
 pub(crate) mod scan;
 pub mod sg_io;

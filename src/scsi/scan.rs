@@ -423,58 +423,12 @@ fn refuse_if_held_as_another(what: &str, triggered: Vec<Written>) -> Result<Vec<
     if !triggered.iter().any(is_held) {
         return Ok(triggered);
     }
-    let mut held: Vec<Error> = triggered
+    let held: Vec<Error> = triggered
         .into_iter()
         .filter(is_held)
         .filter_map(|t| t.and_then(|(r, _)| r.err()))
         .collect();
-    let whole =
-        |reason: String| format!("{reason}. No path of {what} is handed out while it is held");
-    if held.len() == 1 {
-        return Err(match held.swap_remove(0) {
-            Error::Busy {
-                device,
-                reason,
-                usage,
-            } => Error::Busy {
-                device,
-                reason: whole(reason),
-                usage,
-            },
-            Error::Unverified {
-                device,
-                reason,
-                usage,
-            } => Error::Unverified {
-                device,
-                reason: whole(reason),
-                usage,
-            },
-            other => other,
-        });
-    }
-    // Several paths held: each named, under the volume.
-    let busy = held.iter().any(|e| e.kind() == ErrorKind::Busy);
-    let usage = held.iter().find_map(|e| e.usage().cloned()).map(Box::new);
-    let reason = whole(
-        held.iter()
-            .map(Error::to_string)
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
-    let device = what.to_owned();
-    Err(match busy {
-        true => Error::Busy {
-            device,
-            reason,
-            usage,
-        },
-        false => Error::Unverified {
-            device,
-            reason,
-            usage,
-        },
-    })
+    Err(scsi::add::whole_volume_refusal(what, held))
 }
 
 /// The `sd` probes run asynchronously after the writes: waits for every pending path's disk
