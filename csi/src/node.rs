@@ -33,8 +33,8 @@ use crate::stale::Presence;
 use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
 use crate::{fs as vfs, iscsi, mounts, mpath, paths};
 
-/// The directory of the state directory where read-only binds are made before they are
-/// bound at the publish path ([`mounts::bind`]).
+/// The directory of the state directory where binds that need flags (read-only, the
+/// publish's mount options) are made before they are bound at the publish path ([`mounts::bind`]).
 const SCRATCH: &str = "binds";
 
 /// How the plugin runs: where the node's `/sys`, `/dev` and `/proc` are, where it keeps its
@@ -1400,8 +1400,16 @@ impl Inner {
         }
     }
 
-    fn publish(&self, req: &NodePublishVolumeRequest, block: bool, readonly: bool) -> Result<()> {
+    /// Publishes the staged volume of `req` at its target path, a bind with the per-mount
+    /// flags `want` (`RDONLY` for a read-only publish) added to the staging mount's own.
+    fn publish(
+        &self,
+        req: &NodePublishVolumeRequest,
+        block: bool,
+        want: rustix::mount::MountFlags,
+    ) -> Result<()> {
         let id = req.volume_id.as_str();
+        let readonly = want.contains(rustix::mount::MountFlags::RDONLY);
         let record = self.staged(id, "NodePublishVolume")?;
         if record.staging_path != Path::new(&req.staging_target_path) {
             return Err(Error::FailedPrecondition(format!(
@@ -1482,7 +1490,7 @@ impl Inner {
                 .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
         }
         let scratch = self.config.state_dir.join(SCRATCH);
-        mounts::bind(&source, target, readonly, &scratch, self.mount_deadline())
+        mounts::bind(&source, target, want, &scratch, self.mount_deadline())
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))?;
         self.remember_published(record, target)
     }
@@ -1796,13 +1804,18 @@ impl Node for NodeService {
         required(&req.target_path, "target_path", CALL)?;
         let (access, mode) = capability(req.volume_capability.as_ref(), CALL, &id)?;
         let block = matches!(access, AccessType::Block(_));
-        let readonly =
-            req.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
+        // The publish's mount options: their per-mount flags go on the bind; the rest (the
+        // filesystem's own options) the stage's mount applied, from the same list.
+        let mut want = match access {
+            AccessType::Mount(m) => mounts::split_options(&m.mount_flags)?.0 & mounts::PER_MOUNT,
+            AccessType::Block(_) => rustix::mount::MountFlags::empty(),
+        };
+        if req.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly) {
+            want |= rustix::mount::MountFlags::RDONLY;
+        }
         let slot = self.slot(&id)?;
-        self.blocking(CALL, slot, move |inner| {
-            inner.publish(&req, block, readonly)
-        })
-        .await?;
+        self.blocking(CALL, slot, move |inner| inner.publish(&req, block, want))
+            .await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
