@@ -1505,7 +1505,32 @@ impl Inner {
         self.store.save(&record)
     }
 
+    /// Unpublishes volume `id` at `target`: only a path its record lists as published, or one
+    /// that holds a publish of this very volume all the same ([`Self::unlisted_publish`]).
+    /// Any other path is one the volume is not published at, which the spec answers with
+    /// success: whatever is there (another volume's mount, a pod's files, a directory) is not
+    /// this plugin's, and is left as it is.
     fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
+        // The record says which paths are ours: one that cannot be read is an error, not a
+        // licence to remove whatever path the call names.
+        let record = self.store.load(id)?;
+        let listed = record
+            .as_ref()
+            .is_some_and(|r| r.published.iter().any(|p| p == target));
+        if !listed && !self.unlisted_publish(record.as_ref(), target)? {
+            if let Ok(Some(m)) = mounts::at(target) {
+                log::note(
+                    Level::Warn,
+                    &format!(
+                        "NodeUnpublishVolume: volume {id} is not published at {}, where {} is \
+                         mounted: left as it is",
+                        target.display(),
+                        m.source.to_string_lossy()
+                    ),
+                );
+            }
+            return Ok(());
+        }
         mounts::unmount_all(target, self.mount_deadline()).map_err(|e| match e {
             Error::FailedPrecondition(m) => Error::FailedPrecondition(format!("volume {id}: {m}")),
             other => Error::Internal(format!("volume {id}: {other}")),
@@ -1517,15 +1542,33 @@ impl Inner {
             Err(e) => Err(e),
         };
         removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))?;
-        // Forgotten once nothing is there. A record that cannot be read is its own
-        // volume's calls' to report, not a reason to fail an unpublish that is done.
-        if let Ok(Some(mut record)) = self.store.load(id) {
-            if record.published.iter().any(|p| p == target) {
-                record.published.retain(|p| p != target);
-                self.store.save(&record)?;
-            }
+        // Forgotten once nothing is there.
+        if let Some(mut record) = record.filter(|_| listed) {
+            record.published.retain(|p| p != target);
+            self.store.save(&record)?;
         }
         Ok(())
+    }
+
+    /// Whether `target`, which `record` does not list, holds a publish of its volume all the
+    /// same: one made by a plugin that did not record its publishes yet, or whose record was
+    /// not saved after the bind. Proven by what is mounted there: a bind of the staging mount
+    /// (the same filesystem), or of the volume's device node as found by identity now.
+    fn unlisted_publish(&self, record: Option<&Record>, target: &Path) -> Result<bool> {
+        let Some(record) = record else {
+            return Ok(false);
+        };
+        let Some(m) = mounts::at(target)? else {
+            return Ok(false);
+        };
+        Ok(match record.access {
+            Access::Block => self
+                .device_now(record, "NodeUnpublishVolume")
+                .is_ok_and(|d| rdev_of(target) == Some(d.dev)),
+            Access::Mount { .. } => {
+                mounts::at(&record.staging_path)?.is_some_and(|s| s.dev == m.dev)
+            }
+        })
     }
 
     fn stats(&self, id: &str, path: &Path) -> Result<NodeGetVolumeStatsResponse> {
