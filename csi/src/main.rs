@@ -120,7 +120,6 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
         ));
     }
     let path = server::socket_path(&args.endpoint)?;
-    let socket = bind_socket(&path)?;
     let mut config = Config::new(args.nodeid);
     config.root = Root::new(&args.root);
     lunkit_csi::paths::check_root(&config.root)?;
@@ -137,7 +136,12 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.follow_discovery = args.follow_discovery;
     let doctor_interval = args.doctor_interval;
     let doctor_grace = Duration::from_secs(args.doctor_grace);
-    let node = NodeService::new(config)?;
+    // Bound before the node service starts the discovery followers: see `bind_socket`.
+    let socket = bind_socket(&path)?;
+    // A plugin that does not start leaves no socket for the sidecars to find.
+    let node = NodeService::new(config).inspect_err(|_| {
+        let _ = std::fs::remove_file(&path);
+    })?;
     if doctor_interval > 0 {
         let every = Duration::from_secs(doctor_interval);
         lunkit_csi::doctor::spawn(node.clone(), every, doctor_grace)
