@@ -765,9 +765,33 @@ fn filesystem_volume_through_kubelets_sequence() {
     drop(lab);
 }
 
-/// Kubelet's filesystem sequence on LUN 1, the file written with pattern `seed`.
+/// The per-mount options of the topmost mount at `path` (mountinfo's sixth field:
+/// `ro,nosuid,nodev,noexec,relatime`).
+fn mount_options(path: &str) -> String {
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mounts
+        .lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(path));
+    let line = line.unwrap_or_else(|| panic!("nothing is mounted at {path}"));
+    line.split(' ').nth(5).unwrap().to_owned()
+}
+
+/// Adds `flags` to the mount options of `cap` (a mount capability's `mount_flags`).
+fn add_mount_flags(cap: &mut Option<VolumeCapability>, flags: &[&str]) {
+    match cap.as_mut().and_then(|c| c.access_type.as_mut()) {
+        Some(AccessType::Mount(m)) => m.mount_flags.extend(flags.iter().map(|f| f.to_string())),
+        _ => panic!("not a mount capability: {cap:?}"),
+    }
+}
+
+/// Kubelet's filesystem sequence on LUN 1, the file written with pattern `seed`, with the
+/// StorageClass's `mountOptions: [nosuid, nodev, noexec]`, which kubelet gives to the stage
+/// and to each publish: both publishes keep them (a read-only bind remount clears every flag
+/// it is not given), and pod a's publish adds a flag of its own.
 fn filesystem_sequence(c: &mut Client, seed: u64) {
-    let stage = stage_req("pv-fs", 1, false);
+    let mut stage = stage_req("pv-fs", 1, false);
+    add_mount_flags(&mut stage.volume_capability, &["nosuid", "nodev", "noexec"]);
     c.node_stage_volume(stage.clone()).expect("stage");
     assert_staged_on_both_paths();
     let blkid = cmd::run(
@@ -779,13 +803,23 @@ fn filesystem_sequence(c: &mut Client, seed: u64) {
     c.node_stage_volume(stage.clone())
         .expect("stage again (idempotent)");
 
-    let a = publish_req(&stage, "a", false);
+    let mut a = publish_req(&stage, "a", false);
+    add_mount_flags(&mut a.volume_capability, &["noatime"]);
     let b = publish_req(&stage, "b", true);
     for p in [&a, &b] {
         c.node_publish_volume(p.clone()).expect("publish");
         c.node_publish_volume(p.clone())
             .expect("publish again (idempotent)");
     }
+    let staging = mount_options(&stage.staging_target_path);
+    assert!(staging.starts_with("rw,nosuid,nodev,noexec,"), "{staging}");
+    let options = mount_options(&b.target_path);
+    assert!(
+        options.starts_with("ro,nosuid,nodev,noexec,"),
+        "pod b's read-only publish keeps the stage's flags: {options}"
+    );
+    let options = mount_options(&a.target_path);
+    assert_eq!(options, "rw,nosuid,nodev,noexec,noatime", "pod a's publish");
     let data = random(192 << 10, seed);
     {
         let mut f =

@@ -136,7 +136,12 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     config.follow_discovery = args.follow_discovery;
     let doctor_interval = args.doctor_interval;
     let doctor_grace = Duration::from_secs(args.doctor_grace);
-    let node = NodeService::new(config)?;
+    // Bound before the node service starts the discovery followers: see `bind_socket`.
+    let socket = bind_socket(&path)?;
+    // A plugin that does not start leaves no socket for the sidecars to find.
+    let node = NodeService::new(config).inspect_err(|_| {
+        let _ = std::fs::remove_file(&path);
+    })?;
     if doctor_interval > 0 {
         let every = Duration::from_secs(doctor_interval);
         lunkit_csi::doctor::spawn(node.clone(), every, doctor_grace)
@@ -158,7 +163,9 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
             log::note(log::Level::Info, &format!("metrics on http://{bound}/metrics"));
             tokio::spawn(metrics::serve(listener, metrics::global(), store));
         }
-        let listener = server::bind(&path)?;
+        let listener = tokio::net::UnixListener::from_std(socket).map_err(|e| {
+            Error::Internal(format!("cannot serve on {}: {e}", path.display()))
+        })?;
         log::note(log::Level::Info, &format!("serving on {}", path.display()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut serving = tokio::spawn(server::serve(listener, identity, node, async {
@@ -189,6 +196,24 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     // Calls still running on the blocking pool are abandoned, not waited for.
     rt.shutdown_timeout(Duration::from_millis(100));
     served
+}
+
+/// The CSI socket at `path`, bound before any thread starts: [`server::bind`] narrows the
+/// umask while it makes the socket (mode 0600 from the start), and the umask is the whole
+/// process's, so a discovery follower or the doctor making a file or a directory in that
+/// moment would get the socket's mode. A runtime on this thread alone (it starts no thread)
+/// lends its reactor for the bind; the listener moves to the serving runtime later.
+fn bind_socket(path: &std::path::Path) -> lunkit_csi::Result<std::os::unix::net::UnixListener> {
+    use lunkit_csi::Error;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start a runtime to bind the socket: {e}")))?;
+    let _in_runtime = rt.enter();
+    let listener = server::bind(path)?;
+    listener
+        .into_std()
+        .map_err(|e| Error::Internal(format!("bind {}: {e}", path.display())))
 }
 
 /// How long a SIGTERM waits for calls in progress.

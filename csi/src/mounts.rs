@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use lunkit::block::mountinfo::{MountEntry, parse_table};
+use rustix::fs::StatVfsMountFlags;
 use rustix::mount::{MountFlags, UnmountFlags};
 
 use crate::error::{Error, Result};
@@ -111,42 +112,109 @@ pub fn mount_fs(
     })
 }
 
-/// Bind-mounts `source` (a directory, or a device node) on `target`, read-only if asked, by
-/// `deadline`. `scratch` is a private directory of the plugin's (in its state directory)
-/// where a read-only bind is made first: see `bind_readonly`.
+/// The flags a publish may set on its bind mount: the per-mount flags (what `mountinfo`
+/// shows in its sixth field), not the filesystem's own (`sync`, `lazytime`, its data), which
+/// the stage's mount set once for every publish of the volume.
+pub const PER_MOUNT: MountFlags = MountFlags::RDONLY
+    .union(MountFlags::NOSUID)
+    .union(MountFlags::NODEV)
+    .union(MountFlags::NOEXEC)
+    .union(MountFlags::NOATIME)
+    .union(MountFlags::NODIRATIME)
+    .union(MountFlags::RELATIME)
+    .union(MountFlags::STRICTATIME)
+    .union(MountFlags::NOSYMFOLLOW);
+
+/// The atime modes, of which a mount has exactly one (`nodiratime` is not one: it is kept
+/// beside any of them).
+const ATIME_MODES: MountFlags = MountFlags::NOATIME
+    .union(MountFlags::RELATIME)
+    .union(MountFlags::STRICTATIME);
+
+/// statfs's `ST_NOSYMFOLLOW` (Linux 5.10), for which rustix has no name.
+const ST_NOSYMFOLLOW: u64 = 0x2000;
+
+/// The flags of the bind remount that gives a bind of a mount whose flags are `current`
+/// (statfs's `f_flag` of the bind) the per-mount flags `want` as well.
+///
+/// A bind remount sets the mount's flags to exactly what it is given: a flag left out is
+/// cleared. So every flag the mount has is passed again (a `nosuid`, `nodev` or `noexec` the
+/// stage's mount options set must reach the publish; a flag locked because the mount came
+/// from another user namespace must be, or the kernel refuses), and `want` adds to them.
+/// The atime mode is always named, so the kernel never picks one: `want`'s if it names one,
+/// else the mount's own (neither `noatime` nor `relatime` is `strictatime`).
+pub fn remount_flags(current: StatVfsMountFlags, want: MountFlags) -> MountFlags {
+    let kept = [
+        (StatVfsMountFlags::RDONLY, MountFlags::RDONLY),
+        (StatVfsMountFlags::NOSUID, MountFlags::NOSUID),
+        (StatVfsMountFlags::NODEV, MountFlags::NODEV),
+        (StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
+        (StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
+        (
+            StatVfsMountFlags::from_bits_retain(ST_NOSYMFOLLOW),
+            MountFlags::NOSYMFOLLOW,
+        ),
+    ]
+    .into_iter()
+    .filter(|(st, _)| current.contains(*st))
+    .fold(MountFlags::empty(), |acc, (_, ms)| acc | ms);
+    let atime = if want.intersects(ATIME_MODES) {
+        want & ATIME_MODES
+    } else if current.contains(StatVfsMountFlags::NOATIME) {
+        MountFlags::NOATIME
+    } else if current.contains(StatVfsMountFlags::RELATIME) {
+        MountFlags::RELATIME
+    } else {
+        MountFlags::STRICTATIME
+    };
+    MountFlags::BIND | kept | (want & PER_MOUNT & !ATIME_MODES) | atime
+}
+
+/// Bind-mounts `source` (a directory, or a device node) on `target` with the per-mount
+/// flags `want` ([`PER_MOUNT`]: `RDONLY` for a read-only publish) on top of the flags of
+/// `source`'s mount, which a bind keeps, by `deadline`. `scratch` is a private directory of
+/// the plugin's (in its state directory) where a bind that needs flags is made first: see
+/// `bind_with_flags`.
 pub fn bind(
     source: &Path,
     target: &Path,
-    readonly: bool,
+    want: MountFlags,
     scratch: &Path,
     deadline: Instant,
 ) -> Result<()> {
     let what = format!("bind mount {} on {}", source.display(), target.display());
     let (source, target, scratch) = (source.to_owned(), target.to_owned(), scratch.to_owned());
     bounded(what.clone(), deadline, move || {
-        if readonly {
-            return bind_readonly(&source, &target, &scratch)
-                .map_err(|e| Error::Internal(format!("{what} read-only: {e}")));
+        if !want.is_empty() {
+            return bind_with_flags(&source, &target, want, &scratch)
+                .map_err(|e| Error::Internal(format!("{what} with flags {want:?}: {e}")));
         }
         rustix::mount::mount_bind(&source, &target)
             .map_err(|e| Error::Internal(format!("{what}: {e}")))
     })
 }
 
-/// A read-only bind of `source` on `target` whose every copy is read-only too.
+/// A bind of `source` on `target` with the flags `want` added to `source`'s, whose every copy
+/// has them too.
 ///
-/// A bind mount becomes read-only only by a remount, and a remount changes that one mount:
-/// the copies that mount propagation already made of the bind in other mount namespaces
-/// stay writable. A plugin in a container publishes under kubelet's directory with
-/// Bidirectional propagation, so kubelet and the pod would get a writable copy of a
-/// read-only publish. So the bind is made at a place of `scratch` first and made read-only
-/// there; `target` gets a bind of that read-only mount, which carries its flag into every
-/// copy from the start; the place is unmounted and removed.
-fn bind_readonly(source: &Path, target: &Path, scratch: &Path) -> std::io::Result<()> {
+/// A bind mount gets flags only by a remount, and a remount changes that one mount: the
+/// copies that mount propagation already made of the bind in other mount namespaces keep
+/// the flags they had. A plugin in a container publishes under kubelet's directory with
+/// Bidirectional propagation, so kubelet and the pod would get a writable (or `suid`)
+/// copy of a read-only (or `nosuid`) publish. So the bind is made at a place of `scratch`
+/// first and given its flags there ([`remount_flags`]: those of the mount it copies, which
+/// the remount would otherwise clear, and `want`); `target` gets a bind of that mount, which
+/// carries its flags into every copy from the start; the place is unmounted and removed.
+fn bind_with_flags(
+    source: &Path,
+    target: &Path,
+    want: MountFlags,
+    scratch: &Path,
+) -> std::io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     fs::create_dir_all(scratch)?;
     let place = scratch.join(format!(
-        "ro-{}-{}",
+        "bind-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
@@ -157,16 +225,17 @@ fn bind_readonly(source: &Path, target: &Path, scratch: &Path) -> std::io::Resul
     }
     let bound = rustix::mount::mount_bind(source, &place).map_err(std::io::Error::from);
     let done = bound.and_then(|()| {
-        let ro = rustix::mount::mount_remount(&place, MountFlags::BIND | MountFlags::RDONLY, "")
+        let flagged = rustix::fs::statvfs(&place)
+            .and_then(|st| rustix::mount::mount_remount(&place, remount_flags(st.f_flag, want), ""))
             .and_then(|()| rustix::mount::mount_bind(&place, target));
         let _ = rustix::mount::unmount(&place, UnmountFlags::NOFOLLOW);
-        ro.map_err(std::io::Error::from)
+        flagged.map_err(std::io::Error::from)
     });
     let _ = fs::remove_dir(&place).or_else(|_| fs::remove_file(&place));
     done
 }
 
-/// Unmounts and removes whatever `bind_readonly` left in `scratch` (a crash between its
+/// Unmounts and removes whatever `bind_with_flags` left in `scratch` (a crash between its
 /// steps), by `deadline`; a missing `scratch` is fine.
 pub fn clear_scratch(scratch: &Path, deadline: Instant) -> Result<()> {
     let Ok(entries) = fs::read_dir(scratch) else {
@@ -232,6 +301,61 @@ mod tests {
         assert_eq!(data, "discard,data=ordered");
         let e = split_options(&["bind".to_owned()]).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_bind_remount_keeps_every_flag_of_the_mount_and_adds_the_wanted_ones() {
+        use MountFlags as M;
+        use StatVfsMountFlags as S;
+        // A staging mount made with `nosuid,nodev,noexec` (relatime, the kernel's default),
+        // published read-only: every flag stays, not `BIND|RDONLY` alone.
+        let staging = S::NOSUID | S::NODEV | S::NOEXEC | S::RELATIME;
+        assert_eq!(
+            remount_flags(staging, M::RDONLY),
+            M::BIND | M::RDONLY | M::NOSUID | M::NODEV | M::NOEXEC | M::RELATIME
+        );
+        // The atime mode is always named: the mount's own, or the one the publish asks.
+        let noatime = S::NOATIME | S::NODIRATIME;
+        assert_eq!(
+            remount_flags(noatime, M::RDONLY),
+            M::BIND | M::RDONLY | M::NOATIME | M::NODIRATIME
+        );
+        assert_eq!(
+            remount_flags(noatime, M::RELATIME),
+            M::BIND | M::RELATIME | M::NODIRATIME
+        );
+        assert_eq!(
+            remount_flags(S::empty(), M::RDONLY),
+            M::BIND | M::RDONLY | M::STRICTATIME
+        );
+        // The publish's own flags add to the mount's; a read-only mount stays read-only, and
+        // nosymfollow (a bit rustix has no name for) is kept; statfs's ST_VALID is not a flag.
+        let ro = S::RDONLY | S::RELATIME | S::from_bits_retain(ST_NOSYMFOLLOW | 0x20);
+        assert_eq!(
+            remount_flags(ro, M::NOSUID | M::NOEXEC),
+            M::BIND | M::RDONLY | M::NOSUID | M::NOEXEC | M::RELATIME | M::NOSYMFOLLOW
+        );
+    }
+
+    #[test]
+    fn the_per_mount_flags_of_mount_options() {
+        let opts = vec![
+            "nosuid,nodev".to_owned(),
+            "noexec".to_owned(),
+            "discard".to_owned(),
+        ];
+        let (flags, data) = split_options(&opts).unwrap();
+        assert_eq!(
+            flags & PER_MOUNT,
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC
+        );
+        assert_eq!(data, "discard");
+        let (flags, _) = split_options(&["sync".to_owned(), "lazytime".to_owned()]).unwrap();
+        assert_eq!(
+            flags & PER_MOUNT,
+            MountFlags::empty(),
+            "the filesystem's flags"
+        );
     }
 
     #[test]

@@ -33,8 +33,8 @@ use crate::stale::Presence;
 use crate::state::{Access, Phase, RECORD_VERSION, Record, Store, Target};
 use crate::{fs as vfs, iscsi, mounts, mpath, paths};
 
-/// The directory of the state directory where read-only binds are made before they are
-/// bound at the publish path ([`mounts::bind`]).
+/// The directory of the state directory where binds that need flags (read-only, the
+/// publish's mount options) are made before they are bound at the publish path ([`mounts::bind`]).
 const SCRATCH: &str = "binds";
 
 /// How the plugin runs: where the node's `/sys`, `/dev` and `/proc` are, where it keeps its
@@ -1400,8 +1400,16 @@ impl Inner {
         }
     }
 
-    fn publish(&self, req: &NodePublishVolumeRequest, block: bool, readonly: bool) -> Result<()> {
+    /// Publishes the staged volume of `req` at its target path, a bind with the per-mount
+    /// flags `want` (`RDONLY` for a read-only publish) added to the staging mount's own.
+    fn publish(
+        &self,
+        req: &NodePublishVolumeRequest,
+        block: bool,
+        want: rustix::mount::MountFlags,
+    ) -> Result<()> {
         let id = req.volume_id.as_str();
+        let readonly = want.contains(rustix::mount::MountFlags::RDONLY);
         let record = self.staged(id, "NodePublishVolume")?;
         if record.staging_path != Path::new(&req.staging_target_path) {
             return Err(Error::FailedPrecondition(format!(
@@ -1482,7 +1490,7 @@ impl Inner {
                 .map_err(io_err(format!("volume {id}: create {}", target.display())))?;
         }
         let scratch = self.config.state_dir.join(SCRATCH);
-        mounts::bind(&source, target, readonly, &scratch, self.mount_deadline())
+        mounts::bind(&source, target, want, &scratch, self.mount_deadline())
             .map_err(|e| Error::Internal(format!("volume {id}: {e}")))?;
         self.remember_published(record, target)
     }
@@ -1497,7 +1505,32 @@ impl Inner {
         self.store.save(&record)
     }
 
+    /// Unpublishes volume `id` at `target`: only a path its record lists as published, or one
+    /// that holds a publish of this very volume all the same ([`Self::unlisted_publish`]).
+    /// Any other path is one the volume is not published at, which the spec answers with
+    /// success: whatever is there (another volume's mount, a pod's files, a directory) is not
+    /// this plugin's, and is left as it is.
     fn unpublish(&self, id: &str, target: &Path) -> Result<()> {
+        // The record says which paths are ours: one that cannot be read is an error, not a
+        // licence to remove whatever path the call names.
+        let record = self.store.load(id)?;
+        let listed = record
+            .as_ref()
+            .is_some_and(|r| r.published.iter().any(|p| p == target));
+        if !listed && !self.unlisted_publish(record.as_ref(), target)? {
+            if let Ok(Some(m)) = mounts::at(target) {
+                log::note(
+                    Level::Warn,
+                    &format!(
+                        "NodeUnpublishVolume: volume {id} is not published at {}, where {} is \
+                         mounted: left as it is",
+                        target.display(),
+                        m.source.to_string_lossy()
+                    ),
+                );
+            }
+            return Ok(());
+        }
         mounts::unmount_all(target, self.mount_deadline()).map_err(|e| match e {
             Error::FailedPrecondition(m) => Error::FailedPrecondition(format!("volume {id}: {m}")),
             other => Error::Internal(format!("volume {id}: {other}")),
@@ -1509,15 +1542,33 @@ impl Inner {
             Err(e) => Err(e),
         };
         removed.map_err(io_err(format!("volume {id}: remove {}", target.display())))?;
-        // Forgotten once nothing is there. A record that cannot be read is its own
-        // volume's calls' to report, not a reason to fail an unpublish that is done.
-        if let Ok(Some(mut record)) = self.store.load(id) {
-            if record.published.iter().any(|p| p == target) {
-                record.published.retain(|p| p != target);
-                self.store.save(&record)?;
-            }
+        // Forgotten once nothing is there.
+        if let Some(mut record) = record.filter(|_| listed) {
+            record.published.retain(|p| p != target);
+            self.store.save(&record)?;
         }
         Ok(())
+    }
+
+    /// Whether `target`, which `record` does not list, holds a publish of its volume all the
+    /// same: one made by a plugin that did not record its publishes yet, or whose record was
+    /// not saved after the bind. Proven by what is mounted there: a bind of the staging mount
+    /// (the same filesystem), or of the volume's device node as found by identity now.
+    fn unlisted_publish(&self, record: Option<&Record>, target: &Path) -> Result<bool> {
+        let Some(record) = record else {
+            return Ok(false);
+        };
+        let Some(m) = mounts::at(target)? else {
+            return Ok(false);
+        };
+        Ok(match record.access {
+            Access::Block => self
+                .device_now(record, "NodeUnpublishVolume")
+                .is_ok_and(|d| rdev_of(target) == Some(d.dev)),
+            Access::Mount { .. } => {
+                mounts::at(&record.staging_path)?.is_some_and(|s| s.dev == m.dev)
+            }
+        })
     }
 
     fn stats(&self, id: &str, path: &Path) -> Result<NodeGetVolumeStatsResponse> {
@@ -1796,13 +1847,18 @@ impl Node for NodeService {
         required(&req.target_path, "target_path", CALL)?;
         let (access, mode) = capability(req.volume_capability.as_ref(), CALL, &id)?;
         let block = matches!(access, AccessType::Block(_));
-        let readonly =
-            req.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
+        // The publish's mount options: their per-mount flags go on the bind; the rest (the
+        // filesystem's own options) the stage's mount applied, from the same list.
+        let mut want = match access {
+            AccessType::Mount(m) => mounts::split_options(&m.mount_flags)?.0 & mounts::PER_MOUNT,
+            AccessType::Block(_) => rustix::mount::MountFlags::empty(),
+        };
+        if req.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly) {
+            want |= rustix::mount::MountFlags::RDONLY;
+        }
         let slot = self.slot(&id)?;
-        self.blocking(CALL, slot, move |inner| {
-            inner.publish(&req, block, readonly)
-        })
-        .await?;
+        self.blocking(CALL, slot, move |inner| inner.publish(&req, block, want))
+            .await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
