@@ -270,7 +270,7 @@ enum At {
 
 /// The plugin in its image, as `deploy/base/node.yaml` runs it: podman with the image from `cargo
 /// xtask image` (`LUNKIT_IMAGE` in the read-only store `LUNKIT_IMAGE_STORE`), privileged, the
-/// host's network and pids, `/dev`, `/sys` and `/lib/modules` from the host, the host's `/`
+/// host's network and pids, `/dev` and `/sys` from the host, the host's `/`
 /// at `/host` (HostToContainer: `rslave`) with `--root /host`, and kubelet's directory, here
 /// [`BASE`], shared both ways (Bidirectional: `rshared`). The container's writable layer and
 /// podman's state live under [`Container::DIR`], removed on drop.
@@ -314,7 +314,7 @@ impl Container {
             .args(["--read-only", "--tmpfs", "/tmp"])
             .args(["--network", "host", "--pid", "host"])
             .args(["-v", "/dev:/dev", "-v", "/sys:/sys"])
-            .args(["-v", "/lib/modules:/lib/modules:ro", "-v", "/:/host:rslave"])
+            .args(["-v", "/:/host:rslave"])
             .args(["-v", &format!("{BASE}:{BASE}:rshared")])
             .arg(&self.image)
             .args(["--root", "/host"]);
