@@ -1,11 +1,74 @@
 //! # lunkit
 //!
-//! Bring one SCSI LUN onto a Linux node and take it off again, talking to the kernel directly:
-//! sysfs, netlink uevents and device-mapper ioctls, never `iscsiadm`, `multipath` or
-//! `blockdev`. Built for CSI node plugins and for anyone who needs LUN attach and detach to be
-//! fast, precise and safe.
+//! Bring one volume onto a Linux node and take it off again, talking to the kernel directly
+//! (sysfs, netlink uevents, device-mapper and NVMe ioctls, `/dev/nvme-fabrics`), never
+//! spawning `iscsiadm`, `multipath`, `nvme` or `blockdev`. A volume is an iSCSI, Fibre
+//! Channel or any H:C:T:L SCSI LUN (with its dm-multipath map), or an NVMe/TCP namespace.
+//! Built for CSI node plugins: fast, exact (only the LUN asked for is scanned, on every path
+//! at once), and safe (nothing is taken away while anything uses it, nothing is handed out
+//! that another volume still holds, identity is checked at every destructive write).
 //!
-//! This release reads the node's storage topology:
+//! ## The three calls
+//!
+//! [`ops::attach`], [`ops::detach`] and [`ops::resize`] take the same [`ops::VolumeSpec`]:
+//! an iSCSI target and LUN, an FC target's WWPNs and LUN, an H:C:T:L, a WWID, or an NVMe
+//! subsystem NQN and namespace.
+//!
+//! ```no_run
+//! use lunkit::Root;
+//! use lunkit::ops::{self, AttachOptions, DetachOptions, NamespaceSelector, VolumeSpec};
+//!
+//! let root = Root::default();
+//! // A SCSI LUN on every iSCSI session to its target, with multipathd's map over the paths.
+//! let lun = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+//! let mut opts = AttachOptions::new(&root);
+//! opts.scsi.wait_map = true;
+//! let attached = ops::attach(&root, &lun, &opts)?;
+//! println!("{}", attached.device().expect("its map").display());
+//! ops::detach(&root, &lun, &DetachOptions::new(&root))?;
+//!
+//! // An NVMe/TCP namespace, connected through two portals.
+//! let ns = VolumeSpec::Nvme {
+//!     nqn: "nqn.2014-08.org.example:vol1".parse()?,
+//!     namespace: NamespaceSelector::Id(1),
+//! };
+//! let mut opts = AttachOptions::new(&root);
+//! opts.nvme.connect = vec!["192.0.2.10:4420".parse()?, "192.0.2.11:4420".parse()?];
+//! let attached = ops::attach(&root, &ns, &opts)?;
+//! println!("{}", attached.device().expect("its head").display());
+//! ops::detach(&root, &ns, &DetachOptions::new(&root))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Root
+//!
+//! Every file access goes through a [`Root`]: `/` on the node, `/host` in a container that
+//! mounts the host there (`Root::new("/host")`), a fixture tree in tests. The paths the
+//! library returns (such as [`ops::Attachment::device`]) are under it.
+//!
+//! ## Errors
+//!
+//! One [`Error`], classified by [`Error::kind`]: [`ErrorKind::Busy`] (refused: something
+//! uses the volume, or another volume holds its LUN number; [`Error::usage`] says who),
+//! [`ErrorKind::Unverified`] (whether it is in use could not be checked completely),
+//! [`ErrorKind::NotFound`], [`ErrorKind::Invalid`] (malformed input, nothing changed),
+//! [`ErrorKind::Timeout`] (the deadline passed, naming what was awaited),
+//! [`ErrorKind::PermissionDenied`] and [`ErrorKind::Other`]. Messages name the device and
+//! the cause.
+//!
+//! ## Blocking and async
+//!
+//! The calls block until done or until the deadline their options set (`timeout`): a kernel
+//! call that cannot be interrupted runs on a helper thread, and the call returns at its
+//! deadline while the helper finishes on its own. From async code, run them with
+//! `tokio::task::spawn_blocking`, bounded by the option's `timeout` (not by
+//! `tokio::time::timeout`, which stops waiting but not the call); `examples/async_caller.rs`
+//! shows it.
+//!
+//! ## Reading the node
+//!
+//! [`Topology::read`] reads SCSI hosts and devices, block devices, multipath maps, iSCSI
+//! sessions, FC ports and NVMe controllers in one pass:
 //!
 //! ```no_run
 //! use lunkit::{Root, Topology};
@@ -16,9 +79,6 @@
 //! }
 //! # Ok::<(), lunkit::Error>(())
 //! ```
-//!
-//! Every file access goes through a [`Root`], so the same code runs against the live system
-//! (`/`), a container that mounts the host at `/host`, or a fixture tree in tests.
 // `unsafe` is denied everywhere but in `ioctl`, the one module that issues raw ioctls.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

@@ -8,7 +8,9 @@ use clap::{CommandFactory, Parser};
 use lunkit::Root;
 use lunkit_csi::{Config, IdentityService, NodeService, identity, log, metrics, server, topology};
 
-/// A CSI node plugin for iSCSI volumes, built on lunkit.
+/// A CSI node plugin for statically provisioned iSCSI, Fibre Channel and NVMe/TCP volumes,
+/// with their multipath maps, built on lunkit: it stages, publishes, grows and takes them
+/// off the node, never while anything uses them.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {

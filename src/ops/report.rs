@@ -378,6 +378,38 @@ impl Attachment {
             AttachedFamily::Scsi(_) => None,
         }
     }
+
+    /// The device node to open for the volume, under the [`Root`](crate::Root) the attach was
+    /// given (`<root>/dev/dm-0`, `<root>/dev/sdc`, `<root>/dev/nvme0n1`), whatever the
+    /// transport: its multipath map when the attach waited for one; else its one path or
+    /// NVMe device. `None` when there are several and no map over them: opening one path
+    /// of a volume that has several would go around multipath, so which to use is the
+    /// caller's choice ([`ScsiAttachment::devices`], [`NvmeAttachment::devices`]).
+    ///
+    /// ```no_run
+    /// use lunkit::ops::{self, AttachOptions, VolumeSpec};
+    /// let root = lunkit::Root::default();
+    /// let volume = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+    /// let mut opts = AttachOptions::new(&root);
+    /// opts.scsi.wait_map = true;
+    /// let attached = ops::attach(&root, &volume, &opts)?;
+    /// let device = attached.device().expect("the map it waited for");
+    /// println!("mkfs or mount {}", device.display());
+    /// # Ok::<(), lunkit::Error>(())
+    /// ```
+    pub fn device(&self) -> Option<&std::path::Path> {
+        let only = |mut all: Vec<&std::path::Path>| match all.len() {
+            1 => all.pop(),
+            _ => None,
+        };
+        match &self.family {
+            AttachedFamily::Scsi(s) => match &s.map {
+                Some(m) => Some(&m.node.path),
+                None => only(s.devices().map(|d| d.dev_path.as_path()).collect()),
+            },
+            AttachedFamily::Nvme(n) => only(n.devices.iter().map(|d| d.path.as_path()).collect()),
+        }
+    }
 }
 
 /// A multipath map of the volume.
@@ -389,4 +421,82 @@ pub struct MapDevice {
     pub node: BlockNode,
     /// Its partition maps (`dm-1`...), kernel names.
     pub partitions: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::DevNum;
+    use crate::scsi::{PathDevice, PathOutcome, PathTiming};
+    use std::path::{Path, PathBuf};
+
+    fn node(name: &str) -> BlockNode {
+        BlockNode {
+            name: name.into(),
+            dev: DevNum { major: 8, minor: 0 },
+            path: PathBuf::from(format!("/host/dev/{name}")),
+        }
+    }
+
+    fn path(name: &str, lun: u32) -> PathScan {
+        let hctl: crate::Hctl = format!("{lun}:0:0:1").parse().unwrap();
+        PathScan {
+            via: format!("host{lun}"),
+            hctl: Some(hctl),
+            outcome: PathOutcome::Found(PathDevice {
+                hctl,
+                name: name.into(),
+                dev_path: PathBuf::from(format!("/host/dev/{name}")),
+                dev: DevNum { major: 8, minor: 0 },
+                wwid: None,
+            }),
+            timing: PathTiming::default(),
+        }
+    }
+
+    fn scsi(paths: Vec<PathScan>, map: Option<&str>) -> Attachment {
+        Attachment {
+            wwid: None,
+            family: AttachedFamily::Scsi(ScsiAttachment {
+                paths,
+                map: map.map(|m| MapDevice {
+                    name: "mpatha".into(),
+                    node: node(m),
+                    partitions: Vec::new(),
+                }),
+                scan_elapsed: Duration::ZERO,
+            }),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn the_device_is_the_map_else_the_one_path_or_namespace_never_a_guess() {
+        let two = || vec![path("sdc", 6), path("sdd", 7)];
+        assert_eq!(
+            scsi(two(), Some("dm-0")).device(),
+            Some(Path::new("/host/dev/dm-0"))
+        );
+        assert_eq!(scsi(two(), None).device(), None);
+        assert_eq!(
+            scsi(vec![path("sdc", 6)], None).device(),
+            Some(Path::new("/host/dev/sdc"))
+        );
+        let nvme = |devices: Vec<BlockNode>| Attachment {
+            wwid: None,
+            family: AttachedFamily::Nvme(NvmeAttachment {
+                nsid: Some(1),
+                devices,
+                controllers: Vec::new(),
+                portals: Vec::new(),
+                discovery: Vec::new(),
+            }),
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(
+            nvme(vec![node("nvme0n1")]).device(),
+            Some(Path::new("/host/dev/nvme0n1"))
+        );
+        assert_eq!(nvme(vec![node("nvme0n1"), node("nvme1n1")]).device(), None);
+    }
 }
