@@ -1306,7 +1306,8 @@ impl Inner {
                 if !others(&self.store)? {
                     let mut all = portals.clone();
                     all.extend(discovered.iter().filter(|p| !portals.contains(p)).cloned());
-                    iscsi::logout_unused(root, iqn, &all, iface.as_deref(), deadline)
+                    let nodes = &self.config.iscsi_nodes;
+                    iscsi::logout_unused(root, nodes, iqn, &all, iface.as_deref(), deadline)
                         .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
                 }
                 // Gone from the records before the lock is let go: two volumes of one target

@@ -185,6 +185,17 @@ pub fn portal_of(root: &Root, sid: u32) -> Option<String> {
         .flatten()
 }
 
+/// The iface session `sid` logged in through (its `ifacename`: `default`, or the name of an
+/// open-iscsi iface record), read alone; `None` when it cannot be read. Two sessions to one
+/// target through one portal differ by it: a caller that works on the sessions of one iface
+/// tells the others apart with it.
+pub fn iface_of(root: &Root, sid: u32) -> Option<String> {
+    let entry = root
+        .sys("class/iscsi_session")
+        .join(format!("session{sid}"));
+    attr(&Confine::new(root).dir(&entry)?, "ifacename")
+}
+
 /// The portal of session `sid`, its first connection's. iscsi_tcp gives a session one
 /// connection, `connectionN:0`, read straight away; only a session without a readable one
 /// has the class listed (`conns`, listed once for every session that needs it).
@@ -371,6 +382,23 @@ mod tests {
         assert_eq!(portal_of(&root, 3).as_deref(), Some("10.0.0.1:3260"));
         assert_eq!(portal_of(&root, 4).as_deref(), Some("[fe80::4]:3260"));
         assert_eq!(portal_of(&root, 5), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The iface of a session, as the captured tree of a live node has it; a session that is
+    /// not there has none.
+    #[test]
+    fn a_sessions_iface_is_read_alone() {
+        let root =
+            Root::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/iscsi-multipath"));
+        assert_eq!(iface_of(&root, 1).as_deref(), Some("default"));
+        assert_eq!(iface_of(&root, 2).as_deref(), Some("default"));
+        assert_eq!(iface_of(&root, 9), None);
+        let dir = std::env::temp_dir().join(format!("lunkit-iface-{}", std::process::id()));
+        let sess = dir.join("sys/class/iscsi_session/session4");
+        fs::create_dir_all(&sess).unwrap();
+        fs::write(sess.join("ifacename"), "other\n").unwrap();
+        assert_eq!(iface_of(&Root::new(&dir), 4).as_deref(), Some("other"));
         fs::remove_dir_all(&dir).unwrap();
     }
 
