@@ -398,10 +398,12 @@ impl Attachment {
     /// # Ok::<(), lunkit::Error>(())
     /// ```
     pub fn device(&self) -> Option<&std::path::Path> {
-        let only = |mut all: Vec<&std::path::Path>| match all.len() {
-            1 => all.pop(),
-            _ => None,
-        };
+        fn only(mut all: Vec<&std::path::Path>) -> Option<&std::path::Path> {
+            match all.len() {
+                1 => all.pop(),
+                _ => None,
+            }
+        }
         match &self.family {
             AttachedFamily::Scsi(s) => match &s.map {
                 Some(m) => Some(&m.node.path),
