@@ -246,7 +246,8 @@ fn a_refused_chap_login_is_permission_denied_and_leaves_nothing_and_no_password(
     // and the record deleted after the refusal.
     let calls = std::fs::read_to_string(dir.path().join("iscsiadm.log")).unwrap();
     for portal in ["127.0.0.1:3260", "127.0.0.2:3260"] {
-        let base = format!("-m node -T {IQN} -p {portal}");
+        // Every node call names the volume's iface: another iface's record is not its own.
+        let base = format!("-m node -T {IQN} -p {portal} -I default");
         let ops: Vec<&str> = calls
             .lines()
             .filter_map(|l| l.strip_prefix(&base))
@@ -358,7 +359,7 @@ fn a_failing_iscsiadm_update_is_reported_without_the_password() {
     let calls = std::fs::read_to_string(dir.path().join("iscsiadm.log")).unwrap();
     let ops: Vec<&str> = calls
         .lines()
-        .filter_map(|l| l.strip_prefix(&format!("-m node -T {IQN} -p 127.0.0.1:3260")))
+        .filter_map(|l| l.strip_prefix(&format!("-m node -T {IQN} -p 127.0.0.1:3260 -I default")))
         .map(|l| l.trim().split(" -n ").next().unwrap_or(""))
         .collect();
     assert_eq!(ops, ["-o new", "-o update", "-o delete"], "{calls}");
