@@ -157,40 +157,28 @@ pub(crate) fn sg_io_no_data(
     sense: &mut [u8],
     timeout_ms: u32,
 ) -> io::Result<sg_io_hdr> {
-    if !(6..=16).contains(&cdb.len()) {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let mut cmd = [0u8; 16];
-    cmd[..cdb.len()].copy_from_slice(cdb);
-    let mut hdr = sg_io_hdr {
-        interface_id: SG_INTERFACE_ID_ORIG,
-        dxfer_direction: SG_DXFER_NONE,
-        cmd_len: cdb.len() as u8,
-        mx_sb_len: u8::try_from(sense.len()).unwrap_or(u8::MAX),
-        cmdp: cmd.as_mut_ptr(),
-        sbp: sense.as_mut_ptr(),
-        timeout: timeout_ms,
-        ..sg_io_hdr::zeroed()
-    };
-    // SAFETY: SG_IO reads and writes back exactly one `sg_io_hdr` through its pointer
-    // argument; lunkit-sys checks the struct against the C header.
-    let req = unsafe { Updater::<{ SG_IO as Opcode }, sg_io_hdr>::new(&mut hdr) };
-    // SAFETY: besides `hdr` the kernel reads `cmd_len` (<= 16) bytes at `cmdp` (`cmd`, live)
-    // and writes <= `mx_sb_len` bytes at `sbp` (`sense`, exclusively borrowed, that long);
-    // no data moves (SG_DXFER_NONE, `dxferp` null, `dxfer_len` 0, `iovec_count` 0).
-    unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
-    hdr.cmdp = std::ptr::null_mut();
-    hdr.sbp = std::ptr::null_mut();
-    Ok(hdr)
+    sg_io(fd, cdb, &mut [], sense, timeout_ms)
 }
 
-/// `ioctl(fd, SG_IO, &sg_io_hdr)` with `cdb`, a SCSI command that reads up to `data.len()`
-/// bytes from the device (INQUIRY), as [`sg_io_no_data`] does otherwise: the header as the
-/// kernel wrote it back (its pointers cleared; `resid` says how much of `data` was not
-/// filled), with sense data in `sense`. A reader may send INQUIRY (on the kernel's safe
-/// list). `EINVAL` (without a call) unless `cdb` is 6 to 16 bytes and `data` at most
-/// `u32::MAX` bytes.
+/// [`sg_io_no_data`] for a command that reads up to `data.len()` bytes from the device
+/// (INQUIRY, on the kernel's safe list for a reader): `resid` in the header says how much of
+/// `data` was not filled. `EINVAL` (without a call) also when `data` is over `u32::MAX`
+/// bytes.
 pub(crate) fn sg_io_from_dev(
+    fd: impl AsFd,
+    cdb: &[u8],
+    data: &mut [u8],
+    sense: &mut [u8],
+    timeout_ms: u32,
+) -> io::Result<sg_io_hdr> {
+    if data.is_empty() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    sg_io(fd, cdb, data, sense, timeout_ms)
+}
+
+/// The one `SG_IO` call: data from the device into `data`, or none when it is empty.
+fn sg_io(
     fd: impl AsFd,
     cdb: &[u8],
     data: &mut [u8],
@@ -205,13 +193,17 @@ pub(crate) fn sg_io_from_dev(
     }
     let mut cmd = [0u8; 16];
     cmd[..cdb.len()].copy_from_slice(cdb);
+    let (dxfer_direction, dxferp) = match data.is_empty() {
+        true => (SG_DXFER_NONE, std::ptr::null_mut()),
+        false => (SG_DXFER_FROM_DEV, data.as_mut_ptr().cast()),
+    };
     let mut hdr = sg_io_hdr {
         interface_id: SG_INTERFACE_ID_ORIG,
-        dxfer_direction: SG_DXFER_FROM_DEV,
+        dxfer_direction,
         cmd_len: cdb.len() as u8,
         mx_sb_len: u8::try_from(sense.len()).unwrap_or(u8::MAX),
         dxfer_len,
-        dxferp: data.as_mut_ptr().cast(),
+        dxferp,
         cmdp: cmd.as_mut_ptr(),
         sbp: sense.as_mut_ptr(),
         timeout: timeout_ms,
@@ -222,8 +214,9 @@ pub(crate) fn sg_io_from_dev(
     let req = unsafe { Updater::<{ SG_IO as Opcode }, sg_io_hdr>::new(&mut hdr) };
     // SAFETY: besides `hdr` the kernel reads `cmd_len` (<= 16) bytes at `cmdp` (`cmd`, live),
     // writes <= `mx_sb_len` bytes at `sbp` (`sense`, exclusively borrowed, that long) and
-    // <= `dxfer_len` bytes at `dxferp` (`data`, exclusively borrowed, exactly that long; one
-    // buffer, `iovec_count` 0); nothing else touches either until the call returns.
+    // <= `dxfer_len` bytes at `dxferp`: `data`, exclusively borrowed and exactly that long
+    // (one buffer, `iovec_count` 0), or null with SG_DXFER_NONE and a length of 0. Nothing
+    // else touches them until the call returns.
     unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
     hdr.cmdp = std::ptr::null_mut();
     hdr.sbp = std::ptr::null_mut();
