@@ -181,7 +181,7 @@ fn discovery_chap_goes_through_the_record_never_argv_and_both_portals_are_tried(
         "{calls:#?}"
     );
     for portal in ["127.0.0.1:3260", "127.0.0.2:3260"] {
-        let login = format!("-m node -T {IQN} -p {portal} --login");
+        let login = format!("-m node -T {IQN} -p {portal} -I default --login");
         assert!(calls.contains(&login.as_str()), "{login} in {calls:#?}");
     }
     assert!(
