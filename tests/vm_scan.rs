@@ -118,7 +118,8 @@ fn iscsi_scan_of_one_lun_through_two_portals() {
     assert!(stderr(&out).contains("LUN 99"), "{}", stderr(&out));
 
     // A reused LUN number must not be handed out as the old volume.
-    let wrong = "naa.6001405deadbeef000000000000000";
+    // A well-formed NAA designator (32 hex digits) of no LUN here.
+    let wrong = "naa.6001405deadbeef00000000000000000";
     let out = lunkit(&[
         "scan",
         "iscsi",
