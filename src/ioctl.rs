@@ -212,11 +212,10 @@ fn sg_io(
     // SAFETY: SG_IO reads and writes back exactly one `sg_io_hdr` through its pointer
     // argument; lunkit-sys checks the struct against the C header.
     let req = unsafe { Updater::<{ SG_IO as Opcode }, sg_io_hdr>::new(&mut hdr) };
-    // SAFETY: besides `hdr` the kernel reads `cmd_len` (<= 16) bytes at `cmdp` (`cmd`, live),
-    // writes <= `mx_sb_len` bytes at `sbp` (`sense`, exclusively borrowed, that long) and
-    // <= `dxfer_len` bytes at `dxferp`: `data`, exclusively borrowed and exactly that long
-    // (one buffer, `iovec_count` 0), or null with SG_DXFER_NONE and a length of 0. Nothing
-    // else touches them until the call returns.
+    // Besides `hdr` the kernel reads `cmd_len` (<= 16) bytes at `cmdp` (`cmd`, live) and
+    // writes <= `mx_sb_len` bytes at `sbp` (`sense`, exclusively borrowed, that long).
+    // SAFETY: it writes <= `dxfer_len` bytes at `dxferp`: `data`, exclusively borrowed and
+    // that long (one buffer, `iovec_count` 0), or null with SG_DXFER_NONE and a length of 0.
     unsafe { ioctl(fd, req) }.map_err(io::Error::from)?;
     hdr.cmdp = std::ptr::null_mut();
     hdr.sbp = std::ptr::null_mut();

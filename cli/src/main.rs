@@ -1,5 +1,10 @@
 //! `lunkit`: bring one SCSI LUN in and take it out again, from the command line.
 
+// The arguments' doc comments are clap's `--help` text, written as a user types an argument
+// (`nqn.yyyy-mm.<reverse domain>[:<name>]`, `naa.<hex>`), not as HTML or links: rustdoc's
+// reading of them as tags and links is of a binary's docs that nobody links to.
+#![allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+
 // First: its macros (`outln!`, `out!`, `errln!`) are used by every module below.
 #[macro_use]
 mod out;
