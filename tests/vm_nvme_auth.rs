@@ -1,5 +1,5 @@
-//! VM test of the lab's second kernel (Debian 12's 6.12, `provision::AUTH_KERNEL`, booted only
-//! for this binary): NVMe/TCP in-band authentication (DH-HMAC-CHAP) between nvmet and the
+//! VM test of the lab's second kernel (Debian 12's newest 6.12 with NVMe authentication,
+//! resolved at provision time by `xtask/src/labkernel.rs`, booted only for this binary): NVMe/TCP in-band authentication (DH-HMAC-CHAP) between nvmet and the
 //! host, one-way and bidirectional, through `/dev/nvme-fabrics` and configfs directly: the
 //! lab's ground truth for the library's authentication, which builds on it.
 //!
@@ -105,7 +105,9 @@ fn controllers() -> Vec<String> {
 fn the_auth_kernel_lets_in_only_a_host_with_the_right_dh_hmac_chap_key() {
     require_vm();
     let release = cmd::run("uname", &["-r"]).unwrap();
-    assert_eq!(release.trim(), "6.12.117+deb12-amd64");
+    // The newest 6.12 the archive offered at provision time (`labkernel`): any 6.12.
+    eprintln!("auth kernel: {}", release.trim());
+    assert!(release.trim().starts_with("6.12."), "{release}");
     // The keys are well formed: what the library checks before it writes one.
     for k in [HOST_KEY, CTRL_KEY, OTHER_KEY] {
         k.parse::<Secret>().unwrap_or_else(|e| panic!("{e}"));

@@ -12,6 +12,7 @@ mod guest;
 mod host;
 mod image;
 mod jit;
+mod labkernel;
 mod labstate;
 mod manifests;
 mod overlay;
@@ -54,7 +55,8 @@ usage: cargo xtask <command>
   architecture [--check]  print ARCHITECTURE.md's table of figures, computed from src/;
                           --check: fail, as `test` does, when the document states others
   manifests               validate deploy/ against the Kubernetes schemas (offline)
-  provision               install what the VM needs (root on Debian) or say what is missing
+  provision               install what the VM needs (root on Debian) or say what is missing;
+                          resolve the lab's 6.12 (newest with NVMe auth; LUNKIT_AUTH_KERNEL)
   image [--profile P] [--out FILE]
                           the lunkit-csi image from Debian's packages (mmdebstrap,
                           buildah), as an OCI archive in target/image/
@@ -75,7 +77,10 @@ fn main() -> ExitCode {
         "capture-sysfs" => capture::main(rest),
         "architecture" => architecture::main(rest),
         "manifests" => manifests::validate().map(|()| 0),
-        "provision" => provision::ensure().map(|_| 0),
+        // The lab's 6.12 is resolved (and recorded) here, installed when a test boots it.
+        "provision" => provision::ensure()
+            .and_then(|_| labkernel::resolve())
+            .map(|_| 0),
         "image" => image::main(rest),
         "guest" => guest::main(rest),
         "help" | "-h" | "--help" => {

@@ -30,12 +30,6 @@ pub const APT_PACKAGES: &[&str] = &[
     "linux-libc-dev",
 ];
 
-/// The lab's second kernel: Debian 12's 6.12 (bookworm-security), built with NVMe in-band
-/// authentication (`CONFIG_NVME_AUTH`, `CONFIG_NVME_TARGET_AUTH`), which the stock 6.1 lacks.
-/// Only the VM tests that ask for it ([`crate::vmtests::kernel_for`]) boot it; it is never
-/// the default kernel, however new.
-pub const AUTH_KERNEL: &str = "6.12.117+deb12-amd64";
-
 /// The guest's vCPUs: two, like a small node, so that work side by side really overlaps.
 pub const DEFAULT_CPUS: u8 = 2;
 
@@ -303,7 +297,8 @@ fn is_debian() -> bool {
 
 /// The newest `/boot/vmlinuz-<version>` whose modules are installed (the guest loads
 /// scsi_debug, dm_multipath, iscsi_tcp and LIO from /lib/modules through the shared root),
-/// other than [`AUTH_KERNEL`]; `LUNKIT_VM_KERNEL` names one instead.
+/// other than a lab kernel [`with_kernel`] installed (the 6.12 of [`crate::labkernel`], never
+/// the default kernel however new); `LUNKIT_VM_KERNEL` names one instead.
 pub fn newest_kernel() -> Option<(PathBuf, String)> {
     if let Some(k) = std::env::var_os("LUNKIT_VM_KERNEL") {
         let k = PathBuf::from(k);
@@ -323,7 +318,10 @@ pub fn newest_kernel() -> Option<(PathBuf, String)> {
                 .strip_prefix("vmlinuz-")
                 .map(str::to_owned)
         })
-        .filter(|v| Path::new("/lib/modules").join(v).is_dir() && v != AUTH_KERNEL)
+        .filter(|v| {
+            Path::new("/lib/modules").join(v).is_dir()
+                && !Path::new(&format!("/boot/lunkit-lab-vmlinuz-{v}")).exists()
+        })
         .collect();
     versions.sort_by_key(|v| version_key(v));
     let v = versions.pop()?;
@@ -331,7 +329,7 @@ pub fn newest_kernel() -> Option<(PathBuf, String)> {
 }
 
 /// `6.1.0-56-amd64` sorts by its numbers, so 6.10 comes after 6.9.
-fn version_key(v: &str) -> Vec<(u64, String)> {
+pub fn version_key(v: &str) -> Vec<(u64, String)> {
     v.split(['.', '-', '+', '~'])
         .map(|part| match part.parse() {
             Ok(n) => (n, String::new()),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::provision::{self, Lab};
 use crate::vm::Boot;
-use crate::{Result, host, paths, split};
+use crate::{Result, host, labkernel, paths, split};
 
 /// How long one VM test may run in the guest before it is killed and counted as failed. The
 /// longest test (vm_detach's cycles, then fifty of them) took 935 s on a 2-core machine shared
@@ -397,7 +397,9 @@ impl SuiteRun {
 /// modules loaded), the guest panics and the run ends with exit 255. That is the int3 of
 /// the kernel's `text_poke_bp` still executed by the other vCPU after the patch completed;
 /// with a single vCPU there is no other CPU to run the stale code. 6.1 has never shown it.
-const KERNELS: &[(&str, &str, u8)] = &[("vm_nvme_auth", provision::AUTH_KERNEL, 1)];
+/// The auth kernel is [`labkernel::LABEL`] here, its ABI resolved when a run boots it
+/// ([`labkernel::chosen`]).
+const KERNELS: &[(&str, &str, u8)] = &[("vm_nvme_auth", labkernel::LABEL, 1)];
 
 /// The kernel `test` boots: `None` for the lab's default.
 pub fn kernel_for(test: &VmTest) -> Option<&'static str> {
@@ -448,7 +450,12 @@ fn plan_guests(
             }
             continue;
         };
-        plans.push((Some(version), version.to_owned(), group));
+        // The guest is named after the kernel it boots, so the run's report says which ran.
+        let name = match version {
+            labkernel::LABEL => labkernel::chosen().unwrap_or_else(|_| version.to_owned()),
+            v => v.to_owned(),
+        };
+        plans.push((Some(version), name, group));
     }
     plans
 }
@@ -481,6 +488,9 @@ pub fn run_suites(lab: &Lab, lunkit: &Path, tests: &[VmTest]) -> Result<SuiteRun
             .map(|(kernel, name, tests)| {
                 s.spawn(move || {
                     let lab = match kernel {
+                        Some(labkernel::LABEL) => labkernel::chosen().and_then(|abi| {
+                            provision::with_kernel(lab, &abi, cpus_for(labkernel::LABEL))
+                        }),
                         Some(v) => provision::with_kernel(lab, v, cpus_for(v)),
                         None => Ok(lab.clone()),
                     };
@@ -821,7 +831,7 @@ mod tests {
         };
         assert_eq!(
             kernel_for(&t("vm_nvme_auth::a_test")),
-            Some(provision::AUTH_KERNEL)
+            Some(labkernel::LABEL)
         );
         assert_eq!(kernel_for(&t("vm_nvme::a_test")), None);
         assert_eq!(kernel_for(&t("vm_nvme_auth_x::a_test")), None);
