@@ -24,6 +24,12 @@ struct Args {
     /// /host in a container that mounts the host there.
     #[arg(long, default_value = "/")]
     root: PathBuf,
+    /// kubelet's directory (its --root-dir), as mounted in the plugin's container with
+    /// bidirectional propagation: /var/lib/k0s/kubelet on k0s,
+    /// /var/snap/microk8s/common/var/lib/kubelet on microk8s. Checked at start.
+    #[arg(long, value_name = "DIR", default_value = lunkit_csi::paths::KUBELET_DIR,
+          value_parser = lunkit_csi::paths::kubelet_dir)]
+    kubelet_dir: PathBuf,
     /// Where stage records are kept (made mode 0700); must survive a restart of the plugin.
     #[arg(long, default_value = "/var/lib/lunkit-csi")]
     state_dir: PathBuf,
@@ -125,6 +131,11 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let mut config = Config::new(args.nodeid);
     config.root = Root::new(&args.root);
     lunkit_csi::paths::check_root(&config.root)?;
+    // A warning, not a refusal: the plugin serves calls whatever their paths, and a
+    // misconfigured directory shows in the pods (empty volumes); the log says why.
+    if let Some(problem) = lunkit_csi::paths::check_kubelet_dir(&args.kubelet_dir) {
+        log::note(log::Level::Warn, &problem);
+    }
     config.state_dir = args.state_dir;
     config.max_volumes = args.max_volumes;
     config.iscsi_nodes = args

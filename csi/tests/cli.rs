@@ -1,6 +1,6 @@
 //! The plugin binary's command line: `--topology` is checked at startup (a bad key or value,
 //! a key given twice, differing prefixes: clap's usage error, exit code 2, nothing served),
-//! and a good one reaches NodeGetInfo.
+//! and a good one reaches NodeGetInfo; `--kubelet-dir` must be an absolute path.
 
 // The test starts the plugin binary; the plugin itself runs programs only through exec.rs.
 #![allow(clippy::disallowed_methods)]
@@ -109,4 +109,24 @@ fn a_root_that_does_not_exist_is_refused_at_start() {
         !dir.path().join("csi.sock").exists() && !dir.path().join("state").exists(),
         "the plugin started: {err}"
     );
+}
+
+/// `--kubelet-dir` must be absolute and written plainly: anything else is a usage error
+/// naming it, exit code 2, nothing served.
+#[test]
+fn a_kubelet_dir_that_is_not_absolute_is_a_usage_error() {
+    for bad in ["var/lib/kubelet", "/var/lib/../kubelet"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = plugin(dir.path(), &[])
+            .args(["--kubelet-dir", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("--kubelet-dir") && err.contains(bad), "{err}");
+        assert!(
+            !dir.path().join("csi.sock").exists() && !dir.path().join("state").exists(),
+            "{bad}: the plugin started"
+        );
+    }
 }
