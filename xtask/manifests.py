@@ -8,7 +8,18 @@ validated in strict mode (an unknown field is an error) against the schemas of K
 VERSION. A kustomization field or patch form this renderer does not know fails the check
 rather than being skipped, so a green run means every object was checked as it would be
 applied. Then the objects are checked against each other: the plugin's --driver-name, the
-CSIDriver's name, the registrar's registration path and the socket directory must agree.
+CSIDriver's name, the registrar's registration path and the socket directory must agree, and
+every path under kubelet's directory (the registration path, the socket, registration and
+kubelet hostPaths, the plugin's mount of kubelet's directory) must be under the plugin's
+--kubelet-dir (/var/lib/kubelet when not given).
+
+The examples in DIR/examples/*.yaml (static PV, PVC and Pod per transport, applied with
+`kubectl apply -f`, not kustomizations) are validated the same way, file by file, and checked
+to hang together: each PV of the plugin's default driver is claimed by a PVC of the file (by
+volumeName, storageClassName "", the same volumeMode), each PVC is used by a Pod of the file
+(volumeMounts for a filesystem, volumeDevices for a raw block volume), and a
+nodeStageSecretRef names a Secret of the file. That their volumeAttributes and secrets are
+what the plugin accepts is csi/tests/examples.rs's part, through the plugin's own parser.
 
 usage: manifests.py VERSION DIR
 """
@@ -174,6 +185,10 @@ def json_patch(obj, ops, where):
                 parent[last] = op["value"]
         elif kind == "remove":
             del parent[last]
+        elif kind == "test":
+            # A guard before a patch by list index: the element must be the one meant.
+            if parent[last] != op["value"]:
+                raise Invalid(f"{where}: test of {op['path']}: {parent[last]!r} is not {op['value']!r}")
         else:
             raise Invalid(f"{where}: JSON patch op {kind!r} is not rendered")
 
@@ -198,26 +213,134 @@ def set_image(image, objects):
             c["image"] = new + tag
 
 
+def flag(args, name):
+    """The values of `--name=value` in a container's args."""
+    return [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+
+
 def check_driver_name(directory, objects):
-    """The plugin, the CSIDriver, the registrar and the socket directory name one driver."""
+    """The plugin, the CSIDriver, the registrar and the socket directory name one driver, and
+    every path of kubelet's is under the plugin's --kubelet-dir."""
     drivers = [o["metadata"]["name"] for o in objects if o.get("kind") == "CSIDriver"]
     for o in objects:
         if o.get("kind") != "DaemonSet":
             continue
         spec = o["spec"]["template"]["spec"]
-        args = {c["name"]: c.get("args", []) for c in spec["containers"]}
-        plugin = [a.split("=", 1)[1] for a in args.get("lunkit-csi", []) if a.startswith("--driver-name=")]
+        containers = {c["name"]: c for c in spec["containers"]}
+        args = {n: c.get("args", []) for n, c in containers.items()}
+        plugin = flag(args.get("lunkit-csi", []), "driver-name")
         if len(plugin) != 1:
             raise Invalid(f"{directory}: the lunkit-csi container needs one --driver-name")
         name = plugin[0]
         if drivers != [name]:
             raise Invalid(f"{directory}: --driver-name={name}, but the CSIDriver objects are {drivers}")
-        want = f"--kubelet-registration-path=/var/lib/kubelet/plugins/{name}/csi.sock"
+        kdirs = flag(args["lunkit-csi"], "kubelet-dir") or ["/var/lib/kubelet"]
+        if len(kdirs) != 1:
+            raise Invalid(f"{directory}: the lunkit-csi container has --kubelet-dir twice")
+        kdir = kdirs[0]
+        want = f"--kubelet-registration-path={kdir}/plugins/{name}/csi.sock"
         if want not in args.get("node-driver-registrar", []):
             raise Invalid(f"{directory}: the registrar needs {want}")
-        sockets = [v["hostPath"]["path"] for v in spec["volumes"] if v["name"] == "socket-dir"]
-        if sockets != [f"/var/lib/kubelet/plugins/{name}"]:
-            raise Invalid(f"{directory}: socket-dir is {sockets}, not /var/lib/kubelet/plugins/{name}")
+        host = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
+        for volume, path in [
+            ("socket-dir", f"{kdir}/plugins/{name}"),
+            ("registration-dir", f"{kdir}/plugins_registry"),
+            ("kubelet-dir", kdir),
+        ]:
+            if host.get(volume) != path:
+                raise Invalid(f"{directory}: volume {volume} is hostPath {host.get(volume)}, not {path}")
+        # kubelet's paths reach the plugin as kubelet writes them: its directory must be
+        # mounted at the same path, with its mounts going back to the host.
+        mounts = [m for m in containers["lunkit-csi"].get("volumeMounts", []) if m["name"] == "kubelet-dir"]
+        if [(m["mountPath"], m.get("mountPropagation")) for m in mounts] != [(kdir, "Bidirectional")]:
+            raise Invalid(
+                f"{directory}: lunkit-csi must mount kubelet-dir once, at {kdir} with "
+                f"mountPropagation Bidirectional, not {mounts}"
+            )
+
+
+def ident(o):
+    return (o.get("kind"), o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
+
+
+def validate_all(where, objects, version):
+    """Each object valid in strict mode against `version`, and none twice."""
+    seen = set()
+    for o in objects:
+        i = ident(o)
+        if i in seen:
+            raise Invalid(f"{where}: {i} twice")
+        seen.add(i)
+        try:
+            kubernetes_validate.validate(o, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            at = "/".join(str(p) for p in e.path)
+            raise Invalid(f"{where}: {i[0]} {i[2]}: {at}: {e.message}") from None
+
+
+# The driver name the examples use: the base's (an overlay's own name replaces it).
+EXAMPLE_DRIVER = "csi.lunkit.invalid"
+
+
+def check_example(path, objects):
+    """A PV of the plugin, its PVC and a Pod using it, and the Secret the PV names."""
+    by_kind = {}
+    for o in objects:
+        by_kind.setdefault(o.get("kind"), []).append(o)
+    pvs = [pv for pv in by_kind.get("PersistentVolume", []) if pv["spec"].get("csi")]
+    if not pvs:
+        raise Invalid(f"{path}: no PersistentVolume of the plugin (spec.csi)")
+    for pv in pvs:
+        name, csi = pv["metadata"]["name"], pv["spec"]["csi"]
+        if csi.get("driver") != EXAMPLE_DRIVER:
+            raise Invalid(f"{path}: PV {name}: driver {csi.get('driver')}, not {EXAMPLE_DRIVER}")
+        if not csi.get("volumeAttributes"):
+            raise Invalid(f"{path}: PV {name}: no volumeAttributes")
+        if pv["spec"].get("storageClassName") != "":
+            raise Invalid(f"{path}: PV {name}: a static PV needs storageClassName \"\"")
+        mode = pv["spec"].get("volumeMode", "Filesystem")
+        ref = csi.get("nodeStageSecretRef")
+        if ref:
+            secrets = [
+                s for s in by_kind.get("Secret", [])
+                if s["metadata"]["name"] == ref["name"] and s["metadata"].get("namespace") == ref["namespace"]
+            ]
+            if not secrets:
+                raise Invalid(f"{path}: PV {name}: nodeStageSecretRef {ref} names no Secret of the file")
+        pvcs = [c for c in by_kind.get("PersistentVolumeClaim", []) if c["spec"].get("volumeName") == name]
+        if len(pvcs) != 1:
+            raise Invalid(f"{path}: PV {name}: claimed by {len(pvcs)} PVCs of the file, not 1")
+        pvc = pvcs[0]
+        if pvc["spec"].get("storageClassName") != "" or pvc["spec"].get("volumeMode", "Filesystem") != mode:
+            raise Invalid(f"{path}: PVC {pvc['metadata']['name']}: needs storageClassName \"\" and volumeMode {mode}")
+        check_pod_uses(path, by_kind.get("Pod", []), pvc, mode)
+
+
+def check_pod_uses(path, pods, pvc, mode):
+    claim, ns = pvc["metadata"]["name"], pvc["metadata"].get("namespace")
+    for pod in pods:
+        if pod["metadata"].get("namespace") != ns:
+            continue
+        spec = pod["spec"]
+        names = [v["name"] for v in spec.get("volumes", [])
+                 if v.get("persistentVolumeClaim", {}).get("claimName") == claim]
+        field = "volumeDevices" if mode == "Block" else "volumeMounts"
+        used = [u for c in spec["containers"] for u in c.get(field, []) if u["name"] in names]
+        if used:
+            return
+    raise Invalid(f"{path}: no Pod of the file uses PVC {claim} through {field}")
+
+
+def check_examples(root, version):
+    """Every DIR/examples/*.yaml, on its own; the number of files checked."""
+    directory = os.path.join(root, "examples")
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".yaml")) if os.path.isdir(directory) else []
+    for f in files:
+        path = os.path.join(directory, f)
+        objects = load_yaml(path)
+        validate_all(path, objects, version)
+        check_example(path, objects)
+    return len(files)
 
 
 def main():
@@ -230,22 +353,18 @@ def main():
     for d in dirs:
         try:
             objects = render(d)
-            seen = set()
-            for o in objects:
-                ident = (o.get("kind"), o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
-                if ident in seen:
-                    raise Invalid(f"{d}: {ident} twice")
-                seen.add(ident)
-                try:
-                    kubernetes_validate.validate(o, version, strict=True)
-                except kubernetes_validate.ValidationError as e:
-                    where = "/".join(str(p) for p in e.path)
-                    raise Invalid(f"{d}: {ident[0]} {ident[2]}: {where}: {e.message}") from None
+            validate_all(d, objects, version)
             check_driver_name(d, objects)
             print(f"manifests: {d}: {len(objects)} objects valid against Kubernetes {version}")
         except (Invalid, yaml.YAMLError, OSError, KeyError, ValueError, IndexError) as e:
             print(f"manifests: {e}", file=sys.stderr)
             failed += 1
+    try:
+        n = check_examples(root, version)
+        print(f"manifests: {root}/examples: {n} files valid against Kubernetes {version}")
+    except (Invalid, yaml.YAMLError, OSError, KeyError, ValueError, IndexError) as e:
+        print(f"manifests: {e}", file=sys.stderr)
+        failed += 1
     return 1 if failed else 0
 
 
