@@ -7,7 +7,8 @@ by the Kubernetes merge keys and RFC 6902 JSON patches), and every object of the
 validated in strict mode (an unknown field is an error) against the schemas of Kubernetes
 VERSION. A kustomization field or patch form this renderer does not know fails the check
 rather than being skipped, so a green run means every object was checked as it would be
-applied. Then the objects are checked against each other: the plugin's --driver-name, the
+applied. Where kustomize (or kubectl's) is on PATH, it renders each kustomization too, and
+its objects must be this renderer's. Then the objects are checked against each other: the plugin's --driver-name, the
 CSIDriver's name, the registrar's registration path and the socket directory must agree, and
 every path under kubelet's directory (the registration path, the socket, registration and
 kubelet hostPaths, the plugin's mount of kubelet's directory) must be under the plugin's
@@ -26,6 +27,8 @@ usage: manifests.py VERSION DIR
 
 import copy
 import os
+import shutil
+import subprocess
 import sys
 
 import kubernetes_validate
@@ -259,6 +262,42 @@ def check_driver_name(directory, objects):
             )
 
 
+def kustomize_command():
+    """kustomize itself, or kubectl's, when this machine has one."""
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+def normalized(value, key=None):
+    """`value` with the lists strategic merge merges sorted by their merge key: kustomize puts
+    a patch's new elements first, this renderer last, and Kubernetes reads them as one."""
+    if isinstance(value, dict):
+        return {k: normalized(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [normalized(v) for v in value]
+        if key in MERGE_KEYS and all(isinstance(i, dict) for i in items):
+            items.sort(key=lambda i: str(i.get(MERGE_KEYS[key])))
+        return items
+    return value
+
+
+def check_with_kustomize(directory, objects, command):
+    """kustomize renders `directory` to the same objects as this checker did."""
+    done = subprocess.run(command + [directory], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise Invalid(f"{directory}: `{' '.join(command)}` failed: {done.stderr.strip()}")
+    theirs = {ident(o): normalized(o) for o in yaml.safe_load_all(done.stdout) if o}
+    ours = {ident(o): normalized(o) for o in objects}
+    if theirs.keys() != ours.keys():
+        raise Invalid(f"{directory}: kustomize renders {sorted(theirs, key=str)}, this checker {sorted(ours, key=str)}")
+    for i, o in ours.items():
+        if theirs[i] != o:
+            raise Invalid(f"{directory}: kustomize renders {i} otherwise than this checker")
+
+
 def ident(o):
     return (o.get("kind"), o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
 
@@ -350,12 +389,18 @@ def main():
         print(f"manifests: no kustomization under {root}", file=sys.stderr)
         return 1
     failed = 0
+    kustomize = kustomize_command()
+    if not kustomize:
+        print("manifests: no kustomize or kubectl here: rendered by this checker only", file=sys.stderr)
     for d in dirs:
         try:
             objects = render(d)
             validate_all(d, objects, version)
             check_driver_name(d, objects)
-            print(f"manifests: {d}: {len(objects)} objects valid against Kubernetes {version}")
+            if kustomize:
+                check_with_kustomize(d, objects, kustomize)
+            by = f", rendered alike by `{' '.join(kustomize)}`" if kustomize else ""
+            print(f"manifests: {d}: {len(objects)} objects valid against Kubernetes {version}{by}")
         except (Invalid, yaml.YAMLError, OSError, KeyError, ValueError, IndexError) as e:
             print(f"manifests: {e}", file=sys.stderr)
             failed += 1
