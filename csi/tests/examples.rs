@@ -77,10 +77,7 @@ fn field(doc: &[&str], key: &str) -> Option<String> {
 
 fn read(file: &Path) -> Vec<Example> {
     let text = std::fs::read_to_string(file).unwrap();
-    let docs: Vec<Vec<&str>> = text
-        .split("\n---\n")
-        .map(|d| d.lines().collect())
-        .collect();
+    let docs: Vec<Vec<&str>> = text.split("\n---\n").map(|d| d.lines().collect()).collect();
     let kind = |d: &Vec<&str>, k: &str| d.iter().any(|l| *l == format!("kind: {k}"));
     let secrets: HashMap<String, Map> = docs
         .iter()
@@ -179,16 +176,17 @@ fn every_example_is_a_volume_the_plugin_takes_as_its_transport() {
 fn every_key_of_the_examples_is_one_the_plugin_reads() {
     for e in all() {
         let unread = unread_keys(&e.handle, &e.attrs, &e.secrets);
-        assert!(unread.is_empty(), "{}: the plugin does not read {unread:?}", e.file);
+        assert!(
+            unread.is_empty(),
+            "{}: the plugin does not read {unread:?}",
+            e.file
+        );
     }
 }
 
 #[test]
 fn a_misspelt_key_is_found_unread() {
-    let e = all()
-        .into_iter()
-        .find(|e| e.file == "iscsi.yaml")
-        .unwrap();
+    let e = all().into_iter().find(|e| e.file == "iscsi.yaml").unwrap();
     let mut attrs = e.attrs.clone();
     attrs.insert("sessionChapAuth".into(), "true".into());
     attrs.insert("iscsiinterface".into(), "eth1".into());

@@ -73,7 +73,7 @@ pub fn resolve() -> Result<String> {
         .into());
     }
     let listing = String::from_utf8_lossy(&out.stdout);
-    let abi = pick(&listing, |abi| has_auth(abi))?;
+    let abi = pick(&listing, has_auth)?;
     eprintln!(
         "xtask: lab auth kernel {abi}: the newest 6.12 the archive offers with NVMe authentication"
     );

@@ -2,7 +2,9 @@
 //! checked offline against the Kubernetes API schemas, in strict mode, by `xtask/manifests.py`
 //! with PyPI's `kubernetes-validate` (which ships the schemas: nothing is fetched at check
 //! time). Its virtualenv is made under the target directory on first use, like virtme-ng's,
-//! so a fresh CI machine installs it the same way.
+//! so a fresh CI machine installs it the same way. The example volumes in `deploy/examples/`
+//! are validated too, file by file, and where kustomize (or kubectl's) is on PATH every
+//! kustomization is rendered by it as well and must give the checker's objects.
 
 use std::path::PathBuf;
 use std::process::Command;
