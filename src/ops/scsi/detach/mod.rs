@@ -100,7 +100,10 @@ pub(in crate::ops) fn detach(
                 .map(|s| s.describe())
                 .unwrap_or_default();
             return Err(Error::Timeout {
-                what: format!("{spec} to be taken off the node (left: {left}{last})"),
+                what: format!(
+                    "{spec} to be taken off the node (left: {left}{last}): run the detach \
+                     again, which goes on from what is left, or give it a longer deadline"
+                ),
                 waited: start.elapsed(),
             });
         }
