@@ -211,8 +211,9 @@ fn config_in_deb(deb: &Path, abi: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    /// `apt-cache search --names-only '^linux-image-6\.12'` on bookworm with
-    /// bookworm-security, December 2026 (a part of it), plus names that must not match.
+    /// Lines of `apt-cache search --names-only '^linux-image-6\.12'` on bookworm with
+    /// bookworm-security, December 2026 (`-unsigned`, `-dbg`, cloud and rt flavours among
+    /// them, which are not taken), with a 6.1 and an old 6.12.9 added: 9 must sort below 111.
     const LISTING: &str = "\
 linux-image-6.12-amd64-dbg - Debugging symbols for Linux amd64 configuration (meta-package)
 linux-image-6.12.107+deb12-amd64-unsigned - Linux 6.12 for 64-bit PCs
