@@ -37,6 +37,10 @@ use crate::attrs::Chap;
 use crate::error::{Error, Result};
 use crate::exec::{self, Output, Program};
 
+mod stage;
+
+pub(crate) use stage::target_of;
+
 /// iscsiadm's exit code for "session exists" (`ISCSI_ERR_SESS_EXISTS`).
 const SESSION_EXISTS: i32 = 15;
 /// iscsiadm's exit code for "no matching session or record" (`ISCSI_ERR_NO_OBJS_FOUND`).
