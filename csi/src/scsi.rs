@@ -12,8 +12,9 @@ use lunkit::{Root, Wwid};
 use crate::error::{Error, Result};
 use crate::log::{self, Level};
 use crate::mpath;
-use crate::node::device::{attach_recorded, detach_recorded};
+use crate::node::device::{attach_recorded, detach_recorded, finding};
 use crate::node::{Inner, prefix};
+use crate::stale::Presence;
 use crate::state::Record;
 
 /// The SCSI addresses with a device now.
@@ -139,4 +140,51 @@ impl Inner {
         }
         Error::FailedPrecondition(format!("{what}: refused: {e}{cleanup}"))
     }
+}
+
+/// A SCSI volume's device now, found by its WWID: its map, else (unless it was staged on a
+/// map) its first path's disk. `None` before the stage learned the WWID, or when nothing of
+/// it is on the node.
+pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode>> {
+    let what = || finding(record);
+    let Some(wwid) = record.wwid.as_deref() else {
+        return Ok(None);
+    };
+    let wwid: Wwid = wwid
+        .parse()
+        .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))?;
+    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+        .and_then(|i| ops::volume::locate(root, &i))
+        .map_err(|e| Error::lunkit(what(), e))?;
+    if let Some(m) = state.maps.first() {
+        return Ok(Some(m.node.clone()));
+    }
+    if record.map {
+        return Ok(None);
+    }
+    Ok(state.paths.into_iter().find_map(|p| p.disk))
+}
+
+/// Whether a SCSI volume is on the node: any path or map with its known WWID (the one its
+/// paths reported, else the one its attributes named); `Unknown` without one.
+pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
+    let what = || finding(record);
+    let Some(Ok(wwid)) = record.known_wwid().map(str::parse::<Wwid>) else {
+        return Ok(Presence::Unknown);
+    };
+    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+        .and_then(|i| ops::volume::locate(root, &i))
+        .map_err(|e| Error::lunkit(what(), e))?;
+    if state.maps.is_empty() && state.paths.is_empty() {
+        return Ok(Presence::Gone);
+    }
+    let dev = match state.maps.first() {
+        Some(m) => Some(m.node.dev),
+        None if record.map => None,
+        None => state
+            .paths
+            .iter()
+            .find_map(|p| p.disk.as_ref().map(|d| d.dev)),
+    };
+    Ok(Presence::Here(dev))
 }

@@ -10,7 +10,6 @@ use lunkit::{Root, Wwid};
 
 use crate::error::{Error, Result};
 use crate::log;
-use crate::nvme::names_namespace;
 use crate::stale::Presence;
 use crate::state::{Record, Target};
 
@@ -29,54 +28,12 @@ pub(crate) fn rdev_of(path: &Path) -> Option<lunkit::DevNum> {
 /// The volume's device now, found by its identity (a SCSI volume's WWID; an NVMe
 /// namespace's subsystem, id, UUID and WWID), never by the name recorded: after a reboot
 /// or a rescan that name may be another disk's. `None` when the volume is not on the node
-/// (or, staged on a map, only its paths are).
+/// (or, staged on a map, only its paths are). Each family looks in its own module.
 pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode>> {
-    let what = || {
-        format!(
-            "volume {}: find {}",
-            record.volume_id,
-            record.target.describe()
-        )
-    };
-    if let Target::Nvme {
-        nqn,
-        nsid,
-        device_uuid,
-        device_wwid,
-        ..
-    } = &record.target
-    {
-        let Some(nsid) = nsid else { return Ok(None) };
-        let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
-        let found = lunkit::nvme::namespace_devices(root, &nqn)
-            .map_err(|e| Error::lunkit(what(), e))?
-            .into_iter()
-            .find(|(ns, d)| {
-                ns.nsid == Some(*nsid)
-                    && names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns)
-                    && record
-                        .wwid
-                        .as_deref()
-                        .is_none_or(|w| d.wwid.as_ref().is_some_and(|f| f.to_string() == w))
-            });
-        return Ok(found.map(|(_, d)| d.node));
+    match &record.target {
+        Target::Nvme { .. } => crate::nvme::device_of(root, record),
+        Target::Iscsi { .. } | Target::Fc { .. } => crate::scsi::device_of(root, record),
     }
-    let Some(wwid) = record.wwid.as_deref() else {
-        return Ok(None);
-    };
-    let wwid: Wwid = wwid
-        .parse()
-        .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))?;
-    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
-        .and_then(|i| ops::volume::locate(root, &i))
-        .map_err(|e| Error::lunkit(what(), e))?;
-    if let Some(m) = state.maps.first() {
-        return Ok(Some(m.node.clone()));
-    }
-    if record.map {
-        return Ok(None);
-    }
-    Ok(state.paths.into_iter().find_map(|p| p.disk))
 }
 
 /// Whether the volume of `record` is on the node, found by its identity as
@@ -86,62 +43,19 @@ pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode
 /// id, by the UUID or WWID the attributes named. [`Presence::Here`] carries the device
 /// [`device_of`] hands out, when there is one.
 pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
-    let what = || {
-        format!(
-            "volume {}: find {}",
-            record.volume_id,
-            record.target.describe()
-        )
-    };
     match &record.target {
-        Target::Nvme {
-            nqn,
-            nsid,
-            device_uuid,
-            device_wwid,
-            ..
-        } => {
-            if nsid.is_some() {
-                return Ok(match device_of(root, record)? {
-                    Some(d) => Presence::Here(Some(d.dev)),
-                    None => Presence::Gone,
-                });
-            }
-            if device_uuid.is_none() && device_wwid.is_none() {
-                return Ok(Presence::Unknown);
-            }
-            let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
-            let here = lunkit::nvme::namespace_devices(root, &nqn)
-                .map_err(|e| Error::lunkit(what(), e))?
-                .iter()
-                .any(|(ns, _)| names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns));
-            Ok(if here {
-                Presence::Here(None)
-            } else {
-                Presence::Gone
-            })
-        }
-        Target::Iscsi { .. } | Target::Fc { .. } => {
-            let Some(Ok(wwid)) = record.known_wwid().map(str::parse::<Wwid>) else {
-                return Ok(Presence::Unknown);
-            };
-            let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
-                .and_then(|i| ops::volume::locate(root, &i))
-                .map_err(|e| Error::lunkit(what(), e))?;
-            if state.maps.is_empty() && state.paths.is_empty() {
-                return Ok(Presence::Gone);
-            }
-            let dev = match state.maps.first() {
-                Some(m) => Some(m.node.dev),
-                None if record.map => None,
-                None => state
-                    .paths
-                    .iter()
-                    .find_map(|p| p.disk.as_ref().map(|d| d.dev)),
-            };
-            Ok(Presence::Here(dev))
-        }
+        Target::Nvme { .. } => crate::nvme::presence(root, record),
+        Target::Iscsi { .. } | Target::Fc { .. } => crate::scsi::presence(root, record),
     }
+}
+
+/// `volume pv-1: find <target>`: what a failed look-up of the volume's device was doing.
+pub(crate) fn finding(record: &Record) -> String {
+    format!(
+        "volume {}: find {}",
+        record.volume_id,
+        record.target.describe()
+    )
 }
 
 /// The WWID the volume must have this time: the attributes', else the one an earlier stage

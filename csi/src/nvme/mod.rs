@@ -4,8 +4,10 @@
 
 use lunkit::ops::NamespaceSelector;
 
+mod device;
 mod stage;
 
+pub(crate) use device::{device_of, presence};
 pub(crate) use stage::target_of;
 #[cfg(test)]
 mod tests;
