@@ -29,7 +29,7 @@ use crate::{fs as vfs, mounts, paths};
 pub(crate) mod device;
 mod publish;
 mod stage;
-mod volume;
+pub(crate) mod volume;
 
 pub(crate) use device::{device_of, presence, rdev_of};
 

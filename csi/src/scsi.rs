@@ -13,9 +13,12 @@ use crate::error::{Error, Result};
 use crate::log::{self, Level};
 use crate::mpath;
 use crate::node::device::{attach_recorded, detach_recorded, finding};
+use crate::node::volume::abnormal;
 use crate::node::{Inner, prefix};
+use crate::proto::VolumeCondition;
 use crate::stale::Presence;
 use crate::state::Record;
+use lunkit::scsi::sysfs::ScsiState;
 
 /// The SCSI addresses with a device now.
 pub(crate) fn scsi_addresses(root: &Root) -> Result<HashSet<lunkit::Hctl>> {
@@ -187,4 +190,36 @@ pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
             .find_map(|p| p.disk.as_ref().map(|d| d.dev)),
     };
     Ok(Presence::Here(dev))
+}
+
+/// Abnormal when a path of the volume is not running, or none is left.
+pub(crate) fn condition(root: &Root, record: &Record) -> VolumeCondition {
+    let Some(Ok(wwid)) = record.wwid.as_deref().map(str::parse) else {
+        return abnormal("the volume's WWID is not known".into());
+    };
+    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
+        .and_then(|id| ops::volume::locate(root, &id));
+    match state {
+        Err(e) => abnormal(format!("cannot look at the volume's paths: {e}")),
+        Ok(s) if s.paths.is_empty() => abnormal("no path of the volume is left".into()),
+        Ok(s) => {
+            let down: Vec<String> = s
+                .paths
+                .iter()
+                .filter(|p| p.state != Some(ScsiState::Running))
+                .map(|p| {
+                    let state = p.state.as_ref().map_or("unknown", ScsiState::as_str);
+                    format!("{} is {state}", p.hctl)
+                })
+                .collect();
+            if down.is_empty() {
+                VolumeCondition {
+                    abnormal: false,
+                    message: format!("{} paths running", s.paths.len()),
+                }
+            } else {
+                abnormal(format!("path {}", down.join(", ")))
+            }
+        }
+    }
 }

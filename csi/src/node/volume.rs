@@ -4,9 +4,7 @@
 use std::path::Path;
 
 use lunkit::block::BlockNode;
-use lunkit::nvme::sysfs::CtrlState;
 use lunkit::ops::{self, NamespaceSelector, ResizeOptions, VolumeSpec};
-use lunkit::scsi::sysfs::ScsiState;
 
 use super::{Inner, node_path, rdev_of};
 use crate::error::{Error, Result};
@@ -97,66 +95,12 @@ impl Inner {
         )))
     }
 
-    /// Abnormal when a path is not running, or no path is left.
+    /// Abnormal when a path is not running, or no path is left: each family says which of
+    /// its paths ([`crate::nvme::condition`], [`crate::scsi::condition`]).
     pub(crate) fn condition(&self, record: &Record) -> VolumeCondition {
-        let abnormal = |message: String| VolumeCondition {
-            abnormal: true,
-            message,
-        };
-        let root = self.root();
-        if let Target::Nvme { nqn, .. } = &record.target {
-            let controllers = nqn
-                .parse::<lunkit::Nqn>()
-                .and_then(|n| lunkit::nvme::controllers_of(root, &n));
-            return match controllers {
-                Err(e) => abnormal(format!("cannot look at the subsystem's controllers: {e}")),
-                Ok(c) if c.is_empty() => abnormal("no controller of the subsystem is left".into()),
-                Ok(c) => {
-                    let down: Vec<String> = c
-                        .iter()
-                        .filter(|c| c.parsed_state != Some(CtrlState::Live))
-                        .map(|c| {
-                            format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown"))
-                        })
-                        .collect();
-                    if down.is_empty() {
-                        VolumeCondition {
-                            abnormal: false,
-                            message: format!("{} controllers live", c.len()),
-                        }
-                    } else {
-                        abnormal(format!("controller {}", down.join(", ")))
-                    }
-                }
-            };
-        }
-        let Some(Ok(wwid)) = record.wwid.as_deref().map(str::parse) else {
-            return abnormal("the volume's WWID is not known".into());
-        };
-        let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
-            .and_then(|id| ops::volume::locate(root, &id));
-        match state {
-            Err(e) => abnormal(format!("cannot look at the volume's paths: {e}")),
-            Ok(s) if s.paths.is_empty() => abnormal("no path of the volume is left".into()),
-            Ok(s) => {
-                let down: Vec<String> = s
-                    .paths
-                    .iter()
-                    .filter(|p| p.state != Some(ScsiState::Running))
-                    .map(|p| {
-                        let state = p.state.as_ref().map_or("unknown", ScsiState::as_str);
-                        format!("{} is {state}", p.hctl)
-                    })
-                    .collect();
-                if down.is_empty() {
-                    VolumeCondition {
-                        abnormal: false,
-                        message: format!("{} paths running", s.paths.len()),
-                    }
-                } else {
-                    abnormal(format!("path {}", down.join(", ")))
-                }
-            }
+        match &record.target {
+            Target::Nvme { nqn, .. } => crate::nvme::condition(self.root(), nqn),
+            Target::Iscsi { .. } | Target::Fc { .. } => crate::scsi::condition(self.root(), record),
         }
     }
 
@@ -229,5 +173,13 @@ impl Inner {
                 record.volume_id
             ))
         })
+    }
+}
+
+/// An abnormal condition with `message`.
+pub(crate) fn abnormal(message: String) -> VolumeCondition {
+    VolumeCondition {
+        abnormal: true,
+        message,
     }
 }

@@ -6,8 +6,11 @@ use lunkit::block::BlockNode;
 use super::names_namespace;
 use crate::error::{Error, Result};
 use crate::node::device::finding;
+use crate::node::volume::abnormal;
+use crate::proto::VolumeCondition;
 use crate::stale::Presence;
 use crate::state::{Record, Target};
+use lunkit::nvme::sysfs::CtrlState;
 
 /// The namespace's device now: the one of the recorded subsystem and id that reports the
 /// identity the attributes named and the WWID the stage saw. `None` before the stage learned
@@ -73,4 +76,30 @@ pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
     } else {
         Presence::Gone
     })
+}
+
+/// Abnormal when a controller of the subsystem is not live, or none is left.
+pub(crate) fn condition(root: &Root, nqn: &str) -> VolumeCondition {
+    let controllers = nqn
+        .parse::<lunkit::Nqn>()
+        .and_then(|n| lunkit::nvme::controllers_of(root, &n));
+    match controllers {
+        Err(e) => abnormal(format!("cannot look at the subsystem's controllers: {e}")),
+        Ok(c) if c.is_empty() => abnormal("no controller of the subsystem is left".into()),
+        Ok(c) => {
+            let down: Vec<String> = c
+                .iter()
+                .filter(|c| c.parsed_state != Some(CtrlState::Live))
+                .map(|c| format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown")))
+                .collect();
+            if down.is_empty() {
+                VolumeCondition {
+                    abnormal: false,
+                    message: format!("{} controllers live", c.len()),
+                }
+            } else {
+                abnormal(format!("controller {}", down.join(", ")))
+            }
+        }
+    }
 }

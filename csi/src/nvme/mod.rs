@@ -7,7 +7,7 @@ use lunkit::ops::NamespaceSelector;
 mod device;
 mod stage;
 
-pub(crate) use device::{device_of, presence};
+pub(crate) use device::{condition, device_of, presence};
 pub(crate) use stage::target_of;
 #[cfg(test)]
 mod tests;
