@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use lunkit::{ScsiDevice, Topology, Transport};
+use lunkit::{MultipathMap, ScsiDevice, Topology, Transport};
 
 /// Rows whose cells are padded to a common width per column.
 #[derive(Default)]
@@ -100,32 +100,62 @@ pub fn render(t: &Topology) -> String {
             .find(|m| m.paths.iter().any(|p| p == block))
             .map(|m| m.name.unwrap_or(m.dm).to_owned())
     };
+    section(&mut out, "SCSI hosts", &scsi_hosts(t, &map_of));
+    section(&mut out, "Multipath maps", &multipath_maps(t, &maps));
+    section(&mut out, "Other device-mapper devices", &other_dm(t, &maps));
+    section(&mut out, "Other block devices", &other_blocks(t));
+    section(&mut out, "NVMe controllers", &nvme_controllers(t));
+    section(&mut out, "NVMe namespaces", &nvme_namespaces(t));
+    if out.is_empty() {
+        out.push_str("no SCSI hosts, block devices or NVMe controllers found\n");
+    }
+    out
+}
 
+/// Appends `table` under `title`, a blank line before it unless it is the first; nothing
+/// when the table has no row.
+fn section(out: &mut String, title: &str, table: &Table) {
+    if table.rows.is_empty() {
+        return;
+    }
+    out.push_str(if out.is_empty() { "" } else { "\n" });
+    out.push_str(title);
+    out.push('\n');
+    table.render(out);
+}
+
+/// A SCSI host's row: its transport, and its iSCSI session or FC port.
+fn host_head(t: &Topology, h: &lunkit::ScsiHost) -> Vec<String> {
+    let mut head = vec![
+        format!("host{}", h.number),
+        h.transport.to_string(),
+        or_dash(h.proc_name.as_deref()),
+    ];
+    match h.transport {
+        Transport::Iscsi => {
+            if let Some(s) = t.iscsi_sessions.iter().find(|s| s.host == Some(h.number)) {
+                head.push(format!("session{}", s.sid));
+                head.push(or_dash(s.target.as_deref()));
+                head.push(s.portal().unwrap_or_else(|| "-".into()));
+                head.push(or_dash(s.state.as_deref()));
+            }
+        }
+        Transport::Fc => {
+            if let Some(f) = t.fc_hosts.iter().find(|f| f.host == h.number) {
+                head.push(f.port_name.map_or("-".into(), |w| w.to_string()));
+                head.push(or_dash(f.port_state.as_deref()));
+            }
+        }
+        Transport::Other => {}
+    }
+    head
+}
+
+/// Each SCSI host with the FC remote ports and the LUNs below it, as a tree.
+fn scsi_hosts(t: &Topology, map_of: &dyn Fn(&str) -> Option<String>) -> Table {
     let mut hosts = Table::default();
     for h in &t.scsi_hosts {
-        let mut head = vec![
-            format!("host{}", h.number),
-            h.transport.to_string(),
-            or_dash(h.proc_name.as_deref()),
-        ];
-        match h.transport {
-            Transport::Iscsi => {
-                if let Some(s) = t.iscsi_sessions.iter().find(|s| s.host == Some(h.number)) {
-                    head.push(format!("session{}", s.sid));
-                    head.push(or_dash(s.target.as_deref()));
-                    head.push(s.portal().unwrap_or_else(|| "-".into()));
-                    head.push(or_dash(s.state.as_deref()));
-                }
-            }
-            Transport::Fc => {
-                if let Some(f) = t.fc_hosts.iter().find(|f| f.host == h.number) {
-                    head.push(f.port_name.map_or("-".into(), |w| w.to_string()));
-                    head.push(or_dash(f.port_state.as_deref()));
-                }
-            }
-            Transport::Other => {}
-        }
-        hosts.row(head);
+        hosts.row(host_head(t, h));
         // FC LUNs hang below the remote port that leads to their target; everything else
         // directly below the host.
         let rports: Vec<_> = t.fc_rports.iter().filter(|r| r.host == h.number).collect();
@@ -164,81 +194,74 @@ pub fn render(t: &Topology) -> String {
                     t,
                     d,
                     &format!("{indent}{}", branch(j + 1 == luns.len())),
-                    &map_of,
+                    map_of,
                 ));
             }
         }
         for (i, d) in direct.iter().enumerate() {
-            hosts.row(lun_row(
-                t,
-                d,
-                branch(rports.len() + i + 1 == total),
-                &map_of,
-            ));
+            hosts.row(lun_row(t, d, branch(rports.len() + i + 1 == total), map_of));
         }
     }
-    if !hosts.rows.is_empty() {
-        out.push_str("SCSI hosts\n");
-        hosts.render(&mut out);
-    }
+    hosts
+}
 
-    if !maps.is_empty() {
-        let mut mp = Table::default();
-        for m in &maps {
-            let size = t.block(m.dm).and_then(|b| b.size_bytes);
-            mp.row([
-                m.name.unwrap_or("-").to_owned(),
-                m.dm.to_owned(),
-                human_size(size),
-                m.wwid.to_owned(),
-            ]);
-            for (i, p) in m.paths.iter().enumerate() {
-                let dev = t
-                    .scsi_devices
-                    .iter()
-                    .find(|d| d.block.as_deref() == Some(p));
-                let mut row = vec![
-                    format!("{}{p}", branch(i + 1 == m.paths.len())),
-                    dev.map_or("-".into(), |d| d.hctl.to_string()),
-                    or_dash(dev.and_then(|d| d.state.as_deref())),
-                ];
-                if let Some((_, w)) = m.foreign_paths.iter().find(|(f, _)| f == p) {
-                    row.push(format!("reports WWID {w}, not the map's"));
-                }
-                mp.row(row);
+/// Each multipath map and its paths below it.
+fn multipath_maps(t: &Topology, maps: &[MultipathMap<'_>]) -> Table {
+    let mut mp = Table::default();
+    for m in maps {
+        let size = t.block(m.dm).and_then(|b| b.size_bytes);
+        mp.row([
+            m.name.unwrap_or("-").to_owned(),
+            m.dm.to_owned(),
+            human_size(size),
+            m.wwid.to_owned(),
+        ]);
+        for (i, p) in m.paths.iter().enumerate() {
+            let dev = t
+                .scsi_devices
+                .iter()
+                .find(|d| d.block.as_deref() == Some(p));
+            let mut row = vec![
+                format!("{}{p}", branch(i + 1 == m.paths.len())),
+                dev.map_or("-".into(), |d| d.hctl.to_string()),
+                or_dash(dev.and_then(|d| d.state.as_deref())),
+            ];
+            if let Some((_, w)) = m.foreign_paths.iter().find(|(f, _)| f == p) {
+                row.push(format!("reports WWID {w}, not the map's"));
             }
+            mp.row(row);
         }
-        out.push_str(if out.is_empty() { "" } else { "\n" });
-        out.push_str("Multipath maps\n");
-        mp.render(&mut out);
     }
+    mp
+}
 
-    let others: Vec<_> = t
+/// The device-mapper devices that are not multipath maps.
+fn other_dm(t: &Topology, maps: &[MultipathMap<'_>]) -> Table {
+    let others = t
         .dm_devices()
-        .filter(|d| !maps.iter().any(|m| m.dm == d.dm))
-        .collect();
-    if !others.is_empty() {
-        let mut dm = Table::default();
-        for d in others {
-            dm.row([
-                d.name.unwrap_or("-").to_owned(),
-                d.dm.to_owned(),
-                or_dash(d.uuid),
-                format!(
-                    "on {}",
-                    if d.slaves.is_empty() {
-                        "-".into()
-                    } else {
-                        d.slaves.join(",")
-                    }
-                ),
-            ]);
-        }
-        out.push_str(if out.is_empty() { "" } else { "\n" });
-        out.push_str("Other device-mapper devices\n");
-        dm.render(&mut out);
+        .filter(|d| !maps.iter().any(|m| m.dm == d.dm));
+    let mut dm = Table::default();
+    for d in others {
+        dm.row([
+            d.name.unwrap_or("-").to_owned(),
+            d.dm.to_owned(),
+            or_dash(d.uuid),
+            format!(
+                "on {}",
+                if d.slaves.is_empty() {
+                    "-".into()
+                } else {
+                    d.slaves.join(",")
+                }
+            ),
+        ]);
     }
+    dm
+}
 
+/// The block devices of none of the tables above or below (no SCSI disk, map or NVMe
+/// namespace), with a size.
+fn other_blocks(t: &Topology) -> Table {
     let plain: Vec<_> = t
         .block_devices
         .iter()
@@ -255,74 +278,63 @@ pub fn render(t: &Topology) -> String {
                 .any(|n| n.name == b.name || n.paths.iter().any(|p| p.name == b.name))
         })
         .collect();
-    if !plain.is_empty() {
-        let mut bt = Table::default();
-        for b in plain {
-            bt.row([
-                b.name.clone(),
-                b.dev.map_or("-".into(), |d| d.to_string()),
-                human_size(b.size_bytes),
-                if b.read_only == Some(true) {
-                    "ro".into()
-                } else {
-                    "rw".into()
-                },
-                b.partitions.join(","),
-            ]);
-        }
-        out.push_str(if out.is_empty() { "" } else { "\n" });
-        out.push_str("Other block devices\n");
-        bt.render(&mut out);
+    let mut bt = Table::default();
+    for b in plain {
+        bt.row([
+            b.name.clone(),
+            b.dev.map_or("-".into(), |d| d.to_string()),
+            human_size(b.size_bytes),
+            if b.read_only == Some(true) {
+                "ro".into()
+            } else {
+                "rw".into()
+            },
+            b.partitions.join(","),
+        ]);
     }
+    bt
+}
 
-    if !t.nvme_controllers.is_empty() {
-        let mut nv = Table::default();
-        for n in &t.nvme_controllers {
-            nv.row([
-                n.name.clone(),
-                or_dash(n.transport.as_deref()),
-                or_dash(n.state.as_deref()),
-                or_dash(n.address.as_deref()),
-                or_dash(n.subsysnqn.as_deref()),
-                n.namespaces.join(","),
-            ]);
-        }
-        out.push_str(if out.is_empty() { "" } else { "\n" });
-        out.push_str("NVMe controllers\n");
-        nv.render(&mut out);
+/// Each NVMe controller: its transport, state, address, subsystem and namespaces.
+fn nvme_controllers(t: &Topology) -> Table {
+    let mut nv = Table::default();
+    for n in &t.nvme_controllers {
+        nv.row([
+            n.name.clone(),
+            or_dash(n.transport.as_deref()),
+            or_dash(n.state.as_deref()),
+            or_dash(n.address.as_deref()),
+            or_dash(n.subsysnqn.as_deref()),
+            n.namespaces.join(","),
+        ]);
     }
+    nv
+}
 
-    if !t.nvme_namespaces.is_empty() {
-        let mut ns = Table::default();
-        for n in &t.nvme_namespaces {
-            let subsystem = t
-                .nvme_subsystems
-                .iter()
-                .find(|s| s.namespaces.contains(&n.name))
-                .and_then(|s| s.nqn.as_deref());
-            let paths: Vec<String> = n
-                .paths
-                .iter()
-                .map(|p| format!("{}:{}", p.controller, or_dash(p.ana_state.as_deref())))
-                .collect();
-            ns.row([
-                n.name.clone(),
-                n.nsid.map_or_else(|| "-".into(), |i| format!("nsid {i}")),
-                human_size(n.size_bytes),
-                or_dash(n.wwid.as_deref()),
-                or_dash(subsystem),
-                paths.join(","),
-            ]);
-        }
-        out.push_str(if out.is_empty() { "" } else { "\n" });
-        out.push_str("NVMe namespaces\n");
-        ns.render(&mut out);
+/// Each NVMe namespace head, its subsystem and its paths' ANA states.
+fn nvme_namespaces(t: &Topology) -> Table {
+    let mut ns = Table::default();
+    for n in &t.nvme_namespaces {
+        let subsystem = t
+            .nvme_subsystems
+            .iter()
+            .find(|s| s.namespaces.contains(&n.name))
+            .and_then(|s| s.nqn.as_deref());
+        let paths: Vec<String> = n
+            .paths
+            .iter()
+            .map(|p| format!("{}:{}", p.controller, or_dash(p.ana_state.as_deref())))
+            .collect();
+        ns.row([
+            n.name.clone(),
+            n.nsid.map_or_else(|| "-".into(), |i| format!("nsid {i}")),
+            human_size(n.size_bytes),
+            or_dash(n.wwid.as_deref()),
+            or_dash(subsystem),
+            paths.join(","),
+        ]);
     }
-
-    if out.is_empty() {
-        out.push_str("no SCSI hosts, block devices or NVMe controllers found\n");
-    }
-    out
+    ns
 }
 
 #[cfg(test)]

@@ -14,11 +14,16 @@
 //! such a block is counted; a `fn` produced by a macro is not seen; and the `ops/scsi/` ↔
 //! `ops/nvme/` rule sees paths that start with `crate::`, `super::` or `self::` (grouped
 //! `use` lists included), not a name reached through a re-export or a glob import.
+//!
+//! The same counts are made of the plugin (`csi/src`) and the CLI (`cli/src`), where a file or
+//! function over the limits fails the check whatever the table states ([`crates`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::{Result, paths};
+
+mod crates;
 
 /// The line before the table of figures.
 pub const BEGIN: &str = "<!-- figures: computed from src/ by `cargo xtask architecture`, checked by `cargo xtask test` -->";
@@ -44,17 +49,42 @@ pub fn check() -> Result<()> {
     let doc =
         std::fs::read_to_string(&doc_path).map_err(|e| format!("{}: {e}", doc_path.display()))?;
     let stated = stated(&doc)?;
-    let real = figures(&root.join("src"))?;
+    let real = all_figures(&root)?;
     compare(&stated, &real)?;
-    println!("ARCHITECTURE.md's {} figures match src/", real.len());
+    let mut breaches = Vec::new();
+    for dir in crates::CRATES {
+        breaches.extend(crates::over_limits(dir, &root.join(dir).join("src"))?);
+    }
+    if !breaches.is_empty() {
+        return Err(format!(
+            "the plugin and the CLI are held to the library's limits (files and functions \
+             at most {MAX_FILE_LINES} and {MAX_FN_LINES} lines, no path between csi's \
+             transport modules); these break them:\n  {}",
+            breaches.join("\n  ")
+        )
+        .into());
+    }
+    println!(
+        "ARCHITECTURE.md's {} figures match src/, csi/src and cli/src",
+        real.len()
+    );
     Ok(())
+}
+
+/// The library's figures, then those of each crate of [`crates::CRATES`].
+fn all_figures(root: &Path) -> Result<Vec<Figure>> {
+    let mut all = figures(&root.join("src"))?;
+    for dir in crates::CRATES {
+        all.extend(crates::figures(dir, &root.join(dir).join("src"))?);
+    }
+    Ok(all)
 }
 
 /// `cargo xtask architecture [--check]`: prints the table as ARCHITECTURE.md should have it,
 /// or with `--check` runs [`check`] alone.
 pub fn main(args: &[String]) -> Result<u8> {
     match args {
-        [] => print!("{}", table(&figures(&paths::root().join("src"))?)),
+        [] => print!("{}", table(&all_figures(&paths::root())?)),
         [flag] if flag == "--check" => check()?,
         _ => return Err(format!("unexpected arguments {args:?} (only --check)").into()),
     }

@@ -180,181 +180,217 @@ impl From<&Topology> for List {
     fn from(t: &Topology) -> Self {
         List {
             version: SCHEMA_VERSION,
-            scsi_hosts: t
-                .scsi_hosts
-                .iter()
-                .map(|h| ScsiHost {
-                    host: h.number,
-                    name: format!("host{}", h.number),
-                    transport: h.transport.as_str(),
-                    proc_name: h.proc_name.clone(),
-                    state: h.state.clone(),
-                })
-                .collect(),
-            scsi_devices: t
-                .scsi_devices
-                .iter()
-                .map(|d| ScsiDevice {
-                    hctl: d.hctl.to_string(),
-                    state: d.state.clone(),
-                    vendor: d.vendor.clone(),
-                    model: d.model.clone(),
-                    rev: d.rev.clone(),
-                    device_type: d.device_type,
-                    wwid: d.wwid.clone(),
-                    block: d.block.clone(),
-                    sg: d.sg.clone(),
-                })
-                .collect(),
-            block_devices: t
-                .block_devices
-                .iter()
-                .map(|b| BlockDevice {
-                    name: b.name.clone(),
-                    major: b.dev.map(|d| d.major),
-                    minor: b.dev.map(|d| d.minor),
-                    size_bytes: b.size_bytes,
-                    read_only: b.read_only,
-                    holders: b.holders.clone(),
-                    slaves: b.slaves.clone(),
-                    partitions: b.partitions.clone(),
-                })
-                .collect(),
-            dm_devices: t
-                .dm_devices()
-                .map(|d| DmDevice {
-                    name: d.name.map(str::to_owned),
-                    dm: d.dm.to_owned(),
-                    uuid: d.uuid.map(str::to_owned),
-                    slaves: d.slaves.to_vec(),
-                })
-                .collect(),
-            multipath_maps: t
-                .multipath_maps()
-                .map(|m| MultipathMap {
-                    name: m.name.map(str::to_owned),
-                    dm: m.dm.to_owned(),
-                    uuid: m.uuid.to_owned(),
-                    wwid: m.wwid.to_owned(),
-                    paths: m.paths.to_vec(),
-                    foreign_paths: m
-                        .foreign_paths
-                        .iter()
-                        .map(|(p, w)| ForeignPath {
-                            path: (*p).to_owned(),
-                            wwid: w.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            iscsi_sessions: t
-                .iscsi_sessions
-                .iter()
-                .map(|s| IscsiSession {
-                    sid: s.sid,
-                    target: s.target.clone(),
-                    tpgt: s.tpgt,
-                    state: s.state.clone(),
-                    host: s.host,
-                    target_id: s.target_id,
-                    portal: s.portal(),
-                    connections: s
-                        .connections
-                        .iter()
-                        .map(|c| IscsiConnection {
-                            name: c.name.clone(),
-                            persistent_address: c.persistent_address.clone(),
-                            persistent_port: c.persistent_port,
-                            address: c.address.clone(),
-                            port: c.port,
-                            state: c.state.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            fc_hosts: t
-                .fc_hosts
-                .iter()
-                .map(|h| FcHost {
-                    host: h.host,
-                    port_name: h.port_name.map(|w| w.to_string()),
-                    node_name: h.node_name.map(|w| w.to_string()),
-                    port_id: h.port_id.clone(),
-                    port_state: h.port_state.clone(),
-                    speed: h.speed.clone(),
-                })
-                .collect(),
-            fc_rports: t
-                .fc_rports
-                .iter()
-                .map(|r| FcRport {
-                    name: r.name.clone(),
-                    host: r.host,
-                    channel: r.channel,
-                    number: r.number,
-                    port_name: r.port_name.map(|w| w.to_string()),
-                    node_name: r.node_name.map(|w| w.to_string()),
-                    port_id: r.port_id.clone(),
-                    roles: r.roles.clone(),
-                    scsi_target_id: r.scsi_target_id,
-                    port_state: r.port_state.clone(),
-                    target: r.target.map(|(h, c, t)| format!("{h}:{c}:{t}")),
-                })
-                .collect(),
-            nvme_controllers: t
-                .nvme_controllers
-                .iter()
-                .map(|n| NvmeController {
-                    name: n.name.clone(),
-                    transport: n.transport.clone(),
-                    address: n.address.clone(),
-                    state: n.state.clone(),
-                    subsysnqn: n.subsysnqn.clone(),
-                    model: n.model.clone(),
-                    serial: n.serial.clone(),
-                    namespaces: n.namespaces.clone(),
-                    cntlid: n.cntlid,
-                    hostnqn: n.hostnqn.clone(),
-                    hostid: n.hostid.clone(),
-                })
-                .collect(),
-            nvme_subsystems: t
-                .nvme_subsystems
-                .iter()
-                .map(|s| NvmeSubsystem {
-                    name: s.name.clone(),
-                    nqn: s.nqn.clone(),
-                    model: s.model.clone(),
-                    serial: s.serial.clone(),
-                    iopolicy: s.iopolicy.clone(),
-                    controllers: s.controllers.clone(),
-                    namespaces: s.namespaces.clone(),
-                })
-                .collect(),
-            nvme_namespaces: t
-                .nvme_namespaces
-                .iter()
-                .map(|n| NvmeNamespace {
-                    name: n.name.clone(),
-                    nsid: n.nsid,
-                    wwid: n.wwid.clone(),
-                    uuid: n.uuid.clone(),
-                    nguid: n.nguid.clone(),
-                    eui: n.eui.clone(),
-                    size_bytes: n.size_bytes,
-                    paths: n
-                        .paths
-                        .iter()
-                        .map(|p| NvmePath {
-                            name: p.name.clone(),
-                            controller: p.controller.clone(),
-                            ana_state: p.ana_state.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
+            scsi_hosts: scsi_hosts(t),
+            scsi_devices: scsi_devices(t),
+            block_devices: block_devices(t),
+            dm_devices: dm_devices(t),
+            multipath_maps: multipath_maps(t),
+            iscsi_sessions: iscsi_sessions(t),
+            fc_hosts: fc_hosts(t),
+            fc_rports: fc_rports(t),
+            nvme_controllers: nvme_controllers(t),
+            nvme_subsystems: nvme_subsystems(t),
+            nvme_namespaces: nvme_namespaces(t),
         }
     }
+}
+
+// Each array of the document from the topology's own, one function each, so that `from`
+// reads as the list of the document's fields.
+
+fn scsi_hosts(t: &Topology) -> Vec<ScsiHost> {
+    t.scsi_hosts
+        .iter()
+        .map(|h| ScsiHost {
+            host: h.number,
+            name: format!("host{}", h.number),
+            transport: h.transport.as_str(),
+            proc_name: h.proc_name.clone(),
+            state: h.state.clone(),
+        })
+        .collect()
+}
+
+fn scsi_devices(t: &Topology) -> Vec<ScsiDevice> {
+    t.scsi_devices
+        .iter()
+        .map(|d| ScsiDevice {
+            hctl: d.hctl.to_string(),
+            state: d.state.clone(),
+            vendor: d.vendor.clone(),
+            model: d.model.clone(),
+            rev: d.rev.clone(),
+            device_type: d.device_type,
+            wwid: d.wwid.clone(),
+            block: d.block.clone(),
+            sg: d.sg.clone(),
+        })
+        .collect()
+}
+
+fn block_devices(t: &Topology) -> Vec<BlockDevice> {
+    t.block_devices
+        .iter()
+        .map(|b| BlockDevice {
+            name: b.name.clone(),
+            major: b.dev.map(|d| d.major),
+            minor: b.dev.map(|d| d.minor),
+            size_bytes: b.size_bytes,
+            read_only: b.read_only,
+            holders: b.holders.clone(),
+            slaves: b.slaves.clone(),
+            partitions: b.partitions.clone(),
+        })
+        .collect()
+}
+
+fn dm_devices(t: &Topology) -> Vec<DmDevice> {
+    t.dm_devices()
+        .map(|d| DmDevice {
+            name: d.name.map(str::to_owned),
+            dm: d.dm.to_owned(),
+            uuid: d.uuid.map(str::to_owned),
+            slaves: d.slaves.to_vec(),
+        })
+        .collect()
+}
+
+fn multipath_maps(t: &Topology) -> Vec<MultipathMap> {
+    t.multipath_maps()
+        .map(|m| MultipathMap {
+            name: m.name.map(str::to_owned),
+            dm: m.dm.to_owned(),
+            uuid: m.uuid.to_owned(),
+            wwid: m.wwid.to_owned(),
+            paths: m.paths.to_vec(),
+            foreign_paths: m
+                .foreign_paths
+                .iter()
+                .map(|(p, w)| ForeignPath {
+                    path: (*p).to_owned(),
+                    wwid: w.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn iscsi_sessions(t: &Topology) -> Vec<IscsiSession> {
+    t.iscsi_sessions
+        .iter()
+        .map(|s| IscsiSession {
+            sid: s.sid,
+            target: s.target.clone(),
+            tpgt: s.tpgt,
+            state: s.state.clone(),
+            host: s.host,
+            target_id: s.target_id,
+            portal: s.portal(),
+            connections: s
+                .connections
+                .iter()
+                .map(|c| IscsiConnection {
+                    name: c.name.clone(),
+                    persistent_address: c.persistent_address.clone(),
+                    persistent_port: c.persistent_port,
+                    address: c.address.clone(),
+                    port: c.port,
+                    state: c.state.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn fc_hosts(t: &Topology) -> Vec<FcHost> {
+    t.fc_hosts
+        .iter()
+        .map(|h| FcHost {
+            host: h.host,
+            port_name: h.port_name.map(|w| w.to_string()),
+            node_name: h.node_name.map(|w| w.to_string()),
+            port_id: h.port_id.clone(),
+            port_state: h.port_state.clone(),
+            speed: h.speed.clone(),
+        })
+        .collect()
+}
+
+fn fc_rports(t: &Topology) -> Vec<FcRport> {
+    t.fc_rports
+        .iter()
+        .map(|r| FcRport {
+            name: r.name.clone(),
+            host: r.host,
+            channel: r.channel,
+            number: r.number,
+            port_name: r.port_name.map(|w| w.to_string()),
+            node_name: r.node_name.map(|w| w.to_string()),
+            port_id: r.port_id.clone(),
+            roles: r.roles.clone(),
+            scsi_target_id: r.scsi_target_id,
+            port_state: r.port_state.clone(),
+            target: r.target.map(|(h, c, t)| format!("{h}:{c}:{t}")),
+        })
+        .collect()
+}
+
+fn nvme_controllers(t: &Topology) -> Vec<NvmeController> {
+    t.nvme_controllers
+        .iter()
+        .map(|n| NvmeController {
+            name: n.name.clone(),
+            transport: n.transport.clone(),
+            address: n.address.clone(),
+            state: n.state.clone(),
+            subsysnqn: n.subsysnqn.clone(),
+            model: n.model.clone(),
+            serial: n.serial.clone(),
+            namespaces: n.namespaces.clone(),
+            cntlid: n.cntlid,
+            hostnqn: n.hostnqn.clone(),
+            hostid: n.hostid.clone(),
+        })
+        .collect()
+}
+
+fn nvme_subsystems(t: &Topology) -> Vec<NvmeSubsystem> {
+    t.nvme_subsystems
+        .iter()
+        .map(|s| NvmeSubsystem {
+            name: s.name.clone(),
+            nqn: s.nqn.clone(),
+            model: s.model.clone(),
+            serial: s.serial.clone(),
+            iopolicy: s.iopolicy.clone(),
+            controllers: s.controllers.clone(),
+            namespaces: s.namespaces.clone(),
+        })
+        .collect()
+}
+
+fn nvme_namespaces(t: &Topology) -> Vec<NvmeNamespace> {
+    t.nvme_namespaces
+        .iter()
+        .map(|n| NvmeNamespace {
+            name: n.name.clone(),
+            nsid: n.nsid,
+            wwid: n.wwid.clone(),
+            uuid: n.uuid.clone(),
+            nguid: n.nguid.clone(),
+            eui: n.eui.clone(),
+            size_bytes: n.size_bytes,
+            paths: n
+                .paths
+                .iter()
+                .map(|p| NvmePath {
+                    name: p.name.clone(),
+                    controller: p.controller.clone(),
+                    ana_state: p.ana_state.clone(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,105 @@
+//! Where an NVMe volume's namespace is now, found by its subsystem, id and identity.
+
+use lunkit::Root;
+use lunkit::block::BlockNode;
+
+use super::names_namespace;
+use crate::error::{Error, Result};
+use crate::node::device::finding;
+use crate::node::volume::abnormal;
+use crate::proto::VolumeCondition;
+use crate::stale::Presence;
+use crate::state::{Record, Target};
+use lunkit::nvme::sysfs::CtrlState;
+
+/// The namespace's device now: the one of the recorded subsystem and id that reports the
+/// identity the attributes named and the WWID the stage saw. `None` before the stage learned
+/// the id, or when no such namespace is on the node.
+pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode>> {
+    let what = || finding(record);
+    let Target::Nvme {
+        nqn,
+        nsid,
+        device_uuid,
+        device_wwid,
+        ..
+    } = &record.target
+    else {
+        return Ok(None);
+    };
+    let Some(nsid) = nsid else { return Ok(None) };
+    let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
+    let found = lunkit::nvme::namespace_devices(root, &nqn)
+        .map_err(|e| Error::lunkit(what(), e))?
+        .into_iter()
+        .find(|(ns, d)| {
+            ns.nsid == Some(*nsid)
+                && names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns)
+                && record
+                    .wwid
+                    .as_deref()
+                    .is_none_or(|w| d.wwid.as_ref().is_some_and(|f| f.to_string() == w))
+        });
+    Ok(found.map(|(_, d)| d.node))
+}
+
+/// Whether the namespace is on the node: by [`device_of`] once the id is known, else by
+/// the UUID or WWID the attributes named; `Unknown` when they named neither.
+pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
+    let what = || finding(record);
+    let Target::Nvme {
+        nqn,
+        nsid,
+        device_uuid,
+        device_wwid,
+        ..
+    } = &record.target
+    else {
+        return Ok(Presence::Unknown);
+    };
+    if nsid.is_some() {
+        return Ok(match device_of(root, record)? {
+            Some(d) => Presence::Here(Some(d.dev)),
+            None => Presence::Gone,
+        });
+    }
+    if device_uuid.is_none() && device_wwid.is_none() {
+        return Ok(Presence::Unknown);
+    }
+    let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
+    let here = lunkit::nvme::namespace_devices(root, &nqn)
+        .map_err(|e| Error::lunkit(what(), e))?
+        .iter()
+        .any(|(ns, _)| names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns));
+    Ok(if here {
+        Presence::Here(None)
+    } else {
+        Presence::Gone
+    })
+}
+
+/// Abnormal when a controller of the subsystem is not live, or none is left.
+pub(crate) fn condition(root: &Root, nqn: &str) -> VolumeCondition {
+    let controllers = nqn
+        .parse::<lunkit::Nqn>()
+        .and_then(|n| lunkit::nvme::controllers_of(root, &n));
+    match controllers {
+        Err(e) => abnormal(format!("cannot look at the subsystem's controllers: {e}")),
+        Ok(c) if c.is_empty() => abnormal("no controller of the subsystem is left".into()),
+        Ok(c) => {
+            let down: Vec<String> = c
+                .iter()
+                .filter(|c| c.parsed_state != Some(CtrlState::Live))
+                .map(|c| format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown")))
+                .collect();
+            if down.is_empty() {
+                VolumeCondition {
+                    abnormal: false,
+                    message: format!("{} controllers live", c.len()),
+                }
+            } else {
+                abnormal(format!("controller {}", down.join(", ")))
+            }
+        }
+    }
+}
