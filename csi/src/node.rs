@@ -204,6 +204,7 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 device_wwid: wa,
                 host_nqn: ha,
                 host_id: ia,
+                ..
             },
             Target::Nvme {
                 nqn: b,
@@ -214,6 +215,7 @@ fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 device_wwid: wb,
                 host_nqn: hb,
                 host_id: ib,
+                ..
             },
         ) => {
             // A record written before hosts were recorded has none: it says nothing of them.
@@ -1030,6 +1032,10 @@ impl Inner {
                     device_wwid: v.device_wwid.clone(),
                     host_nqn: v.host_nqn.as_ref().map(ToString::to_string),
                     host_id: v.host_id.as_ref().map(ToString::to_string),
+                    dhchap: crate::state::Dhchap::of(
+                        v.auth.secret.is_some(),
+                        v.auth.ctrl_secret.is_some(),
+                    ),
                 },
                 v.wwid.as_ref().map(ToString::to_string),
             ),
