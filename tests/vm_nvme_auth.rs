@@ -470,9 +470,12 @@ fn the_follower_connects_a_new_port_with_the_volumes_secrets_both_ways_and_never
     assert_eq!(controllers_at("127.0.0.1").len(), 1, "{:?}", controllers());
     // The follower runs on the plugin's own thread: a bound on the wait, not a check of
     // how fast. It says so once it read the log, so the port below comes as a change.
-    let said = format!("as {HOSTNQN} with DH-HMAC-CHAP both ways on persistent discovery");
-    support::wait::until_true("the plugin to follow the service", minute, || {
-        plugin.log().contains(&said)
+    let following = support::wait::until("the plugin to follow the service", minute, || {
+        Ok(plugin
+            .log()
+            .lines()
+            .find(|l| l.contains("on persistent discovery controller"))
+            .map(str::to_owned))
     })
     .unwrap();
 
@@ -539,6 +542,10 @@ fn the_follower_connects_a_new_port_with_the_volumes_secrets_both_ways_and_never
         })
     })
     .unwrap();
+    assert!(
+        following.contains(&format!("as {HOSTNQN} with DH-HMAC-CHAP both ways")),
+        "{following}"
+    );
     let log = plugin.log();
     for k in [HOST_KEY, CTRL_KEY, OTHER_KEY] {
         let b64 = k.split(':').nth(2).unwrap();

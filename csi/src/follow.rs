@@ -133,8 +133,8 @@ pub fn wanted(
             Ok(_) => {
                 left.push(format!(
                     "volume {}: its discovery services are not followed: it was staged with \
-                     {}, and no controller of {nqn} holds it (the plugin keeps no secret; \
-                     stage the volume again)",
+                     {}, and no controller of {nqn} as its host holds it now (the plugin \
+                     keeps no secret of its own; stage the volume again)",
                     r.volume_id,
                     if *dhchap == Dhchap::Host {
                         "dhchapSecret"
