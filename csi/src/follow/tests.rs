@@ -185,7 +185,7 @@ fn a_volume_that_wants_controller_authentication_is_never_followed_without_it() 
     let (plan, left) = wanted(std::slice::from_ref(&host), no_auth);
     assert!(plan.is_empty() && left.len() == 1, "{plan:?} {left:?}");
     // A secret the kernel could not give: left out, with its reason.
-    let (plan, left) = wanted(&[both.clone()], |_, _| Err("no access".into()));
+    let (plan, left) = wanted(std::slice::from_ref(&both), |_, _| Err("no access".into()));
     assert!(
         plan.is_empty() && left[0].ends_with("no access"),
         "{left:?}"
