@@ -3,11 +3,12 @@
 //! NodeStageVolume hands the secrets to the kernel (`/dev/nvme-fabrics`) and nowhere else:
 //! the stage record says only which ones the volume was staged with ([`Dhchap`]). The kernel
 //! keeps them with each controller it connected with them, in the controller's
-//! `dhchap_secret` and `dhchap_ctrl_secret` attributes (readable by root only), so the
-//! followers take them from there: after a stage and after a plugin restart alike, with no
-//! secret written to disk. A follower's paths are only of subsystems that have a controller
-//! as the volume's host already (the library connects no other), so there is always one to
-//! read them from when there is a path to connect.
+//! `dhchap_secret` and `dhchap_ctrl_secret` sysfs attributes (the kernel shows them there
+//! whatever the plugin does; `S_IRUGO` in the kernel sources read), so the followers take
+//! them from there: after a stage and after a plugin restart alike, with no secret written to
+//! disk by the plugin. A follower's paths are only of subsystems that have a controller as
+//! the volume's host already (the library connects no other), so there is always one to read
+//! them from when there is a path to connect.
 
 use std::cmp::Ordering;
 use std::fmt;
