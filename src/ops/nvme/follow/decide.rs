@@ -16,9 +16,9 @@ use crate::nvme::fabrics::{ConnectOptions, Host};
 pub(super) const PATH_RETRY_MAX: Duration = Duration::from_secs(16 * 60);
 
 /// How long the follower waits before it tries failed paths again after `failed_retries`
-/// retries in a row failed: [`PATH_RETRY`] (30 s) doubled each time, at most
-/// [`PATH_RETRY_MAX`] (16 min). A subsystem that refuses the host's secrets costs a connect
-/// (and an authentication) every 16 minutes at most, not every 30 s.
+/// retries in a row failed: 30 s doubled each time, at most 16 min. A subsystem that refuses
+/// the host's secrets costs a connect (and an authentication) every 16 minutes at most, not
+/// every 30 s.
 pub fn retry_wait(failed_retries: u32) -> Duration {
     PATH_RETRY
         .checked_mul(1 << failed_retries.min(5))
