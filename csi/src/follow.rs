@@ -1,8 +1,17 @@
 //! Persistent discovery for the staged NVMe volumes that name discovery services
 //! (`discoveryAddrs`): one lunkit follower ([`lunkit::ops::nvme::follow::Follower`]) per
-//! service and host identity, on a thread of its own, for as long as a staged volume names
-//! it. A port the array links to a volume's subsystem later is connected, and one it unlinks
-//! loses its controller (when that is safe), with no call from the CO.
+//! service, host identity and DH-HMAC-CHAP secrets, on a thread of its own, for as long as a
+//! staged volume names it. A port the array links to a volume's subsystem later is connected,
+//! and one it unlinks loses its controller (when that is safe), with no call from the CO.
+//!
+//! Each follower acts only on the subsystems of the volumes that named its service with its
+//! host identity and secrets, and connects their paths with exactly those: a path is never
+//! connected as another volume's host or with its secrets, and a volume staged with
+//! `dhchapCtrlSecret` is never followed without it (its controllers must prove themselves,
+//! and one that cannot is refused by the kernel). The secrets come from the kernel, which
+//! keeps them with the volume's controllers ([`auth`]); none is written to disk, logged or
+//! put in a metric. A path refused (its secrets rejected, say) is tried again after a wait
+//! that doubles from 30 s up to 16 minutes ([`lunkit::ops::nvme::follow::retry_wait`]).
 //!
 //! The follower decides under the subsystem's lock that lunkit's attach and detach take, so
 //! an unstage that deletes the subsystem's last controllers is never undone by a follower
@@ -23,11 +32,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use lunkit::Root;
+use lunkit::id::Nqn;
 use lunkit::nvme::Host;
 use lunkit::ops::nvme::follow::{Change, FollowOptions, Follower, PathAction};
 
 use crate::log::{self, Level};
-use crate::state::{Record, Store, Target};
+use crate::state::{Dhchap, Record, Store, Target};
+
+pub mod auth;
+
+pub use auth::Auth;
 
 /// How often a follower thread looks at its stop flag while it waits for the log to change.
 const STOP_CHECK: Duration = Duration::from_secs(2);
@@ -35,7 +49,8 @@ const STOP_CHECK: Duration = Duration::from_secs(2);
 /// How long a follower that could not start (the service unreachable) waits to try again.
 const RESTART_AFTER: Duration = Duration::from_secs(30);
 
-/// One service followed as one host: what a follower thread is keyed by.
+/// One service followed as one host with one set of secrets: what a follower thread is
+/// keyed by.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key {
     /// The discovery service.
@@ -45,10 +60,15 @@ pub struct Key {
     /// The host id the volume connects with (`hostId`); `None` for the node's or the one
     /// lunkit derives.
     pub host_id: Option<String>,
+    /// The DH-HMAC-CHAP secrets its paths are connected with (never in its ownership
+    /// marker, nor in any message: [`Auth`]'s `Debug` says only which there are).
+    pub auth: Auth,
 }
 
 impl Key {
-    /// A stable file name for the key's ownership marker.
+    /// A stable file name for the key's ownership marker: of the service and host only, so
+    /// that no digest of a secret is on disk. Keys that differ only in their secrets share
+    /// it, as they share the persistent discovery controller (one per service and host).
     fn marker(&self) -> String {
         let text = format!(
             "{} {} {}",
@@ -64,44 +84,113 @@ impl Key {
     }
 
     fn describe(&self) -> String {
+        let auth = match self.auth.dhchap() {
+            Dhchap::None => "",
+            Dhchap::Host => " with DH-HMAC-CHAP",
+            Dhchap::Bidirectional => " with DH-HMAC-CHAP both ways",
+        };
         match &self.host_nqn {
-            Some(n) => format!("discovery service {} as {n}", self.address),
-            None => format!("discovery service {}", self.address),
+            Some(n) => format!("discovery service {} as {n}{auth}", self.address),
+            None => format!("discovery service {}{auth}", self.address),
         }
     }
 }
 
-/// The services the NVMe records in `records` name, each with the host it connects as.
-/// Addresses a record cannot parse are skipped (stage checked them; a hand-edited record is
-/// not the follower's to refuse).
-pub fn wanted(records: &[Record]) -> BTreeSet<Key> {
-    let mut keys = BTreeSet::new();
+/// What each follower acts on: the subsystems of the volumes that named its key.
+pub type Plan = BTreeMap<Key, BTreeSet<Nqn>>;
+
+/// The services the NVMe records in `records` name, each with the host it connects as and
+/// the secrets `auth_of` finds for the record's subsystem ([`auth::from_kernel`]), and the
+/// subsystems each is followed for; and why each record left out was (no secrets as its
+/// stage had, or none could be read). Addresses and NQNs a record cannot parse are skipped
+/// (stage checked them; a hand-edited record is not the follower's to refuse).
+pub fn wanted(
+    records: &[Record],
+    auth_of: impl Fn(&Record, &Nqn) -> Result<Auth, String>,
+) -> (Plan, Vec<String>) {
+    let mut plan = Plan::new();
+    let mut left = Vec::new();
     for r in records {
         let Target::Nvme {
+            nqn,
             discovery,
             host_nqn,
             host_id,
+            dhchap,
             ..
         } = &r.target
         else {
             continue;
         };
+        let Ok(nqn) = nqn.parse::<Nqn>() else {
+            continue;
+        };
+        if discovery.is_empty() {
+            continue;
+        }
+        let auth = match auth_of(r, &nqn) {
+            Ok(a) if a.satisfies(*dhchap) => a,
+            Ok(_) => {
+                left.push(format!(
+                    "volume {}: its discovery services are not followed: it was staged with \
+                     {}, and no controller of {nqn} as its host holds it now (the plugin \
+                     keeps no secret of its own; stage the volume again)",
+                    r.volume_id,
+                    if *dhchap == Dhchap::Host {
+                        "dhchapSecret"
+                    } else {
+                        "dhchapSecret and dhchapCtrlSecret"
+                    }
+                ));
+                continue;
+            }
+            Err(e) => {
+                left.push(format!(
+                    "volume {}: its discovery services are not followed: {e}",
+                    r.volume_id
+                ));
+                continue;
+            }
+        };
         for a in discovery {
             if let Ok(address) = lunkit::nvme::discovery::parse_address(a) {
-                keys.insert(Key {
+                let key = Key {
                     address,
                     host_nqn: host_nqn.clone(),
                     host_id: host_id.clone(),
-                });
+                    auth: auth.clone(),
+                };
+                plan.entry(key).or_default().insert(nqn.clone());
             }
         }
     }
-    keys
+    (plan, left)
 }
+
+/// The secrets the kernel holds for `record`'s subsystem `nqn` as its host
+/// ([`auth::from_kernel`]).
+fn kernel_auth(root: &Root, record: &Record, nqn: &Nqn) -> Result<Auth, String> {
+    let Target::Nvme {
+        host_nqn, host_id, ..
+    } = &record.target
+    else {
+        return Ok(Auth::default());
+    };
+    let host = match host_of(root, host_nqn.as_deref(), host_id.as_deref()) {
+        Ok(Some(h)) => h,
+        Ok(None) => Host::from_node(root).map_err(|e| format!("the node's host NQN: {e}"))?,
+        Err(e) => return Err(format!("its host identity: {e}")),
+    };
+    auth::from_kernel(root, nqn, host.nqn.as_str())
+}
+
+/// The subsystems a follower acts on, which [`sync`] changes while it runs.
+type Subsystems = Arc<Mutex<BTreeSet<Nqn>>>;
 
 struct Running {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
+    subsystems: Subsystems,
 }
 
 /// The plugin's followers: a thread that keeps one follower thread per wanted key, told to
@@ -145,7 +234,13 @@ fn manage(root: &Root, store: &Store, markers: &Path, rx: &mpsc::Receiver<()>) {
     while rx.recv().is_ok() {
         while rx.try_recv().is_ok() {}
         match store.all() {
-            Ok(records) => sync(root, markers, &mut running, &wanted(&records)),
+            Ok(records) => {
+                let (plan, left) = wanted(&records, |r, nqn| kernel_auth(root, r, nqn));
+                for why in left {
+                    log::note(Level::Warn, &why);
+                }
+                sync(root, markers, &mut running, &plan);
+            }
             Err(e) => log::note(
                 Level::Warn,
                 &format!("following discovery services: the records: {e}"),
@@ -154,13 +249,13 @@ fn manage(root: &Root, store: &Store, markers: &Path, rx: &mpsc::Receiver<()>) {
     }
 }
 
-/// Starts a follower for each key of `wanted` that has none, and stops (and waits for) each
-/// one `wanted` no longer has: its persistent discovery controller is deleted if the plugin
-/// made it.
-fn sync(root: &Root, markers: &Path, running: &mut BTreeMap<Key, Running>, wanted: &BTreeSet<Key>) {
+/// Starts a follower for each key of `wanted` that has none, gives each its subsystems, and
+/// stops (and waits for) each one `wanted` no longer has: its persistent discovery
+/// controller is deleted if the plugin made it.
+fn sync(root: &Root, markers: &Path, running: &mut BTreeMap<Key, Running>, wanted: &Plan) {
     let gone: Vec<Key> = running
         .keys()
-        .filter(|k| !wanted.contains(k))
+        .filter(|k| !wanted.contains_key(k))
         .cloned()
         .collect();
     for key in gone {
@@ -170,19 +265,26 @@ fn sync(root: &Root, markers: &Path, running: &mut BTreeMap<Key, Running>, wante
             let _ = r.thread.join();
         }
     }
-    for key in wanted {
-        if running.contains_key(key) {
+    for (key, nqns) in wanted {
+        if let Some(r) = running.get(key) {
+            nqns.clone_into(&mut r.subsystems.lock().unwrap_or_else(PoisonError::into_inner));
             continue;
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let subsystems: Subsystems = Arc::new(Mutex::new(nqns.clone()));
         let (root, marker) = (root.clone(), markers.join(key.marker()));
-        let (k, s) = (key.clone(), stop.clone());
+        let (k, s, n) = (key.clone(), stop.clone(), subsystems.clone());
         let spawned = std::thread::Builder::new()
             .name("lunkit-csi-follow".into())
-            .spawn(move || follow(&root, &k, &marker, &s));
+            .spawn(move || follow(&root, &k, &n, &marker, &s));
         match spawned {
             Ok(thread) => {
-                running.insert(key.clone(), Running { stop, thread });
+                let r = Running {
+                    stop,
+                    thread,
+                    subsystems,
+                };
+                running.insert(key.clone(), r);
             }
             Err(e) => log::note(
                 Level::Error,
@@ -193,7 +295,7 @@ fn sync(root: &Root, markers: &Path, running: &mut BTreeMap<Key, Running>, wante
 }
 
 /// A follower thread: started again after the service or its controller went, until `stop`.
-fn follow(root: &Root, key: &Key, marker: &Path, stop: &AtomicBool) {
+fn follow(root: &Root, key: &Key, subsystems: &Subsystems, marker: &Path, stop: &AtomicBool) {
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         // Stopped before it started (a restarted plugin whose last volume was unstaged at
@@ -201,9 +303,9 @@ fn follow(root: &Root, key: &Key, marker: &Path, stop: &AtomicBool) {
         if stopping && !marker.exists() {
             return;
         }
-        match start(root, key, marker) {
+        match start(root, key, &current(subsystems), marker) {
             Ok(f) => {
-                if run(f, key, marker, stop) {
+                if run(f, key, subsystems, marker, stop) {
                     return;
                 }
             }
@@ -226,11 +328,37 @@ fn follow(root: &Root, key: &Key, marker: &Path, stop: &AtomicBool) {
     }
 }
 
-/// Connects (or takes) the persistent discovery controller, and marks it the plugin's when
-/// the plugin made it.
-fn start(root: &Root, key: &Key, marker: &Path) -> lunkit::Result<Follower> {
+/// What `subsystems` holds now.
+fn current(subsystems: &Subsystems) -> BTreeSet<Nqn> {
+    subsystems
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// The follower's options for `key`: its host, its secrets, and only `subsystems`' paths.
+pub fn options(
+    root: &Root,
+    key: &Key,
+    subsystems: &BTreeSet<Nqn>,
+) -> lunkit::Result<FollowOptions> {
     let mut opts = FollowOptions::new(key.address.ip(), key.address.port());
     opts.host = host(root, key)?;
+    opts.dhchap_secret.clone_from(&key.auth.secret);
+    opts.dhchap_ctrl_secret.clone_from(&key.auth.ctrl_secret);
+    opts.subsystems = Some(subsystems.clone());
+    Ok(opts)
+}
+
+/// Connects (or takes) the persistent discovery controller, and marks it the plugin's when
+/// the plugin made it.
+fn start(
+    root: &Root,
+    key: &Key,
+    subsystems: &BTreeSet<Nqn>,
+    marker: &Path,
+) -> lunkit::Result<Follower> {
+    let opts = options(root, key, subsystems)?;
     let mut f = Follower::start(root, opts)?;
     if f.owned() {
         // Written before anything can stop the plugin: a restart then knows it made it.
@@ -263,7 +391,13 @@ fn start(root: &Root, key: &Key, marker: &Path) -> lunkit::Result<Follower> {
 
 /// Follows until `stop` (then the controller is deleted when the plugin's, and `true` is
 /// returned) or until the controller is gone (`false`: start again).
-fn run(mut f: Follower, key: &Key, marker: &Path, stop: &AtomicBool) -> bool {
+fn run(
+    mut f: Follower,
+    key: &Key,
+    subsystems: &Subsystems,
+    marker: &Path,
+    stop: &AtomicBool,
+) -> bool {
     loop {
         if stop.load(Ordering::Relaxed) {
             let (name, owned) = (f.controller().to_owned(), f.owned());
@@ -286,6 +420,7 @@ fn run(mut f: Follower, key: &Key, marker: &Path, stop: &AtomicBool) -> bool {
             }
             return true;
         }
+        f.set_subsystems(Some(current(subsystems)));
         match f.next(Instant::now() + STOP_CHECK) {
             Ok(Some(change)) => report(key, &change),
             Ok(None) => {}
@@ -302,8 +437,13 @@ fn run(mut f: Follower, key: &Key, marker: &Path, stop: &AtomicBool) -> bool {
 
 /// The host identity of `key`, as stage resolved its volume's ([`volume_host`]).
 fn host(root: &Root, key: &Key) -> lunkit::Result<Option<Host>> {
-    let nqn = key.host_nqn.as_deref().map(str::parse).transpose()?;
-    let id = key.host_id.as_deref().map(str::parse).transpose()?;
+    host_of(root, key.host_nqn.as_deref(), key.host_id.as_deref())
+}
+
+/// [`volume_host`] of a record's `hostNqn` and `hostId` as recorded.
+fn host_of(root: &Root, nqn: Option<&str>, id: Option<&str>) -> lunkit::Result<Option<Host>> {
+    let nqn = nqn.map(str::parse).transpose()?;
+    let id = id.map(str::parse).transpose()?;
     volume_host(root, nqn, id)
 }
 
@@ -356,6 +496,13 @@ fn report(key: &Key, change: &Change) {
                 Level::Warn,
                 format!("path {path} gone from the log: controller {controller} left: {reason}"),
             ),
+            PathAction::Failed(e) if e.kind() == lunkit::ErrorKind::PermissionDenied => (
+                Level::Warn,
+                format!(
+                    "path {path}: not connected: {e}; tried again after a wait that doubles \
+                     from 30 s to 16 min"
+                ),
+            ),
             PathAction::Failed(e) => (Level::Warn, format!("path {path}: {e}")),
         };
         log::note(level, &format!("{}: {what}", key.describe()));
@@ -363,70 +510,4 @@ fn report(key: &Key, change: &Change) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::{Access, Phase};
-
-    fn nvme(discovery: &[&str], host_nqn: Option<&str>) -> Record {
-        Record {
-            version: crate::state::RECORD_VERSION,
-            volume_id: "vol".into(),
-            staging_path: "/staging".into(),
-            phase: Phase::Staged,
-            target: Target::Nvme {
-                nqn: "nqn.2014-08.org.example:a".into(),
-                portals: vec![],
-                discovery: discovery.iter().map(|s| (*s).to_owned()).collect(),
-                nsid: Some(1),
-                device_uuid: None,
-                device_wwid: None,
-                host_nqn: host_nqn.map(str::to_owned),
-                host_id: None,
-            },
-            access: Access::Block,
-            wwid: None,
-            expected_wwid: None,
-            device: None,
-            map: false,
-            published: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn each_service_and_host_is_followed_once_and_only_for_nvme_records() {
-        let a = nvme(&["192.0.2.10:8009", "192.0.2.11"], None);
-        let b = nvme(&["192.0.2.10:8009"], None);
-        let c = nvme(&["192.0.2.10:8009"], Some("nqn.2014-08.org.example:host2"));
-        let d = nvme(&[], None);
-        let keys = wanted(&[a, b, c, d]);
-        let shown: Vec<String> = keys
-            .iter()
-            .map(|k| format!("{} {:?}", k.address, k.host_nqn))
-            .collect();
-        assert_eq!(
-            shown,
-            [
-                "192.0.2.10:8009 None",
-                "192.0.2.10:8009 Some(\"nqn.2014-08.org.example:host2\")",
-                "192.0.2.11:8009 None",
-            ]
-        );
-        assert!(wanted(&[]).is_empty());
-    }
-
-    #[test]
-    fn a_marker_name_is_stable_and_tells_keys_apart() {
-        let k = |nqn: Option<&str>| Key {
-            address: "192.0.2.10:8009".parse().unwrap(),
-            host_nqn: nqn.map(str::to_owned),
-            host_id: None,
-        };
-        assert_eq!(k(None).marker(), k(None).marker());
-        assert_ne!(
-            k(None).marker(),
-            k(Some("nqn.2014-08.org.example:h")).marker()
-        );
-        assert!(k(None).marker().starts_with("discovery-"));
-        assert_eq!(k(None).marker().len(), "discovery-".len() + 16);
-    }
-}
+mod tests;

@@ -42,6 +42,39 @@ pub enum Access {
     },
 }
 
+/// Which DH-HMAC-CHAP secrets an NVMe volume was staged with (`dhchapSecret`,
+/// `dhchapCtrlSecret`). A record written before it was kept says `None`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dhchap {
+    /// No secret: the subsystem lets the host in unauthenticated.
+    #[default]
+    None,
+    /// `dhchapSecret`: the host proves itself.
+    Host,
+    /// `dhchapSecret` and `dhchapCtrlSecret`: the subsystem's controllers prove themselves
+    /// too, and a path whose controller cannot is never connected.
+    Bidirectional,
+}
+
+impl Dhchap {
+    /// What a volume with `secret` and `ctrl_secret` given asks for.
+    pub fn of(secret: bool, ctrl_secret: bool) -> Dhchap {
+        match (secret, ctrl_secret) {
+            (_, true) => Dhchap::Bidirectional,
+            (true, false) => Dhchap::Host,
+            (false, false) => Dhchap::None,
+        }
+    }
+
+    /// Whether no secret was given.
+    pub fn is_none(&self) -> bool {
+        *self == Dhchap::None
+    }
+}
+
 /// The transport and address of the volume.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "transport")]
@@ -85,6 +118,10 @@ pub enum Target {
         /// The host id the volume connects with (`hostId`), when given.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         host_id: Option<String>,
+        /// Which DH-HMAC-CHAP secrets the volume was staged with (never the secrets: those
+        /// go to the kernel only), so that a follower never connects a path without them.
+        #[serde(default, skip_serializing_if = "Dhchap::is_none")]
+        dhchap: Dhchap,
     },
     /// A Fibre Channel LUN.
     Fc {
@@ -439,6 +476,7 @@ mod tests {
             device_wwid: None,
             host_nqn: None,
             host_id: None,
+            dhchap: Dhchap::None,
         };
         let (mut c, mut d) = (record("pv-c"), record("pv-d"));
         (c.target, d.target) = (nvme(Some(1)), nvme(Some(1)));
@@ -494,6 +532,7 @@ mod tests {
             device_wwid: None,
             host_nqn: None,
             host_id: None,
+            dhchap: Dhchap::None,
         };
         r.target = nvme(vec!["192.0.2.10:8009".into()]);
         store.save(&r).unwrap();

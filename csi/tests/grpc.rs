@@ -601,6 +601,7 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
         device_wwid: None,
         host_nqn: None,
         host_id: None,
+        dhchap: Default::default(),
     };
     seed(dir, r);
     let s = node
@@ -629,6 +630,7 @@ async fn expanding_an_nvme_volume_resizes_that_namespace() {
         device_wwid: None,
         host_nqn: None,
         host_id: None,
+        dhchap: Default::default(),
     };
     seed(dir, r);
     let s = node

@@ -139,6 +139,7 @@ async fn a_staged_nvme_volume_makes_nvme_checked() {
             device_wwid: None,
             host_nqn: None,
             host_id: None,
+            dhchap: Default::default(),
         },
         access: Access::Block,
         wwid: None,

@@ -92,6 +92,7 @@ pub(crate) fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 device_wwid: wa,
                 host_nqn: ha,
                 host_id: ia,
+                ..
             },
             Target::Nvme {
                 nqn: b,
@@ -102,6 +103,7 @@ pub(crate) fn same_volume(recorded: &Target, asked: &Target) -> bool {
                 device_wwid: wb,
                 host_nqn: hb,
                 host_id: ib,
+                ..
             },
         ) => {
             // A record written before hosts were recorded has none: it says nothing of them.

@@ -155,6 +155,7 @@ pub(crate) fn target_of(v: &NvmeVolume) -> (Target, Option<String>) {
             device_wwid: v.device_wwid.clone(),
             host_nqn: v.host_nqn.as_ref().map(ToString::to_string),
             host_id: v.host_id.as_ref().map(ToString::to_string),
+            dhchap: crate::state::Dhchap::of(v.auth.secret.is_some(), v.auth.ctrl_secret.is_some()),
         },
         v.wwid.as_ref().map(ToString::to_string),
     )

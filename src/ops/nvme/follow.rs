@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -41,6 +42,7 @@ use std::time::{Duration, Instant};
 use super::subsystem_lock_key;
 use crate::error::{Error, Result};
 use crate::id::Nqn;
+use crate::nvme::dhchap::Secret;
 use crate::nvme::discovery::{
     DISCOVERY_NQN, DiscoverOptions, Entry, Subtype, discover_via, tls_refusal,
 };
@@ -52,7 +54,7 @@ use crate::uevent::{Monitor, Received};
 
 mod decide;
 
-pub use decide::{diff, keep_reason, removes, requeue, trigger};
+pub use decide::{diff, keep_reason, removes, requeue, retry_wait, trigger};
 
 /// The `NVME_AEN` value of a Discovery Log Page change notice (event type 2, notice; info
 /// 0xf0, discovery log change; log page 0x70), as the kernel prints it.
@@ -63,7 +65,9 @@ pub const AEN_DISCOVERY_CHANGE: &str = "0x70f002";
 const READ_RETRY: Duration = Duration::from_secs(5);
 
 /// How long after a path's connect or delete failed the follower tries it again, unless
-/// another event comes first.
+/// another event comes first; doubled after each retry that failed again, up to
+/// [`PATH_RETRY_MAX`]: a subsystem that refuses this host's secrets is not asked every 30 s
+/// for ever.
 const PATH_RETRY: Duration = Duration::from_secs(30);
 
 /// nvme-cli's keep-alive for persistent discovery controllers (`NVMF_DEF_DISC_TMO`).
@@ -91,6 +95,19 @@ pub struct FollowOptions {
     /// theirs by default, `<root>/run/lunkit/locks`. The follower decides about each
     /// subsystem's paths under that subsystem's lock there ([`super::subsystem_lock_key`]).
     pub lock_dir: Option<PathBuf>,
+    /// The host's DH-HMAC-CHAP secret each path is connected with
+    /// ([`ConnectOptions::dhchap_secret`]); not used for the discovery controller.
+    pub dhchap_secret: Option<Secret>,
+    /// The controller's secret each path is connected with
+    /// ([`ConnectOptions::dhchap_ctrl_secret`]): a path whose controller cannot prove itself
+    /// with it is refused by the kernel and never connected.
+    pub dhchap_ctrl_secret: Option<Secret>,
+    /// The only subsystems whose paths the follower connects and deletes; `None`: every
+    /// subsystem the node uses as this host. A caller that follows one service for volumes
+    /// with different secrets gives each follower the subsystems its secrets are for, so
+    /// that no path is connected with another volume's secrets, or without them
+    /// ([`Follower::set_subsystems`] changes it).
+    pub subsystems: Option<BTreeSet<Nqn>>,
 }
 
 impl FollowOptions {
@@ -104,6 +121,9 @@ impl FollowOptions {
             step_timeout: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(30),
             lock_dir: None,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
+            subsystems: None,
         }
     }
 }
@@ -191,6 +211,9 @@ pub struct Follower {
     /// A read to make again (the read failed, or a path did), and when it is due unless an
     /// event comes first.
     pending: Option<(Trigger, Instant)>,
+    /// How many retries of failed paths in a row failed again: the next waits
+    /// [`PATH_RETRY`] doubled as often.
+    failed_retries: u32,
 }
 
 impl Follower {
@@ -229,6 +252,7 @@ impl Follower {
             owned: !c.existing,
             known: Vec::new(),
             pending: None,
+            failed_retries: 0,
         };
         let known = match f.read().and_then(|known| f.unconnected(known)) {
             Ok(known) => known,
@@ -291,6 +315,12 @@ impl Follower {
         self.owned = true;
     }
 
+    /// Makes the follower act only on the paths of `subsystems` from now on (`None`: every
+    /// subsystem the node uses as this host), as [`FollowOptions::subsystems`].
+    pub fn set_subsystems(&mut self, subsystems: Option<BTreeSet<Nqn>>) {
+        self.opts.subsystems = subsystems;
+    }
+
     /// The NVM subsystem entries the log showed when last read.
     pub fn entries(&self) -> &[Entry] {
         &self.known
@@ -349,7 +379,16 @@ impl Follower {
         }
         self.known = now;
         if requeue(&mut self.known, &paths) {
-            self.pending = Some((Trigger::Retry, Instant::now() + PATH_RETRY));
+            // A retry that failed again waits twice as long; a new change starts over.
+            self.failed_retries = if trigger == Trigger::Retry {
+                self.failed_retries.saturating_add(1)
+            } else {
+                0
+            };
+            let wait = retry_wait(self.failed_retries);
+            self.pending = Some((Trigger::Retry, Instant::now() + wait));
+        } else {
+            self.failed_retries = 0;
         }
         Ok(Some(Change {
             trigger,
@@ -507,13 +546,9 @@ impl Follower {
         }))
     }
 
-    /// The connect options of `e`'s path as this host, or `None` for an entry that is not
-    /// a TCP path with a valid NQN, address and port (the log's own odd entries).
+    /// The connect options of `e`'s path as this host ([`decide::path_connect`]).
     fn path_options(&self, e: &Entry) -> Option<ConnectOptions> {
-        let mut o = ConnectOptions::new(e.ip().ok()?, e.port().ok()?, e.nqn().ok()?);
-        o.host = Some(self.host.clone());
-        o.timeout = self.opts.step_timeout;
-        Some(o)
+        decide::path_connect(&self.opts, &self.host, e)
     }
 
     /// Whether the node uses the subsystem of `opts`: a controller of it exists as this

@@ -395,6 +395,17 @@ impl Target {
             .map_err(|e| format!("link {} to {}: {e}", at.display(), host.display()).into())
     }
 
+    /// Changes the controller key host `hostnqn` (one [`Target::require_host`] made) is
+    /// shown from now on (`hosts/<nqn>/dhchap_ctrl_key`): a host that expects the old one
+    /// refuses the controllers of new connects; those connected already stay.
+    pub fn set_host_ctrl_key(&mut self, hostnqn: &str, ctrl_key: &str) -> Result<()> {
+        if !self.hosts.iter().any(|h| h == hostnqn) {
+            return Err(format!("{}: no host {hostnqn} required", self.nqn).into());
+        }
+        let host = Path::new(NVMET).join("hosts").join(hostnqn);
+        write(&host.join("dhchap_ctrl_key"), ctrl_key)
+    }
+
     /// Removes port `id`: the target port going away under a live host. Unlinking the
     /// subsystem stops the listener and drops the controllers connected through it, so the
     /// host's controller on that path starts reconnecting.

@@ -2,13 +2,28 @@
 //! uevents say it did, which paths are tried again, and which controllers must stay.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use super::{PathAction, PathChange, Trigger};
 use crate::nvme::discovery::{Entry, Subtype, tls_refusal};
 use crate::nvme::sysfs::{CtrlState, NvmeController};
 use crate::uevent::{Action, Uevent};
 
-use super::AEN_DISCOVERY_CHANGE;
+use super::{AEN_DISCOVERY_CHANGE, FollowOptions, PATH_RETRY};
+use crate::nvme::fabrics::{ConnectOptions, Host};
+
+/// The longest wait between two retries of failed paths (30 s doubled five times).
+pub(super) const PATH_RETRY_MAX: Duration = Duration::from_secs(16 * 60);
+
+/// How long the follower waits before it tries failed paths again after `failed_retries`
+/// retries in a row failed: 30 s doubled each time, at most 16 min. A subsystem that refuses
+/// the host's secrets costs a connect (and an authentication) every 16 minutes at most, not
+/// every 30 s.
+pub fn retry_wait(failed_retries: u32) -> Duration {
+    PATH_RETRY
+        .checked_mul(1 << failed_retries.min(5))
+        .map_or(PATH_RETRY_MAX, |d| d.min(PATH_RETRY_MAX))
+}
 
 /// Makes a read after `known` see each path of `paths` whose connect or delete failed as new
 /// (or as gone) again: a failed connect's entry is forgotten, a failed delete's remembered.
@@ -117,4 +132,24 @@ pub(super) fn is_path(n: &str) -> bool {
         .is_some_and(|(a, b)| {
             !a.is_empty() && a.bytes().all(|c| c.is_ascii_digit()) && b.contains('n')
         })
+}
+
+/// The connect options of `e`'s path as `host` with the secrets of `opts`, or `None` for an
+/// entry that is not a TCP path with a valid NQN, address and port (the log's own odd
+/// entries), and for a subsystem outside [`FollowOptions::subsystems`].
+pub(super) fn path_connect(opts: &FollowOptions, host: &Host, e: &Entry) -> Option<ConnectOptions> {
+    let nqn = e.nqn().ok()?;
+    if opts
+        .subsystems
+        .as_ref()
+        .is_some_and(|only| !only.contains(&nqn))
+    {
+        return None;
+    }
+    let mut o = ConnectOptions::new(e.ip().ok()?, e.port().ok()?, nqn);
+    o.host = Some(host.clone());
+    o.dhchap_secret.clone_from(&opts.dhchap_secret);
+    o.dhchap_ctrl_secret.clone_from(&opts.dhchap_ctrl_secret);
+    o.timeout = opts.step_timeout;
+    Some(o)
 }

@@ -162,3 +162,47 @@ fn a_failed_path_is_seen_again_by_the_next_read_and_a_tls_refusal_is_not() {
     assert!(!requeue(&mut known, &[connected(&a), failed(&tls)]));
     assert_eq!(known, [a, tls]);
 }
+
+#[test]
+fn failed_paths_are_retried_after_a_wait_that_doubles_up_to_sixteen_minutes() {
+    let secs: Vec<u64> = (0..8).map(|n| retry_wait(n).as_secs()).collect();
+    assert_eq!(secs, [30, 60, 120, 240, 480, 960, 960, 960]);
+    assert_eq!(retry_wait(u32::MAX).as_secs(), 960);
+}
+
+#[test]
+fn a_path_is_connected_only_for_the_followed_subsystems_and_with_their_secrets() {
+    const HOST_KEY: &str = "DHHC-1:01:09GFUL+L04EJzFZN2elQGibBeBw1RuITyd7jlFaOZAJwwOLq:";
+    const CTRL_KEY: &str = "DHHC-1:00:Oi/HuU3nQlPSUMAHy9mtdKz0a+xVpewZQUdLbkIwufoPetit:";
+    let host = Host {
+        nqn: "nqn.2014-08.org.example:host".parse().unwrap(),
+        id: None,
+    };
+    let ours = entry(
+        "nqn.2014-08.org.example:ours",
+        "192.0.2.7",
+        4420,
+        Subtype::Nvm,
+    );
+    let other = entry(
+        "nqn.2014-08.org.example:other",
+        "192.0.2.7",
+        4420,
+        Subtype::Nvm,
+    );
+    let mut opts = FollowOptions::new("192.0.2.7".parse().unwrap(), 8009);
+    // Without a set, every subsystem's path, with no secret.
+    let o = decide::path_connect(&opts, &host, &other).expect("any subsystem");
+    assert!(o.dhchap_secret.is_none() && o.dhchap_ctrl_secret.is_none());
+    opts.dhchap_secret = Some(HOST_KEY.parse().unwrap());
+    opts.dhchap_ctrl_secret = Some(CTRL_KEY.parse().unwrap());
+    opts.subsystems = Some([ours.nqn().unwrap()].into());
+    assert!(decide::path_connect(&opts, &host, &other).is_none());
+    let o = decide::path_connect(&opts, &host, &ours).expect("the followed subsystem");
+    assert_eq!(o.host, Some(host));
+    assert_eq!(o.dhchap_secret.as_ref().map(|s| s.expose()), Some(HOST_KEY));
+    assert_eq!(
+        o.dhchap_ctrl_secret.as_ref().map(|s| s.expose()),
+        Some(CTRL_KEY)
+    );
+}
