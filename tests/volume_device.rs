@@ -258,3 +258,27 @@ fn a_kernel_wwid_names_the_selector_lunkit_matches() {
     assert_eq!(from("nvme.0000-31-32-0000000g"), None);
     assert_eq!(from("naa.6001405"), None);
 }
+
+#[test]
+fn a_resize_hands_over_the_device_as_an_attach_does() {
+    // The fixture's sizes agree and no size is asked for: one rescan of each path (a write
+    // to its `rescan` file here), and the map, already of the paths' size, is left alone.
+    let s = Scratch::with_fixture("iscsi-multipath", "device-resize");
+    let root = Root::new(s.path());
+    let mut opts = lunkit::ops::ResizeOptions::new(&root);
+    opts.lock_dir = None;
+    opts.use_multipathd = false;
+    let resized = lunkit::ops::resize(&root, &wwid(LUN1), &opts).unwrap();
+    assert_eq!(resized.device(), Some(root.dev("dm-1").as_path()));
+    // Without the map, its one path left.
+    let s = without_lun1_map("device-resize-path");
+    fs::write(
+        s.path()
+            .join("sys/devices/platform/host7/session2/target7:0:0/7:0:0:1/wwid"),
+        "naa.60014055e7a1000000000000000000ff\n",
+    )
+    .unwrap();
+    let root = Root::new(s.path());
+    let resized = lunkit::ops::resize(&root, &wwid(LUN1), &opts).unwrap();
+    assert_eq!(resized.device(), Some(root.dev("sdb").as_path()));
+}
