@@ -169,6 +169,24 @@ pub enum Error {
         reference: Option<String>,
         /// The WWID the device has (`None` without VPD page 0x83).
         actual: Option<crate::id::Wwid>,
+        /// The addresses among those scanned that had no SCSI device before this call (of
+        /// whatever WWID): what the call brought onto the node. A caller taking back what it
+        /// brought deletes these only; the others were there before it. Empty for NVMe.
+        new_paths: Vec<crate::id::Hctl>,
+    },
+
+    /// An attach's paths came but multipathd's map over them did not (`source` says why:
+    /// a [`Error::Timeout`] mostly). The WWID the paths report, and the paths, are here so
+    /// that a caller can look for the map again, or take the paths back out.
+    #[error("{source}")]
+    MapWait {
+        /// The WWID the paths report (the map's uuid is `mpath-` and its multipath form).
+        wwid: crate::id::Wwid,
+        /// The paths' disks (`sdc`, `sdd`).
+        paths: Vec<String>,
+        /// Why the map was not there.
+        #[source]
+        source: Box<Error>,
     },
 
     /// A resize was refused, or did not take. Every refusal comes before the multipath map
@@ -303,6 +321,9 @@ pub enum ErrorKind {
     Unverified,
     /// A deadline passed.
     Timeout,
+    /// A device is not the volume expected: it reports another WWID (a LUN number or
+    /// namespace id reused), or not the one its other paths report ([`Error::WwidMismatch`]).
+    WwidMismatch,
     /// Anything else.
     Other,
 }
@@ -335,7 +356,7 @@ impl Error {
             Error::Io { source, .. }
             | Error::Ioctl { source, .. }
             | Error::Connect { source, .. } => source.raw_os_error(),
-            Error::Step { source, .. } => source.errno(),
+            Error::Step { source, .. } | Error::MapWait { source, .. } => source.errno(),
             _ => None,
         }
     }
@@ -353,10 +374,11 @@ impl Error {
                 ErrorKind::Busy
             }
             Error::Ioctl { source, .. } => errno_kind(source),
-            Error::WwidMismatch { .. }
-            | Error::Replaced { .. }
-            | Error::Internal { .. }
-            | Error::Resize { .. } => ErrorKind::Other,
+            Error::WwidMismatch { .. } => ErrorKind::WwidMismatch,
+            Error::MapWait { source, .. } => source.kind(),
+            Error::Replaced { .. } | Error::Internal { .. } | Error::Resize { .. } => {
+                ErrorKind::Other
+            }
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
             Error::Refused { .. } => ErrorKind::PermissionDenied,
@@ -399,6 +421,37 @@ impl Error {
             Error::Busy { usage, .. } | Error::Unverified { usage, .. } => usage.as_deref(),
             Error::Step { source, .. } => source.usage(),
             _ => None,
+        }
+    }
+
+    /// The WWID a device reported against the one expected, for an
+    /// [`ErrorKind::WwidMismatch`] (looking through [`Error::Step`]); `None` for any other
+    /// error, or when that device reports none.
+    pub fn mismatched_wwid(&self) -> Option<&crate::id::Wwid> {
+        match self {
+            Error::WwidMismatch { actual, .. } => actual.as_ref(),
+            Error::Step { source, .. } => source.mismatched_wwid(),
+            _ => None,
+        }
+    }
+
+    /// The addresses this call brought onto the node, for an [`ErrorKind::WwidMismatch`] of
+    /// a SCSI scan (looking through [`Error::Step`]): see `new_paths` there. Empty otherwise.
+    pub fn new_paths(&self) -> &[crate::id::Hctl] {
+        match self {
+            Error::WwidMismatch { new_paths, .. } => new_paths,
+            Error::Step { source, .. } => source.new_paths(),
+            _ => &[],
+        }
+    }
+
+    /// The WWID the volume's devices reported, for an attach that failed after they came:
+    /// [`Error::MapWait`]'s, or the mismatched one of [`Error::mismatched_wwid`].
+    pub fn seen_wwid(&self) -> Option<&crate::id::Wwid> {
+        match self {
+            Error::MapWait { wwid, .. } => Some(wwid),
+            Error::Step { source, .. } => source.seen_wwid(),
+            _ => self.mismatched_wwid(),
         }
     }
 

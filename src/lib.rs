@@ -53,8 +53,9 @@
 //! [`ErrorKind::Unverified`] (whether it is in use could not be checked completely),
 //! [`ErrorKind::NotFound`], [`ErrorKind::Invalid`] (malformed input, nothing changed),
 //! [`ErrorKind::Timeout`] (the deadline passed, naming what was awaited),
-//! [`ErrorKind::PermissionDenied`] and [`ErrorKind::Other`]. Messages name the device and
-//! the cause.
+//! [`ErrorKind::PermissionDenied`], [`ErrorKind::WwidMismatch`] (a device is not the volume
+//! expected: a reused LUN number; [`Error::new_paths`] says what the scan brought in) and
+//! [`ErrorKind::Other`]. Messages name the device and the cause.
 //!
 //! ## Blocking and async
 //!

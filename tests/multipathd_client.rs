@@ -166,3 +166,46 @@ fn the_run_socket_is_used_when_the_abstract_name_is_free() {
     assert_eq!(server.join().unwrap(), b"del map mpatha\0");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `add path` and `add map` in multipathd's words, and its answers as [`Answer`]s.
+#[test]
+fn add_path_and_add_map_say_what_multipathd_answered() {
+    use lunkit::multipath::Answer;
+    let _name = hold_name();
+    let dir = std::env::temp_dir().join(format!("lunkit-mpd-add-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    let listener = UnixListener::bind(dir.join("run/multipathd.socket")).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        for reply in [&b"blacklisted\n\0"[..], b"ok\n\0"] {
+            let mut len = [0u8; size_of::<usize>()];
+            conn.read_exact(&mut len).unwrap();
+            let mut cmd = vec![0u8; usize::from_ne_bytes(len)];
+            conn.read_exact(&mut cmd).unwrap();
+            got.push(String::from_utf8(cmd).unwrap());
+            conn.write_all(&reply.len().to_ne_bytes()).unwrap();
+            conn.write_all(reply).unwrap();
+        }
+        got
+    });
+    let mut d = Multipathd::connect(&Root::new(&dir), soon(5000))
+        .unwrap()
+        .expect("connects to <root>/run/multipathd.socket");
+    assert!(d.add_path("sdc extra", soon(5000)).is_err());
+    assert!(d.add_path("../sdc", soon(5000)).is_err());
+    assert_eq!(d.add_path("sdc", soon(5000)).unwrap(), Answer::Blacklisted);
+    let wwid: lunkit::Wwid = "naa.60014055e7a100000000000000000000".parse().unwrap();
+    assert_eq!(d.add_map(&wwid, soon(5000)).unwrap(), Answer::Ok);
+    assert_eq!(
+        server.join().unwrap(),
+        [
+            "add path sdc\0",
+            "add map 360014055e7a100000000000000000000\0"
+        ]
+    );
+    assert_eq!(Answer::parse("fail\n"), Answer::Failed("fail".into()));
+    assert_eq!(Answer::parse("delayed\n"), Answer::Delayed);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -474,6 +474,7 @@ fn a_path_whose_wwid_differs_fails_the_scan_naming_it() {
         expected,
         reference,
         actual,
+        new_paths,
     } = &err
     else {
         panic!("{err:?}")
@@ -483,6 +484,9 @@ fn a_path_whose_wwid_differs_fails_the_scan_naming_it() {
     assert_eq!(*expected, wwid("naa.600a098038303053453f463045727a41"));
     assert_eq!(reference.as_deref(), Some("sdc (5:0:0:0)"));
     assert_eq!(*actual, wwid("naa.600a098038303053453f463045727a99"));
+    // Both devices were there before the scan (it rescanned them): none is the scan's own.
+    assert!(new_paths.is_empty(), "{new_paths:?}");
+    assert_eq!(err.kind(), ErrorKind::WwidMismatch);
     assert_eq!(
         err.to_string(),
         "sdd (6:0:0:0) has WWID naa.600a098038303053453f463045727a99, expected \

@@ -85,25 +85,14 @@ pub fn expect_wwid(s: &str) -> lunkit::Result<Wwid> {
 /// Checks an iSCSI target name given by the user (`--iscsi-target`): its form, then what the
 /// library checks (printable, no '/', at most 223 bytes).
 pub fn iscsi_name(s: &str) -> lunkit::Result<String> {
-    let iqn = s.strip_prefix("iqn.").is_some_and(|rest| {
-        // yyyy-mm. and a naming authority, checked on bytes (no slice of a character).
-        let b = rest.as_bytes();
-        b.len() > 8
-            && b[..4].iter().all(u8::is_ascii_digit)
-            && b[4] == b'-'
-            && b[5..7].iter().all(u8::is_ascii_digit)
-            && (1..=12).contains(&((b[5] - b'0') * 10 + (b[6] - b'0')))
-            && b[7] == b'.'
-    });
-    let ok = iqn
-        || s.strip_prefix("eui.").is_some_and(|h| hex_of_len(h, &[16]))
-        || s.strip_prefix("naa.")
-            .is_some_and(|h| hex_of_len(h, &[16, 32]));
-    if !ok {
-        return Err(Error::invalid("iSCSI target name", s, ISCSI_FORMS));
+    // The library's type checks the form; the refusal keeps the CLI's words.
+    match s.parse::<lunkit::id::IscsiName>() {
+        Ok(n) => Ok(n.to_string()),
+        Err(Error::Invalid { reason, .. }) if reason.starts_with("expected") => {
+            Err(Error::invalid("iSCSI target name", s, ISCSI_FORMS))
+        }
+        Err(e) => Err(e),
     }
-    lunkit::iscsi::check_target_name(s)?;
-    Ok(s.to_owned())
 }
 
 /// Checks an iSCSI portal given by the user (`--portal`): `ADDR:PORT` with an IP address,

@@ -217,6 +217,9 @@ fn exit_code(e: &lunkit::Error) -> u8 {
         ErrorKind::Invalid => exit::USAGE,
         ErrorKind::Busy | ErrorKind::Unverified => exit::BUSY,
         ErrorKind::Timeout => exit::TIMEOUT,
+        // A device that is not the volume expected stays "any other error", as before the
+        // library gave it a kind of its own.
+        ErrorKind::WwidMismatch => exit::OTHER,
         _ => exit::OTHER,
     }
 }

@@ -18,6 +18,8 @@ pub fn describe(e: &Error) -> String {
             target,
             source,
         } => format!("{step} {target}: {}", describe(source)),
+        // The map wait's own cause, worded as it would be on its own.
+        Error::MapWait { source, .. } => describe(source),
         _ => e.to_string(),
     }
 }

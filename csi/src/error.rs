@@ -42,8 +42,9 @@ pub enum Error {
     Lunkit {
         /// `volume pv-1: attach iSCSI iqn... LUN 3`.
         context: String,
-        /// What lunkit said.
-        source: lunkit::Error,
+        /// What lunkit said (boxed: lunkit's error carries a WWID mismatch's new paths, and
+        /// every `Result` of the plugin would carry its size).
+        source: Box<lunkit::Error>,
     },
     /// A program the plugin runs (iscsiadm, mkfs, blkid) failed.
     #[error("{0}")]
@@ -97,7 +98,7 @@ impl Error {
     pub fn lunkit(context: impl Into<String>, source: lunkit::Error) -> Error {
         Error::Lunkit {
             context: context.into(),
-            source,
+            source: Box::new(source),
         }
     }
 }

@@ -18,12 +18,10 @@
 //! will ever come, and the volume is handed out on its path device at once, the stage
 //! record saying so.
 
-use std::io::Write;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lunkit::block::BlockNode;
-use lunkit::multipath::Multipathd;
+use lunkit::multipath::{Answer, Multipathd};
 use lunkit::{Root, Wwid};
 
 use crate::error::{Error, Result};
@@ -48,7 +46,10 @@ pub fn map_of(
     deadline: Instant,
 ) -> Result<Option<BlockNode>> {
     let key = wwid.to_multipath();
-    remember_wwid(&root.etc("multipath/wwids"), &key)?;
+    // Under multipath-tools' own lock on the file, so that a line never lands in the middle
+    // of multipathd rewriting it.
+    lunkit::multipath::remember_wwid(root, wwid, deadline)
+        .map_err(|e| Error::lunkit(format!("add {key} to multipathd's wwids file"), e))?;
     let mut next_ask = Instant::now();
     let mut ask_every = ASK_EVERY;
     let mut pause = Duration::from_millis(5);
@@ -57,7 +58,7 @@ pub fn map_of(
             return Ok(Some(map));
         }
         if Instant::now() >= next_ask {
-            if ask(md, &key, disks, deadline) == Asked::AllBlacklisted {
+            if ask(md, wwid, disks, deadline) == Asked::AllBlacklisted {
                 return Ok(None);
             }
             next_ask = Instant::now() + ask_every;
@@ -81,21 +82,17 @@ enum Asked {
     Asked,
 }
 
-/// `add path` for every disk, then `add map KEY`. A command multipathd does not answer is
+/// `add path` for every disk, then `add map WWID`. A command multipathd does not answer is
 /// asked again next time (the map may come anyway).
-fn ask(md: &mut Multipathd, key: &str, disks: &[String], deadline: Instant) -> Asked {
-    let mut blacklisted = 0;
-    for d in disks {
-        if let Ok(reply) = md.command(&format!("add path {d}"), deadline) {
-            if reply.trim() == "blacklisted" {
-                blacklisted += 1;
-            }
-        }
-    }
+fn ask(md: &mut Multipathd, wwid: &Wwid, disks: &[String], deadline: Instant) -> Asked {
+    let blacklisted = disks
+        .iter()
+        .filter(|d| matches!(md.add_path(d, deadline), Ok(Answer::Blacklisted)))
+        .count();
     if !disks.is_empty() && blacklisted == disks.len() {
         return Asked::AllBlacklisted;
     }
-    let _ = md.command(&format!("add map {key}"), deadline);
+    let _ = md.add_map(wwid, deadline);
     Asked::Asked
 }
 
@@ -112,64 +109,4 @@ fn holding(root: &Root, wwid: &Wwid, disks: &[String]) -> Result<Option<BlockNod
         let slaves = root.sys(format!("class/block/{}/slaves", node.name));
         disks.iter().all(|d| slaves.join(d).exists())
     }))
-}
-
-/// Adds `/WWID/` to multipathd's `wwids` file (`file`), as `multipath -a` does, unless it is
-/// there; the file (and its directory) are made if missing.
-pub fn remember_wwid(file: &Path, wwid: &str) -> Result<()> {
-    let fail = |e: std::io::Error| {
-        Error::Internal(format!(
-            "add {wwid} to multipathd's {}: {e}",
-            file.display()
-        ))
-    };
-    let line = format!("/{wwid}/");
-    match std::fs::read_to_string(file) {
-        Ok(text) if text.lines().any(|l| l.trim() == line) => return Ok(()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(fail(e)),
-    }
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-    }
-    let new = !file.exists();
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(file)
-        .map_err(fail)?;
-    if new {
-        // The header multipath writes, so that its tools take the file as theirs.
-        f.write_all(
-            b"# Multipath wwids, Version : 1.0\n\
-              # NOTE: This file is automatically maintained by multipath and multipathd.\n\
-              # You should not need to edit this file in normal circumstances.\n\
-              #\n# Valid WWIDs:\n",
-        )
-        .map_err(fail)?;
-    }
-    f.write_all(format!("{line}\n").as_bytes()).map_err(fail)?;
-    f.sync_all().map_err(fail)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_wwid_is_added_once_to_the_wwids_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("etc/multipath/wwids");
-        remember_wwid(&file, "36001405aaaa").unwrap();
-        remember_wwid(&file, "36001405aaaa").unwrap();
-        remember_wwid(&file, "36001405bbbb").unwrap();
-        let text = std::fs::read_to_string(&file).unwrap();
-        assert!(
-            text.starts_with("# Multipath wwids, Version : 1.0\n"),
-            "{text}"
-        );
-        let wwids: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
-        assert_eq!(wwids, ["/36001405aaaa/", "/36001405bbbb/"]);
-    }
 }

@@ -7,6 +7,7 @@
 mod devnum;
 mod eui64;
 mod hctl;
+mod iscsi_name;
 pub mod mpath;
 mod nguid;
 mod nqn;
@@ -17,6 +18,7 @@ pub use crate::sysfs::ObjectId;
 pub use devnum::DevNum;
 pub use eui64::Eui64;
 pub use hctl::Hctl;
+pub use iscsi_name::IscsiName;
 pub use nguid::Nguid;
 pub use nqn::{MAX_NQN_LEN, Nqn, Uuid};
 pub use wwid::Wwid;

@@ -11,7 +11,8 @@
 //!
 //! One file per part, their items re-exported here: `table.rs` (the table and status lines'
 //! parsers), `find.rs` (a map by name, number, node or WWID, its uuid, its partition maps),
-//! `multipathd.rs` (the control-socket client), `remove.rs` (the flush-and-remove
+//! `multipathd.rs` (the control-socket client, with `add path` and `add map`), `wwids.rs`
+//! (multipathd's `wwids` file, under multipath-tools' lock), `remove.rs` (the flush-and-remove
 //! sequence) and `resize.rs` (growing a map to its paths' new size).
 
 mod find;
@@ -20,9 +21,11 @@ mod remove;
 mod resize;
 mod suspend;
 mod table;
+mod wwids;
 
 pub use find::*;
-pub use multipathd::{MULTIPATHD_SOCKET, Multipathd, Peer};
+pub use multipathd::{Answer, MULTIPATHD_SOCKET, Multipathd, Peer};
 pub use remove::*;
 pub use resize::{GrownBy, grow};
 pub use table::*;
+pub use wwids::{WWIDS_FILE, WWIDS_HEADER, remember_in, remember_wwid};

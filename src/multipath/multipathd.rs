@@ -148,6 +148,36 @@ impl Multipathd {
         self.peer
     }
 
+    /// `add path DISK`: multipathd takes the path device `disk` (a kernel name, `sdc`) into
+    /// account, as a udev `add` event would make it. [`Answer::Blacklisted`] is the node's
+    /// policy for it: no map will hold it.
+    pub fn add_path(&mut self, disk: &str, deadline: Instant) -> Result<Answer> {
+        crate::sysfs::check_component("path device", disk)?;
+        if disk.contains(char::is_whitespace) {
+            return Err(Error::invalid("path device", disk, "contains a space"));
+        }
+        Ok(Answer::parse(
+            &self.command(&format!("add path {disk}"), deadline)?,
+        ))
+    }
+
+    /// `add map WWID`: multipathd builds the map of `wwid` from the paths it knows with that
+    /// WWID, whatever `find_multipaths` says (an administrator named it), as
+    /// `multipathd add map` does.
+    pub fn add_map(&mut self, wwid: &crate::id::Wwid, deadline: Instant) -> Result<Answer> {
+        let key = wwid.to_multipath();
+        if key.contains(char::is_whitespace) {
+            return Err(Error::invalid(
+                "WWID for multipathd",
+                &key,
+                "contains a space, which its commands cannot carry",
+            ));
+        }
+        Ok(Answer::parse(
+            &self.command(&format!("add map {key}"), deadline)?,
+        ))
+    }
+
     /// Sends `command` and returns the reply text, waiting at most until `deadline`.
     pub fn command(&mut self, command: &str, deadline: Instant) -> Result<String> {
         let start = Instant::now();
@@ -201,5 +231,32 @@ impl Multipathd {
             reply.truncate(nul);
         }
         Ok(String::from_utf8_lossy(&reply).into_owned())
+    }
+}
+
+/// What multipathd answered to a command that changes something (`add path`, `add map`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// `ok`: done.
+    Ok,
+    /// `blacklisted`: the node's configuration excludes the device; asking again will not
+    /// change that.
+    Blacklisted,
+    /// `delayed`: multipathd waits for something first (udev, more paths); ask again later.
+    Delayed,
+    /// `fail`, or anything else: the reply's text, trimmed.
+    Failed(String),
+}
+
+impl Answer {
+    /// The answer in multipathd's reply text.
+    pub fn parse(reply: &str) -> Answer {
+        match reply.trim() {
+            "ok" => Answer::Ok,
+            "blacklisted" => Answer::Blacklisted,
+            "delayed" => Answer::Delayed,
+            other => Answer::Failed(other.to_owned()),
+        }
     }
 }

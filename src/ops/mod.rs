@@ -27,6 +27,7 @@
 //! never import each other, and each public verb below is one `match` on the spec that hands
 //! it to its family.
 
+mod current;
 pub mod doctor;
 pub mod lock;
 mod names;

@@ -37,24 +37,19 @@ pub struct ResizeOptions {
     pub lock_dir: Option<PathBuf>,
 }
 
-impl Default for ResizeOptions {
-    fn default() -> Self {
+// No `Default`: the lock directory is under the caller's root, which a default cannot know,
+// and a default that locked within the process only would not exclude the CLI or a second
+// plugin. One way to make the options, [`ResizeOptions::new`]; set `lock_dir` to `None` for
+// that.
+impl ResizeOptions {
+    /// The defaults for `root`: 60 s, no expected size, multipathd used when it runs, and
+    /// locks in `<root>/run/lunkit/locks` like [`crate::ops::DetachOptions::new`].
+    pub fn new(root: &Root) -> ResizeOptions {
         ResizeOptions {
             timeout: DEFAULT_RESIZE_TIMEOUT,
             expect_size: None,
             use_multipathd: true,
-            lock_dir: None,
-        }
-    }
-}
-
-impl ResizeOptions {
-    /// The defaults, locking in `<root>/run/lunkit/locks` like
-    /// [`crate::ops::DetachOptions::new`].
-    pub fn new(root: &Root) -> ResizeOptions {
-        ResizeOptions {
             lock_dir: Some(root.run("lunkit/locks")),
-            ..ResizeOptions::default()
         }
     }
 }
@@ -98,8 +93,9 @@ impl DetachOptions {
     }
 }
 
-/// How [`attach`](super::attach()) behaves. [`AttachOptions::new`] remembers names in the lock
-/// directory under the root, as detach expects; the default remembers nothing.
+/// How [`attach`](super::attach()) behaves. Made with [`AttachOptions::new`], which remembers
+/// names in the lock directory under the root, as detach expects (there is no `Default`: it
+/// could not know the root); then set what differs.
 ///
 /// What applies to every volume is here; what applies to one protocol family only is in
 /// [`AttachOptions::scsi`] or [`AttachOptions::nvme`], and the other family's part is not
@@ -114,7 +110,7 @@ impl DetachOptions {
 /// // An NVMe namespace: connect this portal if it is not connected yet.
 /// opts.nvme.connect.push("192.0.2.10:4420".parse().unwrap());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AttachOptions {
     /// The deadline (which also bounds the map wait), the expected WWID and how many paths
@@ -124,8 +120,8 @@ pub struct AttachOptions {
     /// remembers there which WWID an iSCSI or FC target and LUN named, and which NVMe
     /// namespaces are attached, so that a later detach by the same name finds the volume's
     /// multipath map even once every path is gone, and a detach of another namespace keeps
-    /// the controllers this one needs. `None` (the default) remembers nothing; the CLI uses
-    /// `<root>/run/lunkit/locks`.
+    /// the controllers this one needs. [`AttachOptions::new`] sets `<root>/run/lunkit/locks`;
+    /// `None` remembers nothing (and locks within this process only).
     pub lock_dir: Option<PathBuf>,
     /// For a SCSI LUN ([`VolumeSpec::Iscsi`](super::VolumeSpec::Iscsi),
     /// [`VolumeSpec::Fc`](super::VolumeSpec::Fc), an H:C:T:L): which paths, and the map.
@@ -140,8 +136,10 @@ impl AttachOptions {
     /// [`crate::ops::DetachOptions::new`] puts its lock files.
     pub fn new(root: &Root) -> AttachOptions {
         AttachOptions {
+            scan: ScanOptions::default(),
             lock_dir: Some(root.run("lunkit/locks")),
-            ..AttachOptions::default()
+            scsi: ScsiAttachOptions::default(),
+            nvme: NvmeAttachOptions::default(),
         }
     }
 }

@@ -171,9 +171,21 @@ pub struct Resized {
     pub rescan_elapsed: Duration,
     /// How long the whole resize took.
     pub elapsed: Duration,
+    /// The device node to open for the volume, under the root the resize was given: see
+    /// [`Resized::device`].
+    pub device_node: Option<std::path::PathBuf>,
 }
 
 impl Resized {
+    /// The device node to open for the volume, under the [`Root`](crate::Root) the resize
+    /// was given (`<root>/dev/dm-0`, `<root>/dev/sdc`, `<root>/dev/nvme0n1`), whatever the
+    /// transport, as [`Attachment::device`] gives it: its multipath map; else its one path or
+    /// NVMe device. `None` when there are several and no map over them (which to use is the
+    /// caller's choice: [`ScsiResize::paths`], [`NvmeResize::devices`]).
+    pub fn device(&self) -> Option<&std::path::Path> {
+        self.device_node.as_deref()
+    }
+
     /// The SCSI part, for a SCSI LUN.
     pub fn scsi(&self) -> Option<&ScsiResize> {
         match &self.family {

@@ -7,6 +7,7 @@
 //! every host), the devices at the addresses, and the multipath maps over them.
 //! `/dev/disk/by-*` links are never used: they are udev's, and stale after a failed cleanup.
 
+pub use super::current::{NamespaceCheck, VolumeDevice, device, namespace_device};
 pub use super::report::MapDevice;
 pub use super::scsi::locate::{
     ForeignMap, LOCATE_WAIT, OrphanMap, VolumePath, VolumeState, locate, locate_until, orphan_maps,

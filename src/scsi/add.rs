@@ -123,7 +123,7 @@ impl TriggerPending {
             // The scsi_device is added before the write returns, or never: nothing to wait
             // for.
             let found = if self.dev_dir.exists() {
-                Triggered::Present
+                Triggered::Added
             } else {
                 Triggered::NotReported
             };

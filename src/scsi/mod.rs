@@ -89,8 +89,10 @@ impl ScanTarget {
 /// What a scan write found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Triggered {
-    /// The SCSI device exists now (made by this write, or already there and rescanned).
+    /// The SCSI device was there before and was rescanned.
     Present,
+    /// The SCSI device was made by this write.
+    Added,
     /// The target did not report the LUN: the kernel made no SCSI device.
     NotReported,
 }

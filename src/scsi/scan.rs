@@ -265,13 +265,14 @@ pub(crate) fn scan_paths(
     complete_names(&mut candidates, namer);
     let triggered = finish_writes(started, start, deadline);
     let triggered = refuse_if_held_as_another(what, triggered)?;
+    let new_paths = added(&candidates, &triggered);
     let (mut paths, pending) = outcomes(candidates, triggered);
     wait_ready(root, monitor.as_mut(), &mut paths, pending, start, deadline)?;
     let report = ScanReport {
         paths,
         elapsed: start.elapsed(),
     };
-    check_wwids(&report, opts.expect_wwid.as_ref())?;
+    check_wwids(&report, opts.expect_wwid.as_ref(), new_paths)?;
     let found = report.devices().count();
     if found >= opts.min_paths.max(1) {
         return Ok(report);
@@ -380,7 +381,7 @@ fn outcomes(candidates: Vec<Candidate>, triggered: Vec<Written>) -> (Vec<PathSca
             }
             (Candidate::Scan { via, target }, Some((result, timing))) => {
                 let outcome = match result {
-                    Ok(Triggered::Present) => {
+                    Ok(Triggered::Present | Triggered::Added) => {
                         pending.push(paths.len());
                         // Until its disk opens, below; what a path still pending ends as.
                         PathOutcome::TimedOut(disk_timeout(target.hctl, Duration::ZERO))
@@ -501,8 +502,9 @@ fn disk_timeout(hctl: Hctl, waited: Duration) -> Error {
 }
 
 /// Every path that came must carry the expected WWID, or, with none expected, the same one
-/// as the first path that came.
-fn check_wwids(report: &ScanReport, expect: Option<&Wwid>) -> Result<()> {
+/// as the first path that came. `new_paths` (the addresses this scan added) go into the
+/// error.
+fn check_wwids(report: &ScanReport, expect: Option<&Wwid>, new_paths: Vec<Hctl>) -> Result<()> {
     let mut devices = report.devices();
     let (reference, from) = match expect {
         Some(w) => (Some(w.clone()), None),
@@ -520,6 +522,7 @@ fn check_wwids(report: &ScanReport, expect: Option<&Wwid>) -> Result<()> {
             expected: reference,
             reference: from.map(|first| format!("{} ({})", first.name, first.hctl)),
             actual: p.wwid.clone(),
+            new_paths,
         });
     }
     Ok(())
@@ -557,3 +560,20 @@ fn too_few(what: &str, mut report: ScanReport, wanted: usize) -> Error {
         paths: report.paths,
     }
 }
+
+/// The addresses whose SCSI device this scan's write made (not there before it): what a
+/// caller refused for a WWID takes back, and nothing else.
+fn added(candidates: &[Candidate], triggered: &[Written]) -> Vec<Hctl> {
+    candidates
+        .iter()
+        .zip(triggered)
+        .filter_map(|(c, t)| match (c, t) {
+            (Candidate::Scan { target, .. }, Some((Ok(Triggered::Added), _))) => Some(target.hctl),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "scan_tests.rs"]
+mod tests;

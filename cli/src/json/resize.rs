@@ -170,6 +170,7 @@ mod tests {
             rescanned: true,
             rescan_elapsed: Duration::from_micros(30),
             elapsed: Duration::from_micros(150),
+            device_node: None,
         }
     }
 

@@ -112,6 +112,7 @@ fn check_wwid(
             expected: Some(expected.clone()),
             reference: None,
             actual: d.wwid.clone(),
+            new_paths: Vec::new(),
         }),
         None => Ok(()),
     }

@@ -151,6 +151,7 @@ impl Run<'_> {
                     expected: Some(was.clone()),
                     reference: None,
                     actual: d.wwid.clone(),
+                    new_paths: Vec::new(),
                 });
             }
         }

@@ -152,7 +152,12 @@ pub(in crate::ops) fn resize(
         d.after = sysblock::size_of(root, &d.device)?;
     }
     let rescan_elapsed = rescan_start.elapsed();
+    let device_node = match devices.as_slice() {
+        [one] => Some(root.dev(&one.device)),
+        _ => None,
+    };
     Ok(Resized {
+        device_node,
         wwid,
         family: ResizedFamily::Nvme(NvmeResize { devices, reported }),
         rescanned,

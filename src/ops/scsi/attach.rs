@@ -173,4 +173,10 @@ fn wait_map(
         }
         Ok(None)
     })
+    // The paths are on the node whatever became of the map: say which, and their WWID.
+    .map_err(|e| Error::MapWait {
+        wwid: wwid.clone(),
+        paths: disks.clone(),
+        source: Box::new(e),
+    })
 }

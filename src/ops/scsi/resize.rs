@@ -75,6 +75,11 @@ pub(in crate::ops) fn resize(
 
     let size = agreed_size(&paths, map_before, &volume).map_err(refuse)?;
     let map_start = Instant::now();
+    let device_node = match (&map, paths.as_slice()) {
+        (Some(m), _) => Some(m.node.path.clone()),
+        (None, [one]) => Some(root.dev(&one.disk)),
+        (None, _) => None,
+    };
     let map = match (map, map_before) {
         (Some(m), Some(before)) => {
             // A map already of the paths' size needs no device-mapper call at all.
@@ -103,6 +108,7 @@ pub(in crate::ops) fn resize(
         rescanned: !already,
         rescan_elapsed,
         elapsed: start.elapsed(),
+        device_node,
     })
 }
 
