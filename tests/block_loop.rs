@@ -535,8 +535,14 @@ fn read_ends_reads_the_first_and_last_span_and_holds_the_device_as_a_helper() {
     let node = lo.node();
     let ends = block::read_ends(&node, span, deadline()).unwrap();
     assert_eq!(ends.size, size);
-    assert!(ends.head == head, "the first span is not what the file holds");
-    assert!(ends.tail == tail, "the last span is not what the file holds");
+    assert!(
+        ends.head == head,
+        "the first span is not what the file holds"
+    );
+    assert!(
+        ends.tail == tail,
+        "the last span is not what the file holds"
+    );
     // A device smaller than the span is read whole, once.
     let ends = block::read_ends(&node, 2 * size, deadline()).unwrap();
     assert_eq!(ends.head.len() as u64, size);
