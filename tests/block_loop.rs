@@ -519,3 +519,40 @@ fn usages_answers_each_set_as_usage_does_alone() {
     let _ = kid.kill();
     let _ = kid.wait();
 }
+
+#[test]
+fn read_ends_reads_the_first_and_last_span_and_holds_the_device_as_a_helper() {
+    require_root!();
+    let span: u64 = 1 << 20;
+    let size = 3 * span + 4096;
+    let lo = Loop::new("ends", size);
+    let head = random(usize::try_from(span).unwrap(), 3);
+    let tail = random(usize::try_from(span).unwrap(), 4);
+    let b = OpenOptions::new().write(true).open(&lo.backing).unwrap();
+    b.write_all_at(&head, 0).unwrap();
+    b.write_all_at(&tail, size - span).unwrap();
+    b.sync_all().unwrap();
+    let node = lo.node();
+    let ends = block::read_ends(&node, span, deadline()).unwrap();
+    assert_eq!(ends.size, size);
+    assert!(
+        ends.head == head,
+        "the first span is not what the file holds"
+    );
+    assert!(
+        ends.tail == tail,
+        "the last span is not what the file holds"
+    );
+    // A device smaller than the span is read whole, once.
+    let ends = block::read_ends(&node, 2 * size, deadline()).unwrap();
+    assert_eq!(ends.head.len() as u64, size);
+    assert_eq!(ends.head, ends.tail);
+    // The read closed what it opened: nothing of this process holds the device now.
+    let u = usage_here(&Root::default(), &node, &UsageScope::default());
+    assert!(u.is_empty() && u.helpers.is_empty(), "{u}");
+    // A node that is not the device it claims to be is refused, not read.
+    let mut other = node.clone();
+    other.dev.minor += 100_000;
+    let e = block::read_ends(&other, span, deadline()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+}

@@ -2581,3 +2581,100 @@ fn the_plugins_image_serves_kubelets_sequences_as_the_daemonset_runs_it() {
     assert!(done.code() == Some(0), "{}", done.describe());
     drop(lab);
 }
+
+/// Paths of the multipath map `name` that device-mapper has active (`A` in `dmsetup
+/// status`), and how many it lists.
+fn dm_paths_active(name: &str) -> (usize, usize) {
+    let status = cmd::run("dmsetup", &["status", name]).unwrap_or_default();
+    let words: Vec<&str> = status.split_whitespace().collect();
+    let states: Vec<&str> = words
+        .windows(2)
+        .filter(|w| w[0].contains(':') && (w[1] == "A" || w[1] == "F"))
+        .map(|w| w[1])
+        .collect();
+    (states.iter().filter(|s| **s == "A").count(), states.len())
+}
+
+/// Issue 54 item 2. A stage whose readability check queues on a map with no path gives up
+/// at its deadline, and leaves nothing that blocks the volume's unstage once the paths are
+/// back: the read ran on lunkit's helper thread, which the in-use check lists apart from the
+/// device's users (before, lunkit-csi's own abandoned reader was named as a user and every
+/// unstage failed until the read ended). A retried stage starts no second read beside the
+/// stuck one: it waits for it and says so (before, each retry left another reader).
+///
+/// The sequence is a real one: the volume's paths are up (the test logs in and scans, as an
+/// earlier stage would have), then an administrator fails both through multipathd (`fail
+/// path`, which also stops its checker reinstating them, until `reinstate path`). The map
+/// (`no_path_retry queue`) queues I/O; the stage's attach finds the present volume and its
+/// disks, which still answer; its read queues. (dm's `fail_path` alone did not hold:
+/// multipathd's checker found the disk up and reinstated it within the stage.)
+///
+/// (lunkit's attach of a present volume rescans and opens each path disk, so failing the
+/// disks themselves does not reach the read: LIO's `alua_tg_pt_offline` made the rescan wait
+/// in sd's spin-up loop past the stage's deadline; an `offline` disk does not open.)
+///
+/// On the old code (a bare reader thread per stage) the retry's assertion fails: its error
+/// is its own reader's timeout, a second reader now queued beside the first. The unstage
+/// once the paths are back is what a node needs; it holds on the old code too when the
+/// reinstated paths have drained the readers before its in-use check runs.
+#[test]
+#[ignore = "VM test: run by cargo xtask test"]
+fn a_stage_whose_read_queues_with_no_path_leaves_nothing_that_blocks_its_unstage() {
+    require_vm();
+    let mut lab = Lab::prepare_at(Some(Lab::two_luns()), None, false, None);
+    lab.multipathd = Some(Multipathd::start(multipath::QUEUEING_CONF).expect("multipathd"));
+    lab.plugin = Some(Plugin::start(
+        Plugin::binary(),
+        BASE,
+        &["--root", "/", "--timeout", "20"],
+        Ready::Probe,
+        Duration::from_secs(300),
+    ));
+    let portals: Vec<String> = PORTALS.iter().map(|p| (*p).to_owned()).collect();
+    for s in iscsi::discover_and_login(IQN, &portals).expect("login") {
+        iscsi::scan_lun(&s, 0).expect("scan LUN 0");
+    }
+    let map = multipath::wait_maps(1, 2).expect("the map over both paths")[0].clone();
+    let multipathd = |what: &str| {
+        for disk in &map.paths {
+            cmd::run("multipathd", &[what, "path", disk]).expect(what);
+        }
+    };
+    let paths_active = |want: (usize, usize), what: &str| {
+        wait::until(what, Duration::from_secs(300), || {
+            Ok((dm_paths_active(&map.name) == want).then_some(()))
+        })
+        .expect(what);
+    };
+    multipathd("fail");
+    paths_active((0, 2), "both paths failed in the map");
+
+    let mut c = lab.client();
+    let stage = stage_req("pv-queued", 0, false);
+    let e = c
+        .node_stage_volume(stage.clone())
+        .expect_err("a stage whose read queues");
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{}", e.message());
+    assert!(e.message().contains("reading"), "{}", e.message());
+    // A retry while that read is still queued starts no other: it names the stuck one.
+    let e = c
+        .node_stage_volume(stage.clone())
+        .expect_err("a retried stage while the first read still queues");
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{}", e.message());
+    assert!(
+        e.message().contains("an earlier call is still blocked"),
+        "{}",
+        e.message()
+    );
+
+    multipathd("reinstate");
+    paths_active((2, 2), "both paths active again");
+    c.node_unstage_volume(unstage_req(&stage))
+        .expect("the first unstage after the paths are back");
+    // The sessions were the test's own logins; the plugin's unstage may leave them.
+    if !our_sessions().is_empty() {
+        iscsi::logout_all();
+    }
+    assert_node_clean();
+    drop(lab);
+}

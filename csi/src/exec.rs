@@ -3,6 +3,13 @@
 //! `resize2fs`/`xfs_growfs` to grow a mounted filesystem. Each run is bounded by a deadline:
 //! a program still running then is killed.
 //!
+//! **Children left in the kernel.** SIGKILL does not end a program blocked in uninterruptible
+//! I/O: a `blkid` or `mkfs` on a map that queues with no path stays, with the device open,
+//! until the I/O ends. One run on a device ([`run_on`]) is then listed in [`abandoned`] until
+//! its reaper thread has reaped it: a later stage refuses to start another program on that
+//! device, and an unstage waits for it ([`wait_abandoned`]) and names it, instead of finding
+//! the plugin itself among the device's users.
+//!
 //! **Secrets.** No secret is ever put on a command line: `/proc/PID/cmdline` is readable by
 //! every local user (and any hostPID pod) while the program runs. CHAP passwords go into the
 //! node record file instead ([`crate::iscsi::write_secrets`]). As a second line of defence,
@@ -14,6 +21,11 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use lunkit::block::BlockNode;
+
+mod left;
+pub use left::{Abandoned, abandoned, any_abandoned, wait_abandoned};
 
 use crate::error::{Error, Result};
 
@@ -157,18 +169,55 @@ impl Output {
 /// started still holds its output pipes open is not waited for either: its output is what
 /// came within [`REAP_GRACE`] of its exit.
 pub fn run(program: Program, args: &[&str], timeout: Duration) -> Result<Output> {
+    run_with(program, args, None, timeout)
+}
+
+/// [`run`] of a program that opens the block device `device` (`blkid`, `mkfs`). One left at
+/// its deadline still in the kernel is [registered](abandoned) with the device until it
+/// ends, so that an unstage can tell the plugin's own opener from a user
+/// ([`wait_abandoned`]); and while one is, a run of another program on that device is
+/// refused ([`Error::Aborted`] naming it) rather than started to block beside it.
+pub fn run_on(
+    program: Program,
+    args: &[&str],
+    device: &BlockNode,
+    timeout: Duration,
+) -> Result<Output> {
+    if let Some(stuck) = abandoned(device.dev).first() {
+        return Err(Error::Aborted(format!(
+            "{stuck}; {} is not run on {} until it ends",
+            program.name(),
+            device.path.display()
+        )));
+    }
+    run_with(program, args, Some(device), timeout)
+}
+
+fn run_with(
+    program: Program,
+    args: &[&str],
+    device: Option<&BlockNode>,
+    timeout: Duration,
+) -> Result<Output> {
     // The one place the plugin starts a process: `program` is one of the listed ones.
     #[allow(clippy::disallowed_methods)]
     let mut cmd = Command::new(program.name());
     cmd.args(args);
-    run_command(cmd, &command_line(program, args), timeout)
+    let on = device.map(|d| (program, d));
+    run_command(cmd, &command_line(program, args), on, timeout)
 }
 
 /// How long a killed program's exit, or a finished program's output pipes, are waited for.
 pub const REAP_GRACE: Duration = Duration::from_secs(2);
 
 /// [`run`] of a prepared command, shown in messages as `shown`.
-fn run_command(mut cmd: Command, shown: &str, timeout: Duration) -> Result<Output> {
+/// `on`: the program and the device it opens, for [`run_on`].
+fn run_command(
+    mut cmd: Command,
+    shown: &str,
+    on: Option<(Program, &BlockNode)>,
+    timeout: Duration,
+) -> Result<Output> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -183,7 +232,8 @@ fn run_command(mut cmd: Command, shown: &str, timeout: Duration) -> Result<Outpu
         Ok(Some(status)) => status,
         Ok(None) => {
             let _ = child.kill();
-            let reaped = reap_within(child, REAP_GRACE);
+            let left = on.map(|(program, d)| Abandoned::new(child.id(), program, d));
+            let reaped = reap_registered(child, REAP_GRACE, left);
             let what = if reaped {
                 "was killed"
             } else {
@@ -253,18 +303,44 @@ fn wait_until(
 /// Waits at most `grace` for `child` to exit; whether it did. One that has not is handed to
 /// a thread that waits for it without limit, so that it is reaped (not left a zombie)
 /// whenever it ends, and the caller goes on.
-pub fn reap_within(mut child: std::process::Child, grace: Duration) -> bool {
+pub fn reap_within(child: std::process::Child, grace: Duration) -> bool {
+    reap_registered(child, grace, None)
+}
+
+/// [`reap_within`], with the child listed as `left` in [`abandoned`] from the moment it is
+/// handed to its reaper until it has been reaped.
+fn reap_registered(
+    mut child: std::process::Child,
+    grace: Duration,
+    left: Option<Abandoned>,
+) -> bool {
     if let Ok(Some(_)) = wait_until(&mut child, Instant::now() + grace) {
         return true;
     }
     let pid = child.id();
-    std::thread::spawn(move || {
-        let status = child.wait();
+    if let Some(a) = &left {
+        left::register(a.clone());
+    }
+    let spawned = std::thread::Builder::new()
+        .name("lunkit-csi-reaper".into())
+        .spawn(move || {
+            let status = child.wait();
+            if left.is_some() {
+                left::forget(pid);
+            }
+            crate::log::note(
+                crate::log::Level::Warn,
+                &format!("process {pid}, left after its deadline, ended: {status:?}"),
+            );
+        });
+    if spawned.is_err() {
+        // No reaper: the entry stays, the child a zombie once it ends; an unstage of its
+        // device says so rather than taking the device from under it.
         crate::log::note(
             crate::log::Level::Warn,
-            &format!("process {pid}, left after its deadline, ended: {status:?}"),
+            &format!("process {pid}, left after its deadline, has no reaper thread"),
         );
-    });
+    }
     false
 }
 
@@ -281,6 +357,7 @@ pub fn run_ok(program: Program, args: &[&str], timeout: Duration) -> Result<Outp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lunkit::DevNum;
 
     const PASSWORD: &str = "s3cret-Pa55word";
     const MUTUAL: &str = "an0ther-s3cret";
@@ -383,8 +460,15 @@ mod tests {
 
     #[test]
     fn a_program_that_hangs_is_killed_at_its_deadline() {
-        let e = returns(|| run_command(sh("exec sleep 1000"), "sleep", Duration::from_millis(200)))
-            .unwrap_err();
+        let e = returns(|| {
+            run_command(
+                sh("exec sleep 1000"),
+                "sleep",
+                None,
+                Duration::from_millis(200),
+            )
+        })
+        .unwrap_err();
         assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e}");
         assert!(e.to_string().contains("was killed"), "{e}");
     }
@@ -396,6 +480,7 @@ mod tests {
             run_command(
                 sh("sleep 1000 & echo started $!"),
                 "sh",
+                None,
                 Duration::from_secs(600),
             )
         })
@@ -432,6 +517,46 @@ mod tests {
         #[allow(clippy::disallowed_methods)]
         let child = Command::new("true").spawn().unwrap();
         assert!(returns(move || reap_within(child, Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn a_child_left_stuck_on_a_device_is_waited_for_named_and_blocks_another_run_on_it() {
+        let device = BlockNode {
+            name: "dm-lunkit-test".into(),
+            dev: DevNum {
+                major: 253,
+                minor: 1 << 19,
+            },
+            path: "/dev/dm-lunkit-test".into(),
+        };
+        // `sleep`, not signalled, stands in for an mkfs stuck in the kernel after its kill.
+        #[allow(clippy::disallowed_methods)]
+        let child = Command::new("sleep").arg("1000").spawn().unwrap();
+        let pid = child.id();
+        let left = Abandoned::new(pid, Program::MkfsExt4, &device);
+        let reaped =
+            returns(move || reap_registered(child, Duration::from_millis(100), Some(left)));
+        assert!(!reaped);
+        assert_eq!(abandoned(device.dev).len(), 1);
+        // Another program on the device is refused, naming the stuck one.
+        let e = run_on(Program::Blkid, &["-p"], &device, Duration::from_secs(5)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted, "{e}");
+        for part in [&format!("pid {pid}"), "mkfs.ext4", "/dev/dm-lunkit-test"] {
+            assert!(e.to_string().contains(part), "{part}: {e}");
+        }
+        // An unstage's wait ends at its deadline, naming it.
+        let soon = Instant::now() + Duration::from_millis(100);
+        let e = wait_abandoned(&device, soon).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e}");
+        assert!(e.to_string().contains(&format!("pid {pid}")), "{e}");
+        // Once it ends, the wait returns and the registry forgets it.
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        let d = device.clone();
+        returns(move || wait_abandoned(&d, Instant::now() + Duration::from_secs(50))).unwrap();
+        assert!(abandoned(device.dev).is_empty());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use lunkit::block::BlockNode;
+
 use crate::error::{Error, Result};
 use crate::exec::{self, Program};
 
@@ -51,13 +53,13 @@ pub const READ_SPAN: u64 = 1 << 20;
 /// `blkid -p`. blkid exits 2 both for "nothing identified" and for "could not read the
 /// device", so its 2 means blank only once the reads have succeeded: a device that fails
 /// reads is an error, never a blank device to format.
-pub fn probe(device: &Path, timeout: Duration) -> Result<Signature> {
+pub fn probe(device: &BlockNode, timeout: Duration) -> Result<Signature> {
     let deadline = std::time::Instant::now() + timeout;
     check_readable(device, timeout)?;
-    let dev = device.to_string_lossy();
+    let dev = device.path.to_string_lossy();
     let args = ["-p", "-o", "export", dev.as_ref()];
     let left = deadline.saturating_duration_since(std::time::Instant::now());
-    let out = exec::run(Program::Blkid, &args, left)?;
+    let out = exec::run_on(Program::Blkid, &args, device, left)?;
     match out.code {
         Some(0) => Ok(parse_probe(&out.stdout)),
         // blkid's "nothing was identified", on a device just read whole at both ends.
@@ -67,46 +69,31 @@ pub fn probe(device: &Path, timeout: Duration) -> Result<Signature> {
 }
 
 /// Reads the first and the last [`READ_SPAN`] bytes of `device` (all of a smaller one),
-/// within `timeout`. A read that fails is `INTERNAL` naming the device, the offset and the
-/// errno; one still blocked at the deadline (I/O queued on a map with no path) is
-/// `DEADLINE_EXCEEDED`, its thread left to end on its own.
-pub fn check_readable(device: &Path, timeout: Duration) -> Result<()> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let path = device.to_owned();
-    std::thread::spawn(move || {
-        let _ = tx.send(read_ends(&path));
-    });
-    let shown = device.display();
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err((offset, e))) => Err(Error::Internal(format!(
-            "{shown} cannot be read at byte {offset}: {e} (errno {}); it is not probed or formatted",
-            e.raw_os_error().unwrap_or(0)
-        ))),
-        Err(_) => Err(Error::DeadlineExceeded(format!(
-            "reading {shown} has not returned in {:.1}s; it is not probed or formatted",
+/// within `timeout`, on lunkit's helper threads ([`lunkit::block::read_ends`]). A read that
+/// fails is `INTERNAL` naming the device, the offset and the errno; one still blocked at the
+/// deadline (I/O queued on a map with no path) is `DEADLINE_EXCEEDED`. The blocked read
+/// goes on on its helper, which the in-use check of a later unstage lists apart from the
+/// device's users (and whose map removal fails the queued I/O, which ends it); a stage
+/// retried meanwhile starts no second read but waits for that one, then says it is blocked.
+pub fn check_readable(device: &BlockNode, timeout: Duration) -> Result<()> {
+    let shown = device.path.display();
+    let deadline = std::time::Instant::now() + timeout;
+    match lunkit::block::read_ends(device, READ_SPAN, deadline) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == lunkit::ErrorKind::Timeout => Err(Error::DeadlineExceeded(format!(
+            "reading {shown} has not returned in {:.1}s; it is not probed or formatted ({e})",
             timeout.as_secs_f64()
         ))),
+        Err(e) => Err(Error::Internal(format!(
+            "{shown} cannot be read: {e} (errno {}); it is not probed or formatted",
+            e.errno().unwrap_or(0)
+        ))),
     }
-}
-
-/// The reads of [`check_readable`]; an error with the offset it happened at.
-fn read_ends(path: &Path) -> std::result::Result<(), (u64, std::io::Error)> {
-    use std::io::{Seek, SeekFrom};
-    use std::os::unix::fs::FileExt;
-    let mut f = std::fs::File::open(path).map_err(|e| (0, e))?;
-    let size = f.seek(SeekFrom::End(0)).map_err(|e| (0, e))?;
-    let tail = size.saturating_sub(READ_SPAN);
-    let mut buf = vec![0u8; usize::try_from(READ_SPAN.min(size)).unwrap_or(0)];
-    for offset in [0, tail] {
-        f.read_exact_at(&mut buf, offset).map_err(|e| (offset, e))?;
-    }
-    Ok(())
 }
 
 /// Formats the blank `device` with `fs_type`.
-pub fn format(device: &Path, fs_type: &str, timeout: Duration) -> Result<()> {
-    let dev = device.to_string_lossy();
+pub fn format(device: &BlockNode, fs_type: &str, timeout: Duration) -> Result<()> {
+    let dev = device.path.to_string_lossy();
     let (program, args): (Program, Vec<&str>) = match fs_type {
         // -F: the device is a whole disk, which mke2fs asks about otherwise.
         "ext4" => (Program::MkfsExt4, vec!["-q", "-F", dev.as_ref()]),
@@ -118,7 +105,12 @@ pub fn format(device: &Path, fs_type: &str, timeout: Duration) -> Result<()> {
             )));
         }
     };
-    exec::run_ok(program, &args, timeout).map(drop)
+    let out = exec::run_on(program, &args, device, timeout)?;
+    if out.code == Some(0) {
+        Ok(())
+    } else {
+        Err(Error::Program(out.describe(program, &args)))
+    }
 }
 
 /// Grows the filesystem of type `fs_type` on `device`, mounted at `mount_point`, to fill the
@@ -140,29 +132,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_ends_of_a_readable_device_are_read_and_an_unreadable_one_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        // Smaller than two spans, and larger: both read whole at their ends.
-        for size in [4096, 3 * READ_SPAN + 512] {
-            let f = dir.path().join(format!("dev{size}"));
-            std::fs::File::create(&f).unwrap().set_len(size).unwrap();
-            check_readable(&f, Duration::from_secs(60)).unwrap();
-        }
-        // A directory opens, and every read fails (EISDIR): the error names it and the errno.
-        let e = check_readable(dir.path(), Duration::from_secs(60)).unwrap_err();
+    fn a_device_that_cannot_be_opened_or_read_is_an_internal_error_naming_it() {
+        // A node that does not exist: the error names it and the errno (ENOENT).
+        let missing = BlockNode {
+            name: "lunkit-missing".into(),
+            dev: lunkit::DevNum {
+                major: 7,
+                minor: 1 << 19,
+            },
+            path: std::path::PathBuf::from("/dev/lunkit-test-missing-node"),
+        };
+        let e = check_readable(&missing, Duration::from_secs(60)).unwrap_err();
         let said = e.to_string();
         assert_eq!(e.code(), tonic::Code::Internal, "{said}");
-        assert!(said.contains(&dir.path().display().to_string()), "{said}");
-        assert!(
-            said.contains(&format!(
-                "errno {}",
-                rustix::io::Errno::ISDIR.raw_os_error()
-            )),
-            "{said}"
-        );
-        let e = probe(&dir.path().join("missing"), Duration::from_secs(60)).unwrap_err();
-        assert!(e.to_string().contains("missing"), "{e}");
+        assert!(said.contains("/dev/lunkit-test-missing-node"), "{said}");
+        assert!(said.contains("errno 2"), "{said}");
+        let e = probe(&missing, Duration::from_secs(60)).unwrap_err();
         assert!(e.to_string().contains("errno 2"), "{e}");
+        // A file in the node's place is not the device: refused, never read as it.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("dev");
+        std::fs::File::create(&f).unwrap().set_len(4096).unwrap();
+        let planted = BlockNode { path: f, ..missing };
+        let e = check_readable(&planted, Duration::from_secs(60)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal, "{e}");
+        assert!(e.to_string().contains("not the device"), "{e}");
     }
 
     #[test]

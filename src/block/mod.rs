@@ -13,7 +13,8 @@
 //!
 //! The in-use check is `in_use.rs` and what it reports `usage.rs`, their items re-exported
 //! here; `process.rs` and `processes.rs` are its `/proc` walk, `maps.rs` its `/proc/PID/maps`
-//! parser, `loopdev.rs` the bound loop devices. [`mountinfo`] parses mount tables and
+//! parser, `loopdev.rs` the bound loop devices. `ends.rs` reads both ends of a device under a
+//! deadline ([`read_ends`]). [`mountinfo`] parses mount tables and
 //! [`sysfs`] is the typed view of `/sys/block`.
 
 use std::fmt;
@@ -29,6 +30,7 @@ use crate::id::DevNum;
 use crate::id::Hctl;
 use crate::root::Root;
 
+mod ends;
 mod in_use;
 mod loopdev;
 mod maps;
@@ -40,6 +42,7 @@ pub mod sysfs;
 mod usage;
 mod walks;
 
+pub use ends::{Ends, read_ends};
 pub use in_use::*;
 pub use usage::*;
 pub(crate) use walks::{CheckIntent, intend_check};

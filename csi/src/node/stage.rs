@@ -139,7 +139,7 @@ impl Inner {
             )));
         }
         let left = || deadline.saturating_duration_since(Instant::now());
-        match vfs::probe(device, left())? {
+        match vfs::probe(dev, left())? {
             // A volume asked for read-only is never written, not even formatted.
             vfs::Signature::Blank if how.readonly => {
                 return Err(Error::FailedPrecondition(format!(
@@ -147,7 +147,7 @@ impl Inner {
                     device.display()
                 )));
             }
-            vfs::Signature::Blank => vfs::format(device, fs_type, left()).map_err(|e| {
+            vfs::Signature::Blank => vfs::format(dev, fs_type, left()).map_err(|e| {
                 Error::Program(format!("volume {id}: format {}: {e}", device.display()))
             })?,
             vfs::Signature::Filesystem(t) if t == fs_type => {}
@@ -240,6 +240,13 @@ impl Inner {
                 ),
             );
             return self.store.remove(id);
+        }
+        // The plugin's own blkid or mkfs, left in the kernel on the device at a stage's
+        // deadline, is waited for and named, never found as a user of the device.
+        if crate::exec::any_abandoned() {
+            if let Some(dev) = self.device_of(&record)? {
+                crate::exec::wait_abandoned(&dev, deadline)?;
+            }
         }
         let what = format!("volume {id}: detach {}", record.target.describe());
         let mut opts = DetachOptions::new(self.root());
