@@ -160,7 +160,15 @@ fn size_and_block_size_come_from_the_kernel() {
     let lo = Loop::new("size", 3 << 20);
     let node = lo.node();
     assert_eq!(block::size(&node).unwrap(), 3 << 20);
+    // The bounded form answers the same, and its helper closes the device when done.
+    assert_eq!(block::size_within(&node, deadline()).unwrap(), 3 << 20);
     assert_eq!(block::logical_block_size(&node).unwrap(), 512);
+    // A deadline already past still lets a quick call report, as every helper call does.
+    assert_eq!(
+        block::size_within(&node, Instant::now()).unwrap(),
+        3 << 20,
+        "a call that returns at once is not a timeout"
+    );
 }
 
 #[test]

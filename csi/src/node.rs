@@ -68,6 +68,9 @@ pub struct Config {
     pub follow_discovery: bool,
 }
 
+/// How long a stats or expand call waits for the device's size ([`Inner::query_deadline`]).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Config {
     /// The defaults for `node_id`: root `/`, records in `/var/lib/lunkit-csi`, two minutes
     /// for a stage and for an unstage.
@@ -342,6 +345,14 @@ impl Inner {
     /// The deadline of a publish's or unpublish's mount call: a stage's time, from now.
     pub(crate) fn mount_deadline(&self) -> Instant {
         Instant::now() + self.config.stage_timeout
+    }
+
+    /// The deadline of a stats or expand call's look at the device (its size): a few
+    /// seconds, since kubelet asks for stats of every volume every minute and a device
+    /// whose open is stuck behind a partition scan must not hold a call, or a thread, for
+    /// longer than that; the call answers `DEADLINE_EXCEEDED` and kubelet asks again.
+    pub(crate) fn query_deadline(&self) -> Instant {
+        Instant::now() + QUERY_TIMEOUT.min(self.config.stage_timeout)
     }
 
     /// Records the device handed out (its node path: see [`paths`]) and whether it is

@@ -281,6 +281,27 @@ pub fn size(node: &BlockNode) -> Result<u64> {
     })
 }
 
+/// [`size`] bounded by `deadline`: the `open(2)` waits for the disk's open mutex, which a
+/// partition scan holds through its reads (a scan on a path that stopped answering holds it
+/// until the SCSI error handler gives up), so the call runs on a helper thread, as
+/// [`flush`] does, and a caller that must answer in time (a CSI plugin's stats or expand)
+/// gets [`Error::Timeout`] instead of waiting with it. A second call while the first is
+/// still blocked waits for that one, within its own deadline, and starts no other thread.
+pub fn size_within(node: &BlockNode, deadline: Instant) -> Result<u64> {
+    let what = || format!("size of {node} (the device is not completing its open)");
+    let subject = Subject::device("size", node.dev);
+    let node = node.clone();
+    helper::bounded(subject, deadline, &what, move || {
+        let fd = open_checked(&node, OFlags::NONBLOCK)?;
+        let _held = helper::hold(fd.as_fd(), node.dev);
+        crate::ioctl::blkgetsize64(&fd).map_err(|source| Error::Ioctl {
+            op: "BLKGETSIZE64",
+            target: node.to_string(),
+            source,
+        })
+    })
+}
+
 /// The device's logical block size in bytes (`BLKSSZGET`).
 pub fn logical_block_size(node: &BlockNode) -> Result<u32> {
     let fd = open_checked(node, OFlags::NONBLOCK)?;

@@ -52,7 +52,7 @@ impl Inner {
                 });
             }
             Access::Block => {
-                let size = lunkit::block::size(&device)
+                let size = lunkit::block::size_within(&device, self.query_deadline())
                     .map_err(|e| Error::lunkit(format!("volume {id}: size of {device}"), e))?;
                 usage.push(VolumeUsage {
                     total: i64::try_from(size).unwrap_or(i64::MAX),
@@ -120,7 +120,7 @@ impl Inner {
         };
         let device = self.device_now(&record, "NodeExpandVolume")?;
         self.check_volume_path(&record, &device, path)?;
-        let size = lunkit::block::size(&device)
+        let size = lunkit::block::size_within(&device, self.query_deadline())
             .map_err(|e| Error::lunkit(format!("volume {id}: size of {device}"), e))?;
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         // Nothing asked, or the device is that large already: no rescan, no wait. A
