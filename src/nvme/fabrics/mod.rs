@@ -184,9 +184,10 @@ impl Host {
             None => {
                 return Err(Error::NotFound {
                     what: format!(
-                        "host NQN: none was given and {} does not exist (write one there, \
-                         e.g. with `nvme gen-hostnqn`, or pass it)",
-                        nqn_path.display()
+                        "this host has no NVMe host NQN: none was given and {file} does not \
+                         exist; write one there (`nvme gen-hostnqn > {file}`) or pass one \
+                         (`host`, the CLI's --hostnqn)",
+                        file = nqn_path.display()
                     ),
                 });
             }
@@ -443,7 +444,8 @@ fn open(path: &Path) -> Result<fs::File> {
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ENOENT) => Error::NotFound {
                 what: format!(
-                    "{} (is the nvme-fabrics module loaded, with nvme-tcp?)",
+                    "{} does not exist; load the NVMe/TCP modules with `modprobe nvme-tcp` \
+                     (it brings nvme-fabrics) and run this again",
                     path.display()
                 ),
             },
