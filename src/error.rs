@@ -25,9 +25,11 @@ pub enum Error {
     },
 
     /// The device, host, session, map or port asked for does not exist.
-    #[error("{what} not found")]
+    #[error("{what}")]
     NotFound {
-        /// What was looked for, e.g. `SCSI device 2:0:0:7`.
+        /// The whole message, one sentence: what was looked for and, where the caller can
+        /// do something about it, what (`no logged-in iSCSI session to iqn… through
+        /// 192.0.2.10:3260; log in first with …`, `SCSI device 2:0:0:7 not found`).
         what: String,
     },
 

@@ -66,7 +66,10 @@ pub(crate) fn require(root: &Root) -> Result<()> {
         return Ok(());
     }
     Err(Error::NotFound {
-        what: format!("sysfs directory {}", top.display()),
+        what: format!(
+            "no sysfs directory {} (is the root given the node's, with /sys mounted?)",
+            top.display()
+        ),
     })
 }
 

@@ -344,10 +344,13 @@ fn iscsi_scan_writes_to_every_session_of_the_target_only() {
         &quick(),
     )
     .unwrap_err();
+    // One sentence that says how to log in (no portal asked: `PORTAL` stands for it).
+    let msg = err.to_string();
     assert!(
-        err.to_string()
-            .contains("logged-in iSCSI session to iqn.2003-01.org.example:other"),
-        "{err}"
+        msg.starts_with("no logged-in iSCSI session to iqn.2003-01.org.example:other; ")
+            && msg
+                .contains("`iscsiadm -m node -T iqn.2003-01.org.example:other -p PORTAL --login`"),
+        "{msg}"
     );
     let err = lunkit::iscsi::scan(&root3, &iscsi("iqn../../x y", &[], 0), &quick()).unwrap_err();
     assert!(matches!(err, Error::Invalid { .. }), "{err}");

@@ -50,7 +50,7 @@ pub fn run(root: &Root, cmd: Doctor) -> u8 {
             exit(&found, fixes.as_ref())
         }
         Err(e) => {
-            errln!("lunkit: {}", crate::message::describe(&e));
+            errln!("lunkit: {}", e);
             crate::exit_code(&e)
         }
     }

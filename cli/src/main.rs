@@ -14,7 +14,6 @@ mod doctor;
 mod human;
 mod ids;
 mod json;
-mod message;
 mod multipath;
 mod nvme;
 mod resize;
@@ -205,7 +204,7 @@ fn run(cli: Cli) -> u8 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            errln!("lunkit: {}", message::describe(&e));
+            errln!("lunkit: {}", e);
             exit_code(&e)
         }
     }

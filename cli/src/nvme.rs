@@ -230,12 +230,7 @@ fn print_discovered(found: &discovery::Discovered) {
         let l = match &s.result {
             Ok(l) => l,
             Err(e) => {
-                outln!(
-                    "{}:{}: {}",
-                    s.traddr,
-                    s.trsvcid,
-                    crate::message::describe(e)
-                );
+                outln!("{}:{}: {e}", s.traddr, s.trsvcid);
                 continue;
             }
         };

@@ -183,7 +183,7 @@ pub struct Detach {
 pub fn flush(root: &Root, cmd: Flush) -> lunkit::Result<()> {
     let deadline = lunkit::wait::deadline_after(crate::seconds(cmd.timeout)?);
     let node = block::resolve(root, &cmd.device)?.ok_or_else(|| Error::NotFound {
-        what: format!("block device {}", cmd.device),
+        what: no_device(&cmd.device),
     })?;
     let t0 = Instant::now();
     block::flush(&node, deadline)?;
@@ -224,7 +224,7 @@ fn scsi_address(root: &Root, device: &str) -> lunkit::Result<Hctl> {
         return Ok(h);
     }
     let node = block::resolve(root, device)?.ok_or_else(|| Error::NotFound {
-        what: format!("block device {device}"),
+        what: no_device(device),
     })?;
     block::scsi_address(root, &node).ok_or_else(|| {
         Error::invalid(
@@ -273,4 +273,12 @@ pub fn detach(root: &Root, cmd: Detach) -> lunkit::Result<()> {
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The message for a device argument that names no block device of the node.
+fn no_device(device: &str) -> String {
+    format!(
+        "no block device {device} on this node; give a /dev path, a kernel name (sdc, dm-0) or \
+         an H:C:T:L, as `lunkit list` shows them"
+    )
 }

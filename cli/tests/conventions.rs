@@ -382,8 +382,8 @@ fn lunkit_help_gives_each_command_one_line_and_its_help_the_exit_codes() {
 }
 
 /// The messages that used to glue a sentence to "not found", or stop at it, say in one
-/// sentence what is missing and what to do; checked through the binary, so a change of the library's words
-/// (which the CLI recognises them by) is seen here.
+/// sentence what is missing and what to do: the library's own words, which the CLI prints
+/// as they are.
 #[test]
 fn a_missing_session_host_nqn_port_or_controller_says_what_to_do() {
     // A copy: `attach` takes its volume lock under run/ of the root.
@@ -443,7 +443,7 @@ fn a_missing_session_host_nqn_port_or_controller_says_what_to_do() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
-        err.contains(&format!("no FC remote port {WWPN} is on this node: check")),
+        err.contains(&format!("no FC remote port {WWPN} is on this node; check")),
         "{err}"
     );
     let out = nowhere(&["nvme", "rescan", "--nvme-nqn", NQN]);

@@ -162,7 +162,7 @@ pub(crate) fn size_bytes(root: &Root, name: &str) -> Option<u64> {
 /// [`size_bytes`], or [`Error::NotFound`](crate::Error::NotFound) naming the device.
 pub(crate) fn size_of(root: &Root, name: &str) -> crate::Result<u64> {
     size_bytes(root, name).ok_or_else(|| crate::Error::NotFound {
-        what: format!("size of block device {name}"),
+        what: format!("block device {name} not found (no size in sysfs)"),
     })
 }
 

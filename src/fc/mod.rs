@@ -20,7 +20,11 @@ pub mod sysfs;
 /// No remote port leads to any of `targets`.
 fn no_port(targets: &[Wwn]) -> Error {
     Error::NotFound {
-        what: format!("FC target port {}", list(targets)),
+        what: format!(
+            "no FC remote port {} is on this node; check the target's zoning and LUN \
+             masking, and the ports the node sees (`lunkit list`)",
+            list(targets)
+        ),
     }
 }
 

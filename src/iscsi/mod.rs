@@ -30,15 +30,21 @@ pub fn check_target_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// No session to `target` (through `portals`) can be scanned.
+/// No session to `target` (through `portals`) can be scanned: the message gives the
+/// `iscsiadm` commands that log one in, with the first portal asked (`PORTAL` without one).
 fn no_session(target: &str, portals: &[String]) -> Error {
     let via = if portals.is_empty() {
         String::new()
     } else {
         format!(" through {}", portals.join(", "))
     };
+    let portal = portals.first().map_or("PORTAL", String::as_str);
     Error::NotFound {
-        what: format!("logged-in iSCSI session to {target}{via}"),
+        what: format!(
+            "no logged-in iSCSI session to {target}{via}; log in first with \
+             `iscsiadm -m node -T {target} -p {portal} --login` (after \
+             `iscsiadm -m discovery -t sendtargets -p {portal}` if the node is not known yet)"
+        ),
     }
 }
 

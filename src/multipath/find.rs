@@ -86,7 +86,7 @@ pub fn read_map(ctl: &Control, id: &DevId<'_>) -> Result<Option<Map>> {
 /// below `root`. No such map is [`Error::NotFound`].
 pub fn find(ctl: &Control, root: &Root, spec: &str) -> Result<Map> {
     let not_found = || Error::NotFound {
-        what: format!("multipath map {spec}"),
+        what: format!("multipath map {spec} not found"),
     };
     if spec.starts_with('/') {
         // Resolved below the root, symlinks included; a node that is gone is no map.

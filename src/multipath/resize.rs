@@ -88,7 +88,7 @@ pub fn grow(
     let ctl = Arc::new(Control::open(root)?);
     let by_name = DevId::Name(name);
     let map = read_map(&ctl, &by_name)?.ok_or_else(|| Error::NotFound {
-        what: format!("multipath map {name}"),
+        what: format!("multipath map {name} not found"),
     })?;
     let label = map.label();
     if map.sectors == sectors {

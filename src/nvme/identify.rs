@@ -116,10 +116,13 @@ pub(crate) fn controller_node(root: &Root, name: &str) -> Result<(PathBuf, DevNu
     let dir = sysfs::Confine::new(root)
         .dir(&sysnvme::controller_dir(root, name))
         .ok_or_else(|| Error::NotFound {
-            what: format!("NVMe controller {name} below {}", root.path().display()),
+            what: format!(
+                "NVMe controller {name} not found below {}",
+                root.path().display()
+            ),
         })?;
     let dev: DevNum = sysfs::attr_parse(&dir, "dev").ok_or_else(|| Error::NotFound {
-        what: format!("NVMe controller {name} (no device number in sysfs)"),
+        what: format!("NVMe controller {name} has no device number in sysfs"),
     })?;
     Ok((root.dev(name), dev))
 }

@@ -428,7 +428,10 @@ pub fn rescan(root: &Root, nqn: &Nqn, timeout: Duration) -> Result<Vec<String>> 
         .collect();
     if live.is_empty() {
         return Err(Error::NotFound {
-            what: format!("live NVMe controller of subsystem {nqn}"),
+            what: format!(
+                "no NVMe controller of subsystem {nqn} is live; connect one first \
+                 (`lunkit nvme connect --traddr ADDR --nvme-nqn {nqn}`, or an attach)"
+            ),
         });
     }
     let mut asked = Vec::new();

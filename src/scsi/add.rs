@@ -67,7 +67,7 @@ pub(crate) fn trigger_start(
     if dev_dir.exists() {
         let Some(dev_dir) = confine.dir(&dev_dir) else {
             return Err(Error::NotFound {
-                what: format!("SCSI device {h} below {}", root.path().display()),
+                what: format!("SCSI device {h} not found below {}", root.path().display()),
             });
         };
         let mut present = Present::read(root, h, &dev_dir)?;
@@ -100,7 +100,7 @@ pub(crate) fn trigger_start(
         .dir(&sysfs::host_dir(root, h.host))
         .filter(|d| d.is_dir())
         .ok_or_else(|| Error::NotFound {
-            what: format!("SCSI host{}", h.host),
+            what: format!("SCSI host{} not found", h.host),
         })?;
     let path = host_dir.join("scan");
     Ok(TriggerPending {
@@ -354,12 +354,15 @@ pub(crate) fn ready_start(root: &Root, hctl: Hctl) -> Result<Option<ReadyPending
     if !dir.exists() {
         // It existed after the scan write; vanishing means someone deleted it meanwhile.
         return Err(Error::NotFound {
-            what: format!("SCSI device {hctl} (removed while waiting for it)"),
+            what: format!("SCSI device {hctl} was removed while waiting for it"),
         });
     }
     let Some(dir) = crate::sysfs::Confine::new(root).dir(&dir) else {
         return Err(Error::NotFound {
-            what: format!("SCSI device {hctl} below {}", root.path().display()),
+            what: format!(
+                "SCSI device {hctl} not found below {}",
+                root.path().display()
+            ),
         });
     };
     let Some(name) = crate::sysfs::sub_entries(&dir, "block")?.into_iter().next() else {

@@ -229,7 +229,10 @@ pub(crate) fn remove_device(
     let dir = crate::sysfs::Confine::new(root)
         .dir(&sysfs::device_dir(root, hctl))
         .ok_or_else(|| Error::NotFound {
-            what: format!("SCSI device {hctl} below {}", root.path().display()),
+            what: format!(
+                "SCSI device {hctl} not found below {}",
+                root.path().display()
+            ),
         })?;
     // Open first, check second, write third: the write then reaches the object that was
     // checked, or fails with ENODEV if it was removed after the check (crate::sysfs::AttrWriter).

@@ -143,7 +143,7 @@ pub fn rescan(root: &Root, hctl: Hctl, deadline: Instant) -> Result<()> {
         .dir(&sysfs::device_dir(root, hctl))
         .filter(|d| d.is_dir())
         .ok_or_else(|| Error::NotFound {
-            what: format!("SCSI device {hctl}"),
+            what: format!("SCSI device {hctl} not found"),
         })?;
     write_within(dir.join("rescan"), "1", deadline)
 }

@@ -541,7 +541,7 @@ fn too_few(what: &str, mut report: ScanReport, wanted: usize) -> Error {
             (PathOutcome::Failed(e) | PathOutcome::TimedOut(e), _) => e,
             (PathOutcome::NotReported, Some(h)) => Error::NotFound {
                 what: format!(
-                    "LUN {} behind host{} channel {} target {} (the target did not report it)",
+                    "LUN {} behind host{} channel {} target {} not found (the target did not report it)",
                     h.lun, h.host, h.channel, h.target
                 ),
             },

@@ -61,7 +61,7 @@ impl Detach {
                 .and_then(|i| i.wwid.as_ref())
                 .map(|w| w.to_multipath()),
             ok: result.is_ok(),
-            error: result.as_ref().err().map(crate::message::describe),
+            error: result.as_ref().err().map(ToString::to_string),
             rounds: result.as_ref().map_or(0, |r| r.rounds),
             // One reading for both figures, so they agree to the microsecond.
             duration_ms: millis(elapsed),

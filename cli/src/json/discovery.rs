@@ -78,7 +78,7 @@ fn service(s: &Asked) -> Service {
     Service {
         traddr: s.traddr.to_string(),
         trsvcid: s.trsvcid,
-        error: s.result.as_ref().err().map(crate::message::describe),
+        error: s.result.as_ref().err().map(ToString::to_string),
         controller: log.map(|l| l.controller.clone()),
         generation: log.map(|l| l.log.generation),
         entries: log.map_or_else(Vec::new, |l| l.log.entries.iter().map(entry).collect()),

@@ -101,7 +101,7 @@ impl<S, R> Report<S, R> {
             version: SCHEMA_VERSION,
             subject,
             ok: result.is_ok(),
-            error: result.as_ref().err().map(crate::message::describe),
+            error: result.as_ref().err().map(ToString::to_string),
             elapsed_us: micros(elapsed),
             result: result.as_ref().ok().map(f),
         }

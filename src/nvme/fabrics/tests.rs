@@ -1,3 +1,6 @@
+use std::path::PathBuf;
+use std::time::Instant;
+
 use super::*;
 
 fn host() -> Host {

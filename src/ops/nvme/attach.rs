@@ -153,10 +153,16 @@ impl Wait<'_> {
             });
         }
         let what = if have == 0 {
-            format!("a path to {}{}", self.spec, connects.describe())
+            format!(
+                "no path to {} can come: the subsystem has no controller after the \
+                 connects{}; check the portals and that the subsystem lets this host in",
+                self.spec,
+                connects.describe()
+            )
         } else {
             format!(
-                "{} paths to {} (the minimum asked; the subsystem has {have} controller(s)){}",
+                "{} paths to {} were asked but the subsystem has {have} controller(s) after \
+                 the connects{}; connect more portals or ask for fewer paths",
                 self.min,
                 self.spec,
                 connects.describe()
@@ -212,7 +218,12 @@ impl Wait<'_> {
                 }
                 let none_connected = connects.portals.iter().all(|c| c.result.is_err());
                 Err(if devices.is_empty() && none_connected {
-                    Error::NotFound { what }
+                    Error::NotFound {
+                        what: format!(
+                            "{what} did not come: every connect failed; check the portals and \
+                             that the subsystem lets this host in"
+                        ),
+                    }
                 } else {
                     Error::Timeout { what, waited }
                 })

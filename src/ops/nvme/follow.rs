@@ -435,7 +435,7 @@ impl Follower {
     fn gone(&self) -> Error {
         Error::NotFound {
             what: format!(
-                "persistent discovery controller {} (deleted, or the kernel gave up \
+                "persistent discovery controller {} is gone (deleted, or the kernel gave up \
                  reconnecting)",
                 self.controller
             ),

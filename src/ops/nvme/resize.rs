@@ -78,7 +78,7 @@ pub(in crate::ops) fn resize(
     let start = Instant::now();
     let deadline = wait::deadline_from(start, opts.timeout);
     let absent = || Error::NotFound {
-        what: format!("{spec} on the node"),
+        what: format!("{spec} not found on the node"),
     };
     let first = selected(root, nqn, namespace)?;
     let key = match first.iter().find_map(|(_, d)| d.wwid.as_ref()) {

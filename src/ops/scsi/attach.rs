@@ -141,7 +141,9 @@ fn wait_map(
     let Some(wwid) = wwid else {
         return Err(Error::NotFound {
             what: format!(
-                "WWID of {} (a multipath map is keyed by it; the LUN has no VPD page 0x83)",
+                "{} report no WWID (the LUN has no VPD page 0x83), and multipath keys its \
+                 maps by it; attach without waiting for a map (`wait_map`, the CLI's \
+                 --wait-map), or give the LUN a device identifier on the target",
                 disks.join(", ")
             ),
         });

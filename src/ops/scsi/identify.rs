@@ -179,7 +179,7 @@ fn identify_device(root: &Root, spec: &str) -> Result<Identity> {
     // A partition: the volume is its disk.
     let disk = if sysblock::is_partition(root, &node.name) {
         sysblock::disk_of_partition(root, &node.name).ok_or_else(|| Error::NotFound {
-            what: format!("disk of partition {}", node.name),
+            what: format!("disk of partition {} not found", node.name),
         })?
     } else {
         node.name.clone()

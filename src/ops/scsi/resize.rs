@@ -150,7 +150,7 @@ fn paths_up(
     }
     if paths.is_empty() {
         return Err(Error::NotFound {
-            what: format!("paths of {spec}"),
+            what: format!("no path of {spec} is on the node"),
         });
     }
     Ok(paths)
