@@ -2,10 +2,10 @@
 //! and a LUN with another WWID than the volume's refused. Both transports' modules use it;
 //! it uses neither.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use lunkit::block::BlockNode;
+use lunkit::ops::volume::VolumeDevice;
 use lunkit::ops::{self, AttachOptions, DetachOptions, VolumeSpec};
 use lunkit::{Root, Wwid};
 
@@ -19,25 +19,6 @@ use crate::proto::VolumeCondition;
 use crate::stale::Presence;
 use crate::state::Record;
 use lunkit::scsi::sysfs::ScsiState;
-
-/// The SCSI addresses with a device now.
-pub(crate) fn scsi_addresses(root: &Root) -> Result<HashSet<lunkit::Hctl>> {
-    Ok(lunkit::scsi::sysfs::devices(root)
-        .map_err(|e| Error::lunkit("reading the SCSI devices", e))?
-        .into_iter()
-        .map(|d| d.hctl)
-        .collect())
-}
-
-/// The WWID of the LUN found at the volume's address when a scan refused it for not being
-/// the volume.
-pub(crate) fn mismatched_wwid(e: &lunkit::Error) -> Option<&Wwid> {
-    match e {
-        lunkit::Error::WwidMismatch { actual, .. } => actual.as_ref(),
-        lunkit::Error::Step { source, .. } => mismatched_wwid(source),
-        _ => None,
-    }
-}
 
 impl Inner {
     /// `ops::attach` of a SCSI LUN on every path, then multipathd's map when multipathd
@@ -61,10 +42,9 @@ impl Inner {
         opts.scan.timeout = deadline.saturating_duration_since(Instant::now());
         opts.scsi.wait_map = false;
         let what = format!("volume {id}: attach {spec}");
-        let before = scsi_addresses(root)?;
         let a = match attach_recorded(root, spec, &opts) {
             Ok(a) => a,
-            Err(e) => return Err(self.refused_attach(id, &what, e, &before)),
+            Err(e) => return Err(self.refused_attach(id, &what, e)),
         };
         let wwid = a.wwid.clone();
         record.wwid = wwid.as_ref().map(Wwid::to_multipath);
@@ -109,45 +89,77 @@ impl Inner {
     }
 
     /// The error of an attach that failed. A LUN with another WWID than the volume's is
-    /// `FAILED_PRECONDITION`, and the devices of that WWID are taken out again when every
-    /// one of them came in this call (an address `before` did not have) and no other
-    /// volume of this node is known by that WWID.
-    pub(crate) fn refused_attach(
-        &self,
-        id: &str,
-        what: &str,
-        e: lunkit::Error,
-        before: &HashSet<lunkit::Hctl>,
-    ) -> Error {
-        let Some(actual) = mismatched_wwid(&e).cloned() else {
+    /// `FAILED_PRECONDITION`, and, when no other volume of this node is known by that WWID,
+    /// the addresses the scan itself brought in ([`lunkit::Error::new_paths`]) are taken out
+    /// again, and only those: the devices that were there before are someone else's.
+    pub(crate) fn refused_attach(&self, id: &str, what: &str, e: lunkit::Error) -> Error {
+        let Some(actual) = e.mismatched_wwid().cloned() else {
             return Error::lunkit(what.to_owned(), e);
         };
         let root = self.root();
         let key = actual.to_multipath();
-        let mut cleanup = String::new();
+        let new = e.new_paths();
         let ours = self.store.all().map(|all| {
             !all.iter()
                 .any(|r| r.volume_id != id && r.known_wwid() == Some(key.as_str()))
         });
         let state = ops::volume::identify(root, &VolumeSpec::Wwid(actual.clone()))
             .and_then(|i| ops::volume::locate(root, &i));
-        match (ours, state) {
-            (Ok(true), Ok(s)) if s.paths.iter().all(|p| !before.contains(&p.hctl)) => {
-                let opts = DetachOptions::new(root);
-                cleanup = match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts) {
+        let opts = DetachOptions::new(root);
+        let cleanup = match (ours, state) {
+            (Ok(true), _) if new.is_empty() => {
+                "; its devices were there before this stage and are left".to_owned()
+            }
+            // Every device of that WWID came in this call: the detach takes the map that
+            // multipathd builds over them as they come (`find_multipaths no`) with them,
+            // which deleting the paths alone could not (the map holds them).
+            (Ok(true), Ok(s)) if s.paths.iter().all(|p| new.contains(&p.hctl)) => {
+                match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts) {
                     Ok(_) => "; its devices that this stage brought in were taken out".into(),
                     Err(d) => format!("; taking its devices out again failed: {d}"),
-                };
+                }
             }
-            _ => cleanup.push_str("; its devices were there before this stage and are left"),
-        }
+            // Some were there before: only the new addresses go, each refused while a map
+            // or anything else holds it.
+            (Ok(true), Ok(_)) => delete_new(root, new, &opts),
+            _ => "; its devices were there before this stage and are left".to_owned(),
+        };
         Error::FailedPrecondition(format!("{what}: refused: {e}{cleanup}"))
     }
 }
 
+/// Deletes the SCSI devices at `new` (what a refused scan brought in); what the refusal
+/// says of them.
+fn delete_new(root: &Root, new: &[lunkit::Hctl], opts: &DetachOptions) -> String {
+    let mut d = lunkit::scsi::DeleteOptions::default();
+    d.timeout = opts.timeout;
+    let failed: Vec<String> = new
+        .iter()
+        .filter_map(|h| {
+            lunkit::scsi::delete(root, *h, &d)
+                .err()
+                .map(|e| format!("{h}: {e}"))
+        })
+        .collect();
+    if failed.is_empty() {
+        "; its devices that this stage brought in were taken out, those there before are left"
+            .into()
+    } else {
+        format!(
+            "; taking its devices out again failed: {}",
+            failed.join("; ")
+        )
+    }
+}
+
 /// A SCSI volume's device now, found by its WWID: its map, else (unless it was staged on a
-/// map) its first path's disk. `None` before the stage learned the WWID, or when nothing of
-/// it is on the node.
+/// map) its one path's disk, or with several paths and no map the first path's. `None`
+/// before the stage learned the WWID, or when nothing of it is on the node. A map that holds
+/// a path of the volume but is not the volume's alone (another WWID's, or of mixed paths) is
+/// `None` too, where this once handed out a path of the volume the map did not hold: the
+/// volume is then split between that map and its other paths, no one device of it is the
+/// whole volume, and writes to one path bypass what the map serves (the library's
+/// [`VolumeDevice::Mixed`] names no device for that reason).
 pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode>> {
     let what = || finding(record);
     let Some(wwid) = record.wwid.as_deref() else {
@@ -156,40 +168,40 @@ pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode
     let wwid: Wwid = wwid
         .parse()
         .map_err(|e| Error::lunkit(format!("volume {}: its record", record.volume_id), e))?;
-    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
-        .and_then(|i| ops::volume::locate(root, &i))
-        .map_err(|e| Error::lunkit(what(), e))?;
-    if let Some(m) = state.maps.first() {
-        return Ok(Some(m.node.clone()));
-    }
-    if record.map {
-        return Ok(None);
-    }
-    Ok(state.paths.into_iter().find_map(|p| p.disk))
+    let found =
+        ops::volume::device(root, &VolumeSpec::Wwid(wwid)).map_err(|e| Error::lunkit(what(), e))?;
+    Ok(match found {
+        VolumeDevice::Map(m) => Some(m.node),
+        VolumeDevice::Path(n) if !record.map => Some(n),
+        VolumeDevice::Paths(p) if !record.map => p.into_iter().find_map(|p| p.disk),
+        _ => None,
+    })
 }
 
 /// Whether a SCSI volume is on the node: any path or map with its known WWID (the one its
-/// paths reported, else the one its attributes named); `Unknown` without one.
+/// paths reported, else the one its attributes named); `Unknown` without one. A volume seen
+/// only under a map that is not its alone ([`VolumeDevice::Mixed`]: locate lists such paths
+/// with that map, not as the volume's paths) is `Here`, with no device, where this once said
+/// `Gone`: its path is on the node, and a cleanup that took the volume for gone would forget
+/// it with that path still there.
 pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
     let what = || finding(record);
     let Some(Ok(wwid)) = record.known_wwid().map(str::parse::<Wwid>) else {
         return Ok(Presence::Unknown);
     };
-    let state = ops::volume::identify(root, &VolumeSpec::Wwid(wwid))
-        .and_then(|i| ops::volume::locate(root, &i))
-        .map_err(|e| Error::lunkit(what(), e))?;
-    if state.maps.is_empty() && state.paths.is_empty() {
-        return Ok(Presence::Gone);
-    }
-    let dev = match state.maps.first() {
-        Some(m) => Some(m.node.dev),
-        None if record.map => None,
-        None => state
-            .paths
-            .iter()
-            .find_map(|p| p.disk.as_ref().map(|d| d.dev)),
-    };
-    Ok(Presence::Here(dev))
+    let found =
+        ops::volume::device(root, &VolumeSpec::Wwid(wwid)).map_err(|e| Error::lunkit(what(), e))?;
+    Ok(match found {
+        VolumeDevice::Absent => Presence::Gone,
+        VolumeDevice::Map(m) => Presence::Here(Some(m.node.dev)),
+        VolumeDevice::Path(n) => Presence::Here((!record.map).then_some(n.dev)),
+        VolumeDevice::Paths(p) => Presence::Here(
+            p.iter()
+                .find_map(|p| p.disk.as_ref().map(|d| d.dev))
+                .filter(|_| !record.map),
+        ),
+        _ => Presence::Here(None),
+    })
 }
 
 /// Abnormal when a path of the volume is not running, or none is left.

@@ -3,7 +3,10 @@
 use lunkit::Root;
 use lunkit::block::BlockNode;
 
-use super::names_namespace;
+use lunkit::ops::NamespaceSelector;
+use lunkit::ops::volume::{self, VolumeDevice};
+
+use super::{named_check, named_selector};
 use crate::error::{Error, Result};
 use crate::node::device::finding;
 use crate::node::volume::abnormal;
@@ -14,7 +17,8 @@ use lunkit::nvme::sysfs::CtrlState;
 
 /// The namespace's device now: the one of the recorded subsystem and id that reports the
 /// identity the attributes named and the WWID the stage saw. `None` before the stage learned
-/// the id, or when no such namespace is on the node.
+/// the id, or when no such namespace is on the node. With several (native multipath off,
+/// several controllers) the first, as the stage handed out.
 pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode>> {
     let what = || finding(record);
     let Target::Nvme {
@@ -28,19 +32,21 @@ pub(crate) fn device_of(root: &Root, record: &Record) -> Result<Option<BlockNode
         return Ok(None);
     };
     let Some(nsid) = nsid else { return Ok(None) };
+    let Some(check) = named_check(
+        device_uuid.as_deref(),
+        device_wwid.as_deref(),
+        record.wwid.as_deref(),
+    ) else {
+        return Ok(None);
+    };
     let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
-    let found = lunkit::nvme::namespace_devices(root, &nqn)
-        .map_err(|e| Error::lunkit(what(), e))?
-        .into_iter()
-        .find(|(ns, d)| {
-            ns.nsid == Some(*nsid)
-                && names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns)
-                && record
-                    .wwid
-                    .as_deref()
-                    .is_none_or(|w| d.wwid.as_ref().is_some_and(|f| f.to_string() == w))
-        });
-    Ok(found.map(|(_, d)| d.node))
+    let found = volume::namespace_device(root, &nqn, &NamespaceSelector::Id(*nsid), &check)
+        .map_err(|e| Error::lunkit(what(), e))?;
+    Ok(match found {
+        VolumeDevice::Namespace(n) => Some(n),
+        VolumeDevice::Namespaces(v) => v.into_iter().next(),
+        _ => None,
+    })
 }
 
 /// Whether the namespace is on the node: by [`device_of`] once the id is known, else by
@@ -63,14 +69,19 @@ pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
             None => Presence::Gone,
         });
     }
-    if device_uuid.is_none() && device_wwid.is_none() {
+    let (uuid, wwid) = (device_uuid.as_deref(), device_wwid.as_deref());
+    if uuid.is_none() && wwid.is_none() {
         return Ok(Presence::Unknown);
     }
+    // No WWID from the stage here: it learns one only with the id.
+    let (Some(selector), Some(check)) = (named_selector(uuid, wwid), named_check(uuid, wwid, None))
+    else {
+        return Ok(Presence::Gone);
+    };
     let nqn: lunkit::Nqn = nqn.parse().map_err(|e| Error::lunkit(what(), e))?;
-    let here = lunkit::nvme::namespace_devices(root, &nqn)
+    let here = volume::namespace_device(root, &nqn, &selector, &check)
         .map_err(|e| Error::lunkit(what(), e))?
-        .iter()
-        .any(|(ns, _)| names_namespace(device_uuid.as_deref(), device_wwid.as_deref(), ns));
+        .is_present();
     Ok(if here {
         Presence::Here(None)
     } else {

@@ -3,6 +3,7 @@
 //! transport's module.
 
 use lunkit::ops::NamespaceSelector;
+use lunkit::ops::volume::NamespaceCheck;
 
 mod device;
 mod stage;
@@ -13,54 +14,35 @@ pub(crate) use stage::target_of;
 mod tests;
 
 /// The namespace the attributes name by what it is rather than by its id, as lunkit selects
-/// it: the UUID (`deviceUUID`, `deviceID: uuid.…`); an NGUID or EUI-64 (`deviceEUI`,
-/// `deviceID: eui.…`, 32 or 16 hex digits), matched against the namespace's own `nguid` or
-/// `eui` whichever form its `wwid` took (a namespace that also reports a UUID shows
-/// `uuid.…` there); or `nvme.…`, the kernel's name for a namespace that reports none of
-/// them, which is the subsystem's vendor, serial and model and the namespace id, so it
-/// selects that id ([`names_namespace`] checks the rest). `None` when the attributes name
-/// none of them (or the form is not one of these).
-pub(crate) fn identity_selector(
-    uuid: Option<&str>,
-    wwid: Option<&str>,
-) -> Option<NamespaceSelector> {
-    if let Some(u) = uuid.or_else(|| wwid.and_then(|w| w.strip_prefix("uuid."))) {
-        return u.parse().ok().map(NamespaceSelector::Uuid);
+/// it: the UUID when they give one (`deviceUUID`), else the kernel WWID they give
+/// (`deviceID`, `deviceEUI`: `uuid.…`, `eui.…`, or `nvme.…`, which selects only the id it
+/// ends with, so [`named_check`] checks the rest), read as
+/// [`NamespaceSelector::from_kernel_wwid`] reads it. `None` when the attributes name none of
+/// them (or the form is not one of these).
+pub(crate) fn named_selector(uuid: Option<&str>, wwid: Option<&str>) -> Option<NamespaceSelector> {
+    match uuid {
+        Some(u) => u.parse().ok().map(NamespaceSelector::Uuid),
+        None => wwid.and_then(NamespaceSelector::from_kernel_wwid),
     }
-    let wwid = wwid?;
-    if let Some(nsid) = wwid.strip_prefix("nvme.") {
-        // `nvme.%04x-%*phN-%*phN-%08x`: the id is the last group.
-        let (_, nsid) = nsid.rsplit_once('-')?;
-        return (nsid.len() == 8)
-            .then(|| u32::from_str_radix(nsid, 16).ok())
-            .flatten()
-            .map(NamespaceSelector::Id);
-    }
-    wwid.parse::<lunkit::id::Nguid>()
-        .map(NamespaceSelector::Nguid)
-        .or_else(|_| {
-            wwid.parse::<lunkit::id::Eui64>()
-                .map(NamespaceSelector::Eui64)
-        })
-        .ok()
 }
 
-/// Whether `ns` is the namespace the attributes named by UUID or kernel identity (either
-/// may be absent: then nothing is checked): lunkit's selector of [`identity_selector`], and
-/// for an `nvme.…` identity the whole of it, not only the id it carries.
-pub(crate) fn names_namespace(
+/// What a namespace must show, beyond the selector it is looked up by, to be the volume: the
+/// identity the attributes named ([`named_selector`]; nothing when they named none), the
+/// whole of an `nvme.…` identity (its selector is only the id), and the WWID the stage saw
+/// (`seen`). `None` when the attributes name an identity lunkit cannot select by: then no
+/// namespace is the volume.
+pub(crate) fn named_check(
     uuid: Option<&str>,
     wwid: Option<&str>,
-    ns: &lunkit::NvmeNamespace,
-) -> bool {
-    if uuid.is_none() && wwid.is_none() {
-        return true;
+    seen: Option<&str>,
+) -> Option<NamespaceCheck> {
+    let mut check = NamespaceCheck::default();
+    if uuid.is_some() || wwid.is_some() {
+        check.also.push(named_selector(uuid, wwid)?);
     }
-    let synthesized = wwid.filter(|w| w.starts_with("nvme."));
-    identity_selector(uuid, wwid).is_some_and(|s| s.matches(ns))
-        && synthesized.is_none_or(|w| {
-            ns.wwid
-                .as_deref()
-                .is_some_and(|k| k.eq_ignore_ascii_case(w))
-        })
+    check
+        .wwids
+        .extend(wwid.filter(|w| w.starts_with("nvme.")).map(str::to_owned));
+    check.wwids.extend(seen.map(str::to_owned));
+    Some(check)
 }

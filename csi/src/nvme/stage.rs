@@ -3,9 +3,10 @@
 use std::time::Instant;
 
 use lunkit::block::BlockNode;
+use lunkit::ops::volume;
 use lunkit::ops::{AttachOptions, DetachOptions, NamespaceSelector, VolumeSpec};
 
-use super::{identity_selector, names_namespace};
+use super::{named_check, named_selector};
 use crate::attrs::NvmeVolume;
 use crate::error::{Error, Result};
 use crate::log::{self, Level};
@@ -17,7 +18,7 @@ impl Inner {
     /// Brings an NVMe namespace onto the node through lunkit: connects every port, and
     /// every port the discovery addresses list (connect-all), and waits for the namespace's
     /// device, named by its nsid or, without one, by what the
-    /// attributes say it is ([`identity_selector`]). Records the nsid as soon as the attach
+    /// attributes say it is ([`named_selector`]). Records the nsid as soon as the attach
     /// says it, then checks the namespace is the one the attributes name. Returns its device.
     pub(crate) fn attach_nvme(
         &self,
@@ -32,7 +33,7 @@ impl Inner {
         let (uuid, wwid) = (vol.device_uuid.as_deref(), vol.device_wwid.as_deref());
         let namespace = match vol.nsid {
             Some(n) => NamespaceSelector::Id(n),
-            None => identity_selector(uuid, wwid).ok_or_else(|| {
+            None => named_selector(uuid, wwid).ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "{what}: neither nsid nor a deviceID lunkit can find the namespace by"
                 ))
@@ -80,15 +81,20 @@ impl Inner {
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("{what}: no device came")))?;
         if uuid.is_some() || wwid.is_some() {
-            let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
-                .map_err(|e| Error::lunkit(what.clone(), e))?
-                .into_iter()
-                .find(|(ns, _)| ns.nsid == Some(nsid))
-                .map(|(ns, _)| ns);
-            if !found
-                .as_ref()
-                .is_some_and(|ns| names_namespace(uuid, wwid, ns))
-            {
+            let named = match named_check(uuid, wwid, None) {
+                Some(check) => {
+                    volume::namespace_device(root, &vol.nqn, &NamespaceSelector::Id(nsid), &check)
+                        .map_err(|e| Error::lunkit(what.clone(), e))?
+                        .is_present()
+                }
+                None => false,
+            };
+            if !named {
+                let found = lunkit::nvme::namespace_devices(root, &vol.nqn)
+                    .map_err(|e| Error::lunkit(what.clone(), e))?
+                    .into_iter()
+                    .find(|(ns, _)| ns.nsid == Some(nsid))
+                    .map(|(ns, _)| ns);
                 let said =
                     |v: Option<&String>| v.map_or_else(|| "not reported".to_owned(), Clone::clone);
                 return Err(Error::FailedPrecondition(format!(

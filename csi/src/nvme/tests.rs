@@ -1,4 +1,4 @@
-use super::{identity_selector, names_namespace};
+use super::{named_check, named_selector};
 use lunkit::ops::NamespaceSelector;
 
 fn namespace() -> lunkit::NvmeNamespace {
@@ -12,6 +12,19 @@ fn namespace() -> lunkit::NvmeNamespace {
         size_bytes: None,
         paths: Vec::new(),
     }
+}
+
+/// Whether `ns` is the namespace the attributes name, as the library's `namespace_device`
+/// checks it against [`named_check`]: every selector, and every WWID (case aside).
+fn names_namespace(uuid: Option<&str>, wwid: Option<&str>, ns: &lunkit::NvmeNamespace) -> bool {
+    named_check(uuid, wwid, None).is_some_and(|c| {
+        c.also.iter().all(|s| s.matches(ns))
+            && c.wwids.iter().all(|w| {
+                ns.wwid
+                    .as_deref()
+                    .is_some_and(|k| k.eq_ignore_ascii_case(w))
+            })
+    })
 }
 
 #[test]
@@ -39,6 +52,28 @@ fn a_namespace_is_named_by_its_uuid_its_wwid_or_its_nguid() {
         &ns
     ));
     assert!(names_namespace(None, None, &ns));
+    // An identity lunkit cannot select by names no namespace.
+    assert_eq!(named_check(None, Some("nvme.1b36-00"), None), None);
+    assert!(!names_namespace(Some("not-a-uuid"), None, &ns));
+}
+
+#[test]
+fn the_check_carries_the_whole_kernel_name_and_the_wwid_the_stage_saw() {
+    let synthesized = "nvme.1b36-6465616462656566-51454d55-00000002";
+    let check = named_check(None, Some(synthesized), Some("eui.0025385b71b0e7a1")).unwrap();
+    assert_eq!(check.also, vec![NamespaceSelector::Id(2)]);
+    assert_eq!(check.wwids, vec![synthesized, "eui.0025385b71b0e7a1"]);
+    // A UUID names the namespace by itself; the stage's WWID is still checked.
+    let uuid = "58668891-c3e4-45d0-b90e-824525c16080";
+    let check = named_check(Some(uuid), Some("eui.0025385b71b0e7a1"), Some("uuid.x")).unwrap();
+    assert_eq!(
+        check.also,
+        vec![NamespaceSelector::Uuid(uuid.parse().unwrap())]
+    );
+    assert_eq!(check.wwids, vec!["uuid.x"]);
+    // Nothing named: only the WWID the stage saw.
+    let check = named_check(None, None, Some("uuid.x")).unwrap();
+    assert!(check.also.is_empty());
 }
 
 #[test]
@@ -46,11 +81,11 @@ fn each_identity_form_is_a_lunkit_selector() {
     let ns = namespace();
     let uuid = "58668891-c3e4-45d0-b90e-824525c16080";
     assert_eq!(
-        identity_selector(Some(uuid), None),
+        named_selector(Some(uuid), None),
         Some(NamespaceSelector::Uuid(uuid.parse().unwrap()))
     );
     assert_eq!(
-        identity_selector(None, Some("eui.00000000000000000042aa42aa42aa42")),
+        named_selector(None, Some("eui.00000000000000000042aa42aa42aa42")),
         Some(NamespaceSelector::Nguid(
             "00000000000000000042aa42aa42aa42".parse().unwrap()
         ))
@@ -58,7 +93,7 @@ fn each_identity_form_is_a_lunkit_selector() {
     // An EUI-64 is found by the namespace's `eui`, even though its `wwid` is the UUID.
     let mut with_eui = namespace();
     with_eui.eui = Some("00 25 38 5b 71 b0 e7 a1".into());
-    let eui = identity_selector(None, Some("eui.0025385b71b0e7a1")).unwrap();
+    let eui = named_selector(None, Some("eui.0025385b71b0e7a1")).unwrap();
     assert_eq!(
         eui,
         NamespaceSelector::Eui64("0025385b71b0e7a1".parse().unwrap())
@@ -73,7 +108,7 @@ fn each_identity_form_is_a_lunkit_selector() {
     // (vendor, serial, model) is checked against the namespace's `wwid`.
     let synthesized = "nvme.1b36-6465616462656566-51454d55-00000002";
     assert_eq!(
-        identity_selector(None, Some(synthesized)),
+        named_selector(None, Some(synthesized)),
         Some(NamespaceSelector::Id(2))
     );
     let mut plain = namespace();
@@ -85,6 +120,6 @@ fn each_identity_form_is_a_lunkit_selector() {
         !names_namespace(None, Some(synthesized), &plain),
         "another subsystem's namespace 2"
     );
-    assert_eq!(identity_selector(None, Some("nvme.1b36-00")), None);
-    assert_eq!(identity_selector(None, None), None);
+    assert_eq!(named_selector(None, Some("nvme.1b36-00")), None);
+    assert_eq!(named_selector(None, None), None);
 }
