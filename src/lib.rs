@@ -20,7 +20,7 @@
 //!
 //! let root = Root::default();
 //! // A SCSI LUN on every iSCSI session to its target, with multipathd's map over the paths.
-//! let lun = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+//! let lun = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".parse()?, lun: 3 };
 //! let mut opts = AttachOptions::new(&root);
 //! opts.scsi.wait_map = true;
 //! let attached = ops::attach(&root, &lun, &opts)?;
@@ -114,7 +114,7 @@ pub use crate::iscsi::sysfs::{IscsiConnection, IscsiSession};
 pub use crate::nvme::sysfs::{NvmeController, NvmeNamespace, NvmePath, NvmeSubsystem};
 pub use crate::scsi::sysfs::{ScsiDevice, ScsiHost, Transport};
 pub use error::{Error, ErrorKind, ResizeFailure, Result};
-pub use id::{DevNum, Hctl, Nqn, Wwid, Wwn};
+pub use id::{DevNum, Hctl, IscsiName, Nqn, Wwid, Wwn};
 pub use root::Root;
 pub use scsi::{PathDevice, PathOutcome, PathScan, ScanOptions, ScanReport};
 pub use topology::{DmDevice, MultipathMap, Topology};
