@@ -469,7 +469,10 @@ mod tests {
         assert_eq!(e.kind(), crate::ErrorKind::Invalid);
         let said = e.to_string();
         assert!(said.contains("session7: array 1"), "{said}");
-        assert!(said.contains("iqn.yyyy-mm") && said.contains("naa."), "{said}");
+        assert!(
+            said.contains("iqn.yyyy-mm") && said.contains("naa."),
+            "{said}"
+        );
         let e = session(None).target_name().unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::NotFound);
         assert!(e.to_string().contains("iSCSI session 7"), "{e}");
