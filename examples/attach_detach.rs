@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lunkit::Root;
+use lunkit::id::IscsiName;
 use lunkit::ops::{self, AttachOptions, AttachedFamily, DetachOptions, VolumeSpec};
 
 fn main() -> ExitCode {
@@ -23,6 +24,14 @@ fn main() -> ExitCode {
     let (Some(target), Some(lun)) = (args.next(), args.next()) else {
         eprintln!("usage: attach_detach IQN LUN");
         return ExitCode::from(2);
+    };
+    // A malformed name is refused here, with the forms an iSCSI name takes.
+    let target: IscsiName = match target.parse() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
     let Ok(lun) = lun.parse::<u64>() else {
         eprintln!("LUN must be a number, not {lun:?}");

@@ -20,7 +20,7 @@
 //!
 //! let root = Root::default();
 //! // A SCSI LUN on every iSCSI session to its target, with multipathd's map over the paths.
-//! let lun = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+//! let lun = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".parse()?, lun: 3 };
 //! let mut opts = AttachOptions::new(&root);
 //! opts.scsi.wait_map = true;
 //! let attached = ops::attach(&root, &lun, &opts)?;

@@ -205,7 +205,7 @@ fn sessions_to_one_target_leave_the_others_out() {
     .unwrap();
     let root = Root::new(s.path());
     let sids = |target: &str| -> Vec<(u32, Option<String>, usize)> {
-        lunkit::iscsi::sysfs::sessions_to(&root, target)
+        lunkit::iscsi::sysfs::sessions_to(&root, &target.parse().unwrap())
             .unwrap()
             .into_iter()
             .map(|s| (s.sid, s.portal(), s.connections.len()))
@@ -235,7 +235,7 @@ fn sessions_to_one_target_leave_the_others_out() {
 fn session_paths_agree_with_the_full_sessions() {
     use lunkit::iscsi::sysfs::{Portals, paths_to, portal_of, sessions};
     let r = root("iscsi-multipath");
-    let iqn = "iqn.2003-01.org.linux-iscsi.lunkit:lab";
+    let iqn = &"iqn.2003-01.org.linux-iscsi.lunkit:lab".parse().unwrap();
     let full = sessions(&r).unwrap();
     assert_eq!(full.len(), 2);
     let every: Vec<String> = full.iter().filter_map(|s| s.portal()).collect();
@@ -277,9 +277,13 @@ fn session_paths_agree_with_the_full_sessions() {
             .is_empty()
     );
     assert!(
-        paths_to(&r, "iqn.2003-01.org.example:other", Portals::Only(&every))
-            .unwrap()
-            .is_empty()
+        paths_to(
+            &r,
+            &"iqn.2003-01.org.example:other".parse().unwrap(),
+            Portals::Only(&every),
+        )
+        .unwrap()
+        .is_empty()
     );
     assert_eq!(portal_of(&r, 9), None);
 }

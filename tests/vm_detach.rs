@@ -521,7 +521,7 @@ fn a_lun_remapped_during_the_detach_is_not_deleted_as_the_old_volume() {
     let mut opts = lunkit::ops::DetachOptions::new(&root);
     opts.timeout = Duration::from_secs(60);
     let spec = lunkit::ops::VolumeSpec::Iscsi {
-        target: IQN.into(),
+        target: IQN.parse().unwrap(),
         lun: 1,
     };
     let mut remapped = false;
@@ -870,7 +870,7 @@ fn a_mount_between_the_check_and_the_delete_fails_cleanly() {
 
     let root = lunkit::Root::default();
     let spec = VolumeSpec::Iscsi {
-        target: IQN.into(),
+        target: IQN.parse().unwrap(),
         lun: 3,
     };
     let opts = DetachOptions::new(&root);
@@ -1028,9 +1028,12 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
                 // did, and 32 volumes at once without multipathd are `vm_scale`'s.)
                 for round in 0..1 {
                     let opts = lunkit::ScanOptions::default();
-                    let report =
-                        lunkit::iscsi::scan(root, &IscsiLun::new(IQN, u64::from(lun)), &opts)
-                            .unwrap_or_else(|e| panic!("LUN {lun} round {round}: scan: {e}"));
+                    let report = lunkit::iscsi::scan(
+                        root,
+                        &IscsiLun::new(IQN.parse().unwrap(), u64::from(lun)),
+                        &opts,
+                    )
+                    .unwrap_or_else(|e| panic!("LUN {lun} round {round}: scan: {e}"));
                     assert_eq!(report.devices().count(), 2, "{report:?}");
                     let vol = Volume::of(lab, lun);
                     // Not the full map: with volumes arriving at once multipathd can
@@ -1040,7 +1043,7 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
                     // pending.
                     let map = wait_map_created(&vol);
                     let spec = lunkit::ops::VolumeSpec::Iscsi {
-                        target: IQN.into(),
+                        target: IQN.parse().unwrap(),
                         lun: u64::from(lun),
                     };
                     let report =

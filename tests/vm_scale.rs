@@ -23,7 +23,7 @@ const VOLUMES: u32 = 32;
 
 fn spec(lun: u32) -> VolumeSpec {
     VolumeSpec::Iscsi {
-        target: IQN.into(),
+        target: IQN.parse().unwrap(),
         lun: u64::from(lun),
     }
 }

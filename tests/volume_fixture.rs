@@ -34,7 +34,7 @@ fn every_name_of_a_volume_finds_the_same_devices() {
     assert_eq!(by_wwid.key(), by_mpath_wwid.key());
     let specs = [
         VolumeSpec::Iscsi {
-            target: IQN.into(),
+            target: IQN.parse().unwrap(),
             lun: 1,
         },
         VolumeSpec::Device("6:0:0:1".into()),
@@ -94,7 +94,7 @@ fn nothing_there_is_an_empty_volume_and_bad_names_are_invalid() {
         assert!(volume::locate(&root(), &id).unwrap().is_empty(), "{spec}");
     }
     let id = identify(VolumeSpec::Iscsi {
-        target: "iqn.2000-01.example:none".into(),
+        target: "iqn.2000-01.example:none".parse().unwrap(),
         lun: 0,
     });
     assert!(volume::locate(&root(), &id).unwrap().is_empty());
@@ -102,14 +102,8 @@ fn nothing_there_is_an_empty_volume_and_bad_names_are_invalid() {
         let e = volume::identify(&root(), &VolumeSpec::Device(bad.into())).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Invalid, "{bad:?}: {e}");
     }
-    let e = volume::identify(
-        &root(),
-        &VolumeSpec::Iscsi {
-            target: "bad name".into(),
-            lun: 0,
-        },
-    )
-    .unwrap_err();
+    // An iSCSI spec takes an IscsiName: a bad one is refused where it is parsed.
+    let e = "bad name".parse::<lunkit::id::IscsiName>().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
 }
 
@@ -224,7 +218,7 @@ fn a_map_left_without_paths_is_not_reported_as_nothing_left() {
     let mut opts = lunkit::ops::DetachOptions::new(&root);
     opts.lock_dir = Some(s.path().join("locks"));
     let spec = VolumeSpec::Iscsi {
-        target: IQN.into(),
+        target: IQN.parse().unwrap(),
         lun: 5,
     };
     // Every map has its paths: nothing at LUN 5 is nothing left.

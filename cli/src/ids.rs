@@ -84,10 +84,10 @@ pub fn expect_wwid(s: &str) -> lunkit::Result<Wwid> {
 
 /// Checks an iSCSI target name given by the user (`--iscsi-target`): its form, then what the
 /// library checks (printable, no '/', at most 223 bytes).
-pub fn iscsi_name(s: &str) -> lunkit::Result<String> {
+pub fn iscsi_name(s: &str) -> lunkit::Result<lunkit::id::IscsiName> {
     // The library's type checks the form; the refusal keeps the CLI's words.
     match s.parse::<lunkit::id::IscsiName>() {
-        Ok(n) => Ok(n.to_string()),
+        Ok(n) => Ok(n),
         Err(Error::Invalid { reason, .. }) if reason.starts_with("expected") => {
             Err(Error::invalid("iSCSI target name", s, ISCSI_FORMS))
         }
@@ -201,7 +201,7 @@ mod tests {
             "naa.52004567ba64678d",
             "naa.62004567ba64678d0123456789abcdef",
         ] {
-            assert_eq!(iscsi_name(good).unwrap(), good);
+            assert_eq!(iscsi_name(good).unwrap().as_str(), good);
         }
         for bad in [
             "x",

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use self::sysfs::{IscsiState, Portals, SessionPath, paths_to, portal_of};
 use crate::error::{Error, Result};
-use crate::id::Hctl;
+use crate::id::{Hctl, IscsiName};
 use crate::root::Root;
 use crate::scsi::ScanTarget;
 use crate::scsi::scan::{Candidate, ScanOptions, ScanReport};
@@ -32,7 +32,7 @@ pub fn check_target_name(name: &str) -> Result<()> {
 
 /// No session to `target` (through `portals`) can be scanned: the message gives the
 /// `iscsiadm` commands that log one in, with the first portal asked (`PORTAL` without one).
-fn no_session(target: &str, portals: &[String]) -> Error {
+fn no_session(target: &IscsiName, portals: &[String]) -> Error {
     let via = if portals.is_empty() {
         String::new()
     } else {
@@ -51,8 +51,8 @@ fn no_session(target: &str, portals: &[String]) -> Error {
 /// Which LUN an iSCSI scan brings in, and through which sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IscsiLun {
-    /// The target IQN.
-    pub target: String,
+    /// The target's iSCSI name.
+    pub target: IscsiName,
     /// Only sessions through these portals (`addr:port`, `[v6]:port`); empty for every session.
     pub portals: Vec<String>,
     /// The LUN.
@@ -61,9 +61,9 @@ pub struct IscsiLun {
 
 impl IscsiLun {
     /// LUN `lun` of `target`, on every session.
-    pub fn new(target: impl Into<String>, lun: u64) -> IscsiLun {
+    pub fn new(target: IscsiName, lun: u64) -> IscsiLun {
         IscsiLun {
-            target: target.into(),
+            target,
             portals: Vec::new(),
             lun,
         }
@@ -78,7 +78,6 @@ impl IscsiLun {
 /// [`crate::scsi`](crate::scsi#every-path-at-once) for the outcomes and errors.
 pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanReport> {
     let start = Instant::now();
-    check_target_name(&lun.target)?;
     // Each path's scan write runs on a helper thread: start them while the sessions are read
     // (two, as most nodes have; `scan_paths` starts more if there are more paths).
     crate::helper::prewarm(2);

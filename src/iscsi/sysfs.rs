@@ -3,8 +3,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::error::Result;
-use crate::id::decimal;
+use crate::error::{Error, Result};
+use crate::id::{IscsiName, decimal};
 use crate::root::Root;
 use crate::sysfs::{Confine, attr, attr_parse, entries, file_name, resolve};
 
@@ -26,7 +26,13 @@ crate::sysfs::kernel_state! {
 pub struct IscsiSession {
     /// Session id, `N` of `sessionN` (what `iscsiadm -m session -r N` takes).
     pub sid: u32,
-    /// Target IQN.
+    /// The target's name, as the kernel reports it (`targetname`).
+    ///
+    /// Kept as text, not an [`IscsiName`]: this is a reading of what is on the node, and a
+    /// session to a target whose name lunkit's parser refuses (an array that names itself
+    /// outside RFC 3720) must still be listed, so that it can be seen and logged out, rather
+    /// than fail the whole listing or be dropped from it. [`IscsiSession::target_name`] parses
+    /// it, with an error naming the session; a spec's [`IscsiName`] matches it byte for byte.
     pub target: Option<String>,
     /// Target portal group tag.
     pub tpgt: Option<u32>,
@@ -43,6 +49,27 @@ pub struct IscsiSession {
 }
 
 impl IscsiSession {
+    /// The target's name as an [`IscsiName`], to address the session's LUNs with
+    /// ([`VolumeSpec::Iscsi`](crate::ops::VolumeSpec::Iscsi)); an error naming the session
+    /// when the kernel reports none or one that is no `iqn.`, `eui.` or `naa.` name.
+    pub fn target_name(&self) -> Result<IscsiName> {
+        let name = self.target.as_deref().ok_or_else(|| Error::NotFound {
+            what: format!(
+                "iSCSI session {} has no targetname in sysfs (the session is being torn down, or the transport class did not fill it)",
+                self.sid
+            ),
+        })?;
+        name.parse().map_err(|e| match e {
+            // The parser's reason (the accepted forms), with the session in the input.
+            Error::Invalid { reason, .. } => Error::Invalid {
+                kind: "targetname of an iSCSI session",
+                input: format!("session{}: {name}", self.sid),
+                reason,
+            },
+            other => other,
+        })
+    }
+
     /// The portal the session was configured with, `addr:port` (`[addr]:port` for IPv6), taken
     /// from the first connection's persistent address.
     pub fn portal(&self) -> Option<String> {
@@ -89,8 +116,8 @@ pub fn sessions(root: &Root) -> Result<Vec<IscsiSession>> {
 ///
 /// A session to another target costs one read (its `targetname`), not the dozen attributes of
 /// a full session: the scan path asks this on nodes logged in to many targets.
-pub fn sessions_to(root: &Root, target: &str) -> Result<Vec<IscsiSession>> {
-    read_sessions(root, Some(target))
+pub fn sessions_to(root: &Root, target: &IscsiName) -> Result<Vec<IscsiSession>> {
+    read_sessions(root, Some(target.as_str()))
 }
 
 /// What a scan or a detach needs of one session: where its LUNs are and whether it is logged
@@ -127,12 +154,12 @@ pub enum Portals<'a> {
 /// critical path: a session through a portal not asked for costs its target name and portal
 /// only, and a portal a scan only reports is read with [`portal_of`] once the writes are in
 /// flight.
-pub fn paths_to(root: &Root, target: &str, portals: Portals<'_>) -> Result<Vec<SessionPath>> {
+pub fn paths_to(root: &Root, target: &IscsiName, portals: Portals<'_>) -> Result<Vec<SessionPath>> {
     let confine = Confine::new(root);
     let mut conns: Option<Vec<String>> = None;
     let mut out = Vec::new();
     for SessionDir { sid, entry, dir } in session_dirs(root, &confine)? {
-        if attr(&dir, "targetname").as_deref() != Some(target) {
+        if attr(&dir, "targetname").as_deref() != Some(target.as_str()) {
             continue;
         }
         let portal = match portals {
@@ -423,5 +450,34 @@ mod tests {
             IscsiState::Other("logged_in".into())
         );
         assert_eq!(IscsiState::parse("").as_str(), "");
+    }
+
+    /// A name the kernel reports is kept as it is in the listing, and only its parse fails,
+    /// naming the session and the forms; no name is a not-found naming the session.
+    #[test]
+    fn a_session_target_name_that_is_no_iscsi_name_is_an_error_naming_the_session() {
+        let session = |target: Option<&str>| IscsiSession {
+            sid: 7,
+            target: target.map(str::to_owned),
+            tpgt: None,
+            state: None,
+            host: None,
+            target_id: None,
+            initiator: None,
+            connections: Vec::new(),
+        };
+        let good = "iqn.2003-01.org.example:array";
+        assert_eq!(session(Some(good)).target_name().unwrap().as_str(), good);
+        let e = session(Some("array 1")).target_name().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Invalid);
+        let said = e.to_string();
+        assert!(said.contains("session7: array 1"), "{said}");
+        assert!(
+            said.contains("iqn.yyyy-mm") && said.contains("naa."),
+            "{said}"
+        );
+        let e = session(None).target_name().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::NotFound);
+        assert!(e.to_string().contains("iSCSI session 7"), "{e}");
     }
 }

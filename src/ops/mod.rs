@@ -73,7 +73,7 @@ use crate::root::Root;
 /// use lunkit::ops::{AttachOptions, VolumeSpec, attach};
 ///
 /// let root = Root::default();
-/// let spec = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+/// let spec = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".parse()?, lun: 3 };
 /// let mut opts = AttachOptions::new(&root);
 /// opts.scsi.wait_map = true;
 /// let volume = attach(&root, &spec, &opts)?;

@@ -37,7 +37,9 @@ fn records(dir: &Path, spec: &VolumeSpec) -> Vec<PathBuf> {
 /// they are spelt.
 fn spelt(spec: &VolumeSpec) -> Vec<String> {
     match spec {
-        VolumeSpec::Iscsi { target, lun } => vec![format!("iscsi-{}-lun-{lun}", encode(target))],
+        VolumeSpec::Iscsi { target, lun } => {
+            vec![format!("iscsi-{}-lun-{lun}", encode(target.as_str()))]
+        }
         VolumeSpec::Fc { wwpns, lun } => {
             wwpns.iter().map(|w| format!("fc-{w}-lun-{lun}")).collect()
         }
@@ -249,8 +251,9 @@ pub(crate) fn recall(dir: &Path, spec: &VolumeSpec) -> Option<Wwid> {
 pub(crate) fn parse_name(name: &str) -> Option<VolumeSpec> {
     let spec = if let Some(rest) = name.strip_prefix("iscsi-") {
         let (target, lun) = rest.rsplit_once("-lun-")?;
-        let target = decode(target)?;
-        crate::iscsi::check_target_name(&target).ok()?;
+        // Every record lunkit writes spells an IscsiName; a name that is none is not one of
+        // them (a stray file), as an NQN that does not check is.
+        let target = decode(target)?.parse().ok()?;
         VolumeSpec::Iscsi {
             target,
             lun: lun.parse().ok()?,

@@ -401,7 +401,7 @@ impl Attachment {
     /// ```no_run
     /// use lunkit::ops::{self, AttachOptions, VolumeSpec};
     /// let root = lunkit::Root::default();
-    /// let volume = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".into(), lun: 3 };
+    /// let volume = VolumeSpec::Iscsi { target: "iqn.2003-01.org.example:array".parse()?, lun: 3 };
     /// let mut opts = AttachOptions::new(&root);
     /// opts.scsi.wait_map = true;
     /// let attached = ops::attach(&root, &volume, &opts)?;

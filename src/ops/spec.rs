@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::id::{Eui64, Hctl, Nguid, Nqn, Uuid, Wwid, Wwn};
+use crate::id::{Eui64, Hctl, IscsiName, Nguid, Nqn, Uuid, Wwid, Wwn};
 
 /// How a caller names a volume.
 ///
@@ -19,8 +19,9 @@ pub enum VolumeSpec {
     Wwid(Wwid),
     /// LUN `lun` of the iSCSI target `target`, on every session to it.
     Iscsi {
-        /// The target IQN.
-        target: String,
+        /// The target's iSCSI name (`iqn.…`, `eui.…` or `naa.…`), parsed with
+        /// `"iqn.2003-01.org.example:array".parse()?`.
+        target: IscsiName,
         /// The LUN.
         lun: u64,
     },

@@ -326,17 +326,13 @@ fn iscsi_iqn(volume_id: &str, ctx: &HashMap<String, String>) -> Result<String> {
         }
     };
     let iqn = required("iqn")?.to_owned();
-    lunkit::iscsi::check_target_name(&iqn).map_err(|e| bad("iqn", e.to_string()))?;
-    // open-iscsi keeps a target's node records in a directory named after the IQN: `.` and
-    // `..` would be the nodes directory itself or its parent.
-    if iqn == "." || iqn == ".." {
-        return Err(bad(
-            "iqn",
-            format!(
-                "{iqn:?} is not a target name (it would be a path component of iscsiadm's node database)"
-            ),
-        ));
-    }
+    // The library's iSCSI name: one of the three forms (the refusal names them), printable,
+    // no '/' and at most 223 bytes. It also keeps out `.` and `..`, which would be the node
+    // database's directory itself or its parent (open-iscsi names a target's directory after
+    // it). Checked here so that a malformed name is the CO's InvalidArgument at once, and
+    // the stage's conversion to the library's type (`attach_iscsi`) cannot fail.
+    iqn.parse::<lunkit::id::IscsiName>()
+        .map_err(|e| bad("iqn", e.to_string()))?;
     Ok(iqn)
 }
 

@@ -31,7 +31,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lunkit::Root;
-use lunkit::iscsi::sysfs::{IscsiSession, iface_of, sessions_to};
+use lunkit::id::IscsiName;
+use lunkit::iscsi::sysfs::{IscsiSession, iface_of, sessions, sessions_to};
 
 use crate::attrs::Chap;
 use crate::error::{Error, Result};

@@ -62,8 +62,18 @@ pub(super) fn sessions_via(
     portal: &str,
     owner: &Owner,
 ) -> Result<Vec<IscsiSession>> {
-    let all = sessions_to(root, iqn)
-        .map_err(|e| Error::lunkit(format!("reading the iSCSI sessions to {iqn}"), e))?;
+    let read = match iqn.parse::<IscsiName>() {
+        Ok(name) => sessions_to(root, &name),
+        // A record kept from before the plugin checked a target's form may name one that is
+        // no iSCSI name: its sessions are still found (by every session's text), so that an
+        // unstage can log them out rather than fail on the name for ever.
+        Err(_) => sessions(root).map(|all| {
+            all.into_iter()
+                .filter(|s| s.target.as_deref() == Some(iqn))
+                .collect()
+        }),
+    };
+    let all = read.map_err(|e| Error::lunkit(format!("reading the iSCSI sessions to {iqn}"), e))?;
     Ok(all
         .into_iter()
         .filter(|s| s.portal().as_deref() == Some(portal))

@@ -92,8 +92,14 @@ impl Inner {
         record: &mut Record,
         deadline: Instant,
     ) -> Result<BlockNode> {
+        // The attributes' check parsed it already (`attrs::iscsi`); this cannot fail for a
+        // volume that came through it.
+        let target = vol
+            .iqn
+            .parse()
+            .map_err(|e| Error::lunkit(format!("volume {id}: target {}", vol.iqn), e))?;
         let spec = VolumeSpec::Iscsi {
-            target: vol.iqn.clone(),
+            target,
             lun: vol.lun,
         };
         let mut opts = AttachOptions::new(self.root());
@@ -182,8 +188,12 @@ impl Inner {
         // By identity whenever it is known: the address may hold another volume now.
         let spec = match record.known_wwid().map(str::parse) {
             Some(Ok(w)) => VolumeSpec::Wwid(w),
+            // Every record a stage writes names a target the attributes parsed. One that
+            // does not (kept from before they checked the form, with no WWID) is refused
+            // with the parser's error, which names the forms: the address cannot be matched
+            // safely, and logging the sessions out with its device still there loses data.
             _ => VolumeSpec::Iscsi {
-                target: iqn.clone(),
+                target: iqn.parse().map_err(|e| Error::lunkit(what.to_owned(), e))?,
                 lun: *lun,
             },
         };

@@ -5,11 +5,11 @@ use crate::id::Wwn;
 fn a_remembered_wwid_is_recalled_by_the_same_name_only() {
     let dir = std::env::temp_dir().join(format!("lunkit-names-{}", std::process::id()));
     let a = VolumeSpec::Iscsi {
-        target: "iqn.2003-01.org.example:t1".into(),
+        target: "iqn.2003-01.org.example:t1".parse().unwrap(),
         lun: 1,
     };
     let b = VolumeSpec::Iscsi {
-        target: "iqn.2003-01.org.example:t1".into(),
+        target: "iqn.2003-01.org.example:t1".parse().unwrap(),
         lun: 2,
     };
     let w: Wwid = "naa.6001405abcdef0123456789abcdef012".parse().unwrap();
@@ -32,7 +32,7 @@ fn a_remembered_wwid_is_recalled_by_the_same_name_only() {
 fn a_retired_record_is_still_recalled_but_no_longer_listed() {
     let dir = std::env::temp_dir().join(format!("lunkit-names-retire-{}", std::process::id()));
     let a = VolumeSpec::Iscsi {
-        target: "iqn.2003-01.org.example:t1".into(),
+        target: "iqn.2003-01.org.example:t1".parse().unwrap(),
         lun: 1,
     };
     let (w, other): (Wwid, Wwid) = (
@@ -83,7 +83,7 @@ fn an_fc_volume_is_recalled_through_any_of_its_target_ports_that_agree() {
 fn records_written_at_once_for_one_target_each_keep_their_own_wwid() {
     let dir = std::env::temp_dir().join(format!("lunkit-names-race-{}", std::process::id()));
     let spec = |lun| VolumeSpec::Iscsi {
-        target: "iqn.2003-01.org.example.array:tgt.1".into(),
+        target: "iqn.2003-01.org.example.array:tgt.1".parse().unwrap(),
         lun,
     };
     let wwid = |lun: u64| -> Wwid {
@@ -158,7 +158,7 @@ fn every_spelt_name_parses_back_to_its_spec() {
     let nqn: Nqn = "nqn.2014-08.org.example:a-ns-1_x-uuid-2".parse().unwrap();
     let specs = [
         VolumeSpec::Iscsi {
-            target: "iqn.2003-01.org.example:t-lun-1".into(),
+            target: "iqn.2003-01.org.example:t-lun-1".parse().unwrap(),
             lun: 7,
         },
         VolumeSpec::Fc {
@@ -215,6 +215,8 @@ fn a_name_not_spelt_here_is_none_never_a_panic() {
         "nvme--ns-1",
         "nvme-%-ns-1",
         "iscsi-\u{1F600}-lun-1",
+        // Printable and short, but no iqn./eui./naa. name: no record lunkit writes.
+        "iscsi-target1-lun-1",
     ] {
         assert_eq!(parse_name(name), None, "{name:?}");
     }
@@ -224,7 +226,7 @@ fn a_name_not_spelt_here_is_none_never_a_panic() {
 fn records_and_marks_are_listed_and_a_record_forgotten_only_while_unchanged() {
     let dir = std::env::temp_dir().join(format!("lunkit-names-list-{}", std::process::id()));
     let a = VolumeSpec::Iscsi {
-        target: "iqn.2003-01.org.example:t1".into(),
+        target: "iqn.2003-01.org.example:t1".parse().unwrap(),
         lun: 1,
     };
     let nqn: Nqn = "nqn.2014-08.org.example:a".parse().unwrap();

@@ -81,13 +81,10 @@ pub(in crate::ops) fn identify_named(
 /// remote port of the target's WWPNs. Empty for another kind of spec.
 fn transport_addresses(root: &Root, spec: &VolumeSpec) -> Result<Vec<Hctl>> {
     Ok(match spec {
-        VolumeSpec::Iscsi { target, lun } => {
-            crate::iscsi::check_target_name(target)?;
-            paths_to(root, target, Portals::Any)?
-                .into_iter()
-                .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
-                .collect()
-        }
+        VolumeSpec::Iscsi { target, lun } => paths_to(root, target, Portals::Any)?
+            .into_iter()
+            .filter_map(|s| Some(Hctl::new(s.host?, 0, s.target_id?, *lun)))
+            .collect(),
         VolumeSpec::Fc { wwpns, lun } => {
             let wwpns = crate::fc::check_target_ports(wwpns)?;
             crate::fc::sysfs::remote_ports(root)?

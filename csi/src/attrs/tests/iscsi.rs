@@ -57,6 +57,8 @@ fn refuses_missing_and_malformed_attributes_naming_the_key() {
         ("iqn", "iqn with space"),
         ("iqn", "."),
         ("iqn", ".."),
+        ("iqn", "target1"),
+        ("iqn", "iqn.2003-13.org.example:t"),
         ("iscsiInterface", "."),
         ("iscsiInterface", ".."),
         ("targetPortal", "10.0.0.1:0"),

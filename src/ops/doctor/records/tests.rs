@@ -70,7 +70,7 @@ fn map(dm: &str, wwid: &str, slaves: &[&str]) -> BlockDevice {
 
 fn iscsi(lun: u64) -> VolumeSpec {
     VolumeSpec::Iscsi {
-        target: IQN.into(),
+        target: IQN.parse().unwrap(),
         lun,
     }
 }
