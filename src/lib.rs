@@ -114,7 +114,7 @@ pub use crate::iscsi::sysfs::{IscsiConnection, IscsiSession};
 pub use crate::nvme::sysfs::{NvmeController, NvmeNamespace, NvmePath, NvmeSubsystem};
 pub use crate::scsi::sysfs::{ScsiDevice, ScsiHost, Transport};
 pub use error::{Error, ErrorKind, ResizeFailure, Result};
-pub use id::{DevNum, Hctl, Nqn, Wwid, Wwn};
+pub use id::{DevNum, Hctl, IscsiName, Nqn, Wwid, Wwn};
 pub use root::Root;
 pub use scsi::{PathDevice, PathOutcome, PathScan, ScanOptions, ScanReport};
 pub use topology::{DmDevice, MultipathMap, Topology};
