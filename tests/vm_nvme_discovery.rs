@@ -570,7 +570,7 @@ fn an_attach_that_cannot_get_its_paths_fails_naming_why_and_leaves_no_controller
     );
     assert_eq!(code, Some(3), "{out}");
     assert!(
-        out.contains(&format!("no path to NVMe {A} can come")),
+        out.contains(&format!("no path to NVMe {A} namespace 1 can come")),
         "{out}"
     );
     for addr in ["127.0.0.8:8009", "127.0.0.9:4420"] {
