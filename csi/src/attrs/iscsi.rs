@@ -240,15 +240,8 @@ pub fn parse_iscsi(
     ctx: &HashMap<String, String>,
     secrets: &HashMap<String, String>,
 ) -> Result<IscsiVolume> {
-    let bad = |key: &str, why: String| {
-        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
-    };
-    let required = |key: &str| -> Result<&str> {
-        match ctx.get(key).map(|v| v.trim()) {
-            Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(bad(key, "missing".into())),
-        }
-    };
+    let bad = |key: &str, why: String| bad_attr(volume_id, key, why);
+    let required = |key: &str| required_attr(volume_id, ctx, key);
     let iqn = iscsi_iqn(volume_id, ctx)?;
     let lun_text = required("lun")?;
     let lun = lun_number(lun_text)
@@ -316,15 +309,8 @@ pub fn parse_iscsi(
 
 /// The target name (`iqn`), checked.
 fn iscsi_iqn(volume_id: &str, ctx: &HashMap<String, String>) -> Result<String> {
-    let bad = |key: &str, why: String| {
-        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
-    };
-    let required = |key: &str| -> Result<&str> {
-        match ctx.get(key).map(|v| v.trim()) {
-            Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(bad(key, "missing".into())),
-        }
-    };
+    let bad = |key: &str, why: String| bad_attr(volume_id, key, why);
+    let required = |key: &str| required_attr(volume_id, ctx, key);
     let iqn = required("iqn")?.to_owned();
     // The library's iSCSI name: one of the three forms (the refusal names them), printable,
     // no '/' and at most 223 bytes. It also keeps out `.` and `..`, which would be the node
@@ -339,15 +325,8 @@ fn iscsi_iqn(volume_id: &str, ctx: &HashMap<String, String>) -> Result<String> {
 /// The volume's portals as sysfs shows them, each once: `targetPortal` first, then those of
 /// `portals`.
 fn iscsi_portals(volume_id: &str, ctx: &HashMap<String, String>) -> Result<Vec<String>> {
-    let bad = |key: &str, why: String| {
-        Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
-    };
-    let required = |key: &str| -> Result<&str> {
-        match ctx.get(key).map(|v| v.trim()) {
-            Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(bad(key, "missing".into())),
-        }
-    };
+    let bad = |key: &str, why: String| bad_attr(volume_id, key, why);
+    let required = |key: &str| required_attr(volume_id, ctx, key);
     let mut portals = vec![portal(required("targetPortal")?).map_err(|w| bad("targetPortal", w))?];
     if let Some(list) = ctx
         .get("portals")

@@ -160,6 +160,23 @@ pub fn parse(
 
 /// A LUN number as the attributes give it: decimal, below 2^32 (what Kubernetes' volume
 /// sources and the drivers take).
+/// `INVALID_ARGUMENT` for volume attribute `key` of `volume_id`: what is wrong with it.
+fn bad_attr(volume_id: &str, key: &str, why: String) -> Error {
+    Error::InvalidArgument(format!("volume {volume_id}: volume attribute {key}: {why}"))
+}
+
+/// Attribute `key`, trimmed; missing or blank is [`bad_attr`]'s "missing".
+fn required_attr<'a>(
+    volume_id: &str,
+    ctx: &'a HashMap<String, String>,
+    key: &str,
+) -> Result<&'a str> {
+    match ctx.get(key).map(|v| v.trim()) {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(bad_attr(volume_id, key, "missing".into())),
+    }
+}
+
 fn lun_number(text: &str) -> Option<u64> {
     text.parse::<u64>().ok().filter(|&l| l < (1 << 32))
 }
