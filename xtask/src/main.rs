@@ -20,6 +20,7 @@ mod paths;
 mod process;
 mod provision;
 mod split;
+mod stacks;
 mod testrun;
 mod vm;
 mod vmtests;

@@ -66,6 +66,9 @@ pub struct TeeOptions {
     pub prefix: Option<String>,
     /// Append every line of both streams (unprefixed) to this file too.
     pub log: Option<PathBuf>,
+    /// Before a kill at a limit, print the kernel stacks of the command's tasks and of every
+    /// task in uninterruptible sleep ([`crate::stacks::dump`]): where a hung test waits.
+    pub stacks_on_kill: bool,
 }
 
 /// What [`tee`] saw.
@@ -144,6 +147,9 @@ pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
                     child.id(),
                     describe(cmd)
                 );
+                if opts.stacks_on_kill {
+                    crate::stacks::dump(child.id());
+                }
                 // Our own child's group only: -PGID.
                 let _ = Command::new("kill")
                     .args(["-KILL", "--", &format!("-{}", child.id())])
@@ -308,5 +314,32 @@ mod tests {
                 binaries: 2
             }
         );
+    }
+}
+
+#[cfg(test)]
+mod tee_tests {
+    use super::{TeeOptions, tee};
+    use std::process::Command;
+    use std::time::Duration;
+
+    /// A command past its limit is killed with its group and reported as such, the lines it
+    /// printed before kept; the stacks printed first do not stop the kill.
+    #[test]
+    fn a_command_past_its_limit_is_killed_with_what_it_printed() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo started; sleep 30 & wait"]);
+        let t = tee(
+            &mut cmd,
+            &TeeOptions {
+                timeout: Some(Duration::from_millis(500)),
+                stacks_on_kill: true,
+                ..TeeOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(t.killed.as_deref(), Some("timed out after 500ms"));
+        assert_eq!(t.lines, ["started"]);
+        assert!(t.status.is_some(), "reaped after the kill");
     }
 }

@@ -158,6 +158,7 @@ fn run_one(lunkit: &Path, test: &VmTest) -> Result<(), String> {
         &TeeOptions {
             timeout: Some(TEST_LIMIT),
             merge_stderr: true,
+            stacks_on_kill: true,
             ..TeeOptions::default()
         },
     )

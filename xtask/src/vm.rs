@@ -96,6 +96,8 @@ impl Boot {
                 merge_stderr: false,
                 prefix: prefix.clone(),
                 log: self.log.clone(),
+                // The host's own tasks say nothing of where the guest waits.
+                stacks_on_kill: false,
             },
         );
         eprintln!(
