@@ -334,7 +334,7 @@ fn flush_and_remove(
         e
     };
 
-    let removed = remove_partition_maps(ctl, map, parts, opts.deferred).map_err(fail)?;
+    let removed = remove_partition_maps(ctl, map, parts, opts.deferred, deadline).map_err(fail)?;
 
     let removing_since = Instant::now();
     let mut backoff =
@@ -391,7 +391,7 @@ fn try_remove(
             Err(e) => return Err(e),
         }
     }
-    match ctl.remove(&by_name, deferred) {
+    match super::suspend::remove(ctl, map.name(), map.info.dev, deferred, deadline) {
         Ok(outcome) => Ok(Attempt::Done(outcome)),
         Err(e) if gone(&e) => Ok(Attempt::Done(Removed::Now)),
         Err(e) if e.errno() == Some(libc::EBUSY) => {
@@ -422,10 +422,11 @@ fn remove_partition_maps(
     map: &Map,
     parts: &[PartitionMap],
     deferred: bool,
+    deadline: Instant,
 ) -> Result<Vec<String>> {
     let mut removed = Vec::new();
     for p in parts {
-        match ctl.remove(&DevId::Name(&p.name), deferred) {
+        match super::suspend::remove(ctl, &p.name, p.dev, deferred, deadline) {
             Ok(_) => removed.push(p.name.clone()),
             Err(e) if e.is_gone() => {}
             Err(e) if e.errno() == Some(libc::EBUSY) => {

@@ -1,4 +1,5 @@
-//! The flushing suspend of a removal, bounded by its deadline.
+//! The calls of a removal that can wait in the kernel, bounded by its deadline: the flushing
+//! suspend, and `DM_DEV_REMOVE` itself.
 //!
 //! `DM_DEV_SUSPEND` with a flush returns once every I/O in flight on the map has ended. A
 //! path that is blocked (an iSCSI session in recovery, an FC port before its dev_loss_tmo)
@@ -10,7 +11,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use crate::dm::{Control, DevId, Suspend};
+use crate::dm::{Control, DevId, Removed, Suspend};
 use crate::error::{ErrorKind, Result};
 use crate::helper::{self, Subject};
 use crate::id::DevNum;
@@ -68,4 +69,26 @@ pub(super) fn flushing(ctl: &Control, name: &str, dev: DevNum, deadline: Instant
         }
     }
     r
+}
+
+/// `DM_DEV_REMOVE` of the map `name` (device `dev`), on a helper thread, until `deadline`.
+///
+/// The kernel's removal first suspends the map (its targets' presuspend) and then waits, in
+/// uninterruptible sleep, until no other call holds the device: another process's ioctl on
+/// the map (a flushing suspend whose paths hold I/O, a status read) keeps the removal waiting
+/// as long as it does. Past the deadline this returns [`crate::Error::Timeout`]; the removal
+/// goes on in the kernel and ends with the map gone, which the caller's next look finds.
+pub(super) fn remove(
+    ctl: &Control,
+    name: &str,
+    dev: DevNum,
+    deferred: bool,
+    deadline: Instant,
+) -> Result<Removed> {
+    let theirs = ctl.try_clone()?;
+    let owned = name.to_owned();
+    let what = || format!("DM_DEV_REMOVE of map {name} (another call on the map holds it)");
+    helper::bounded(Subject::device("remove", dev), deadline, &what, move || {
+        theirs.remove(&DevId::Name(&owned), deferred)
+    })
 }
