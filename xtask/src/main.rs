@@ -12,6 +12,7 @@ mod guest;
 mod host;
 mod image;
 mod jit;
+mod kmsg;
 mod labkernel;
 mod labstate;
 mod manifests;

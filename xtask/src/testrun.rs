@@ -28,6 +28,7 @@ pub fn run_tests(lunkit: &Path, plan: &Path) -> Result<u8> {
         .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
         .unwrap_or(0.0);
     println!("{}", Line::Booted { uptime });
+    crate::kmsg::watch();
     let overlays = Overlay::baselines(OVERLAYS)?;
     let base = Snapshot::take();
     println!("xtask guest: lab baseline: {}", base.summary());
