@@ -202,6 +202,25 @@ pub enum Error {
         reason: ResizeFailure,
     },
 
+    /// A persistent-reservation command refused with RESERVATION CONFLICT (another key
+    /// holds the device, or the path is not registered with the key): nothing changed.
+    #[error(
+        "{op} on {device}: reservation conflict{}",
+        holder.map_or_else(
+            || " (no reservation is held: this path is not registered with that key?)"
+                .to_owned(),
+            |k| format!(" (the reservation is held by key {k})")
+        )
+    )]
+    ReservationConflict {
+        /// The request (`IOC_PR_RESERVE`, `PERSISTENT RESERVE IN`).
+        op: &'static str,
+        /// The device (`sdc`, `dm-0`).
+        device: String,
+        /// The key holding the reservation, when it could be read back after the refusal.
+        holder: Option<crate::pr::Key>,
+    },
+
     /// The kernel did not create an NVMe over Fabrics controller: the write of the connect
     /// string to `/dev/nvme-fabrics` failed.
     #[error(
@@ -326,6 +345,8 @@ pub enum ErrorKind {
     /// A device is not the volume expected: it reports another WWID (a LUN number or
     /// namespace id reused), or not the one its other paths report ([`Error::WwidMismatch`]).
     WwidMismatch,
+    /// Refused with RESERVATION CONFLICT ([`Error::ReservationConflict`]).
+    ReservationConflict,
     /// Anything else.
     Other,
 }
@@ -384,6 +405,7 @@ impl Error {
             Error::MissingPaths { paths, .. } => missing_paths_kind(paths),
             Error::Step { source, .. } => source.kind(),
             Error::Refused { .. } => ErrorKind::PermissionDenied,
+            Error::ReservationConflict { .. } => ErrorKind::ReservationConflict,
             Error::Connect { source, .. } => match source.raw_os_error() {
                 // Nothing at that address: the path asked for is not there.
                 Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => {

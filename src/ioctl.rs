@@ -223,6 +223,57 @@ fn sg_io(
     Ok(hdr)
 }
 
+/// The argument structs of the `IOC_PR_*` ioctls, each `_IOW` of exactly that struct.
+pub(crate) trait PrArg: Copy {}
+impl PrArg for lunkit_sys::pr::pr_registration {}
+impl PrArg for lunkit_sys::pr::pr_reservation {}
+impl PrArg for lunkit_sys::pr::pr_preempt {}
+impl PrArg for lunkit_sys::pr::pr_clear {}
+
+/// One persistent-reservation request: its opcode and the struct the kernel reads.
+struct PrRequest<'a, T: PrArg> {
+    opcode: Opcode,
+    arg: &'a T,
+}
+
+// SAFETY: every IOC_PR_* opcode is `_IOW('p', nr, struct pr_*)`: the kernel copies exactly
+// one struct of the argument's type from the pointer (`copy_from_user`) and writes nothing
+// back (IS_MUTATING false). `pr_ioctl` pairs each opcode with its own struct, whose layout
+// lunkit-sys checks against the C header; the shared borrow keeps it alive for the call.
+unsafe impl<T: PrArg> Ioctl for PrRequest<'_, T> {
+    type Output = libc::c_int;
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut core::ffi::c_void {
+        std::ptr::from_ref(self.arg).cast_mut().cast()
+    }
+
+    unsafe fn output_from_ptr(
+        out: IoctlOutput,
+        _: *mut core::ffi::c_void,
+    ) -> rustix::io::Result<libc::c_int> {
+        Ok(out)
+    }
+}
+
+/// `ioctl(fd, IOC_PR_*, &arg)` on an open block device: what the kernel returned, kept
+/// whole, since a persistent-reservation call answers a device's refusal with a **positive**
+/// value (the SCSI result on 6.1, a `PR_STS_*` from 6.3: `lunkit_sys::pr`), not an errno.
+/// `opcode` must be the `IOC_PR_*` whose struct `T` is (`IOC_PR_REGISTER` with
+/// `pr_registration`, ...): the callers in `pr` pair them.
+pub(crate) fn pr_ioctl<T: PrArg>(fd: impl AsFd, opcode: u32, arg: &T) -> io::Result<i32> {
+    let req = PrRequest {
+        opcode: opcode as Opcode,
+        arg,
+    };
+    // SAFETY: see the `Ioctl` impl of `PrRequest`: the kernel reads one `T` from `arg`.
+    unsafe { ioctl(fd, req) }.map_err(io::Error::from)
+}
+
 /// An 8-byte aligned, zero-initialised byte buffer for device-mapper ioctls.
 ///
 /// libdm hands the kernel a `malloc`ed (so 8-aligned) buffer; keeping the same alignment

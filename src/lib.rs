@@ -98,6 +98,7 @@ pub mod iscsi;
 pub mod multipath;
 pub mod nvme;
 pub mod ops;
+pub mod pr;
 mod root;
 pub mod scsi;
 mod sysfs;

@@ -3,7 +3,7 @@
 //!
 //! Builds a C program with the system C compiler (`$CC`, default `cc`, plus `$CFLAGS`)
 //! against `<linux/dm-ioctl.h>`, `<linux/fs.h>`, `<linux/loop.h>`, `<linux/netlink.h>`,
-//! `<linux/nvme_ioctl.h>`, `<scsi/sg.h>` and `<sys/socket.h>` (and `<libdevmapper.h>` when
+//! `<linux/nvme_ioctl.h>`, `<linux/pr.h>`, `<scsi/sg.h>` and `<sys/socket.h>` (and `<libdevmapper.h>` when
 //! installed). The program prints every size, offset, opcode and flag as `EXPR<TAB>VALUE`
 //! lines; the test compares each with the Rust value and fails with the list of mismatches.
 //!
@@ -25,6 +25,7 @@ use lunkit_sys::dm::*;
 use lunkit_sys::loop_dev::*;
 use lunkit_sys::netlink::*;
 use lunkit_sys::nvme::*;
+use lunkit_sys::pr::*;
 use lunkit_sys::sg::*;
 
 const INSTALL_HINT: &str = "the C ABI cross-check needs a C compiler and the Linux UAPI headers: \
@@ -336,6 +337,8 @@ fn checks() -> Vec<Check> {
     // 'S', which the header spells only in a comment.
     v.push(num("'S'", None, SG_INTERFACE_ID_ORIG as u64));
 
+    v.extend(pr_checks());
+
     // <linux/netlink.h>, <sys/socket.h>
     v.extend([
         c!(AF_NETLINK),
@@ -350,6 +353,47 @@ fn checks() -> Vec<Check> {
     v
 }
 
+/// `<linux/pr.h>`: the Rust fields named `type_` are C's `type`. The `PR_STS_*` values are an
+/// enum (no macro to guard on) in 6.3+ headers only, so they are checked by value in sys/.
+fn pr_checks() -> Vec<Check> {
+    let mut v = vec![
+        size!(pr_registration),
+        size!(pr_reservation),
+        size!(pr_preempt),
+        size!(pr_clear),
+        num(
+            "offsetof(struct pr_reservation, type)",
+            None,
+            offset_of!(pr_reservation, type_) as u64,
+        ),
+        num(
+            "offsetof(struct pr_preempt, type)",
+            None,
+            offset_of!(pr_preempt, type_) as u64,
+        ),
+    ];
+    v.extend(off!(pr_registration; old_key, new_key, flags, __pad));
+    v.extend(off!(pr_reservation; key, flags));
+    v.extend(off!(pr_preempt; old_key, new_key, flags));
+    v.extend(off!(pr_clear; key, flags, __pad));
+    v.extend([
+        c!(PR_WRITE_EXCLUSIVE),
+        c!(PR_EXCLUSIVE_ACCESS),
+        c!(PR_WRITE_EXCLUSIVE_REG_ONLY),
+        c!(PR_EXCLUSIVE_ACCESS_REG_ONLY),
+        c!(PR_WRITE_EXCLUSIVE_ALL_REGS),
+        c!(PR_EXCLUSIVE_ACCESS_ALL_REGS),
+        c!(PR_FL_IGNORE_KEY),
+        c!(IOC_PR_REGISTER),
+        c!(IOC_PR_RESERVE),
+        c!(IOC_PR_RELEASE),
+        c!(IOC_PR_PREEMPT),
+        c!(IOC_PR_PREEMPT_ABORT),
+        c!(IOC_PR_CLEAR),
+    ]);
+    v
+}
+
 fn c_source(checks: &[Check]) -> String {
     let mut s = String::from(
         "#include <stddef.h>\n\
@@ -361,6 +405,7 @@ fn c_source(checks: &[Check]) -> String {
          #include <linux/loop.h>\n\
          #include <linux/netlink.h>\n\
          #include <linux/nvme_ioctl.h>\n\
+         #include <linux/pr.h>\n\
          #include <scsi/sg.h>\n\
          #if defined(__has_include)\n\
          #if __has_include(<libdevmapper.h>)\n\

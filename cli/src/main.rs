@@ -16,6 +16,7 @@ mod ids;
 mod json;
 mod multipath;
 mod nvme;
+mod pr;
 mod resize;
 mod scan;
 mod teardown;
@@ -115,6 +116,9 @@ enum Command {
     /// Connect, disconnect, rescan and discover NVMe over Fabrics controllers, without nvme-cli.
     #[command(subcommand)]
     Nvme(nvme::Nvme),
+    /// Register, reserve, preempt and show SCSI-3 persistent reservations, without sg_persist.
+    #[command(subcommand)]
+    Pr(pr::Pr),
     /// Remove multipath maps without `multipath -f`.
     #[command(subcommand)]
     Multipath(multipath::Multipath),
@@ -193,6 +197,7 @@ fn run(cli: Cli) -> u8 {
         Command::Scan(cmd) => scan::run(&root, cmd),
         Command::Multipath(cmd) => multipath::run(&root, cmd),
         Command::Nvme(cmd) => nvme::run(&root, cmd),
+        Command::Pr(cmd) => pr::run(&root, cmd),
         Command::Watch { json } => watch::run(json),
         Command::Attach(cmd) => attach::run(&root, cmd),
         Command::Detach(cmd) => teardown::detach(&root, cmd),
@@ -214,7 +219,8 @@ fn exit_code(e: &lunkit::Error) -> u8 {
     match e.kind() {
         ErrorKind::NotFound => exit::NOT_FOUND,
         ErrorKind::Invalid => exit::USAGE,
-        ErrorKind::Busy | ErrorKind::Unverified => exit::BUSY,
+        // A RESERVATION CONFLICT is the array refusing, as a device in use is the kernel.
+        ErrorKind::Busy | ErrorKind::Unverified | ErrorKind::ReservationConflict => exit::BUSY,
         ErrorKind::Timeout => exit::TIMEOUT,
         // A device that is not the volume expected stays "any other error", as before the
         // library gave it a kind of its own.

@@ -8,6 +8,7 @@
 //! | [`loop_dev`] | `<linux/loop.h>` | `loop_info64`, `loop_config`, `LOOP_*` opcodes, `LO_FLAGS_*` |
 //! | [`netlink`] | `<linux/netlink.h>`, kernel `kobject.h`, systemd's monitor header | uevent socket protocol, groups, limits, libudev header layout |
 //! | [`nvme`] | `<linux/nvme_ioctl.h>` | `nvme_passthru_cmd`, `NVME_IOCTL_ADMIN_CMD`, the Identify opcode and CNS |
+//! | [`pr`] | `<linux/pr.h>` | `pr_registration`, `pr_reservation`, `pr_preempt`, `pr_clear`, `IOC_PR_*`, `PR_FL_IGNORE_KEY`, the `pr_type` and `PR_STS_*` values |
 //! | [`sg`] | `<scsi/sg.h>` | `sg_io_hdr`, `SG_IO`, `SG_DXFER_*`, `SG_INFO_*` |
 //!
 //! # Why handwritten
@@ -50,4 +51,5 @@ pub mod ioctl;
 pub mod loop_dev;
 pub mod netlink;
 pub mod nvme;
+pub mod pr;
 pub mod sg;

@@ -10,7 +10,7 @@
 //! One module per command: [`list`], [`scan`] (`scan` and a SCSI `attach`), [`attach`] (an
 //! NVMe `attach`), [`detach`], [`resize`], [`teardown`] (`flush`, `delete`), [`multipath`]
 //! (`multipath remove`), [`nvme`] (`nvme connect`, `disconnect`, `rescan`), [`discovery`]
-//! (`nvme discover`), [`doctor`] and [`watch`].
+//! (`nvme discover`), [`pr`] (`pr show`), [`doctor`] and [`watch`].
 //! `batch` prints each line's own document.
 
 pub mod attach;
@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod list;
 pub mod multipath;
 pub mod nvme;
+pub mod pr;
 pub mod resize;
 pub mod scan;
 pub mod teardown;
