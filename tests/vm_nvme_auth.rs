@@ -34,7 +34,9 @@ use lunkit_csi::Code;
 use lunkit_csi::proto::volume_capability::{
     AccessMode, AccessType, BlockVolume, access_mode::Mode,
 };
-use lunkit_csi::proto::{NodeStageVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability};
+use lunkit_csi::proto::{
+    NodeGetVolumeStatsRequest, NodeStageVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+};
 use support::nvmet::{PortConfig, Target};
 use support::{cmd, cmdline, require_vm};
 
@@ -421,7 +423,9 @@ fn attr(controller: &str, name: &str) -> String {
 /// connected with none, which this subsystem refuses). Then the target's controller key
 /// changes and a third port comes: its controller cannot prove itself with the key the
 /// volume gave, the kernel refuses it, and it is never left connected; the follower says
-/// so naming the subsystem and port, and no secret is in the plugin's log.
+/// so naming the subsystem and port, the volume's condition is abnormal naming that port
+/// (a path its discovery service lists and the node does not have), and no secret is in the
+/// plugin's log or the condition.
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn the_follower_connects_a_new_port_with_the_volumes_secrets_both_ways_and_never_without() {
@@ -528,6 +532,28 @@ fn the_follower_connects_a_new_port_with_the_volumes_secrets_both_ways_and_never
     })
     .unwrap_or_else(|e| panic!("{e}: {:?}", at("127.0.0.3")()));
     assert_eq!(at("127.0.0.2")(), [(second, "live".to_owned())]);
+    let stats = c
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: stage.volume_id.clone(),
+            volume_path: stage.staging_target_path.clone(),
+            staging_target_path: String::new(),
+        })
+        .expect("stats");
+    let condition = stats.volume_condition.expect("a condition");
+    assert!(
+        condition.abnormal
+            && condition
+                .message
+                .contains("path 127.0.0.3:4420 not connected"),
+        "{condition:?}"
+    );
+    for k in [HOST_KEY, CTRL_KEY, OTHER_KEY] {
+        let b64 = k.split(':').nth(2).unwrap();
+        assert!(
+            !condition.message.contains(b64),
+            "a secret in {condition:?}"
+        );
+    }
 
     c.node_unstage_volume(NodeUnstageVolumeRequest {
         volume_id: stage.volume_id.clone(),

@@ -40,6 +40,7 @@ use crate::log::{self, Level};
 use crate::state::{Dhchap, Record, Store, Target};
 
 pub mod auth;
+pub mod unconnected;
 
 pub use auth::Auth;
 
@@ -253,6 +254,8 @@ fn manage(root: &Root, store: &Store, markers: &Path, rx: &mpsc::Receiver<()>) {
 /// stops (and waits for) each one `wanted` no longer has: its persistent discovery
 /// controller is deleted if the plugin made it.
 fn sync(root: &Root, markers: &Path, running: &mut BTreeMap<Key, Running>, wanted: &Plan) {
+    let followed = wanted.values().flatten().map(|n| n.as_str().to_owned());
+    unconnected::keep_only(&followed.collect());
     let gone: Vec<Key> = running
         .keys()
         .filter(|k| !wanted.contains_key(k))
@@ -469,13 +472,19 @@ pub fn volume_host(
     Ok(Some(Host { nqn, id }))
 }
 
-/// One line per path the follower acted on.
+/// One line per path the follower acted on; a path not connected is recorded for the
+/// volumes' condition ([`unconnected`]) until it is, or leaves the log.
 fn report(key: &Key, change: &Change) {
     for p in &change.paths {
-        let path = format!(
-            "{} at {}:{}",
-            p.entry.subsystem, p.entry.address, p.entry.service_id
-        );
+        let at = format!("{}:{}", p.entry.address, p.entry.service_id);
+        let path = format!("{} at {at}", p.entry.subsystem);
+        match &p.action {
+            PathAction::Failed(e) => unconnected::failed(&p.entry.subsystem, &at, e),
+            PathAction::Connected { .. } | PathAction::Deleted { .. } | PathAction::Left { .. } => {
+                unconnected::settled(&p.entry.subsystem, &at);
+            }
+            PathAction::DeleteFailed { .. } => {}
+        }
         let (level, what) = match &p.action {
             PathAction::Connected {
                 controller,
@@ -503,7 +512,13 @@ fn report(key: &Key, change: &Change) {
                      from 30 s to 16 min"
                 ),
             ),
-            PathAction::Failed(e) => (Level::Warn, format!("path {path}: {e}")),
+            PathAction::Failed(e) => (Level::Warn, format!("path {path}: not connected: {e}")),
+            PathAction::DeleteFailed { controller, error } => (
+                Level::Warn,
+                format!(
+                    "path {path} gone from the log: controller {controller} not deleted: {error}"
+                ),
+            ),
         };
         log::note(level, &format!("{}: {what}", key.describe()));
     }

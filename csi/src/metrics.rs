@@ -252,6 +252,7 @@ impl Metrics {
              lunkit_csi_doctor_examinations_total{{result=\"error\"}} {}\n",
             s.examinations.0, s.examinations.1
         );
+        crate::follow::unconnected::render(&mut out);
         out
     }
 }

@@ -94,23 +94,33 @@ pub(crate) fn condition(root: &Root, nqn: &str) -> VolumeCondition {
     let controllers = nqn
         .parse::<lunkit::Nqn>()
         .and_then(|n| lunkit::nvme::controllers_of(root, &n));
-    match controllers {
-        Err(e) => abnormal(format!("cannot look at the subsystem's controllers: {e}")),
-        Ok(c) if c.is_empty() => abnormal("no controller of the subsystem is left".into()),
+    let mut wrong = match controllers {
+        Err(e) => vec![format!("cannot look at the subsystem's controllers: {e}")],
+        Ok(c) if c.is_empty() => vec!["no controller of the subsystem is left".into()],
         Ok(c) => {
             let down: Vec<String> = c
                 .iter()
                 .filter(|c| c.parsed_state != Some(CtrlState::Live))
                 .map(|c| format!("{} is {}", c.name, c.state.as_deref().unwrap_or("unknown")))
                 .collect();
-            if down.is_empty() {
-                VolumeCondition {
+            if down.is_empty() && crate::follow::unconnected::of(nqn).is_empty() {
+                return VolumeCondition {
                     abnormal: false,
                     message: format!("{} controllers live", c.len()),
-                }
+                };
+            }
+            if down.is_empty() {
+                Vec::new()
             } else {
-                abnormal(format!("controller {}", down.join(", ")))
+                vec![format!("controller {}", down.join(", "))]
             }
         }
-    }
+    };
+    // Ports its discovery service lists that the follower could not connect.
+    wrong.extend(
+        crate::follow::unconnected::of(nqn)
+            .into_iter()
+            .map(|u| format!("path {} not connected: {}", u.path, u.reason)),
+    );
+    abnormal(wrong.join("; "))
 }

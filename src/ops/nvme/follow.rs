@@ -168,8 +168,16 @@ pub enum PathAction {
         /// Why it was not deleted.
         reason: String,
     },
-    /// The connect or the delete failed.
+    /// The new path's connect failed (or the subsystem's lock could not be had for it): the
+    /// volume has one path fewer than its discovery service lists. Tried again later.
     Failed(Error),
+    /// A path the log no longer lists kept its controller: the delete failed. Tried again.
+    DeleteFailed {
+        /// The controller not deleted.
+        controller: String,
+        /// Why.
+        error: Error,
+    },
 }
 
 /// One path the follower acted on.
@@ -509,15 +517,18 @@ impl Follower {
         let Some(opts) = self.path_options(e) else {
             return Ok(None);
         };
-        if crate::nvme::find_controller(&self.root, &opts, &self.host)?.is_none() {
+        let Some(seen) = crate::nvme::find_controller(&self.root, &opts, &self.host)? else {
             return Ok(None);
-        }
+        };
         let _subsystem = match self.lock(&opts.nqn) {
             Ok(l) => l,
-            Err(err) => {
+            Err(error) => {
                 return Ok(Some(PathChange {
                     entry: e.clone(),
-                    action: PathAction::Failed(err),
+                    action: PathAction::DeleteFailed {
+                        controller: seen.name,
+                        error,
+                    },
                 }));
             }
         };
@@ -536,7 +547,10 @@ impl Follower {
                     Ok(()) => PathAction::Deleted {
                         controller: c.name.clone(),
                     },
-                    Err(err) => PathAction::Failed(err),
+                    Err(error) => PathAction::DeleteFailed {
+                        controller: c.name.clone(),
+                        error,
+                    },
                 }
             }
         };

@@ -32,7 +32,12 @@ pub fn retry_wait(failed_retries: u32) -> Duration {
 pub fn requeue(known: &mut Vec<Entry>, paths: &[PathChange]) -> bool {
     let failed: Vec<&Entry> = paths
         .iter()
-        .filter(|p| matches!(p.action, PathAction::Failed(_)))
+        .filter(|p| {
+            matches!(
+                p.action,
+                PathAction::Failed(_) | PathAction::DeleteFailed { .. }
+            )
+        })
         .map(|p| &p.entry)
         .filter(|e| tls_refusal(e).is_none())
         .collect();
