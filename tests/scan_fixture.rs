@@ -335,6 +335,28 @@ fn iscsi_scan_writes_to_every_session_of_the_target_only() {
     let f = scan_files(dir2.path());
     assert_eq!((f[6].as_str(), f[7].as_str()), ("", "0 0 7"));
 
+    // Restricted to an iface: session2 logged in through another iface ("other") is
+    // someone else's session and is not scanned; session1's iface is "default".
+    let dir4 = Scratch::with_fixture("iscsi-multipath", "scan-iscsi-iface");
+    let root4 = Root::new(dir4.path());
+    let iface2 = "sys/devices/platform/host7/session2/iscsi_session/session2/ifacename";
+    fs::write(dir4.path().join(iface2), "other\n").unwrap();
+    let only = |iface: &str| IscsiLun {
+        ifaces: vec![iface.to_owned()],
+        ..iscsi(iqn, &[], 7)
+    };
+    let err = lunkit::iscsi::scan(&root4, &only("default"), &quick()).unwrap_err();
+    assert!(!err.to_string().contains("host7"), "{err}");
+    let f = scan_files(dir4.path());
+    assert_eq!((f[6].as_str(), f[7].as_str()), ("0 0 7", ""));
+    // No session on the iface asked: nothing written, and the login to make names it.
+    let err = lunkit::iscsi::scan(&root4, &only("iface9"), &quick()).unwrap_err();
+    assert!(
+        err.to_string().contains(" on iface iface9; ") && err.to_string().contains("-I iface9"),
+        "{err}"
+    );
+    assert_eq!(scan_files(dir4.path())[7], "");
+
     // Another target, a malformed name: nothing written.
     let dir3 = Scratch::with_fixture("iscsi-multipath", "scan-iscsi-other");
     let root3 = Root::new(dir3.path());

@@ -2439,6 +2439,8 @@ fn sessions_on(iface: &str) -> Vec<String> {
 struct HandSession {
     mount: PathBuf,
     sid: Option<u32>,
+    /// Its SCSI host.
+    host: u32,
 }
 
 impl HandSession {
@@ -2449,6 +2451,7 @@ impl HandSession {
         let mut me = HandSession {
             mount: PathBuf::from(format!("{BASE}/hand")),
             sid: None,
+            host: u32::MAX,
         };
         let discovery = ["-m", "discovery", "-t", "st", "-p", PORTALS[0]];
         iscsiadm(&[&discovery[..], &["-I", OTHER_IFACE]].concat());
@@ -2462,6 +2465,7 @@ impl HandSession {
         })
         .expect("the hand-made session");
         me.sid = Some(session.sid);
+        me.host = session.host;
         let disk = iscsi::scan_lun(&session, 1).expect("LUN 1 on the hand-made session");
         // multipathd (find_multipaths no) maps the one path.
         let map = multipath::wait_for("LUN 1's map", || {
@@ -2521,6 +2525,13 @@ fn unstage_logs_out_only_its_own_sessions_not_another_ifaces_with_a_mount() {
         sessions_on("default"),
         PORTALS.to_vec(),
         "the volume's own sessions"
+    );
+    // The stage scanned LUN 0 through its own iface's sessions only: the hand-made session
+    // (same initiator name, so LIO shows it LUN 0 too) got no device of the volume.
+    let hctl = format!("{}:0:0:0", hand.host);
+    assert!(
+        !Path::new("/sys/bus/scsi/devices").join(&hctl).exists(),
+        "the volume's LUN was scanned on another iface's session ({hctl})"
     );
     c.node_unstage_volume(unstage_req(&stage)).expect("unstage");
     assert_eq!(

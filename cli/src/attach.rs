@@ -31,6 +31,10 @@ pub struct Attach {
     /// NVMe: connect this portal if it is not connected yet. Repeatable.
     #[arg(long = "portal", value_name = "ADDR:PORT", conflicts_with_all = ["hctl", "fc_wwpn"])]
     portals: Vec<String>,
+    /// iSCSI: only sessions logged in through this open-iscsi iface (`default`, or an iface
+    /// record's name, as `iscsiadm -m session -P 1` shows it). Repeatable.
+    #[arg(long = "iscsi-iface", value_name = "IFACE", requires = "iscsi_target")]
+    iscsi_ifaces: Vec<String>,
     /// NVMe: ask the discovery service at ADDR (port 8009 unless given; an IPv6 address in
     /// brackets with a port) for the subsystem's paths, referrals followed, and connect every
     /// TCP path it lists with the --portal ones. Repeatable.
@@ -101,6 +105,7 @@ pub fn run(root: &Root, cmd: Attach) -> lunkit::Result<()> {
             .iter()
             .map(|p| crate::ids::iscsi_portal(p))
             .collect::<lunkit::Result<_>>()?;
+        opts.scsi.iscsi_ifaces = cmd.iscsi_ifaces.clone();
     }
     let start = Instant::now();
     let volume = ops::attach(root, &spec, &opts)?;

@@ -31,6 +31,10 @@ pub enum Scan {
         /// Only sessions through this portal (ADDR:PORT, an IPv6 address in brackets); repeatable.
         #[arg(long = "portal", value_name = "ADDR:PORT")]
         portals: Vec<String>,
+        /// Only sessions logged in through this open-iscsi iface (`default`, or an iface
+        /// record's name); repeatable.
+        #[arg(long = "iscsi-iface", value_name = "IFACE")]
+        iscsi_ifaces: Vec<String>,
         /// The LUN.
         #[arg(long, value_name = "LUN")]
         lun: u64,
@@ -105,10 +109,12 @@ pub fn run(root: &Root, cmd: Scan) -> lunkit::Result<()> {
         Scan::Iscsi {
             target,
             portals,
+            iscsi_ifaces,
             lun,
             ..
         } => {
             let lun = IscsiLun {
+                ifaces: iscsi_ifaces.clone(),
                 portals: portals
                     .iter()
                     .map(|p| crate::ids::iscsi_portal(p))

@@ -32,18 +32,22 @@ pub fn check_target_name(name: &str) -> Result<()> {
 
 /// No session to `target` (through `portals`) can be scanned: the message gives the
 /// `iscsiadm` commands that log one in, with the first portal asked (`PORTAL` without one).
-fn no_session(target: &IscsiName, portals: &[String]) -> Error {
-    let via = if portals.is_empty() {
-        String::new()
-    } else {
-        format!(" through {}", portals.join(", "))
-    };
+fn no_session(target: &IscsiName, portals: &[String], ifaces: &[String]) -> Error {
+    let mut via = String::new();
+    if !portals.is_empty() {
+        via += &format!(" through {}", portals.join(", "));
+    }
+    if !ifaces.is_empty() {
+        via += &format!(" on iface {}", ifaces.join(", "));
+    }
     let portal = portals.first().map_or("PORTAL", String::as_str);
+    let iface = ifaces.first().map_or(String::new(), |i| format!(" -I {i}"));
     Error::NotFound {
         what: format!(
             "no logged-in iSCSI session to {target}{via}; log in first with \
-             `iscsiadm -m node -T {target} -p {portal} --login` (after \
-             `iscsiadm -m discovery -t sendtargets -p {portal}` if the node is not known yet)"
+             `iscsiadm -m node -T {target} -p {portal}{iface} --login` (after \
+             `iscsiadm -m discovery -t sendtargets -p {portal}{iface}` if the node is not \
+             known yet)"
         ),
     }
 }
@@ -55,6 +59,11 @@ pub struct IscsiLun {
     pub target: IscsiName,
     /// Only sessions through these portals (`addr:port`, `[v6]:port`); empty for every session.
     pub portals: Vec<String>,
+    /// Only sessions logged in through these open-iscsi ifaces (their `ifacename`:
+    /// `default`, or an iface record's name); empty for every session. Another iface's
+    /// session to the same target is someone else's (another driver, a session made by
+    /// hand): a caller that owns one iface's sessions scans only through those.
+    pub ifaces: Vec<String>,
     /// The LUN.
     pub lun: u64,
 }
@@ -65,6 +74,7 @@ impl IscsiLun {
         IscsiLun {
             target,
             portals: Vec::new(),
+            ifaces: Vec::new(),
             lun,
         }
     }
@@ -89,7 +99,11 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
     } else {
         Portals::Only(&lun.portals)
     };
-    let sessions: Vec<SessionPath> = paths_to(root, &lun.target, portals)?;
+    let mut sessions: Vec<SessionPath> = paths_to(root, &lun.target, portals)?;
+    if !lun.ifaces.is_empty() {
+        // A session whose iface cannot be read is not known to be one of them: left out.
+        sessions.retain(|s| sysfs::iface_of(root, s.sid).is_some_and(|i| lun.ifaces.contains(&i)));
+    }
     let candidates: Vec<Candidate> = sessions
         .iter()
         .map(|s| {
@@ -123,6 +137,6 @@ pub fn scan(root: &Root, lun: &IscsiLun, opts: &ScanOptions) -> Result<ScanRepor
         Some(format!("({})", portal_of(root, s.sid)?))
     };
     let what = format!("LUN {} of iSCSI target {}", lun.lun, lun.target);
-    let none = || no_session(&lun.target, &lun.portals);
+    let none = || no_session(&lun.target, &lun.portals, &lun.ifaces);
     crate::scsi::scan::scan_paths(root, &what, start, candidates, &portal, &none, opts)
 }

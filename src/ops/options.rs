@@ -153,6 +153,11 @@ pub struct ScsiAttachOptions {
     /// `[v6addr]:port`, as the session shows its connection); empty for every session to
     /// the target. Attach never logs in.
     pub iscsi_portals: Vec<String>,
+    /// iSCSI: scan only through the sessions of these open-iscsi ifaces (`default`, or an
+    /// iface record's name); empty for every session to the target. A plugin that logs in
+    /// through one iface names it here, so that another iface's session to the same target
+    /// (another driver's, or one made by hand) gets no device from this attach.
+    pub iscsi_ifaces: Vec<String>,
     /// FC: scan only through these local ports (initiator WWPNs); empty for every port that
     /// sees one of the target's ports.
     pub fc_initiators: Vec<Wwn>,

@@ -105,6 +105,14 @@ impl Inner {
         let mut opts = AttachOptions::new(self.root());
         opts.scan.expect_wwid = expected(vol.wwid.as_ref(), record)?;
         opts.scsi.iscsi_portals = vol.portals.clone();
+        // Only the sessions of the volume's iface are the plugin's: another iface's session
+        // to the target (another driver's) gets no path of this volume.
+        opts.scsi.iscsi_ifaces = vec![
+            vol.iface
+                .as_deref()
+                .unwrap_or(super::DEFAULT_IFACE)
+                .to_owned(),
+        ];
         self.attach_scsi(id, &spec, opts, record, deadline)
     }
 }

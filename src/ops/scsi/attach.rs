@@ -90,6 +90,7 @@ fn scan(root: &Root, spec: &VolumeSpec, opts: &AttachOptions) -> Result<ScanRepo
             let lun = IscsiLun {
                 target: target.clone(),
                 portals: opts.scsi.iscsi_portals.clone(),
+                ifaces: opts.scsi.iscsi_ifaces.clone(),
                 lun: *lun,
             };
             crate::iscsi::scan(root, &lun, &opts.scan)
