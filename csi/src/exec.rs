@@ -544,6 +544,11 @@ mod tests {
         for part in [&format!("pid {pid}"), "mkfs.ext4", "/dev/dm-lunkit-test"] {
             assert!(e.to_string().contains(part), "{part}: {e}");
         }
+        // So is a filesystem grower (an expand while a stage's mkfs is stuck).
+        let mnt = std::path::Path::new("/nonexistent-mount");
+        let e = crate::fs::grow(&device, mnt, "ext4", Duration::from_secs(5)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted, "{e}");
+        assert!(e.to_string().contains("resize2fs is not run"), "{e}");
         // An unstage's wait ends at its deadline, naming it.
         let soon = Instant::now() + Duration::from_millis(100);
         let e = wait_abandoned(&device, soon).unwrap_err();

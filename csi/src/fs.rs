@@ -114,16 +114,31 @@ pub fn format(device: &BlockNode, fs_type: &str, timeout: Duration) -> Result<()
 }
 
 /// Grows the filesystem of type `fs_type` on `device`, mounted at `mount_point`, to fill the
-/// device.
-pub fn grow(device: &Path, mount_point: &Path, fs_type: &str, timeout: Duration) -> Result<()> {
-    let dev = device.to_string_lossy();
+/// device. The grower writes to the device, so it runs as [`exec::run_on`] it: one left in the
+/// kernel at its deadline is known as the plugin's own, and a later unstage waits for it
+/// rather than naming lunkit-csi among the device's users.
+pub fn grow(
+    device: &BlockNode,
+    mount_point: &Path,
+    fs_type: &str,
+    timeout: Duration,
+) -> Result<()> {
+    let dev = device.path.to_string_lossy();
     let mnt = mount_point.to_string_lossy();
-    match fs_type {
-        "ext4" | "ext3" => exec::run_ok(Program::Resize2fs, &[dev.as_ref()], timeout).map(drop),
-        "xfs" => exec::run_ok(Program::XfsGrowfs, &[mnt.as_ref()], timeout).map(drop),
-        other => Err(Error::Unimplemented(format!(
-            "growing filesystem type {other:?} is not supported"
-        ))),
+    let (program, arg) = match fs_type {
+        "ext4" | "ext3" => (Program::Resize2fs, dev.as_ref()),
+        "xfs" => (Program::XfsGrowfs, mnt.as_ref()),
+        other => {
+            return Err(Error::Unimplemented(format!(
+                "growing filesystem type {other:?} is not supported"
+            )));
+        }
+    };
+    let out = exec::run_on(program, &[arg], device, timeout)?;
+    if out.code == Some(0) {
+        Ok(())
+    } else {
+        Err(Error::Program(out.describe(program, &[arg])))
     }
 }
 

@@ -167,7 +167,7 @@ impl Inner {
         let Access::Mount { fs_type } = &record.access else {
             return Ok(());
         };
-        vfs::grow(&device.path, path, fs_type, self.config.stage_timeout).map_err(|e| {
+        vfs::grow(device, path, fs_type, self.config.stage_timeout).map_err(|e| {
             Error::Program(format!(
                 "volume {}: grow the filesystem: {e}",
                 record.volume_id
