@@ -1,7 +1,7 @@
 //! PERSISTENT RESERVE IN through `SG_IO`: [`read_keys`], [`read_reservation`].
 
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::fs::OFlags;
 
@@ -130,9 +130,6 @@ fn send(
     len: usize,
     deadline: Instant,
 ) -> Result<(TurStatus, Vec<u8>)> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    let timeout = left.clamp(Duration::from_millis(1), PR_TIMEOUT);
-    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let alloc = u16::try_from(len).unwrap_or(u16::MAX).to_be_bytes();
     let cdb = [
         PERSISTENT_RESERVE_IN,
@@ -146,23 +143,5 @@ fn send(
         alloc[1],
         0,
     ];
-    let mut data = vec![0u8; len];
-    let mut sense = [0u8; 64];
-    let hdr = crate::ioctl::sg_io_from_dev(fd, &cdb, &mut data, &mut sense, timeout_ms).map_err(
-        |source| Error::Ioctl {
-            op: "SG_IO",
-            target: node.to_string(),
-            source,
-        },
-    )?;
-    let resid = usize::try_from(hdr.resid).unwrap_or(0).min(len);
-    data.truncate(len - resid);
-    let written = usize::from(hdr.sb_len_wr).min(sense.len());
-    let status = TurStatus::from_reply(
-        hdr.status,
-        hdr.host_status,
-        hdr.driver_status,
-        &sense[..written],
-    );
-    Ok((status, data))
+    crate::scsi::sg_io::data_in(fd, node, &cdb, len, deadline, PR_TIMEOUT)
 }

@@ -377,14 +377,29 @@ fn send_inquiry(
     len: usize,
     deadline: Instant,
 ) -> Result<(TurStatus, Vec<u8>)> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    let timeout = left.clamp(Duration::from_millis(1), TUR_TIMEOUT);
-    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let alloc = u16::try_from(len).unwrap_or(u16::MAX).to_be_bytes();
     let cdb = [INQUIRY, 0x01, page, alloc[0], alloc[1], 0];
+    data_in(fd, node, &cdb, len, deadline, TUR_TIMEOUT)
+}
+
+/// One SCSI command `cdb` that reads at most `len` bytes from the open disk `fd`, given the
+/// time left to `deadline` and at most `limit` in the device: its status (from the SAM
+/// status, the host and driver bytes and the sense data) and the bytes the device sent (the
+/// residual count taken off).
+pub(crate) fn data_in(
+    fd: &impl AsFd,
+    node: &BlockNode,
+    cdb: &[u8],
+    len: usize,
+    deadline: Instant,
+    limit: Duration,
+) -> Result<(TurStatus, Vec<u8>)> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let timeout = left.clamp(Duration::from_millis(1), limit);
+    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let mut data = vec![0u8; len];
     let mut sense = [0u8; 64];
-    let hdr = crate::ioctl::sg_io_from_dev(fd, &cdb, &mut data, &mut sense, timeout_ms).map_err(
+    let hdr = crate::ioctl::sg_io_from_dev(fd, cdb, &mut data, &mut sense, timeout_ms).map_err(
         |source| Error::Ioctl {
             op: "SG_IO",
             target: node.to_string(),
