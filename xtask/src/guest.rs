@@ -42,6 +42,13 @@ pub fn main(args: &[String]) -> Result<u8> {
             };
             testrun::run_tests(Path::new(lunkit), Path::new(plan))
         }
+        "node-a" => {
+            let [lunkit, plan] = rest else {
+                return Err("usage: guest node-a LUNKIT_BIN PLAN_FILE".into());
+            };
+            crate::twonode::node_a(Path::new(lunkit), Path::new(plan))
+        }
+        "node-b" => crate::twonode::agent(),
         other => Err(format!("unknown guest command {other:?}").into()),
     }
 }

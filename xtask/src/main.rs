@@ -23,6 +23,7 @@ mod provision;
 mod split;
 mod stacks;
 mod testrun;
+mod twonode;
 mod vm;
 mod vmtests;
 

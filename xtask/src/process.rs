@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -69,6 +69,9 @@ pub struct TeeOptions {
     /// Before a kill at a limit, print the kernel stacks of the command's tasks and of every
     /// task in uninterruptible sleep ([`crate::stacks::dump`]): where a hung test waits.
     pub stacks_on_kill: bool,
+    /// Kill it (its whole process group) once this is set: a companion process whose life
+    /// ends with another's (node B's guest ends with node A's, twonode.rs).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// What [`tee`] saw.
@@ -89,7 +92,7 @@ pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
     // Both streams go through pipes: virtme-ng reopens the stdio it is given (truncating a
     // log file the caller redirected us to), so it must never see our own descriptors.
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let limited = opts.timeout.is_some() || opts.idle_timeout.is_some();
+    let limited = opts.timeout.is_some() || opts.idle_timeout.is_some() || opts.stop.is_some();
     if limited {
         cmd.process_group(0);
     }
@@ -139,6 +142,13 @@ pub fn tee(cmd: &mut Command, opts: &TeeOptions) -> Result<Tee> {
             let why = match (opts.timeout, opts.idle_timeout) {
                 (Some(t), _) if start.elapsed() >= t => Some(format!("timed out after {t:?}")),
                 (_, Some(t)) if idle >= t => Some(format!("printed nothing for {t:?}")),
+                _ if opts
+                    .stop
+                    .as_ref()
+                    .is_some_and(|s| s.load(Ordering::Relaxed)) =>
+                {
+                    Some("was stopped (its run is over)".to_owned())
+                }
                 _ => None,
             };
             if let Some(why) = why {

@@ -16,7 +16,7 @@ use crate::vmtests::{Line, Status, TEST_LIMIT, VmTest};
 use crate::{Result, paths};
 
 /// The writable overlays the tests and daemons change (the guest's root is read-only).
-const OVERLAYS: &[&str] = &["/etc", "/var"];
+pub(crate) const OVERLAYS: &[&str] = &["/etc", "/var"];
 
 /// Runs the tests of the plan file in order; exit code 0 when every one ran and passed.
 pub fn run_tests(lunkit: &Path, plan: &Path) -> Result<u8> {
@@ -200,7 +200,7 @@ pub fn failure_reason(lines: &[String]) -> Option<String> {
 }
 
 /// Resets the lab and the overlays and logs what it did.
-fn reset(base: &Snapshot, overlays: &[Overlay]) {
+pub(crate) fn reset(base: &Snapshot, overlays: &[Overlay]) {
     let mut actions = labstate::reset(base);
     for o in overlays {
         let changes = o.changes();
@@ -221,7 +221,7 @@ fn reset(base: &Snapshot, overlays: &[Overlay]) {
 }
 
 /// What is still not as at the baseline, lab and overlays (empty when clean).
-fn still_dirty(base: &Snapshot, overlays: &[Overlay]) -> Vec<String> {
+pub(crate) fn still_dirty(base: &Snapshot, overlays: &[Overlay]) -> Vec<String> {
     let mut left = labstate::check(base);
     for o in overlays {
         let changes = o.changes();

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::process::{Tee, TeeOptions};
@@ -27,6 +29,10 @@ pub struct Boot {
     pub name: Option<String>,
     /// Append everything the guest prints (both streams) to this file too.
     pub log: Option<PathBuf>,
+    /// More QEMU arguments (node A's and B's link, twonode.rs), each one word.
+    pub qemu_opts: Vec<String>,
+    /// Kill the guest once this is set (node B, when node A's run is over).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Boot {
@@ -68,6 +74,18 @@ impl Boot {
                 "--qemu-opts=-monitor unix:{sock},server=on,wait=off"
             ));
         }
+        if !self.qemu_opts.is_empty() {
+            // vng hands these to a shell: one word each, no quoting needed.
+            if let Some(bad) = self.qemu_opts.iter().find(|o| {
+                !o.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ",=.:/_-+".contains(c))
+            }) {
+                return Err(
+                    format!("QEMU option {bad:?} has characters the shell would take").into(),
+                );
+            }
+            vng.arg(format!("--qemu-opts={}", self.qemu_opts.join(" ")));
+        }
         for dir in &self.rwdirs {
             if dir.as_os_str().is_empty() || dir == &PathBuf::from("/") {
                 return Err("refusing to give the guest write access to the host root".into());
@@ -98,6 +116,7 @@ impl Boot {
                 log: self.log.clone(),
                 // The host's own tasks say nothing of where the guest waits.
                 stacks_on_kill: false,
+                stop: self.stop.clone(),
             },
         );
         eprintln!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::provision::{self, Lab};
 use crate::vm::Boot;
-use crate::{Result, host, labkernel, paths, split};
+use crate::{Result, host, labkernel, paths, split, twonode};
 
 /// How long one VM test may run in the guest before it is killed and counted as failed. The
 /// longest test (vm_detach's killed clean-ups, 119 s in durations.tsv) took 235 s in a CI run
@@ -427,10 +427,16 @@ fn plan_guests(
     guests: usize,
     costs: &split::Costs,
 ) -> Vec<(Option<&'static str>, String, Vec<VmTest>)> {
+    // A two-node binary's tests boot a pair of guests of their own (twonode.rs).
+    let (pair, tests): (Vec<VmTest>, Vec<VmTest>) =
+        tests.iter().cloned().partition(twonode::needs_two_nodes);
     let mut kernels: Vec<Option<&str>> = tests.iter().map(kernel_for).collect();
     kernels.sort();
     kernels.dedup();
     let mut plans = Vec::new();
+    if !pair.is_empty() {
+        plans.push((None, twonode::guest_name(&lab.kernel_version), pair));
+    }
     for kernel in kernels {
         let group: Vec<VmTest> = tests
             .iter()
@@ -622,12 +628,18 @@ fn boot_once(
         log: Some(guest_log(name)),
         ..Boot::default()
     };
+    // Node A of a pair runs the same runner, on the link with node B beside it.
+    let pair = remaining.iter().any(twonode::needs_two_nodes);
     let argv = host::guest_argv(&[
-        "run-tests",
+        if pair { "node-a" } else { "run-tests" },
         &lunkit.to_string_lossy(),
         &plan.to_string_lossy(),
     ])?;
-    let tee = boot.run_tee(lab, &argv);
+    let tee = if pair {
+        twonode::boot_pair(lab, boot, &argv, boot_no)
+    } else {
+        boot.run_tee(lab, &argv)
+    };
     let _ = std::fs::remove_file(&plan);
     let tee = tee?;
     let end = tee.killed.clone().unwrap_or_else(|| {

@@ -26,6 +26,7 @@ pub mod lio_grow;
 pub mod lio_split;
 pub mod multipath;
 pub mod netlink;
+pub mod node_b;
 pub mod nvmet;
 pub mod scsi_debug;
 pub mod sysfs;
