@@ -119,6 +119,7 @@ pub(crate) fn target_of(v: &IscsiVolume) -> (Target, Option<String>) {
             iface: v.iface.clone(),
             lun: v.lun,
             discovered: Vec::new(),
+            fence: None,
         },
         v.wwid.as_ref().map(Wwid::to_multipath),
     )
@@ -180,6 +181,7 @@ impl Inner {
             iface,
             lun,
             discovered,
+            ..
         } = &record.target
         else {
             return Err(Error::Internal(format!("{what}: not an iSCSI volume")));
