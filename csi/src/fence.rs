@@ -307,9 +307,9 @@ impl Inner {
             Ok(()) => Error::FailedPrecondition(format!(
                 "{why}; this stage's registrations, devices and sessions were taken out again"
             )),
-            Err(u) => Error::FailedPrecondition(format!(
-                "{why}; taking this stage out again failed: {u}"
-            )),
+            Err(u) => {
+                Error::FailedPrecondition(format!("{why}; taking this stage out again failed: {u}"))
+            }
         }
     }
 
@@ -338,7 +338,10 @@ impl Inner {
         if let Some(dev) = self.device_of(record)? {
             let soon = deadline.min(Instant::now() + Duration::from_secs(10));
             if let Err(e) = lunkit::block::flush(&dev, soon) {
-                log::note(Level::Warn, &format!("volume {id}: flush before release: {e}"));
+                log::note(
+                    Level::Warn,
+                    &format!("volume {id}: flush before release: {e}"),
+                );
             }
         }
         let err = |what: String| move |e| Error::lunkit(format!("volume {id}: {what}"), e);

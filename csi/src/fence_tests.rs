@@ -86,8 +86,7 @@ fn a_multi_node_stage_joins_or_reserves_and_never_preempts() {
         Step::Held
     );
     // Another node holding it single-node: refused even with `always`.
-    let Step::Refuse(why) = decide(Some(&held(THEIRS, WERO)), OURS, WEAR, Preempt::Always)
-    else {
+    let Step::Refuse(why) = decide(Some(&held(THEIRS, WERO)), OURS, WEAR, Preempt::Always) else {
         panic!("a multi-node stage preempted")
     };
     assert!(why.contains("key 0x0000000000002222"), "{why}");
@@ -227,7 +226,10 @@ fn a_record_without_a_fence_reads_as_before() {
         multi_node: false,
     }));
     let json = serde_json::to_string(&fenced).unwrap();
-    assert!(json.contains("\"fence\":{\"key\":\"0x0000000000001111\""), "{json}");
+    assert!(
+        json.contains("\"fence\":{\"key\":\"0x0000000000001111\""),
+        "{json}"
+    );
     assert_eq!(serde_json::from_str::<Target>(&json).unwrap(), fenced);
     assert_eq!(serde_json::to_string(&t).unwrap().contains("fence"), false);
 }

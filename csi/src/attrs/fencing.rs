@@ -123,7 +123,11 @@ mod tests {
                 "fencingPreempt",
                 "yes",
             ),
-            (ctx(&[("fencingPreempt", "sometimes")]), "fencingPreempt", "sometimes"),
+            (
+                ctx(&[("fencingPreempt", "sometimes")]),
+                "fencingPreempt",
+                "sometimes",
+            ),
         ] {
             let e = parse_fencing("pv-1", &m).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
