@@ -160,7 +160,7 @@ fn temp_root(machine_id: Option<&str>) -> (TempRoot, Root) {
 fn request(attrs: &[(&str, &str)], mode: Mode) -> (Volume, NodeStageVolumeRequest) {
     use crate::proto::VolumeCapability;
     use crate::proto::volume_capability::{AccessMode, AccessType, BlockVolume};
-    let mut ctx: HashMap<String, String> = [
+    let ctx: HashMap<String, String> = [
         ("targetPortal", "127.0.0.1:3260"),
         ("iqn", "iqn.2003-01.org.linux-iscsi.lunkit:lab"),
         ("lun", "0"),
@@ -170,7 +170,6 @@ fn request(attrs: &[(&str, &str)], mode: Mode) -> (Volume, NodeStageVolumeReques
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
     let vol = attrs::parse("pv-1", &ctx, &HashMap::new()).unwrap();
-    ctx.clear();
     let req = NodeStageVolumeRequest {
         volume_id: "pv-1".into(),
         volume_capability: Some(VolumeCapability {
@@ -231,5 +230,5 @@ fn a_record_without_a_fence_reads_as_before() {
         "{json}"
     );
     assert_eq!(serde_json::from_str::<Target>(&json).unwrap(), fenced);
-    assert_eq!(serde_json::to_string(&t).unwrap().contains("fence"), false);
+    assert!(!serde_json::to_string(&t).unwrap().contains("fence"));
 }
