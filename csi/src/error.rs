@@ -70,7 +70,9 @@ pub fn code_of(kind: ErrorKind) -> Code {
     match kind {
         ErrorKind::NotFound => Code::NotFound,
         ErrorKind::Invalid => Code::InvalidArgument,
-        ErrorKind::Busy | ErrorKind::Unverified => Code::FailedPrecondition,
+        ErrorKind::Busy | ErrorKind::Unverified | ErrorKind::ReservationConflict => {
+            Code::FailedPrecondition
+        }
         ErrorKind::Timeout => Code::DeadlineExceeded,
         ErrorKind::PermissionDenied => Code::PermissionDenied,
         _ => Code::Internal,
@@ -123,6 +125,7 @@ mod tests {
             (ErrorKind::Invalid, Code::InvalidArgument),
             (ErrorKind::Busy, Code::FailedPrecondition),
             (ErrorKind::Unverified, Code::FailedPrecondition),
+            (ErrorKind::ReservationConflict, Code::FailedPrecondition),
             (ErrorKind::Timeout, Code::DeadlineExceeded),
             (ErrorKind::PermissionDenied, Code::PermissionDenied),
             (ErrorKind::Other, Code::Internal),

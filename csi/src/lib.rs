@@ -35,6 +35,7 @@ pub mod doctor;
 pub mod error;
 pub mod exec;
 pub mod fc;
+pub mod fence;
 pub mod follow;
 pub mod fs;
 pub mod identity;

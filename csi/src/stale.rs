@@ -268,6 +268,7 @@ mod tests {
                 iface: None,
                 lun: 0,
                 discovered: Vec::new(),
+                fence: None,
             },
             access,
             wwid: Some(WWID.into()),

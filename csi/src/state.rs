@@ -18,8 +18,7 @@ use crate::error::{Error, Result};
 /// The version of the record's layout; a record of another version is refused, not guessed.
 pub const RECORD_VERSION: u32 = 1;
 
-/// How far staging got: a record is written before anything is done to the node, so that an
-/// unstage after a crash midway knows what to undo.
+/// How far staging got, written before anything is done so that an unstage after a crash knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
@@ -93,6 +92,9 @@ pub enum Target {
         /// logged in to like `portals` and logged out of at unstage.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         discovered: Vec<String>,
+        /// Its reservation when fenced ([`crate::fence`]), recorded before any is made.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fence: Option<crate::fence::Fence>,
     },
     /// An NVMe/TCP namespace.
     Nvme {
@@ -129,6 +131,9 @@ pub enum Target {
         wwpns: Vec<String>,
         /// The LUN.
         lun: u64,
+        /// As for iSCSI.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fence: Option<crate::fence::Fence>,
     },
 }
 
@@ -151,7 +156,7 @@ impl Target {
                 ..
             } => format!("NVMe {nqn} namespace {w}"),
             Target::Nvme { nqn, .. } => format!("NVMe {nqn}"),
-            Target::Fc { wwpns, lun } => format!("FC {} LUN {lun}", wwpns.join(", ")),
+            Target::Fc { wwpns, lun, .. } => format!("FC {} LUN {lun}", wwpns.join(", ")),
         }
     }
 
@@ -209,8 +214,7 @@ pub struct Record {
 }
 
 impl Record {
-    /// The WWID the volume is known by: the one its paths reported, else the one its
-    /// attributes named.
+    /// The WWID the volume is known by: the one its paths reported, else the attributes' one.
     pub fn known_wwid(&self) -> Option<&str> {
         self.wwid.as_deref().or(self.expected_wwid.as_deref())
     }
@@ -441,6 +445,7 @@ mod tests {
                 iface: None,
                 lun: 3,
                 discovered: Vec::new(),
+                fence: None,
             },
             access: Access::Mount {
                 fs_type: "ext4".into(),

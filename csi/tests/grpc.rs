@@ -499,6 +499,7 @@ fn staged_record(dir: &Path, access: lunkit_csi::state::Access) -> lunkit_csi::s
             iface: None,
             lun: 0,
             discovered: Vec::new(),
+            fence: None,
         },
         access,
         wwid: Some("36001405a1b2c3d4e5f60718293a4b5c6".into()),

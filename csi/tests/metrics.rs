@@ -47,6 +47,7 @@ fn record(id: &str) -> Record {
         target: Target::Fc {
             wwpns: vec!["0x500a098188888888".into()],
             lun: 1,
+            fence: None,
         },
         access: Access::Block,
         wwid: None,

@@ -22,6 +22,7 @@ fn record(dir: &Path, published: Vec<PathBuf>) -> Record {
             iface: None,
             lun: 0,
             discovered: Vec::new(),
+            fence: None,
         },
         access: Access::Mount {
             fs_type: "ext4".into(),

@@ -179,12 +179,30 @@ pub fn request(node: &BlockNode, req: Request, deadline: Instant) -> Result<()> 
     helper::bounded(subject, deadline, &what, move || {
         let fd = block::open_checked(&node, OFlags::NONBLOCK)?;
         let _held = helper::hold(fd.as_fd(), node.dev);
-        let ret = req.issue(&fd).map_err(|source| Error::Ioctl {
-            op: req.op(),
-            target: node.to_string(),
-            source,
-        })?;
-        match Status::from_ioctl(ret) {
+        // A CHECK CONDITION here is mostly a UNIT ATTENTION the target queued for this
+        // I_T nexus (RESERVATIONS RELEASED after another path's RELEASE, REGISTRATIONS
+        // PREEMPTED): reporting it consumes it and the request was not carried out, so it
+        // is sent again, as PERSISTENT RESERVE IN is and as 6.8+'s sd does itself (6.1's
+        // sd passes it up; the ioctl carries no sense to tell it from another).
+        let mut status = Status::Done;
+        for _ in 0..3 {
+            let ret = req.issue(&fd).map_err(|source| Error::Ioctl {
+                op: req.op(),
+                target: node.to_string(),
+                source,
+            })?;
+            status = Status::from_ioctl(ret);
+            if !matches!(
+                status,
+                Status::Failed {
+                    status: 0x02,
+                    host: 0
+                }
+            ) {
+                break;
+            }
+        }
+        match status {
             Status::Done => Ok(()),
             Status::Conflict => Err(Error::ReservationConflict {
                 op: req.op(),

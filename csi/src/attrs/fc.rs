@@ -12,6 +12,8 @@ pub struct FcVolume {
     pub lun: u64,
     /// The WWID the LUN must report.
     pub wwid: Option<Wwid>,
+    /// `fencing`, `fencingPreempt`.
+    pub fencing: Fencing,
 }
 
 /// Reads an FC volume from its attributes.
@@ -40,5 +42,11 @@ pub fn parse_fc(volume_id: &str, ctx: &HashMap<String, String>) -> Result<FcVolu
         None => None,
         Some(w) => Some(w.parse::<Wwid>().map_err(|e| bad("wwid", e.to_string()))?),
     };
-    Ok(FcVolume { wwpns, lun, wwid })
+    let fencing = parse_fencing(volume_id, ctx)?;
+    Ok(FcVolume {
+        wwpns,
+        lun,
+        wwid,
+        fencing,
+    })
 }

@@ -30,6 +30,8 @@ pub struct IscsiVolume {
     /// The initiator name the volume's logins must present (`initiatorName`), when given:
     /// staging checks it is the node's own ([`crate::iscsi::check_initiator`]).
     pub initiator_name: Option<String>,
+    /// `fencing`, `fencingPreempt`.
+    pub fencing: Fencing,
 }
 
 /// Which login CHAP authenticates, and so which keys name its credentials.
@@ -304,6 +306,7 @@ pub fn parse_iscsi(
         discovery,
         discovery_chap,
         initiator_name,
+        fencing: parse_fencing(volume_id, ctx)?,
     })
 }
 

@@ -45,6 +45,13 @@
 //! | `lun` | the LUN number |
 //! | `wwid` | as for iSCSI |
 //!
+//! iSCSI and FC volumes may ask to be fenced ([`Fencing`], [`crate::fence`]):
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `fencing` | `none` (the default) or `scsi-pr`: SCSI-3 persistent reservations, this node's key registered on every path and the volume reserved (*Write Exclusive, Registrants Only* for a single-node access mode, *Write Exclusive, All Registrants* for a multi-node one); refused on NVMe volumes |
+//! | `fencingPreempt` | `always` (the default): a stage of a single-node volume preempts and aborts another node's key holding the reservation; `never`: it is refused instead (FAILED_PRECONDITION naming the key) |
+//!
 //! A volume is NVMe when its attributes have `nqn` or `targetTrAddr`, FC when they have
 //! `targetWWNs`, iSCSI when they have `iqn`; two of them at once is refused. Nothing is parsed
 //! out of the volume id.
@@ -62,12 +69,14 @@ use lunkit::Wwid;
 use crate::error::{Error, Result};
 
 mod fc;
+mod fencing;
 mod iscsi;
 mod nvme;
 #[cfg(test)]
 mod tests;
 
 pub use fc::*;
+pub use fencing::*;
 pub use iscsi::*;
 pub use nvme::*;
 

@@ -185,6 +185,7 @@ pub fn parse_nvme(
         .parse()
         .map_err(|e: lunkit::Error| bad("nqn", e.to_string()))?;
     check_transport(volume_id, ctx)?;
+    scsi_only(volume_id, ctx, "NVMe")?;
     let discovery = match get("discoveryAddrs") {
         None => Vec::new(),
         Some(list) => discovery_addrs(list).map_err(|why| bad("discoveryAddrs", why))?,

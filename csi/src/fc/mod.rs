@@ -43,6 +43,7 @@ pub(crate) fn target_of(v: &FcVolume) -> (Target, Option<String>) {
         Target::Fc {
             wwpns: v.wwpns.iter().map(ToString::to_string).collect(),
             lun: v.lun,
+            fence: None,
         },
         v.wwid.as_ref().map(Wwid::to_multipath),
     )
@@ -56,7 +57,7 @@ pub(crate) fn unstage(
     opts: &DetachOptions,
     what: &str,
 ) -> Result<()> {
-    let Target::Fc { wwpns, lun } = &record.target else {
+    let Target::Fc { wwpns, lun, .. } = &record.target else {
         return Err(Error::Internal(format!("{what}: not an FC volume")));
     };
     let id = &record.volume_id;

@@ -127,6 +127,7 @@ pub(crate) fn target_of(v: &IscsiVolume) -> (Target, Option<String>) {
             iface: v.iface.clone(),
             lun: v.lun,
             discovered: Vec::new(),
+            fence: None,
         },
         v.wwid.as_ref().map(Wwid::to_multipath),
     )
@@ -188,6 +189,7 @@ impl Inner {
             iface,
             lun,
             discovered,
+            ..
         } = &record.target
         else {
             return Err(Error::Internal(format!("{what}: not an iSCSI volume")));

@@ -29,11 +29,13 @@ impl Inner {
         let id = req.volume_id.as_str();
         let staging = PathBuf::from(&req.staging_target_path);
         let deadline = Instant::now() + self.config.stage_timeout;
-        let (target, expected_wwid) = match &vol {
+        let (mut target, expected_wwid) = match &vol {
             Volume::Iscsi(v) => crate::iscsi::target_of(v),
             Volume::Nvme(v) => crate::nvme::target_of(v),
             Volume::Fc(v) => crate::fc::target_of(v),
         };
+        let fencing = crate::fence::wanted(self.root(), &vol, req)?;
+        target.set_fence(fencing.as_ref().map(|(f, _)| f.clone()));
         let earlier = self.store.load(id)?;
         let first = earlier.is_none();
         let mut record = match earlier {
@@ -51,6 +53,9 @@ impl Inner {
                 }
                 if r.phase == Phase::Staged && self.stage_in_place(&mut r)? {
                     return Ok(());
+                }
+                if let Some((f, _)) = &fencing {
+                    r.target.set_fence(Some(f.clone()));
                 }
                 r
             }
@@ -76,6 +81,10 @@ impl Inner {
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
             Volume::Fc(v) => self.attach_fc(id, v, &mut record, deadline)?,
         };
+        if let Some((_, preempt)) = fencing {
+            self.fence_stage(&record, &device, preempt, deadline)
+                .map_err(|e| self.fence_refused(id, &staging, e))?;
+        }
         if let (Access::Mount { fs_type }, Some(AccessType::Mount(m))) = (
             &access,
             req.volume_capability
@@ -248,6 +257,8 @@ impl Inner {
                 crate::exec::wait_abandoned(&dev, deadline)?;
             }
         }
+        // Released and unregistered before the detach takes the paths away.
+        self.fence_unstage(&record, deadline)?;
         let what = format!("volume {id}: detach {}", record.target.describe());
         let mut opts = DetachOptions::new(self.root());
         opts.timeout = deadline.saturating_duration_since(Instant::now());
