@@ -29,6 +29,7 @@ use lunkit_csi::proto::volume_capability::{
 };
 use lunkit_csi::proto::*;
 use lunkit_csi::{Client, Code};
+use support::cli::{describe, lunkit};
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::multipath::{self, Multipathd};
@@ -327,6 +328,43 @@ fn a_fenced_stage_refuses_or_preempts_another_nodes_reservation_and_unstage_rele
         "nothing registered again"
     );
 
+    // `lunkit pr show` on the map lists our key per path and the holder; --json matches.
+    let mapper = format!("/dev/mapper/{}", maps[0].name);
+    let key = ours.to_string();
+    let out = lunkit(&["pr", "show", &mapper]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in &maps[0].paths {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{p} ")));
+        let want =
+            format!("keys {key} {key}, reserved by {key} (write-exclusive-registrants-only)");
+        assert!(line.is_some_and(|l| l.contains(&want)), "{p}: {text}");
+    }
+    let out = lunkit(&["pr", "show", &mapper, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let paths = doc["paths"].as_array().expect("paths[]");
+    let mut names: Vec<&str> = paths.iter().filter_map(|p| p["path"].as_str()).collect();
+    names.sort_unstable();
+    let mut want = maps[0].paths.iter().map(String::as_str).collect::<Vec<_>>();
+    want.sort_unstable();
+    assert_eq!(names, want, "{doc}");
+    for p in paths {
+        assert_eq!(p["keys"], serde_json::json!([key, key]), "{doc}");
+        assert_eq!(p["reservation"]["key"], key.as_str(), "{doc}");
+        assert_eq!(
+            p["reservation"]["type"], "write-exclusive-registrants-only",
+            "{doc}"
+        );
+    }
+    // Every path of the map carries our key (a REGISTER probe per path: after the
+    // generation check).
+    let map_node = block::resolve(&Root::default(), &mapper).unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let missing = pr::unregistered_paths(&Root::default(), &map_node, ours, deadline).unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
     c.node_unstage_volume(NodeUnstageVolumeRequest {
         volume_id: stage.volume_id.clone(),
         staging_target_path: stage.staging_target_path.clone(),
