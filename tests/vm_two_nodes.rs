@@ -559,6 +559,7 @@ fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
     assert!(holder.contains("No SPC-3 Reservation holder"), "{holder}");
     c.node_unstage_volume(unstage_req(A_BASE))
         .expect("A's unstage");
+    assert_eq!(multipath::maps(), Vec::new(), "A's map left");
     let note = "preempted by another node?";
     assert!(lab.plugin().log().contains(note), "{}", lab.plugin().log());
 
@@ -567,6 +568,7 @@ fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
     let refused = b_step(&b, "stage", "never");
     assert!(refused.starts_with("FailedPrecondition: "), "{refused}");
     assert!(refused.contains(&a_key.to_string()), "{refused}");
+    assert!(refused.contains("fencingPreempt is never"), "{refused}");
     assert_eq!(b_leftovers(&b), "", "B's sessions and records");
     assert_eq!(lio_pr().0, [a_key.get(); 2], "only A's key");
     c.node_unstage_volume(unstage_req(A_BASE))
