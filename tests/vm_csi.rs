@@ -2680,6 +2680,18 @@ fn a_stage_whose_read_queues_with_no_path_leaves_nothing_that_blocks_its_unstage
 
     multipathd("reinstate");
     paths_active((2, 2), "both paths active again");
+    // The reads the map queued drain once its paths are back (under a loaded TCG host that
+    // took most of the unstage's 20 s once); the unstage comes after, as kubelet's would.
+    let inflight = format!("/sys/block/{}/inflight", map.dm);
+    wait::until(
+        "the map's queued reads drained",
+        Duration::from_secs(300),
+        || {
+            let counts = support::sysfs::attr(&inflight).unwrap_or_else(|| "unreadable".into());
+            Ok(counts.split_whitespace().all(|n| n == "0").then_some(()))
+        },
+    )
+    .expect("the map's queued reads drained");
     c.node_unstage_volume(unstage_req(&stage))
         .expect("the first unstage after the paths are back");
     // The sessions were the test's own logins; the plugin's unstage may leave them.

@@ -214,7 +214,12 @@ impl Inner {
             let mut all = portals.clone();
             all.extend(discovered.iter().filter(|p| !portals.contains(p)).cloned());
             let nodes = &self.config.iscsi_nodes;
-            iscsi::logout_unused(root, nodes, iqn, &all, iface.as_deref(), deadline)
+            // The volume's devices are gone: its sessions are all that is left. A detach
+            // that used the whole deadline (waiting for queued I/O to drain) must not fail
+            // the unstage over a logout with no time at all, so it gets the clean-up's own
+            // time, as the deletion of a record holding a CHAP secret does.
+            let logout_by = deadline.max(Instant::now() + iscsi::CLEANUP);
+            iscsi::logout_unused(root, nodes, iqn, &all, iface.as_deref(), logout_by)
                 .map_err(|e| Error::Program(format!("volume {id}: logout: {e}")))?;
         }
         // Gone from the records before the lock is let go: two volumes of one target
