@@ -38,6 +38,13 @@ const MAX_BUFFER: usize = 64 << 20;
 /// Interface minor from which list records carry `event_nr` and `flags` (Linux 4.14).
 const MINOR_LIST_EVENT_NR: u32 = 37;
 
+/// How many times [`Control::suspend_unless_suspended`] suspends a device that another
+/// caller suspended and resumed between its look and its own suspend (`EINVAL`). Each try
+/// is taken only after such a collision, so the tries end as soon as the other caller's
+/// reloads leave a gap. Three collisions in a row happened in a loaded TCG guest against a
+/// reload loop (the test's stand-in for multipathd), 7 suspends into its run.
+pub const SUSPEND_TRIES: u32 = 16;
+
 /// An open `/dev/mapper/control`.
 #[derive(Debug)]
 pub struct Control {
@@ -258,7 +265,8 @@ impl Control {
     /// kernel's `dm_suspend` answers `EINVAL` for a device suspended in between its
     /// `DM_DEV_SUSPEND` handler's look and its own, so an `EINVAL` is looked at again before
     /// it is taken for a failure: still suspended is another's suspension; resumed already
-    /// (a reload's suspension lasts a moment), the suspend is tried again, up to three times.
+    /// (a reload's suspension lasts a moment), the suspend is tried again, up to
+    /// [`SUSPEND_TRIES`] times.
     pub fn suspend_unless_suspended(&self, id: &DevId<'_>, how: Suspend) -> Result<bool> {
         let mut tries = 0;
         loop {
@@ -268,7 +276,7 @@ impl Control {
             tries += 1;
             match self.suspend(id, how) {
                 Ok(_) => return Ok(true),
-                Err(e) if e.errno() == Some(libc::EINVAL) && tries < 3 => {}
+                Err(e) if e.errno() == Some(libc::EINVAL) && tries < SUSPEND_TRIES => {}
                 Err(e) if e.errno() == Some(libc::EINVAL) && self.info(id)?.suspended() => {
                     return Ok(false);
                 }
