@@ -32,42 +32,12 @@ use lunkit_csi::proto::volume_capability::{
     AccessMode, AccessType, BlockVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
+use support::cli::{describe, lunkit};
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
 use support::multipath::{self, Multipathd};
 use support::node_b::{self, A_ADDR, A_INITIATOR, B_INITIATOR, NodeB};
 use support::{cmd, require_vm, sysfs, wait};
-
-const IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:two-nodes";
-/// The block B writes and A reads back, in 4 KiB blocks.
-const BLOCK: u64 = 5;
-
-fn portal() -> String {
-    format!("{A_ADDR}:3260")
-}
-
-/// What B's commands leave while logged in; dropping it logs B out and stops its iscsid
-/// (best effort: the test's own logout is what it asserts).
-struct Login<'a> {
-    b: &'a NodeB,
-}
-
-impl Login<'_> {
-    fn logout_command() -> String {
-        let p = portal();
-        format!(
-            "iscsiadm -m node -T {IQN} -p {p} --logout; iscsiadm -m node -T {IQN} -p {p} -o delete; \
-             iscsiadm -m discoverydb -t st -p {p} -o delete; iscsiadm -k 0; \
-             while pidof iscsid >/dev/null; do sleep 0.1; done"
-        )
-    }
-}
-
-impl Drop for Login<'_> {
-    fn drop(&mut self) {
-        let _ = self.b.run(&Self::logout_command());
-    }
-}
 
 /// The WWID an initiator reads for backstore `lun0` of A's target: LIO's NAA from its unit
 /// serial, read from A's configfs.
@@ -87,79 +57,6 @@ fn disk_on_b(b: &NodeB, wwid: &str) -> Option<String> {
         .filter_map(|l| l.split_once(' '))
         .find(|(_, w)| w.trim() == wwid)
         .map(|(d, _)| d.to_owned())
-}
-
-#[test]
-#[ignore = "VM test: run by cargo xtask test"]
-fn node_b_logs_in_to_node_a_target_and_its_direct_write_lands_on_a_backstore() {
-    require_vm();
-    let b = node_b::node_b();
-    let t0 = std::time::Instant::now();
-    b.wait_until_up(Duration::from_secs(300)).unwrap();
-    println!(
-        "node B's agent answered {:.1} s after this test started",
-        t0.elapsed().as_secs_f64()
-    );
-    assert_eq!(
-        b.ok("cat /etc/iscsi/initiatorname.iscsi").unwrap().trim(),
-        format!("InitiatorName={B_INITIATOR}"),
-        "node B has its own initiator name"
-    );
-    let target = LioTarget::create(LioConfig {
-        iqn: IQN.into(),
-        luns: 1,
-        lun_size: 8 << 20,
-        portals: vec![portal()],
-    })
-    .unwrap();
-    let wwid = exported_wwid();
-
-    let login = Login { b: &b };
-    let p = portal();
-    b.ok(&format!(
-        "modprobe iscsi_tcp && iscsid && iscsiadm -m discovery -t st -p {p} && \
-         iscsiadm -m node -T {IQN} -p {p} --login"
-    ))
-    .unwrap();
-    // LIO names the initiator of each session of the TPG (demo mode: generated ACLs).
-    let sessions = std::fs::read_to_string(format!(
-        "/sys/kernel/config/target/iscsi/{IQN}/tpgt_1/dynamic_sessions"
-    ))
-    .unwrap();
-    assert!(
-        sessions.contains(B_INITIATOR),
-        "A's target sees B's initiator: {sessions:?}"
-    );
-
-    let disk = wait::until("node B's disk of A's LUN", Duration::from_secs(120), || {
-        Ok(disk_on_b(&b, &wwid))
-    })
-    .unwrap();
-    let pattern: Vec<u8> = b"lunkit node B wrote this\n"
-        .iter()
-        .copied()
-        .cycle()
-        .take(4096)
-        .collect();
-    b.ok(&format!(
-        "yes 'lunkit node B wrote this' | head -c 4096 | \
-         dd of=/dev/{disk} bs=4096 seek={BLOCK} count=1 oflag=direct iflag=fullblock status=none"
-    ))
-    .unwrap();
-    let image = std::fs::File::open(IMAGE).unwrap();
-    let mut got = vec![0; 4096];
-    image.read_exact_at(&mut got, BLOCK * 4096).unwrap();
-    assert!(
-        got == pattern,
-        "A's backstore holds B's block: {:?}",
-        String::from_utf8_lossy(&got[..64])
-    );
-
-    b.ok(&Login::logout_command()).unwrap();
-    std::mem::forget(login);
-    assert_eq!(disk_on_b(&b, &wwid), None, "B's disk went with its session");
-    b.check_clean().unwrap();
-    target.teardown().unwrap();
 }
 
 const FENCE_IQN: &str = "iqn.2003-01.org.linux-iscsi.lunkit:two-nodes-fence";
@@ -321,7 +218,7 @@ impl FenceLab {
             fs::create_dir_all(d).unwrap();
         }
         let mut portals: Vec<String> = A_PORTALS.iter().map(|p| (*p).to_owned()).collect();
-        portals.push(portal());
+        portals.push(format!("{A_ADDR}:3260"));
         let target = LioTarget::create(LioConfig {
             iqn: FENCE_IQN.into(),
             luns: 1,
@@ -503,6 +400,37 @@ fn assert_none_landed_after(log: &[Write], staged_on_b: Instant) {
     assert_eq!(landed, last_ok, "the latest of A's writes in the backstore");
 }
 
+/// `lunkit pr show` on `map` lists `key` on each of its paths and `key` holding it (Write
+/// Exclusive, Registrants Only), `--json` alike; returns the generation the paths read.
+fn assert_shown_on_map(map: &multipath::Map, key: Key) -> u64 {
+    let mapper = format!("/dev/mapper/{}", map.name);
+    let key = key.to_string();
+    let out = lunkit(&["pr", "show", &mapper]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!("keys {key} {key}, reserved by {key} (write-exclusive-registrants-only)");
+    for p in &map.paths {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{p} ")));
+        assert!(line.is_some_and(|l| l.contains(&want)), "{p}: {text}");
+    }
+    let out = lunkit(&["pr", "show", &mapper, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let paths = doc["paths"].as_array().expect("paths[]");
+    let mut names: Vec<&str> = paths.iter().filter_map(|p| p["path"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, map.paths, "{doc}");
+    for p in paths {
+        assert_eq!(p["keys"], serde_json::json!([key, key]), "{doc}");
+        assert_eq!(p["reservation"]["key"], key.as_str(), "{doc}");
+        let kind = &p["reservation"]["type"];
+        assert_eq!(kind, "write-exclusive-registrants-only", "{doc}");
+    }
+    paths[0]["generation"].as_u64().expect("a generation")
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
@@ -532,6 +460,24 @@ fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
     let (keys, holder) = lio_pr();
     assert_eq!(keys, [a_key.get(); 2], "A's key on both paths");
     assert!(holder.contains(A_INITIATOR), "{holder}");
+    let generation = assert_shown_on_map(&maps[0], a_key);
+    // A stage again finds it held: no request sent (the generation is the same).
+    c.node_stage_volume(a_stage.clone())
+        .expect("A's stage again");
+    assert_eq!(
+        assert_shown_on_map(&maps[0], a_key),
+        generation,
+        "nothing sent again"
+    );
+    // Every path of the map carries A's key (a REGISTER probe per path: after the
+    // generation check, which it moves).
+    let mapper = format!("/dev/mapper/{}", maps[0].name);
+    let node = lunkit::block::resolve(&Root::default(), &mapper)
+        .unwrap()
+        .unwrap();
+    let soon = Instant::now() + Duration::from_secs(30);
+    let missing = lunkit::pr::unregistered_paths(&Root::default(), &node, a_key, soon).unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
 
     let dev = format!("/dev/mapper/{}", maps[0].name);
     let (log, staged_on_b) = writes_across_b_stage(&b, dev, b_key);
