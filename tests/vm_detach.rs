@@ -1140,9 +1140,13 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
     assert!(held.map().is_some());
     assert!(std::fs::read(format!("{mnt}/data")).unwrap() == data);
     cmd::run("umount", &[mnt]).unwrap();
+    // Unmounted, it goes, through the library's own batch call (here a batch of one).
     let spec = lunkit::ops::VolumeSpec::Wwid(held.mpath_wwid().parse().unwrap());
-    lunkit::ops::detach(&root, &spec, &lunkit::ops::DetachOptions::new(&root))
-        .unwrap_or_else(|e| panic!("LUN 1 unmounted: detach: {e}"));
+    let answers = lunkit::ops::detach_all(&root, &[spec], &lunkit::ops::DetachOptions::new(&root));
+    assert_eq!(answers.len(), 1);
+    for a in answers {
+        a.unwrap_or_else(|e| panic!("LUN 1 unmounted: detach: {e}"));
+    }
     held.assert_gone();
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
     assert!(
