@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use csi_plugin::{Plugin, Ready};
 use lunkit::Root;
 use lunkit::pr::Key;
-use lunkit_csi::Client;
 use lunkit_csi::proto::volume_capability::{
     AccessMode, AccessType, BlockVolume, access_mode::Mode,
 };
 use lunkit_csi::proto::*;
+use lunkit_csi::{Client, Code};
 use support::cli::{describe, lunkit};
 use support::iscsi;
 use support::lio::{LioConfig, LioTarget};
@@ -478,6 +478,26 @@ fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
     let soon = Instant::now() + Duration::from_secs(30);
     let missing = lunkit::pr::unregistered_paths(&Root::default(), &node, a_key, soon).unwrap();
     assert!(missing.is_empty(), "{missing:?}");
+    // Held on A by a bind mount of the map's node (kubelet's raw-block publish left behind):
+    // A's unstage is refused before anything is released, its key and reservation stay.
+    let generation = assert_shown_on_map(&maps[0], a_key);
+    let held = "/tmp/lunkit-fence-held";
+    fs::write(held, b"").unwrap();
+    cmd::run("mount", &["--bind", &mapper, held]).unwrap();
+    let refused = c.node_unstage_volume(unstage_req(A_BASE));
+    cmd::run("umount", &[held]).unwrap();
+    let e = refused.expect_err("A's unstage while its map is bind-mounted");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains(held),
+        "names the mount: {}",
+        e.message()
+    );
+    assert_eq!(
+        assert_shown_on_map(&maps[0], a_key),
+        generation,
+        "nothing released or unregistered"
+    );
 
     let dev = format!("/dev/mapper/{}", maps[0].name);
     let (log, staged_on_b) = writes_across_b_stage(&b, dev, b_key);

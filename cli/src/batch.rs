@@ -53,6 +53,11 @@ fn all_at_once(root: &Path) -> u8 {
         lines.push(line);
     }
     let start = Instant::now();
+    let lroot = lunkit::Root::new(root);
+    let walks_before = lunkit::block::walks_started(&lroot);
+    // The detaches start together: one walk over the processes serves all their checks.
+    let _gathering =
+        lunkit::block::gather_checks(&lroot, detaches(root, &lines), lunkit::ops::BATCH_GATHER);
     let panicked = std::thread::scope(|s| {
         let threads: Vec<_> = lines
             .iter()
@@ -74,8 +79,35 @@ fn all_at_once(root: &Path) -> u8 {
             .collect();
         ended.contains(&true)
     });
+    let walks = lunkit::block::walks_started(&lroot) - walks_before;
+    let plural = if walks == 1 { "" } else { "s" };
+    outln!("lunkit-batch: {walks} walk{plural} over the processes");
     outln!("lunkit-batch: all in {} us", start.elapsed().as_micros());
     if panicked { PANIC } else { 0 }
+}
+
+/// A batch line's `words` as the command line of its own `lunkit --root ROOT …`.
+fn argv<'a>(root: &'a Path, words: &'a [&'a str]) -> impl Iterator<Item = &'a OsStr> {
+    [OsStr::new("lunkit"), OsStr::new("--root"), root.as_os_str()]
+        .into_iter()
+        .chain(words.iter().map(OsStr::new))
+}
+
+/// How many of `lines` are detaches (as `one_line` will parse them).
+fn detaches(root: &Path, lines: &[String]) -> usize {
+    lines
+        .iter()
+        .filter_map(|l| command(l))
+        .filter(|words| {
+            matches!(
+                Cli::try_parse_from(argv(root, words)),
+                Ok(Cli {
+                    command: Command::Detach(_),
+                    ..
+                })
+            )
+        })
+        .count()
 }
 
 /// A line of stdin, or `None` after saying why it could not be read.
@@ -108,10 +140,7 @@ fn one_line(root: &Path, words: &[&str]) -> Option<u8> {
         );
         return Some(exit::USAGE);
     }
-    let argv = [OsStr::new("lunkit"), OsStr::new("--root"), root.as_os_str()]
-        .into_iter()
-        .chain(words.iter().map(OsStr::new));
-    match Cli::try_parse_from(argv) {
+    match Cli::try_parse_from(argv(root, words)) {
         // `watch` never returns, and a batch in a batch would read the same stdin.
         Ok(Cli {
             command: Command::Watch { .. },

@@ -648,12 +648,15 @@ fn batch_at_once_names_each_lines_exit_and_keeps_json_documents_whole() {
     let mut exits: Vec<(u32, u8)> = Vec::new();
     let mut json = String::new();
     let mut all = None;
+    let mut walks = None;
     for line in stdout.lines() {
         if let Some(rest) = line.strip_prefix("lunkit-batch: line ") {
             let (n, code) = rest.split_once(" exit ").expect(line);
             exits.push((n.parse().unwrap(), code.parse().unwrap()));
         } else if let Some(us) = line.strip_prefix("lunkit-batch: all in ") {
             all = Some(us.strip_suffix(" us").expect(line).parse::<u64>().unwrap());
+        } else if let Some(w) = line.strip_prefix("lunkit-batch: ") {
+            walks = Some(w.to_owned());
         } else {
             json += line;
             json += "\n";
@@ -664,6 +667,12 @@ fn batch_at_once_names_each_lines_exit_and_keeps_json_documents_whole() {
     want.extend([(11, 3), (12, 2)]);
     assert_eq!(exits, want, "{stdout}\n{stderr}");
     assert!(all.is_some(), "no closing line: {stdout}");
+    // No detach among the lines: no walk over the processes.
+    assert_eq!(
+        walks.as_deref(),
+        Some("0 walks over the processes"),
+        "{stdout}"
+    );
     assert!(stdout.trim_end().ends_with(" us"), "{stdout}");
     // Eight documents, each whole: they parse one after another.
     let docs: Vec<Value> = serde_json::Deserializer::from_str(&json)

@@ -16,6 +16,8 @@
 //!   one, which the last registrant's unregistration ends), then the key is unregistered on
 //!   every path. A path whose key is gone (another node preempted it) is not an error.
 //!   Another node's registration is never touched: every request carries this node's key.
+//!   A volume still in use is refused before anything is released ([`Inner::fence_unstage`]):
+//!   the detach would refuse it too, and the volume must not stay on the node unfenced.
 //!
 //! The record keeps the key and the type ([`Fence`], in the SCSI target), written before
 //! anything is registered, so that an unstage after a plugin restart still releases.
@@ -206,6 +208,33 @@ pub fn to_release(holder: Option<&Holder>, ours: Key) -> Option<ReservationType>
 }
 
 /// Whether a lunkit error is a RESERVATION CONFLICT.
+/// Refuses an unstage whose volume (`dev`) is still in use, before its reservation is
+/// released: the detach after the release would refuse it too, and leave the volume on the
+/// node with no reservation. Openers alone (udev's probes) are given
+/// [`lunkit::block::OPENER_GRACE`] to let go, as the detach gives them.
+fn refuse_in_use(root: &Root, id: &str, dev: &BlockNode, deadline: Instant) -> Result<()> {
+    let scope = lunkit::block::UsageScope {
+        own: &[],
+        ignore_openers: lunkit::scsi::PATH_MANAGERS,
+    };
+    let grace = Instant::now() + lunkit::block::OPENER_GRACE;
+    loop {
+        let usage = lunkit::block::usage(root, std::slice::from_ref(dev), &scope, deadline)
+            .map_err(|e| Error::lunkit(format!("volume {id}: who uses {dev}"), e))?;
+        let Some(refusal) = usage.refusal(&dev.to_string()) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if !usage.only_openers() || now >= grace.min(deadline) {
+            return Err(Error::lunkit(
+                format!("volume {id}: its reservation stays held and nothing was removed"),
+                refusal,
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50).min(grace - now));
+    }
+}
+
 fn conflict(e: &lunkit::Error) -> bool {
     e.kind() == ErrorKind::ReservationConflict
 }
@@ -336,6 +365,7 @@ impl Inner {
             return Ok(());
         };
         if let Some(dev) = self.device_of(record)? {
+            refuse_in_use(self.root(), id, &dev, deadline)?;
             let soon = deadline.min(Instant::now() + Duration::from_secs(10));
             if let Err(e) = lunkit::block::flush(&dev, soon) {
                 log::note(

@@ -45,6 +45,7 @@ mod walks;
 pub use ends::{Ends, read_ends};
 pub use in_use::*;
 pub use usage::*;
+pub use walks::{CheckGathering, gather_checks, walks_started};
 pub(crate) use walks::{CheckIntent, intend_check};
 
 /// A block device found on the node: a whole disk, a partition or a dm device.

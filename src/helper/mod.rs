@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::id::DevNum;
 
 mod shared;
-pub(crate) use shared::{Intent, Lead, Registry, Shared, Taken, Ticket, keyed};
+pub(crate) use shared::{Intent, Lead, Promise, Registry, Shared, Taken, Ticket, keyed};
 
 /// How long [`bounded`] waits for its helper thread even when the deadline has passed, so
 /// that a quick call (the usual case) still reports.

@@ -30,12 +30,23 @@ struct State<T> {
     running: Option<u64>,
     /// The newest run that ended, and its result (`None`: it failed or was given up).
     last: Option<(u64, Option<Arc<T>>)>,
-    /// Callers that said they will ask soon ([`Shared::intend`]) and have not yet.
+    /// Callers that said they will ask soon ([`Shared::intend`], or promised ahead by
+    /// [`Shared::promise`]) and have not yet.
     intents: usize,
+    /// Of `intents`, those promised ahead that no caller has claimed yet.
+    promised: usize,
+    /// Promises alive, and the latest time one of them lets a gather wait until.
+    promises: usize,
+    gather_until: Option<Instant>,
+    /// The `after` of every ticket asked and not yet taken or given up: who still wants a
+    /// run numbered above it.
+    open: Vec<u64>,
 }
 
-/// A caller's place: any run numbered above `after` started after it asked.
-#[derive(Debug, Clone, Copy)]
+/// A caller's place: any run numbered above `after` started after it asked. Taken
+/// ([`Ticket::take`]) or given up ([`Shared::give_up`]), never just dropped: a run another
+/// caller leads goes on for the tickets still open ([`Shared::wanted`]).
+#[derive(Debug)]
 pub(crate) struct Ticket {
     after: u64,
 }
@@ -52,6 +63,30 @@ pub(crate) struct Lead<'a, T> {
 /// dropped when it no longer will.
 pub(crate) struct Intent<T: 'static> {
     shared: &'static Shared<T>,
+}
+
+/// Places promised ahead to callers not started yet ([`Shared::promise`]); dropped, the
+/// places nobody claimed are withdrawn.
+pub(crate) struct Promise<T: 'static> {
+    shared: &'static Shared<T>,
+    count: usize,
+}
+
+impl<T> Drop for Promise<T> {
+    fn drop(&mut self) {
+        let mut s = self.shared.lock();
+        // The places left unclaimed are withdrawn, as many of them as this promise made
+        // (another promise's stay).
+        let unclaimed = s.promised.min(self.count);
+        s.promised -= unclaimed;
+        s.intents = s.intents.saturating_sub(unclaimed);
+        s.promises = s.promises.saturating_sub(1);
+        if s.promises == 0 {
+            s.gather_until = None;
+        }
+        drop(s);
+        self.shared.ended.notify_all();
+    }
 }
 
 impl<T> Drop for Intent<T> {
@@ -101,6 +136,10 @@ impl<T> Shared<T> {
                 running: None,
                 last: None,
                 intents: 0,
+                promised: 0,
+                promises: 0,
+                gather_until: None,
+                open: Vec::new(),
             }),
             ended: Condvar::new(),
         }
@@ -114,25 +153,66 @@ impl<T> Shared<T> {
 
     /// Marks the point after which a run is good for this caller.
     pub(crate) fn ask(&self) -> Ticket {
-        Ticket {
-            after: self.lock().started,
-        }
+        let mut s = self.lock();
+        let after = s.started;
+        s.open.push(after);
+        Ticket { after }
+    }
+
+    /// Gives up `ticket` without taking a run (the caller needs none after all).
+    pub(crate) fn give_up(&self, ticket: Ticket) {
+        self.lock().close(&ticket);
+    }
+
+    /// Whether a ticket still open wants run `run` (asked before it started).
+    pub(crate) fn wanted(&self, run: u64) -> bool {
+        self.lock().open.iter().any(|after| *after < run)
+    }
+
+    /// How many runs have started.
+    pub(crate) fn started(&self) -> u64 {
+        self.lock().started
     }
 
     /// Says that the caller will ask soon: a caller about to lead a run waits for it a
-    /// little ([`Shared::gather`]), so that callers that began together share one run.
+    /// little ([`Shared::gather`]), so that callers that began together share one run. A
+    /// place promised ahead ([`Shared::promise`]) is claimed rather than a new one said.
     pub(crate) fn intend(&'static self) -> Intent<T> {
-        self.lock().intents += 1;
+        let mut s = self.lock();
+        if s.promised > 0 {
+            s.promised -= 1;
+        } else {
+            s.intents += 1;
+        }
         Intent { shared: self }
+    }
+
+    /// Says ahead, for `count` callers not started yet, that they will ask: a gather then
+    /// waits for them too, until `until` at most, and each claims its place as it says it
+    /// ([`Shared::intend`]). For a batch whose callers start together but may reach their
+    /// `intend` only after another of them has asked and led.
+    pub(crate) fn promise(&'static self, count: usize, until: Instant) -> Promise<T> {
+        let mut s = self.lock();
+        s.intents += count;
+        s.promised += count;
+        s.promises += 1;
+        s.gather_until = Some(s.gather_until.map_or(until, |u| u.max(until)));
+        Promise {
+            shared: self,
+            count,
+        }
     }
 
     /// Waits until every caller that said it will ask ([`Shared::intend`]) has asked or
     /// given up, a run is under way, or `until`, whichever comes first: then a run led now
     /// serves every caller that began with this one, where leading at once would serve
     /// this one alone and make the others wait for it and then for a run of their own.
-    pub(crate) fn gather(&self, until: Instant) {
+    /// A promise alive ([`Shared::promise`]) may let it wait longer, until its own time,
+    /// but never past `deadline`.
+    pub(crate) fn gather(&self, until: Instant, deadline: Instant) {
         let mut s = self.lock();
         while s.intents > 0 && s.running.is_none() {
+            let until = s.gather_until.map_or(until, |u| u.max(until)).min(deadline);
             let now = Instant::now();
             if now >= until {
                 return;
@@ -197,7 +277,9 @@ impl Ticket {
         loop {
             if let Some((n, Some(found))) = &s.last {
                 if *n > self.after {
-                    return Taken::Shared(Arc::clone(found));
+                    let found = Arc::clone(found);
+                    s.close(&self);
+                    return Taken::Shared(found);
                 }
             }
             // Nothing under way (the one meant for this caller failed, or none was started
@@ -208,6 +290,7 @@ impl Ticket {
             }
             let now = Instant::now();
             if now >= deadline {
+                s.close(&self);
                 return Taken::TimedOut;
             }
             s = shared
@@ -217,6 +300,7 @@ impl Ticket {
                 .0;
         }
         let lead = Shared::start(shared, &mut s);
+        s.close(&self);
         drop(s);
         match lead.publish(run()) {
             Some(found) => Taken::Shared(found),
@@ -225,7 +309,21 @@ impl Ticket {
     }
 }
 
+impl<T> State<T> {
+    /// `ticket` is taken or given up: it no longer wants a run.
+    fn close(&mut self, ticket: &Ticket) {
+        if let Some(i) = self.open.iter().position(|a| *a == ticket.after) {
+            self.open.swap_remove(i);
+        }
+    }
+}
+
 impl<T> Lead<'_, T> {
+    /// Which run this is (the `n`th started, see [`Shared::started`]).
+    pub(crate) fn run(&self) -> u64 {
+        self.run
+    }
+
     /// Ends the run with `found` and wakes those waiting for it.
     pub(crate) fn share(self, found: T) -> Arc<T> {
         let found = Arc::new(found);
