@@ -1067,7 +1067,7 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
         .map(|lun| format!("detach --json --timeout 60 --iscsi-target {IQN} --lun {lun}\n"))
         .collect();
     let t1 = Instant::now();
-    let out = batch_at_once(&input);
+    let out = support::cli::lunkit_with_input(&["batch", "--at-once"], &input);
     eprintln!("batch of 4 detaches: {:?}", t1.elapsed());
     assert!(out.status.success(), "{}", describe(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -1191,24 +1191,6 @@ fn many_volumes_in_parallel_and_one_volume_twice() {
         "one of them found nothing left to do: {docs:?}"
     );
     vol.assert_gone();
-}
-
-/// `lunkit batch --at-once` with `input` on its stdin, to the end.
-fn batch_at_once(input: &str) -> Output {
-    let mut child = Command::new(std::env::var("LUNKIT_BIN").unwrap())
-        .args(["batch", "--at-once"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run lunkit batch");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 /// The target's portal group switched off (LIO closes the sessions and turns logins away),

@@ -484,7 +484,7 @@ fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
         .iter()
         .map(|v| line(v) + "\n")
         .collect();
-    let out = batch(&input);
+    let out = support::cli::lunkit_with_input(&["batch"], &input);
     assert!(out.status.success(), "lunkit batch: {}", stderr(&out));
     let stdout = String::from_utf8(out.stdout.clone()).unwrap();
     let mut runs: Vec<(Value, &str)> = Vec::new();
@@ -549,21 +549,4 @@ fn attach_scans_both_paths_at_once_and_waits_for_the_map() {
         devices_on(&hosts)
     );
     lab.teardown().expect("tear the lab down");
-}
-
-/// `lunkit batch` with `input` on its stdin, to the end.
-fn batch(input: &str) -> Output {
-    use std::io::Write;
-    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
-    let mut child = Command::new(bin)
-        .arg("batch")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run lunkit batch");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.as_bytes()).unwrap();
-    drop(stdin);
-    child.wait_with_output().unwrap()
 }

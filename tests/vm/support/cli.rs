@@ -10,6 +10,27 @@ pub fn lunkit(args: &[&str]) -> Output {
     Command::new(&bin).args(args).output().expect("run lunkit")
 }
 
+/// Runs `lunkit ARGS` with `input` on its stdin (`lunkit batch`), to the end, with its
+/// output captured.
+pub fn lunkit_with_input(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let bin = std::env::var("LUNKIT_BIN").expect("LUNKIT_BIN is set by cargo xtask test");
+    let mut child = Command::new(&bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lunkit");
+    let mut stdin = child.stdin.take().expect("lunkit's stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .expect("write lunkit's stdin");
+    drop(stdin);
+    child.wait_with_output().expect("wait for lunkit")
+}
+
 /// `exit Some(0); stdout: …; stderr: …`, for assertion messages.
 pub fn describe(o: &Output) -> String {
     format!(
