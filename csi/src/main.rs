@@ -155,6 +155,9 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let node = NodeService::new(config).inspect_err(|_| {
         let _ = std::fs::remove_file(&path);
     })?;
+    // Paths that join a fenced volume get this node's key as they come.
+    lunkit_csi::fence_join::spawn(node.clone())
+        .map_err(|e| Error::Internal(format!("cannot start the fencing thread: {e}")))?;
     if doctor_interval > 0 {
         let every = Duration::from_secs(doctor_interval);
         lunkit_csi::doctor::spawn(node.clone(), every, doctor_grace)
