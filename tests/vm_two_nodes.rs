@@ -431,6 +431,40 @@ fn assert_shown_on_map(map: &multipath::Map, key: Key) -> u64 {
     paths[0]["generation"].as_u64().expect("a generation")
 }
 
+/// A path that joins A's staged volume later (a session to a third portal, made by hand):
+/// the plugin registers A's key on it as it comes, so LIO lists a third registration of
+/// the key; then the session goes again and the map is back to its two paths (the third
+/// registration stays on the array until another node's preemption removes every one of
+/// A's).
+fn path_joins_registered(a_key: Key) {
+    let third = format!("{A_ADDR}:3260");
+    cmd::run(
+        "iscsiadm",
+        &["-m", "node", "-o", "new", "-T", FENCE_IQN, "-p", &third],
+    )
+    .unwrap();
+    let session = iscsi::login(FENCE_IQN, &third).expect("a session to a third portal");
+    let disk = iscsi::scan_lun(&session, 0).expect("LUN 0 through the third portal");
+    wait::until_true("A's key on the third path", Duration::from_secs(60), || {
+        lio_pr().0.len() == 3
+    })
+    .unwrap_or_else(|e| panic!("{e}: {disk} joined unregistered: {:?}", lio_pr()));
+    assert_eq!(lio_pr().0, [a_key.get(); 3], "A's key on all three paths");
+    let sid = session.sid.to_string();
+    cmd::run("iscsiadm", &["-m", "session", "-r", &sid, "--logout"]).unwrap();
+    cmd::run(
+        "iscsiadm",
+        &["-m", "node", "-o", "delete", "-T", FENCE_IQN, "-p", &third],
+    )
+    .unwrap();
+    wait::until_true("A's map back to two paths", Duration::from_secs(60), || {
+        multipath::maps()
+            .first()
+            .is_some_and(|m| m.paths.len() == 2)
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", multipath::maps()));
+}
+
 #[test]
 #[ignore = "VM test: run by cargo xtask test"]
 fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
@@ -498,6 +532,8 @@ fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
         generation,
         "nothing released or unregistered"
     );
+
+    path_joins_registered(a_key);
 
     let dev = format!("/dev/mapper/{}", maps[0].name);
     let (log, staged_on_b) = writes_across_b_stage(&b, dev, b_key);

@@ -146,7 +146,7 @@ pub enum Step {
     Refuse(String),
 }
 
-fn all_registrants(kind: ReservationType) -> bool {
+pub(crate) fn all_registrants(kind: ReservationType) -> bool {
     matches!(
         kind,
         ReservationType::WriteExclusiveAllRegistrants
@@ -241,7 +241,11 @@ fn conflict(e: &lunkit::Error) -> bool {
 
 /// The volume's paths on the node now, found by its known WWID: each with its disk and
 /// whether it runs; empty when it has no WWID yet or nothing of it is here.
-fn volume_paths(root: &Root, record: &Record, deadline: Instant) -> Result<Vec<(BlockNode, bool)>> {
+pub(crate) fn volume_paths(
+    root: &Root,
+    record: &Record,
+    deadline: Instant,
+) -> Result<Vec<(BlockNode, bool)>> {
     let Some(Ok(wwid)) = record.known_wwid().map(str::parse::<Wwid>) else {
         return Ok(Vec::new());
     };

@@ -36,6 +36,7 @@ pub mod error;
 pub mod exec;
 pub mod fc;
 pub mod fence;
+pub mod fence_join;
 pub mod follow;
 pub mod fs;
 pub mod identity;

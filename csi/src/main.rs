@@ -111,6 +111,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// The plugin's threads beside the server: the fencing of joining paths, and the doctor
+/// every `doctor_interval` seconds (0: never).
+fn background(
+    node: &NodeService,
+    doctor_interval: u64,
+    doctor_grace: Duration,
+) -> lunkit_csi::Result<()> {
+    // Paths that join a fenced volume get this node's key as they come.
+    lunkit_csi::fence_join::spawn(node.clone()).map_err(|e| {
+        lunkit_csi::Error::Internal(format!("cannot start the fencing thread: {e}"))
+    })?;
+    if doctor_interval > 0 {
+        let every = Duration::from_secs(doctor_interval);
+        lunkit_csi::doctor::spawn(node.clone(), every, doctor_grace).map_err(|e| {
+            lunkit_csi::Error::Internal(format!("cannot start the doctor thread: {e}"))
+        })?;
+    }
+    Ok(())
+}
+
 fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunkit_csi::Result<()> {
     use lunkit_csi::Error;
     if !identity::valid_name(&args.driver_name) {
@@ -155,11 +175,7 @@ fn run(args: Args, segments: std::collections::BTreeMap<String, String>) -> lunk
     let node = NodeService::new(config).inspect_err(|_| {
         let _ = std::fs::remove_file(&path);
     })?;
-    if doctor_interval > 0 {
-        let every = Duration::from_secs(doctor_interval);
-        lunkit_csi::doctor::spawn(node.clone(), every, doctor_grace)
-            .map_err(|e| Error::Internal(format!("cannot start the doctor thread: {e}")))?;
-    }
+    background(&node, doctor_interval, doctor_grace)?;
     let identity = IdentityService::new(args.driver_name)
         .accessibility_constraints(constrained)
         .checks(node.checks());

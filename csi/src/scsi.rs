@@ -204,7 +204,8 @@ pub(crate) fn presence(root: &Root, record: &Record) -> Result<Presence> {
     })
 }
 
-/// Abnormal when a path of the volume is not running, or none is left.
+/// Abnormal when a path of the volume is not running, or none is left, or (a fenced
+/// volume) a path carries no registration of this node's key ([`crate::fence_join`]).
 pub(crate) fn condition(root: &Root, record: &Record) -> VolumeCondition {
     let Some(Ok(wwid)) = record.wwid.as_deref().map(str::parse) else {
         return abnormal("the volume's WWID is not known".into());
@@ -224,13 +225,27 @@ pub(crate) fn condition(root: &Root, record: &Record) -> VolumeCondition {
                     format!("{} is {state}", p.hctl)
                 })
                 .collect();
-            if down.is_empty() {
+            // A fenced volume's path that carries no registration of this node's key: a
+            // write through it is refused (RESERVATION CONFLICT).
+            let disks: Vec<&str> = s
+                .paths
+                .iter()
+                .filter_map(|p| p.disk.as_ref().map(|d| d.name.as_str()))
+                .collect();
+            let unregistered: Vec<String> = crate::fence_join::of(&record.volume_id)
+                .into_iter()
+                .filter(|(d, _)| disks.contains(&d.as_str()))
+                .map(|(d, why)| format!("{d} has no registration of this node's key ({why})"))
+                .collect();
+            if !down.is_empty() {
+                abnormal(format!("path {}", down.join(", ")))
+            } else if !unregistered.is_empty() {
+                abnormal(format!("path {}", unregistered.join(", ")))
+            } else {
                 VolumeCondition {
                     abnormal: false,
                     message: format!("{} paths running", s.paths.len()),
                 }
-            } else {
-                abnormal(format!("path {}", down.join(", ")))
             }
         }
     }
