@@ -207,7 +207,6 @@ pub fn to_release(holder: Option<&Holder>, ours: Key) -> Option<ReservationType>
     (h.key == ours && !all_registrants(kind)).then_some(kind)
 }
 
-/// Whether a lunkit error is a RESERVATION CONFLICT.
 /// Refuses an unstage whose volume (`dev`) is still in use, before its reservation is
 /// released: the detach after the release would refuse it too, and leave the volume on the
 /// node with no reservation. Openers alone (udev's probes) are given
@@ -217,24 +216,18 @@ fn refuse_in_use(root: &Root, id: &str, dev: &BlockNode, deadline: Instant) -> R
         own: &[],
         ignore_openers: lunkit::scsi::PATH_MANAGERS,
     };
-    let grace = Instant::now() + lunkit::block::OPENER_GRACE;
-    loop {
-        let usage = lunkit::block::usage(root, std::slice::from_ref(dev), &scope, deadline)
-            .map_err(|e| Error::lunkit(format!("volume {id}: who uses {dev}"), e))?;
-        let Some(refusal) = usage.refusal(&dev.to_string()) else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        if !usage.only_openers() || now >= grace.min(deadline) {
-            return Err(Error::lunkit(
-                format!("volume {id}: its reservation stays held and nothing was removed"),
-                refusal,
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50).min(grace - now));
+    let usage = lunkit::block::usage_after_grace(root, std::slice::from_ref(dev), &scope, deadline)
+        .map_err(|e| Error::lunkit(format!("volume {id}: who uses {dev}"), e))?;
+    match usage.refusal(&dev.to_string()) {
+        None => Ok(()),
+        Some(refusal) => Err(Error::lunkit(
+            format!("volume {id}: its reservation stays held and nothing was removed"),
+            refusal,
+        )),
     }
 }
 
+/// Whether a lunkit error is a RESERVATION CONFLICT.
 fn conflict(e: &lunkit::Error) -> bool {
     e.kind() == ErrorKind::ReservationConflict
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use lunkit::block::BlockNode;
 use lunkit::pr::{self, Key, ReservationType};
 use lunkit::uevent::{Action, Monitor, Received, Uevent};
+use lunkit::{Hctl, Root, Wwid};
 
 use crate::fence::{all_registrants, volume_paths};
 use crate::log::{self, Level};
@@ -123,21 +124,25 @@ fn watch(node: &NodeService) {
     }
 }
 
-/// The kernel name of a whole SCSI disk the event adds (below a SCSI target in sysfs: not a
-/// dm map, a loop device or an NVMe namespace, which carry no path's registration).
-fn new_disk(ev: &Uevent) -> Option<String> {
-    (ev.action == Action::Add
-        && ev.subsystem.as_deref() == Some("block")
-        && ev.devtype.as_deref() == Some("disk")
-        && ev.devpath.contains("/target"))
-    .then(|| ev.devname.clone())
-    .flatten()
+/// A whole SCSI disk the event adds: its kernel name and its LUN's address, from the
+/// devpath (`…/H:C:T:L/block/NAME`). A dm map, a loop device or an NVMe namespace has no
+/// address there, and carries no path's registration.
+fn new_disk(ev: &Uevent) -> Option<(String, Hctl)> {
+    if ev.action != Action::Add
+        || ev.subsystem.as_deref() != Some("block")
+        || ev.devtype.as_deref() != Some("disk")
+    {
+        return None;
+    }
+    let (above, _) = ev.devpath.rsplit_once("/block/")?;
+    let hctl = above.rsplit('/').next()?.parse().ok()?;
+    Some((ev.devname.clone()?, hctl))
 }
 
 /// Registers this node's key on `disk` if it is a path of a fenced volume, or on every path
 /// of every fenced volume (`None`). Forgets the unregistered disks of volumes no longer
 /// staged.
-fn sweep(node: &NodeService, disk: Option<&str>) {
+fn sweep(node: &NodeService, disk: Option<&(String, Hctl)>) {
     let records = match node.store().all() {
         Ok(r) => r,
         Err(e) => {
@@ -149,9 +154,24 @@ fn sweep(node: &NodeService, disk: Option<&str>) {
         }
     };
     unregistered().retain(|(v, _), _| records.iter().any(|r| &r.volume_id == v));
+    // A new disk's WWID, read once from its LUN: only the volume it belongs to is located
+    // (each location reads every SCSI device's WWID), not every fenced volume.
+    let new = match disk {
+        Some((name, hctl)) => match disk_wwid(node.root(), *hctl) {
+            Some(w) => Some((name.as_str(), w)),
+            None => return,
+        },
+        None => None,
+    };
     // A volume still staging registers every path it finds itself.
-    let staged = |r: &&Record| r.phase == Phase::Staged && r.target.fence().is_some();
-    for record in records.iter().filter(staged) {
+    let wanted = |r: &&Record| {
+        r.phase == Phase::Staged
+            && r.target.fence().is_some()
+            && new.as_ref().is_none_or(|(_, w)| {
+                r.known_wwid().and_then(|k| k.parse::<Wwid>().ok()).as_ref() == Some(w)
+            })
+    };
+    for record in records.iter().filter(wanted) {
         let deadline = Instant::now() + JOIN_TIMEOUT;
         let paths = match volume_paths(node.root(), record, deadline) {
             Ok(p) => p,
@@ -163,13 +183,24 @@ fn sweep(node: &NodeService, disk: Option<&str>) {
                 continue;
             }
         };
+        // The disk is joined only if locating the volume by its WWID finds it too.
         for (path, _) in paths
             .iter()
-            .filter(|(p, running)| *running && disk.is_none_or(|d| p.name == d))
+            .filter(|(p, running)| *running && new.as_ref().is_none_or(|(d, _)| p.name == *d))
         {
             join(record, path, deadline);
         }
     }
+}
+
+/// The WWID the LUN at `hctl` reports (VPD page 0x83, as sysfs has it).
+fn disk_wwid(root: &Root, hctl: Hctl) -> Option<Wwid> {
+    lunkit::scsi::sysfs::device(root, hctl)
+        .ok()
+        .flatten()?
+        .wwid?
+        .parse()
+        .ok()
 }
 
 /// Registers this node's key on `path` of the fenced volume of `record`, as [`verdict`]
@@ -258,7 +289,11 @@ mod tests {
             );
             Uevent::parse(text.as_bytes()).unwrap()
         };
-        assert_eq!(new_disk(&ev("add", scsi, "disk")).as_deref(), Some("sdc"));
+        let hctl: Hctl = "7:0:0:1".parse().unwrap();
+        assert_eq!(
+            new_disk(&ev("add", scsi, "disk")),
+            Some(("sdc".into(), hctl))
+        );
         assert_eq!(new_disk(&ev("remove", scsi, "disk")), None);
         assert_eq!(
             new_disk(&ev("add", &format!("{scsi}/sdc1"), "partition")),

@@ -48,6 +48,31 @@ pub use usage::*;
 pub use walks::{CheckGathering, gather_checks, walks_started};
 pub(crate) use walks::{CheckIntent, intend_check};
 
+/// [`usage()`] as a take-down judges it: devices held only by open descriptors are looked at
+/// again until those let go or [`OPENER_GRACE`] has passed (within `deadline`), so that
+/// udev's probe of a new or changed device is not taken for a user. For a caller that
+/// checks before it acts, outside a detach (which keeps its own grace across its rounds).
+pub fn usage_after_grace(
+    root: &Root,
+    devices: &[BlockNode],
+    scope: &UsageScope<'_>,
+    deadline: Instant,
+) -> Result<Usage> {
+    let grace = crate::wait::deadline_after(OPENER_GRACE).min(deadline);
+    let mut backoff = crate::wait::Backoff::new(
+        std::time::Duration::from_millis(20),
+        std::time::Duration::from_millis(200),
+    );
+    loop {
+        let found = usage(root, devices, scope, deadline)?;
+        if found.only_openers() && Instant::now() < grace {
+            backoff.sleep(grace);
+            continue;
+        }
+        return Ok(found);
+    }
+}
+
 /// A block device found on the node: a whole disk, a partition or a dm device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockNode {

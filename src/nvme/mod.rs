@@ -393,18 +393,9 @@ pub fn disconnect(root: &Root, nqn: &Nqn, opts: &DisconnectOptions) -> Result<Di
 }
 
 /// Who uses `nodes`; processes that only have them open (udev probes every new namespace)
-/// are given [`block::OPENER_GRACE`] to let go.
+/// are given [`block::OPENER_GRACE`] to let go ([`block::usage_after_grace`]).
 pub(crate) fn in_use(root: &Root, nodes: &[BlockNode], deadline: Instant) -> Result<block::Usage> {
-    let grace = wait::deadline_after(block::OPENER_GRACE).min(deadline);
-    let mut backoff = wait::Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
-    loop {
-        let usage = block::usage(root, nodes, &usage_scope(), deadline)?;
-        if usage.only_openers() && Instant::now() < grace {
-            backoff.sleep(grace);
-            continue;
-        }
-        return Ok(usage);
-    }
+    block::usage_after_grace(root, nodes, &usage_scope(), deadline)
 }
 
 /// Not users: a verified udev worker or multipathd with a namespace open read-only (udev's
