@@ -231,8 +231,14 @@ fn two_initiators_register_reserve_preempt_and_abort_release_and_clear() {
 
     // Both register, A through the library, B through the CLI; read back through either.
     pr::register(&a, ka, deadline()).unwrap();
-    let out = lunkit(&["pr", "register", &lab.dev(1), "--key", &kb.to_string()]);
+    let kb_text = kb.to_string();
+    let out = lunkit(&["pr", "register", &lab.dev(1), "--key", &kb_text, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let done: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(done["done"], "registered", "{done}");
+    assert_eq!(done["key"], kb_text.as_str(), "{done}");
+    assert_eq!(done["dev"], b.dev.to_string().as_str(), "{done}");
+    assert!(done["elapsed_us"].as_u64().is_some(), "{done}");
     let keys = pr::read_keys(&b, deadline()).unwrap();
     let (sg_gen, sg_keys_b) = sg_keys(&lab.dev(1));
     assert_eq!(keys.keys, [ka, kb], "registrations in LIO's order");

@@ -18,9 +18,6 @@ pub enum Pr {
     Show {
         #[command(flatten)]
         device: Device,
-        /// Print the result as one JSON object.
-        #[arg(long)]
-        json: bool,
     },
     /// Print this node's key, derived from /etc/machine-id (under --root).
     ///
@@ -109,6 +106,9 @@ pub struct Device {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     timeout: f64,
+    /// Print the result as one JSON object (with `elapsed_us`, the library's time).
+    #[arg(long)]
+    json: bool,
 }
 
 /// The reservation type.
@@ -125,10 +125,14 @@ struct Target {
     node: BlockNode,
     key: Key,
     deadline: std::time::Instant,
+    /// When the command began, for `elapsed_us`.
+    started: std::time::Instant,
+    json: bool,
 }
 
 impl Device {
     fn target(&self, root: &Root) -> lunkit::Result<Target> {
+        let started = std::time::Instant::now();
         if self.key.is_some_and(Key::is_zero) {
             return Err(Error::invalid(
                 "--key",
@@ -152,13 +156,15 @@ impl Device {
             node,
             key,
             deadline,
+            started,
+            json: self.json,
         })
     }
 }
 
 pub fn run(root: &Root, cmd: Pr) -> lunkit::Result<()> {
     match cmd {
-        Pr::Show { device, json } => show(root, &device, json),
+        Pr::Show { device } => show(root, &device),
         Pr::Key => {
             outln!("{}", Key::for_node(root)?);
             Ok(())
@@ -201,7 +207,12 @@ pub fn run(root: &Root, cmd: Pr) -> lunkit::Result<()> {
 }
 
 fn done(t: &Target, what: &str) -> lunkit::Result<()> {
-    outln!("{} ({}) key {} {what}", t.node, t.node.dev, t.key);
+    if t.json {
+        let doc = json::pr::Done::new(&t.node, t.key, what, t.started.elapsed());
+        json::print(&doc, Layout::Line);
+    } else {
+        outln!("{} ({}) key {} {what}", t.node, t.node.dev, t.key);
+    }
     Ok(())
 }
 
@@ -278,7 +289,7 @@ fn refusal(t: &Target, why: &str, what: &str) -> Error {
     }
 }
 
-fn show(root: &Root, device: &Device, as_json: bool) -> lunkit::Result<()> {
+fn show(root: &Root, device: &Device) -> lunkit::Result<()> {
     let t0 = std::time::Instant::now();
     let deadline = lunkit::wait::deadline_after(crate::seconds(device.timeout)?);
     let node = block::resolve(root, &device.device)?.ok_or_else(|| Error::NotFound {
@@ -295,7 +306,7 @@ fn show(root: &Root, device: &Device, as_json: bool) -> lunkit::Result<()> {
             what: "a path failed without an error".into(),
         }));
     }
-    if as_json {
+    if device.json {
         json::print(
             &json::pr::Show::new(&node, &paths, t0.elapsed()),
             Layout::Line,

@@ -1,9 +1,9 @@
-//! `lunkit pr show --json`.
+//! `lunkit pr show --json`, and the other `lunkit pr` commands' `--json`.
 
 use std::time::Duration;
 
 use lunkit::block::BlockNode;
-use lunkit::pr::PathState;
+use lunkit::pr::{Key, PathState};
 use serde::Serialize;
 
 use super::SCHEMA_VERSION;
@@ -18,6 +18,35 @@ pub struct Show {
     /// Every path (a map's; a lone disk is its own one path).
     pub paths: Vec<Path>,
     pub elapsed_us: u64,
+}
+
+/// What `register`, `unregister`, `reserve`, `release`, `preempt` and `clear` did.
+#[derive(Debug, Serialize)]
+pub struct Done {
+    pub version: u32,
+    /// The device (`dm-0`, `sdc`).
+    pub device: String,
+    /// Its device number, `MAJOR:MINOR`.
+    pub dev: String,
+    /// The key the command was sent with, `0x` and 16 hex digits.
+    pub key: String,
+    /// What was done, as the command prints it without `--json` (`registered`,
+    /// `reserved (write-exclusive-registrants-only)`...).
+    pub done: String,
+    pub elapsed_us: u64,
+}
+
+impl Done {
+    pub fn new(node: &BlockNode, key: Key, done: &str, elapsed: Duration) -> Done {
+        Done {
+            version: SCHEMA_VERSION,
+            device: node.name.clone(),
+            dev: node.dev.to_string(),
+            key: key.to_string(),
+            done: done.to_owned(),
+            elapsed_us: super::micros(elapsed),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
