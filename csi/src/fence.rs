@@ -260,16 +260,17 @@ impl Inner {
     /// The stage's fencing, once the volume is attached as `device`: this node's key
     /// registered on every path, then the reservation taken (or found held, or another
     /// node's preempted and aborted) through the first path, as [`decide`] says. A refusal
-    /// is FAILED_PRECONDITION naming the device and the holding key.
+    /// is FAILED_PRECONDITION naming the device and the holding key. Returns the paths
+    /// registered.
     pub(crate) fn fence_stage(
         &self,
         record: &Record,
         device: &BlockNode,
         preempt: Preempt,
         deadline: Instant,
-    ) -> Result<()> {
+    ) -> Result<Vec<BlockNode>> {
         let Some(fence) = record.target.fence() else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let (id, key, want) = (record.volume_id.as_str(), fence.key()?, fence.kind());
         let mut paths: Vec<BlockNode> = volume_paths(self.root(), record, deadline)?
@@ -283,7 +284,7 @@ impl Inner {
             pr::register_ignore(p, key, deadline)
                 .map_err(|e| Error::lunkit(format!("volume {id}: register key {key} on {p}"), e))?;
         }
-        let through = &paths[0];
+        let through = &paths[0].clone();
         let lunkit_err = |what: &str, e| Error::lunkit(format!("volume {id}: {what} {through}"), e);
         // Twice at most: another node may take or drop the reservation between the read
         // and the request, which is then refused with RESERVATION CONFLICT.
@@ -291,7 +292,7 @@ impl Inner {
             let held = pr::read_reservation(through, deadline)
                 .map_err(|e| lunkit_err("read the reservation of", e))?;
             let done = match decide(held.holder.as_ref(), key, want, preempt) {
-                Step::Held => return Ok(()),
+                Step::Held => return Ok(paths),
                 Step::Reserve => pr::reserve(through, key, want, deadline),
                 Step::PreemptAbort(victim) => {
                     log::note(
@@ -310,7 +311,7 @@ impl Inner {
                 }
             };
             match done {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(paths),
                 Err(e) if conflict(&e) => continue,
                 Err(e) => return Err(lunkit_err(&format!("reserve ({want}) with key {key}"), e)),
             }

@@ -8,9 +8,9 @@
 //! key on every new disk of a fenced volume as it appears: the kernel's event reaches it
 //! before multipathd, which waits for udev's handling of the same event, adds the disk to the
 //! map. It does the same for every path of every fenced volume when it starts, and when
-//! events were lost. Only staged volumes: a stage registers every path it finds itself (a
-//! path that joins in the moment between its registrations and the record's `Staged` is
-//! registered at the plugin's next start or the next lost-events sweep).
+//! events were lost. Only staged volumes: a stage registers every path it finds itself, and
+//! once its record says `Staged` looks again ([`after_stage`]) for a path that joined in
+//! between, which the thread passed over.
 //!
 //! Never for a node that was fenced: a single-node volume's path is registered only while
 //! this node's key holds the reservation ([`verdict`]), and is unregistered again when the
@@ -190,6 +190,31 @@ fn sweep(node: &NodeService, disk: Option<&(String, Hctl)>) {
         {
             join(record, path, deadline);
         }
+    }
+}
+
+/// After a fenced stage saved its record as `Staged`: every running path of the volume the
+/// stage did not register (`registered`) joins now, as [`verdict`] says. The thread passed
+/// over such a path while the record was not `Staged` yet; after this look, the thread sees
+/// every later one.
+pub fn after_stage(root: &Root, record: &Record, registered: &[BlockNode], deadline: Instant) {
+    // Within the stage's own deadline: a path that cannot be registered by then is named
+    // in the volume's condition, as the thread's would be.
+    let paths = match volume_paths(root, record, deadline) {
+        Ok(p) => p,
+        Err(e) => {
+            log::note(
+                Level::Warn,
+                &format!("fencing: volume {}: after the stage: {e}", record.volume_id),
+            );
+            return;
+        }
+    };
+    for (path, _) in paths
+        .iter()
+        .filter(|(p, running)| *running && !registered.iter().any(|r| r.dev == p.dev))
+    {
+        join(record, path, deadline);
     }
 }
 

@@ -81,10 +81,12 @@ impl Inner {
             Volume::Nvme(v) => self.attach_nvme(id, v, &mut record, deadline)?,
             Volume::Fc(v) => self.attach_fc(id, v, &mut record, deadline)?,
         };
-        if let Some((_, preempt)) = fencing {
-            self.fence_stage(&record, &device, preempt, deadline)
-                .map_err(|e| self.fence_refused(id, &staging, e))?;
-        }
+        let registered = match fencing {
+            Some((_, preempt)) => self
+                .fence_stage(&record, &device, preempt, deadline)
+                .map_err(|e| self.fence_refused(id, &staging, e))?,
+            None => Vec::new(),
+        };
         if let (Access::Mount { fs_type }, Some(AccessType::Mount(m))) = (
             &access,
             req.volume_capability
@@ -99,7 +101,13 @@ impl Inner {
             self.mount_staging(id, &device, &staging, &how, deadline)?;
         }
         record.phase = Phase::Staged;
-        self.store.save(&record)
+        self.store.save(&record)?;
+        // A path that joined after the fencing's registrations and before the record said
+        // `Staged` was passed over by the joining paths' thread: registered here.
+        if record.target.fence().is_some() {
+            crate::fence_join::after_stage(self.root(), &record, &registered, deadline);
+        }
+        Ok(())
     }
 
     /// Whether a staged volume is still in place: its device, found by identity, is on the
