@@ -39,6 +39,7 @@ use super::{ATONCE_VOLUMES, GROUPS, LISTING_HOSTS, LISTING_LUNS};
 use crate::Result;
 
 mod atonce;
+mod fence;
 mod nvme;
 
 /// How long the kernel listener must hear nothing before the system counts as quiet.
@@ -124,6 +125,14 @@ pub fn main(args: &[String]) -> Result<u8> {
             ),
             "busy-teardown",
             &mut busy_phase,
+        );
+    }
+    if wants("fence") {
+        phase(
+            "fence: a 2-path volume fenced with a persistent reservation at stage and unstage, \
+             udevd and multipathd running",
+            "fence-stage",
+            &mut fence::phase,
         );
     }
     if wants("resize") {
@@ -228,7 +237,7 @@ fn hold_programs_open(lunkit: &Path, lean: bool) -> Vec<fs::File> {
 
 /// The groups whose rows run only the tools [`lean_programs`] lists.
 const LEAN_GROUPS: &[&str] = &[
-    "node", "teardown", "crowd", "busy", "nvme", "atonce", "atonce32",
+    "node", "teardown", "crowd", "busy", "fence", "nvme", "atonce", "atonce32",
 ];
 
 /// The programs the lean groups run (the bench's, the peers' and the lab's), and the shared

@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use super::model::{Measurement, State, Stats};
 use crate::jit::CodeCache;
 
+mod fence;
+
 /// Facts about the run printed above the table.
 #[derive(Debug, Clone, Default)]
 pub struct Meta {
@@ -104,6 +106,14 @@ const ROWS: &[(&str, &str)] = &[
         "Teardown, 2-path volume, 200 more processes holding 20,000 fds",
     ),
     (
+        "fence-stage",
+        "Fence a 2-path volume at stage: register on each path, reserve (udevd, multipathd)",
+    ),
+    (
+        "fence-unstage",
+        "Fence a 2-path volume at unstage: release and unregister on each path",
+    ),
+    (
         "resize",
         "Grow a 2-path volume online, udevd and multipathd running",
     ),
@@ -199,7 +209,9 @@ fn ratio(all: &[Measurement], m: &Measurement, wall_median: f64) -> String {
     let floor = median(all, &format!("{}.floor", m.row));
     let lunkit = median(all, &format!("{}.lunkit", m.row));
     let method = m.method();
-    if method.starts_with("exec") || method == "discovery" {
+    // A fencing row's floor is the reservation commands': only lunkit's commands compare.
+    let other_work = m.row.starts_with("fence-") && method != "lunkit";
+    if method.starts_with("exec") || method == "discovery" || other_work {
         return "–".to_owned();
     }
     if let Some(f) = floor {
@@ -534,6 +546,10 @@ fn table(all: &[Measurement]) -> String {
 /// A library time's ratio to its row's kernel floor and, where the row has one, to the floor
 /// after a plain in-use reading (`plain-checked`): "x× floor, y× plain-checked floor".
 fn floors_ratio(all: &[Measurement], row: &str, lib: f64) -> String {
+    // A fencing row's floor is its reservation commands', not the stage's or unstage's.
+    if row.starts_with("fence-") {
+        return "–".to_owned();
+    }
     let parts: Vec<String> = [("floor", "floor"), ("plain-checked", "plain-checked floor")]
         .iter()
         .filter_map(|(method, name)| {
@@ -1028,6 +1044,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     out.push_str(&busy_against_quiet(all));
     out.push_str(&doctor_section(all));
     out.push_str(&atonce_section(all));
+    out.push_str(&fence::section(all));
     out.push_str(&step_tables(all));
     out.push_str("\nTargets (issues 6, 13, 36 and 38):\n\n");
     for t in targets(all) {
