@@ -30,11 +30,13 @@ use crate::{Result, jit, paths, provision};
 
 /// The rows, by the name `--only` takes.
 pub const GROUPS: &[&str] = &[
-    "scan", "node", "scale", "teardown", "crowd", "busy", "fence", "resize", "nvme", "atonce",
-    "atonce32", "listing", "flush",
+    "scan", "node", "scale", "teardown", "crowd", "busy", "fence", "walk", "resize", "nvme",
+    "atonce", "atonce32", "listing", "flush",
 ];
 /// At-once rows (issue 38): how many 2-path volumes come and go together.
 pub const ATONCE_VOLUMES: &[u32] = &[8, 16, 32];
+/// Walk rows (issue 57): the processes of each node a detach runs on, of several kinds.
+pub const WALK_NODES: &[usize] = &[100, 300, 1000];
 /// Listing row: scsi_debug hosts x LUNs per host.
 pub const LISTING_HOSTS: u32 = 2;
 pub const LISTING_LUNS: u32 = 256;
@@ -44,7 +46,7 @@ const DEFAULT_RUNS: usize = 7;
 /// Fewer than this is allowed for trying things out, with a warning.
 const MIN_RUNS: usize = 5;
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N (default 7)] [--only GROUP,...] [--aslr]   (groups: scan, node, scale, teardown, crowd, busy, fence, resize, nvme, atonce, atonce32, listing, flush)";
+const USAGE: &str = "usage: cargo xtask bench [--runs N (default 7)] [--only GROUP,...] [--aslr]   (groups: scan, node, scale, teardown, crowd, busy, fence, walk, resize, nvme, atonce, atonce32, listing, flush)";
 
 /// `xtask bench [--runs N] [--only GROUPS] [--aslr]`, or the guest part (`--guest ...`).
 ///

@@ -35,12 +35,13 @@ use super::multipathd;
 use super::proc::{self, subcommand_available};
 use super::sys;
 use super::users;
-use super::{ATONCE_VOLUMES, GROUPS, LISTING_HOSTS, LISTING_LUNS};
+use super::{ATONCE_VOLUMES, GROUPS, LISTING_HOSTS, LISTING_LUNS, WALK_NODES};
 use crate::Result;
 
 mod atonce;
 mod fence;
 mod nvme;
+mod walk;
 
 /// How long the kernel listener must hear nothing before the system counts as quiet.
 const QUIET: Duration = Duration::from_millis(500);
@@ -133,6 +134,16 @@ pub fn main(args: &[String]) -> Result<u8> {
              udevd and multipathd running",
             "fence-stage",
             &mut fence::phase,
+        );
+    }
+    if wants("walk") {
+        phase(
+            &format!(
+                "walk: a 2-path volume's detach on nodes of {WALK_NODES:?} processes of several \
+                 kinds, udevd and multipathd running"
+            ),
+            "walk100",
+            &mut walk::phase,
         );
     }
     if wants("resize") {
@@ -237,7 +248,7 @@ fn hold_programs_open(lunkit: &Path, lean: bool) -> Vec<fs::File> {
 
 /// The groups whose rows run only the tools [`lean_programs`] lists.
 const LEAN_GROUPS: &[&str] = &[
-    "node", "teardown", "crowd", "busy", "fence", "nvme", "atonce", "atonce32",
+    "node", "teardown", "crowd", "busy", "fence", "walk", "nvme", "atonce", "atonce32",
 ];
 
 /// The programs the lean groups run (the bench's, the peers' and the lab's), and the shared
@@ -1804,6 +1815,19 @@ fn teardown_methods(
     lun: u32,
     shell_too: bool,
 ) -> Result<()> {
+    teardown_methods_of(ctx, row, sessions, lun, shell_too, true)
+}
+
+/// [`teardown_methods`], the spawned `lunkit detach` only when `spawned_too` (the resident
+/// one always, when this lunkit has `batch`).
+fn teardown_methods_of(
+    ctx: &mut Ctx,
+    row: &str,
+    sessions: &[Session],
+    lun: u32,
+    shell_too: bool,
+    spawned_too: bool,
+) -> Result<()> {
     let lunkit = Measurement::new(
         row,
         "lunkit",
@@ -1846,13 +1870,14 @@ fn teardown_methods(
         list.push((Teardown::Shell, shell));
     }
     match subcommand_available(&ctx.lunkit, "detach") {
-        Ok(()) => list.insert(0, (Teardown::Lunkit, lunkit)),
+        Ok(()) if spawned_too => list.insert(0, (Teardown::Lunkit, lunkit)),
+        Ok(()) => {}
         Err(why) => unavailable(ctx, lunkit, why)?,
     }
     let mut resident = start_resident(ctx)?;
     if resident.is_some() {
         list.insert(
-            1,
+            usize::from(spawned_too),
             (
                 Teardown::Resident,
                 Measurement::new(

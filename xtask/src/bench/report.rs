@@ -7,6 +7,7 @@ use super::model::{Measurement, State, Stats};
 use crate::jit::CodeCache;
 
 mod fence;
+mod walk;
 
 /// Facts about the run printed above the table.
 #[derive(Debug, Clone, Default)]
@@ -104,6 +105,18 @@ const ROWS: &[(&str, &str)] = &[
     (
         "crowd",
         "Teardown, 2-path volume, 200 more processes holding 20,000 fds",
+    ),
+    (
+        "walk100",
+        "Teardown, 2-path volume, on a node of 100 processes of several kinds",
+    ),
+    (
+        "walk300",
+        "Teardown, 2-path volume, on a node of 300 processes of several kinds",
+    ),
+    (
+        "walk1000",
+        "Teardown, 2-path volume, on a node of 1,000 processes of several kinds",
     ),
     (
         "fence-stage",
@@ -926,6 +939,7 @@ fn busy_targets(all: &[Measurement]) -> Vec<Target> {
     }
     t.push(faster_every_run(all));
     t.push(doctor_found_nothing(all));
+    t.extend(walk::targets(all));
     t
 }
 
@@ -1046,7 +1060,7 @@ pub fn markdown(all: &[Measurement], meta: &Meta) -> String {
     out.push_str(&atonce_section(all));
     out.push_str(&fence::section(all));
     out.push_str(&step_tables(all));
-    out.push_str("\nTargets (issues 6, 13, 36 and 38):\n\n");
+    out.push_str("\nTargets (issues 6, 13, 36, 38 and 57):\n\n");
     for t in targets(all) {
         let _ = writeln!(
             out,
