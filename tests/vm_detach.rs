@@ -287,6 +287,7 @@ fn detach_is_lossless_leaves_nothing_and_repeats() {
 
     let data = random(8 << 20, 1);
     write_buffered(&format!("/dev/{}", map.dm), 0, &data);
+    caller_step_sees_it_flushed_and_its_error_removes_nothing(&vol, &map, &data);
     let doc = detach_ok(&["--wwid", &vol.mpath_wwid()]);
     assert_eq!(steps(&doc, "remove-map").len(), 1, "{doc}");
     assert_eq!(steps(&doc, "remove-map")[0]["outcome"], "done", "{doc}");
@@ -332,6 +333,62 @@ fn detach_is_lossless_leaves_nothing_and_repeats() {
     detach_ok(&["--iscsi-target", IQN, "--lun", "1"]);
     // Other LUNs of the target were never touched.
     assert!(lab.devices().is_empty(), "{:?}", lab.devices());
+}
+
+/// `ops::detach_before_removal`: the caller's step is given the volume (both paths running,
+/// the map) once it is found unused, with the map's buffered writes already on the target;
+/// its error ends the detach with nothing removed, and the step says so.
+fn caller_step_sees_it_flushed_and_its_error_removes_nothing(
+    vol: &Volume,
+    map: &support::multipath::Map,
+    data: &[u8],
+) {
+    use lunkit::ops::{DetachOptions, Outcome, StepKind, VolumeSpec, VolumeState};
+    use lunkit::scsi::sysfs::ScsiState;
+    let root = lunkit::Root::default();
+    let spec = VolumeSpec::Wwid(vol.mpath_wwid().parse().unwrap());
+    let mut seen = Vec::new();
+    let mut step = |v: &VolumeState| {
+        let running = v
+            .paths
+            .iter()
+            .filter(|p| p.state == Some(ScsiState::Running));
+        let on_target = read_file(&vol.backing(), 0, data.len()) == data;
+        seen.push((running.count(), v.maps.len(), on_target));
+        Err(lunkit::Error::Internal {
+            what: "the caller's step refused".into(),
+        })
+    };
+    let mut log = Vec::new();
+    let opts = DetachOptions::new(&root);
+    let e = lunkit::ops::detach_before_removal(
+        &root,
+        &spec,
+        &opts,
+        &mut |s| log.push(s.clone()),
+        &mut step,
+    )
+    .expect_err("the step's error ends the detach");
+    assert!(e.to_string().contains("the caller's step refused"), "{e}");
+    assert_eq!(
+        seen,
+        [(2, 1, true)],
+        "called once, with both paths and the map flushed"
+    );
+    let last = log.last().expect("steps");
+    assert!(
+        last.kind == StepKind::BeforeRemoval && matches!(last.outcome, Outcome::Failed(_)),
+        "{log:#?}"
+    );
+    assert_eq!(wait_map(vol, 2).dm, map.dm, "the map and both paths stay");
+    // An NVMe namespace has no such step: refused, nothing done.
+    let nvme = VolumeSpec::Nvme {
+        nqn: "nqn.2014-08.org.example:nothing".parse().unwrap(),
+        namespace: lunkit::ops::NamespaceSelector::Id(1),
+    };
+    let e = lunkit::ops::detach_before_removal(&root, &nvme, &opts, &mut |_| {}, &mut |_| Ok(()))
+        .unwrap_err();
+    assert_eq!(e.kind(), lunkit::ErrorKind::Invalid, "{e}");
 }
 
 /// Attach, write and detach one 2-path volume five times, each of the five ways to name it

@@ -573,9 +573,19 @@ fn a_fenced_volume_staged_on_b_preempts_a_whose_writes_fail_and_never_land() {
     assert!(refused.contains("fencingPreempt is never"), "{refused}");
     assert_eq!(b_leftovers(&b), "", "B's sessions and records");
     assert_eq!(lio_pr().0, [a_key.get(); 2], "only A's key");
+    let logged = lab.plugin().log().len();
     c.node_unstage_volume(unstage_req(A_BASE))
         .expect("A's unstage");
     assert_eq!(lio_pr().0, Vec::<u64>::new(), "registrations left");
+    // Released inside the detach, after its one in-use check: one walk, not two.
+    let log = lab.plugin().log();
+    let lines = |step: &str| log[logged..].lines().filter(|l| l.contains(step)).count();
+    assert_eq!(
+        (lines("check-in-use"), lines("before-removal")),
+        (1, 1),
+        "{}",
+        &log[logged..]
+    );
     drop(b_side);
     b.check_clean().unwrap();
     drop(c);

@@ -10,14 +10,15 @@
 //!   node's key holding a single-node volume is preempted and aborted (`fencingPreempt:
 //!   always`) or the stage is refused naming it (`never`), and then nothing of the stage is
 //!   left (its registrations, devices and sessions are taken out again).
-//! - **Unstage**, before the detach (lunkit's detach has no step between its flush and the
-//!   removal of the devices, so the plugin flushes the device itself first): the reservation
-//!   is released when this node's key holds it ([`to_release`]: never an all-registrants
-//!   one, which the last registrant's unregistration ends), then the key is unregistered on
-//!   every path. A path whose key is gone (another node preempted it) is not an error.
-//!   Another node's registration is never touched: every request carries this node's key.
-//!   A volume still in use is refused before anything is released ([`Inner::fence_unstage`]):
-//!   the detach would refuse it too, and the volume must not stay on the node unfenced.
+//! - **Unstage**, inside the detach ([`Release`]), at its last moment with the volume in
+//!   place: after the detach's in-use check found nothing using it and its maps are flushed
+//!   (a lone disk is flushed by the release itself), before anything is removed. The
+//!   reservation is released when this node's key holds it ([`to_release`]: never an
+//!   all-registrants one, which the last registrant's unregistration ends), then the key is
+//!   unregistered on every path. A path whose key is gone (another node preempted it) is not
+//!   an error. Another node's registration is never touched: every request carries this
+//!   node's key. A volume still in use is refused by the detach before the release: it keeps
+//!   its reservation, and one walk over the processes serves the check.
 //!
 //! The record keeps the key and the type ([`Fence`], in the SCSI target), written before
 //! anything is registered, so that an unstage after a plugin restart still releases.
@@ -25,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use lunkit::block::BlockNode;
-use lunkit::ops::{self, VolumeSpec};
+use lunkit::ops::{self, VolumeSpec, VolumeState};
 use lunkit::pr::{self, Holder, Key, ReservationType};
 use lunkit::scsi::sysfs::ScsiState;
 use lunkit::{ErrorKind, Root, Wwid};
@@ -207,26 +208,6 @@ pub fn to_release(holder: Option<&Holder>, ours: Key) -> Option<ReservationType>
     (h.key == ours && !all_registrants(kind)).then_some(kind)
 }
 
-/// Refuses an unstage whose volume (`dev`) is still in use, before its reservation is
-/// released: the detach after the release would refuse it too, and leave the volume on the
-/// node with no reservation. Openers alone (udev's probes) are given
-/// [`lunkit::block::OPENER_GRACE`] to let go, as the detach gives them.
-fn refuse_in_use(root: &Root, id: &str, dev: &BlockNode, deadline: Instant) -> Result<()> {
-    let scope = lunkit::block::UsageScope {
-        own: &[],
-        ignore_openers: lunkit::scsi::PATH_MANAGERS,
-    };
-    let usage = lunkit::block::usage_after_grace(root, std::slice::from_ref(dev), &scope, deadline)
-        .map_err(|e| Error::lunkit(format!("volume {id}: who uses {dev}"), e))?;
-    match usage.refusal(&dev.to_string()) {
-        None => Ok(()),
-        Some(refusal) => Err(Error::lunkit(
-            format!("volume {id}: its reservation stays held and nothing was removed"),
-            refusal,
-        )),
-    }
-}
-
 /// Whether a lunkit error is a RESERVATION CONFLICT.
 fn conflict(e: &lunkit::Error) -> bool {
     e.kind() == ErrorKind::ReservationConflict
@@ -339,19 +320,59 @@ impl Inner {
             }
         }
     }
+}
 
-    /// The unstage's fencing, before the detach: the device flushed (while this node may
-    /// still write), the reservation released if this node's key holds it, and the key
-    /// unregistered on every running path. A path the key is not registered through (another
-    /// node preempted it) is skipped, and so is a path that is not running (its
-    /// registration stays on the array; the log names it).
-    pub(crate) fn fence_unstage(&self, record: &Record, deadline: Instant) -> Result<()> {
+/// A fenced unstage's release ([`lunkit::ops::detach_before_removal`]'s step): the detach's
+/// in-use check found nothing using the volume and its maps are flushed; nothing is removed
+/// yet.
+pub(crate) struct Release<'a> {
+    record: &'a Record,
+    key: Key,
+    deadline: Instant,
+    /// The plugin's error of a release that failed, which ended the detach.
+    failed: Option<Error>,
+}
+
+impl<'a> Release<'a> {
+    /// The release of `record`'s fence; `None` for a volume that is not fenced.
+    pub(crate) fn of(record: &'a Record, deadline: Instant) -> Result<Option<Release<'a>>> {
         let Some(fence) = record.target.fence() else {
-            return Ok(());
+            return Ok(None);
         };
-        let (id, key) = (record.volume_id.as_str(), fence.key()?);
-        let (up, down): (Vec<_>, Vec<_>) = volume_paths(self.root(), record, deadline)?
-            .into_iter()
+        Ok(Some(Release {
+            record,
+            key: fence.key()?,
+            deadline,
+            failed: None,
+        }))
+    }
+
+    /// The detach's step ([`Release::release`]). A failure ends the detach with nothing
+    /// removed, and is kept for [`Release::error`].
+    pub(crate) fn step(&mut self, volume: &VolumeState) -> lunkit::Result<()> {
+        self.release(volume).map_err(|e| {
+            let what = e.to_string();
+            self.failed = Some(e);
+            lunkit::Error::Internal { what }
+        })
+    }
+
+    /// What an unstage whose detach ended with `e` reports: the release's own error when
+    /// the release ended it.
+    pub(crate) fn error(&mut self, e: Error) -> Error {
+        self.failed.take().unwrap_or(e)
+    }
+
+    /// A lone disk flushed (while this node may still write), the reservation released if
+    /// this node's key holds it, and the key unregistered on every running path. A path the
+    /// key is not registered through (another node preempted it) is skipped, and so is a
+    /// path that is not running (its registration stays on the array; the log names it).
+    fn release(&self, volume: &VolumeState) -> Result<()> {
+        let (id, key, deadline) = (self.record.volume_id.as_str(), self.key, self.deadline);
+        let (up, down): (Vec<_>, Vec<_>) = volume
+            .paths
+            .iter()
+            .filter_map(|p| Some((p.disk.clone()?, p.state == Some(ScsiState::Running))))
             .partition(|(_, running)| *running);
         for (p, _) in &down {
             log::note(
@@ -359,17 +380,20 @@ impl Inner {
                 &format!("volume {id}: {p} is not running: key {key} stays registered through it"),
             );
         }
-        let Some((first, _)) = up.first() else {
+        let up: Vec<BlockNode> = up.into_iter().map(|(d, _)| d).collect();
+        let Some(first) = up.first() else {
             return Ok(());
         };
-        if let Some(dev) = self.device_of(record)? {
-            refuse_in_use(self.root(), id, &dev, deadline)?;
+        // The detach flushed the maps; a disk with no map over it is written here.
+        if volume.maps.is_empty() {
             let soon = deadline.min(Instant::now() + Duration::from_secs(10));
-            if let Err(e) = lunkit::block::flush(&dev, soon) {
-                log::note(
-                    Level::Warn,
-                    &format!("volume {id}: flush before release: {e}"),
-                );
+            for p in &up {
+                if let Err(e) = lunkit::block::flush(p, soon) {
+                    log::note(
+                        Level::Warn,
+                        &format!("volume {id}: flush before release: {e}"),
+                    );
+                }
             }
         }
         let err = |what: String| move |e| Error::lunkit(format!("volume {id}: {what}"), e);
@@ -378,7 +402,7 @@ impl Inner {
         if let Some(kind) = to_release(held.holder.as_ref(), key) {
             // Only the holding path's RELEASE ends it; the other registered paths' do
             // nothing (SPC-4 5.14.11.2), so every path is asked.
-            for (p, _) in &up {
+            for p in &up {
                 match pr::release(p, key, kind, deadline) {
                     Err(e) if !conflict(&e) => {
                         return Err(err(format!("release key {key}'s reservation on {p}"))(e));
@@ -388,7 +412,7 @@ impl Inner {
             }
         }
         let mut gone = Vec::new();
-        for (p, _) in &up {
+        for p in &up {
             match pr::unregister(p, key, deadline) {
                 Ok(()) => {}
                 Err(e) if conflict(&e) => gone.push(p.to_string()),

@@ -114,7 +114,7 @@ impl Inner {
             // multipathd builds over them as they come (`find_multipaths no`) with them,
             // which deleting the paths alone could not (the map holds them).
             (Ok(true), Ok(s)) if s.paths.iter().all(|p| new.contains(&p.hctl)) => {
-                match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts) {
+                match detach_recorded(root, &VolumeSpec::Wwid(actual), &opts, None) {
                     Ok(_) => "; its devices that this stage brought in were taken out".into(),
                     Err(d) => format!("; taking its devices out again failed: {d}"),
                 }

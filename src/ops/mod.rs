@@ -54,7 +54,7 @@ pub use volume::{ForeignMap, OrphanMap, VolumeState};
 
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::root::Root;
 
 /// Bringing a volume onto the node: scan its LUN on every path at once, check that every
@@ -234,8 +234,66 @@ pub fn detach_with(
         VolumeSpec::Device(_)
         | VolumeSpec::Wwid(_)
         | VolumeSpec::Iscsi { .. }
-        | VolumeSpec::Fc { .. } => scsi::detach::detach(root, spec, opts, on_step),
+        | VolumeSpec::Fc { .. } => scsi::detach::detach(root, spec, opts, on_step, None),
     }
+}
+
+/// The caller's own step in a SCSI detach ([`detach_before_removal`]), given the volume as
+/// the detach's round found it.
+pub type BeforeRemoval<'a> = dyn FnMut(&VolumeState) -> Result<()> + 'a;
+
+/// [`detach_with()`] of a SCSI volume, with a last step of the caller's own while the volume
+/// is unused and still in place: `before_removal` runs once, in the first round whose in-use
+/// check finds nothing using the volume, after the maps a path can serve are flushed and
+/// before anything is removed, given the volume as that round found it (its paths with their
+/// states, its maps). Its time, the flush included, is the step `before-removal`.
+///
+/// This is where a caller does what needs the volume's devices but must wait for the check
+/// that nobody uses it, with one check for both: a fenced unstage releases its SCSI-3
+/// reservation and unregisters its key on every path here, so a volume found in use keeps
+/// its reservation, and no second walk over the processes is made for it.
+///
+/// A volume found in use never reaches it, and neither does one of which nothing is on the
+/// node. An error it returns ends the detach with that error, nothing removed (even with
+/// [`DetachOptions::force`]). It runs with the volume's lock held, so it must not detach or
+/// attach the same volume.
+///
+/// # Errors
+///
+/// As [`detach()`], and an NVMe namespace is refused ([`Error::Invalid`](crate::Error::Invalid)) with nothing done:
+/// its detach has no such step.
+///
+/// ```no_run
+/// use lunkit::Root;
+/// use lunkit::ops::{DetachOptions, VolumeSpec, detach_before_removal};
+/// use lunkit::scsi::sysfs::ScsiState;
+///
+/// let root = Root::default();
+/// let spec: VolumeSpec = "3600140512345678901234567890abcde".parse().unwrap();
+/// let mut release = |volume: &lunkit::ops::VolumeState| {
+///     for p in volume.paths.iter().filter(|p| p.state == Some(ScsiState::Running)) {
+///         println!("last moment of {:?} in place", p.disk);
+///     }
+///     Ok(())
+/// };
+/// detach_before_removal(&root, &spec, &DetachOptions::new(&root), &mut |_| {}, &mut release)?;
+/// # Ok::<(), lunkit::Error>(())
+/// ```
+pub fn detach_before_removal(
+    root: &Root,
+    spec: &VolumeSpec,
+    opts: &DetachOptions,
+    on_step: &mut dyn FnMut(&Step),
+    before_removal: &mut BeforeRemoval<'_>,
+) -> Result<DetachReport> {
+    if let VolumeSpec::Nvme { .. } = spec {
+        return Err(Error::invalid(
+            "volume",
+            &spec.to_string(),
+            "an NVMe namespace's detach has no step before removal; detach it with detach()",
+        ));
+    }
+    scsi::detach::detach(root, spec, opts, on_step, Some(before_removal))
 }
 
 /// Growing an attached volume online (CSI's NodeExpandVolume): every path learns the new

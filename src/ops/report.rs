@@ -240,6 +240,9 @@ pub enum StepKind {
     ResumeMap,
     /// Check that nothing uses the volume.
     CheckInUse,
+    /// The caller's own step with the volume unused and still in place, its maps flushed
+    /// ([`detach_before_removal`](crate::ops::detach_before_removal)).
+    BeforeRemoval,
     /// Make a map that no path can serve fail its I/O instead of queueing it (multipathd's
     /// `disablequeueing`, dm's `fail_if_no_path`), so readers stuck on it let go.
     DisableQueueing,
@@ -267,6 +270,7 @@ impl StepKind {
             StepKind::Lock => "lock",
             StepKind::ResumeMap => "resume-map",
             StepKind::CheckInUse => "check-in-use",
+            StepKind::BeforeRemoval => "before-removal",
             StepKind::DisableQueueing => "disable-queueing",
             StepKind::FlushMap => "flush-map",
             StepKind::RemoveMap => "remove-map",

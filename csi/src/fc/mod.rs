@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use lunkit::Root;
 use lunkit::block::BlockNode;
-use lunkit::ops::{AttachOptions, DetachOptions, VolumeSpec};
+use lunkit::ops::{AttachOptions, BeforeRemoval, DetachOptions, VolumeSpec};
 
 use crate::attrs::FcVolume;
 use crate::error::{Error, Result};
@@ -56,6 +56,7 @@ pub(crate) fn unstage(
     record: &Record,
     opts: &DetachOptions,
     what: &str,
+    before_removal: Option<&mut BeforeRemoval<'_>>,
 ) -> Result<()> {
     let Target::Fc { wwpns, lun, .. } = &record.target else {
         return Err(Error::Internal(format!("{what}: not an FC volume")));
@@ -73,6 +74,7 @@ pub(crate) fn unstage(
             lun: *lun,
         },
     };
-    detach_recorded(root, &spec, opts).map_err(|e| Error::lunkit(what.to_owned(), e))?;
+    detach_recorded(root, &spec, opts, before_removal)
+        .map_err(|e| Error::lunkit(what.to_owned(), e))?;
     Ok(())
 }

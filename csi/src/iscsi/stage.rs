@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use lunkit::block::BlockNode;
-use lunkit::ops::{AttachOptions, DetachOptions, VolumeSpec};
+use lunkit::ops::{AttachOptions, BeforeRemoval, DetachOptions, VolumeSpec};
 
 use crate::attrs::IscsiVolume;
 use crate::error::{Error, Result};
@@ -175,13 +175,15 @@ impl Inner {
 impl Inner {
     /// The iSCSI part of an unstage: the LUN's detach (by identity whenever it is known),
     /// then, under the target's lock, the logout of the sessions no other volume of the
-    /// target needs; the record goes before the lock is let go.
+    /// target needs; the record goes before the lock is let go. `before_removal` is the
+    /// detach's last step with the volume in place (a fenced volume's release).
     pub(crate) fn unstage_iscsi(
         &self,
         record: &Record,
         opts: &DetachOptions,
         what: &str,
         deadline: Instant,
+        before_removal: Option<&mut BeforeRemoval<'_>>,
     ) -> Result<()> {
         let Target::Iscsi {
             iqn,
@@ -207,7 +209,8 @@ impl Inner {
                 lun: *lun,
             },
         };
-        detach_recorded(root, &spec, opts).map_err(|e| Error::lunkit(what.to_owned(), e))?;
+        detach_recorded(root, &spec, opts, before_removal)
+            .map_err(|e| Error::lunkit(what.to_owned(), e))?;
         let lock = self.target_lock(iqn);
         let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.others_on_target(record)? {

@@ -158,13 +158,18 @@ pub(crate) fn attach_recorded(
     Ok(a)
 }
 
-/// [`ops::detach()`], its steps recorded in the metrics and in the current call's log.
+/// [`ops::detach()`], its steps recorded in the metrics and in the current call's log; with
+/// `before_removal`, [`ops::detach_before_removal`].
 pub(crate) fn detach_recorded(
     root: &Root,
     spec: &VolumeSpec,
     opts: &DetachOptions,
+    before_removal: Option<&mut ops::BeforeRemoval<'_>>,
 ) -> lunkit::Result<ops::DetachReport> {
-    let r = ops::detach(root, spec, opts)?;
+    let r = match before_removal {
+        Some(step) => ops::detach_before_removal(root, spec, opts, &mut |_| {}, step)?,
+        None => ops::detach(root, spec, opts)?,
+    };
     crate::metrics::global().detached(&r);
     for s in &r.steps {
         let outcome = crate::metrics::outcome_name(&s.outcome);

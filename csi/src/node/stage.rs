@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use lunkit::block::BlockNode;
-use lunkit::ops::DetachOptions;
+use lunkit::ops::{BeforeRemoval, DetachOptions, VolumeState};
 
 use super::{Inner, MountHow, io_err, node_path};
 use crate::attrs::Volume;
 use crate::error::{Error, Result};
+use crate::fence::Release;
 use crate::log::{self, Level};
 use crate::node::device::same_volume;
 use crate::proto::volume_capability::AccessType;
@@ -265,18 +266,31 @@ impl Inner {
                 crate::exec::wait_abandoned(&dev, deadline)?;
             }
         }
-        // Released and unregistered before the detach takes the paths away.
-        self.fence_unstage(&record, deadline)?;
+        self.take_off(&record, deadline)?;
+        // Idempotent: the branches above that decide on a logout removed it under the lock.
+        self.store.remove(id)
+    }
+
+    /// The detach of an unstage, by transport; a fenced volume's reservation is released and
+    /// its key unregistered inside it, after its in-use check and before its devices go.
+    fn take_off(&self, record: &Record, deadline: Instant) -> Result<()> {
+        let id = record.volume_id.as_str();
+        let mut release = Release::of(record, deadline)?;
+        let fenced = release.is_some();
+        let mut step = |v: &VolumeState| release.as_mut().map_or(Ok(()), |r| r.step(v));
+        let before: Option<&mut BeforeRemoval<'_>> = fenced.then_some(&mut step);
         let what = format!("volume {id}: detach {}", record.target.describe());
         let mut opts = DetachOptions::new(self.root());
         opts.timeout = deadline.saturating_duration_since(Instant::now());
-        match &record.target {
-            Target::Iscsi { .. } => self.unstage_iscsi(&record, &opts, &what, deadline)?,
-            Target::Fc { .. } => crate::fc::unstage(self.root(), &record, &opts, &what)?,
-            Target::Nvme { .. } => self.unstage_nvme(&record, &opts, &what)?,
-        }
-        // Idempotent: the branches above that decide on a logout removed it under the lock.
-        self.store.remove(id)
+        let detached = match &record.target {
+            Target::Iscsi { .. } => self.unstage_iscsi(record, &opts, &what, deadline, before),
+            Target::Fc { .. } => crate::fc::unstage(self.root(), record, &opts, &what, before),
+            Target::Nvme { .. } => self.unstage_nvme(record, &opts, &what),
+        };
+        detached.map_err(|e| match release.as_mut() {
+            Some(r) => r.error(e),
+            None => e,
+        })
     }
 
     /// Whether another volume's record names the same target as `record` (its sessions or

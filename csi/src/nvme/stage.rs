@@ -198,7 +198,8 @@ impl Inner {
                     nqn,
                     namespace: NamespaceSelector::Id(*n),
                 };
-                detach_recorded(root, &spec, opts).map_err(|e| Error::lunkit(what.clone(), e))?;
+                detach_recorded(root, &spec, opts, None)
+                    .map_err(|e| Error::lunkit(what.clone(), e))?;
             }
             // Stopped before the namespace was found: only connections may be left.
             None => {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::identify::identify_named;
 use super::locate::{self, VolumeState};
 use crate::error::{Error, Result};
+use crate::ops::BeforeRemoval;
 use crate::ops::lock;
 use crate::ops::options::DetachOptions;
 use crate::ops::report::{DetachReport, Outcome, Step, StepKind};
@@ -26,6 +27,7 @@ pub(in crate::ops) fn detach(
     spec: &VolumeSpec,
     opts: &DetachOptions,
     on_step: &mut dyn FnMut(&Step),
+    before_removal: Option<&mut BeforeRemoval<'_>>,
 ) -> Result<DetachReport> {
     let start = Instant::now();
     let deadline = crate::wait::deadline_from(start, opts.timeout);
@@ -34,6 +36,7 @@ pub(in crate::ops) fn detach(
         opts,
         deadline,
         log: StepLog::new(on_step),
+        before_removal: before_removal.map(shorten),
         waited_on: Vec::new(),
         failed_while_waiting: Vec::new(),
     };
@@ -109,6 +112,11 @@ pub(in crate::ops) fn detach(
         }
         backoff.sleep(deadline);
     }
+}
+
+/// The caller's step as [`Run`] keeps it: a trait object may be held for less than it lives.
+fn shorten<'s>(step: &'s mut BeforeRemoval<'_>) -> &'s mut BeforeRemoval<'s> {
+    step
 }
 
 impl Run<'_> {

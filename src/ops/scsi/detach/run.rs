@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::helper;
 use crate::id::DevNum;
 use crate::multipath::{self, RemoveOptions};
+use crate::ops::BeforeRemoval;
 use crate::ops::options::DetachOptions;
 use crate::ops::report::{MapDevice, Outcome, StepKind};
 use crate::ops::scsi::locate::{VolumePath, VolumeState};
@@ -24,6 +25,8 @@ pub(super) struct Run<'a> {
     pub(super) opts: &'a DetachOptions,
     pub(super) deadline: Instant,
     pub(super) log: StepLog<'a>,
+    /// The caller's step before anything is removed, until it has run.
+    pub(super) before_removal: Option<&'a mut BeforeRemoval<'a>>,
     /// Maps this detach waited on for a path to come back (open, no path, queueing).
     pub(super) waited_on: Vec<String>,
     /// Of those, the ones found later closed with their queued I/O failed by someone else.
@@ -51,6 +54,9 @@ impl Run<'_> {
         // them, so a thread per path (back to waiting after each call) and one spare do.
         crate::helper::prewarm(state.paths.len() + 1);
         let (unreachable, claims) = self.check_in_use(state, busy_since, intent)?;
+        if let Some(step) = self.before_removal.take() {
+            self.before_removal(state, &unreachable, step)?;
+        }
         let maps = || state.maps.iter().zip(&unreachable);
         for (map, _) in maps().filter(|(_, why)| why.is_none()) {
             self.take_down_map(map, None)?;
@@ -68,6 +74,33 @@ impl Run<'_> {
             self.take_down_map(map, Some(why))?;
         }
         Ok(())
+    }
+
+    /// The caller's step ([`crate::ops::detach_before_removal`]), once the check found the
+    /// volume unused: the maps a path can serve (`unreachable[i]` is `None`) flushed first,
+    /// since the step may end this node's right to write through them (a reservation
+    /// released), then the step. Its error ends the detach, forced or not.
+    fn before_removal(
+        &mut self,
+        state: &VolumeState,
+        unreachable: &[Option<String>],
+        step: &mut BeforeRemoval<'_>,
+    ) -> std::result::Result<(), Stop> {
+        let deadline = self.deadline;
+        let served = state
+            .maps
+            .iter()
+            .zip(unreachable)
+            .filter(|(_, why)| why.is_none());
+        let maps: Vec<&MapDevice> = served.map(|(m, _)| m).collect();
+        self.log
+            .run(StepKind::BeforeRemoval, &state.describe(), || {
+                for m in maps {
+                    block::flush(&m.node, deadline)?;
+                }
+                step(state).map(|()| ((), Outcome::Done))
+            })
+            .map_err(Stop::Fail)
     }
 
     /// Resumes the volume's maps (and their partition maps) that are suspended, parents
