@@ -5,10 +5,9 @@
 //! A fenced stage is the volume's attach, then this node's key registered on every path
 //! and a *Write Exclusive, Registrants Only* reservation taken through the first, after a
 //! READ RESERVATION that says whether to reserve, find it held or preempt. A fenced unstage
-//! reads the reservation, releases it through every running path (only the holding path's
-//! RELEASE ends it), unregisters the key on every path, then detaches; before that it makes
-//! one in-use check of its own (the detach makes its own again), whose cost is the detach's
-//! `check-in-use` step, measured in the same run.
+//! is the volume's detach with a step inside it (`ops::detach_before_removal`), after its
+//! in-use check and its map's flush: the reservation read, released through every running
+//! path (only the holding path's RELEASE ends it) and the key unregistered on every path.
 //!
 //! Every round attaches the volume (row `fence-stage`, method `attach`), then fences and
 //! unfences it twice, once with lunkit and once with the kernel's ioctls (in turn which goes
@@ -111,10 +110,7 @@ impl Rows {
                 "unstage",
                 "detach",
                 "the unstage alone: lunkit detach, resident",
-                line(
-                    "`lunkit detach --wwid W --json`. A fenced unstage makes one more in-use \
-                     check, as long as this detach's `check-in-use` step.",
-                ),
+                line("`lunkit detach --wwid W --json`."),
             ),
             unstage: m(
                 "unstage",

@@ -3,19 +3,15 @@
 
 use std::fmt::Write as _;
 
-use super::{find, lib_median, median, time};
+use super::{lib_median, median, time};
 use crate::bench::model::Measurement;
 
 /// The table, or nothing when the fencing rows did not run.
 pub(super) fn section(all: &[Measurement]) -> String {
     // Library times: a resident line's time adds the batch's own reading and printing.
     let read = lib_median(all, "fence-stage.read");
-    // The unstage's own in-use check, as long as the detach's `check-in-use` step.
-    let check = find(all, "fence-unstage.detach")
-        .and_then(Measurement::check)
-        .map(|s| s.median);
     let mut out = String::new();
-    for (dir, alone_method, extra) in [("stage", "attach", None), ("unstage", "detach", check)] {
+    for (dir, alone_method) in [("stage", "attach"), ("unstage", "detach")] {
         let row = format!("fence-{dir}");
         let alone = lib_median(all, &format!("{row}.{alone_method}"));
         let sent = lib_median(all, &format!("{row}.lunkit"));
@@ -23,17 +19,16 @@ pub(super) fn section(all: &[Measurement]) -> String {
         let Some((alone, sent)) = alone.zip(sent) else {
             continue;
         };
-        let added = sent + read.unwrap_or(0.0) + extra.unwrap_or(0.0);
+        let added = sent + read.unwrap_or(0.0);
         let t = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), time);
         let _ = writeln!(
             out,
-            "| {dir} | {} | {} | {} | {} | {} | {} | {:.2}× | {} | {:.0}% |",
+            "| {dir} | {} | {} | {} | {} | {} | {:.2}× | {} | {:.0}% |",
             time(alone),
             time(sent),
             t(floor),
             floor.map_or_else(|| "–".to_owned(), |f| format!("{:.2}×", sent / f)),
             t(read),
-            t(extra),
             added / alone,
             time(added),
             100.0 * added / (alone + added),
@@ -45,12 +40,12 @@ pub(super) fn section(all: &[Measurement]) -> String {
     format!(
         "\nFencing (issue 56), medians of library time (`elapsed_us`): the reservation commands \
          lunkit sends, the kernel's ioctls for the same commands, the reading of the reservation the plugin adds (one \
-         `pr show` of a path, at stage and again at unstage) and, at unstage, the plugin's own \
-         in-use check (the detach's `check-in-use` step); what they add against the stage or \
-         unstage alone:\n\n\
+         `pr show` of a path, at stage and again at unstage); what they add against the stage \
+         or unstage alone (the unstage releases inside the detach, after its one in-use \
+         check):\n\n\
          | | alone | commands, lunkit | commands, kernel floor | lunkit / floor | reading | \
-         in-use check | added / alone | added | share of the fenced whole |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{out}"
+         added / alone | added | share of the fenced whole |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n{out}"
     )
 }
 
@@ -89,14 +84,14 @@ mod tests {
         // Stage: 30 ms of commands and 10 ms of reading on a 200 ms attach.
         assert!(
             s.contains(
-                "| stage | 200.0 ms | 30.0 ms | 20.0 ms | 1.50× | 10.0 ms | – | 0.20× | 40.0 ms | 17% |"
+                "| stage | 200.0 ms | 30.0 ms | 20.0 ms | 1.50× | 10.0 ms | 0.20× | 40.0 ms | 17% |"
             ),
             "{s}"
         );
-        // Unstage: 50 + 10 + the 40 ms in-use check on a 100 ms detach.
+        // Unstage: 50 + 10 ms on a 100 ms detach.
         assert!(
             s.contains(
-                "| unstage | 100.0 ms | 50.0 ms | 40.0 ms | 1.25× | 10.0 ms | 40.0 ms | 1.00× | 100.0 ms | 50% |"
+                "| unstage | 100.0 ms | 50.0 ms | 40.0 ms | 1.25× | 10.0 ms | 0.60× | 60.0 ms | 38% |"
             ),
             "{s}"
         );
