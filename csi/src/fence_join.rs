@@ -172,49 +172,39 @@ fn sweep(node: &NodeService, disk: Option<&(String, Hctl)>) {
             })
     };
     for record in records.iter().filter(wanted) {
-        let deadline = Instant::now() + JOIN_TIMEOUT;
-        let paths = match volume_paths(node.root(), record, deadline) {
-            Ok(p) => p,
-            Err(e) => {
-                log::note(
-                    Level::Warn,
-                    &format!("fencing: volume {}: {e}", record.volume_id),
-                );
-                continue;
-            }
-        };
         // The disk is joined only if locating the volume by its WWID finds it too.
-        for (path, _) in paths
-            .iter()
-            .filter(|(p, running)| *running && new.as_ref().is_none_or(|(d, _)| p.name == *d))
-        {
-            join(record, path, deadline);
-        }
+        let this_one = |p: &BlockNode| new.as_ref().is_none_or(|(d, _)| p.name == *d);
+        join_running(node.root(), record, Instant::now() + JOIN_TIMEOUT, this_one);
     }
 }
 
 /// After a fenced stage saved its record as `Staged`: every running path of the volume the
 /// stage did not register (`registered`) joins now, as [`verdict`] says. The thread passed
 /// over such a path while the record was not `Staged` yet; after this look, the thread sees
-/// every later one.
+/// every later one. Within the stage's own deadline: a path that cannot be registered by
+/// then is named in the volume's condition, as the thread's would be.
 pub fn after_stage(root: &Root, record: &Record, registered: &[BlockNode], deadline: Instant) {
-    // Within the stage's own deadline: a path that cannot be registered by then is named
-    // in the volume's condition, as the thread's would be.
-    let paths = match volume_paths(root, record, deadline) {
-        Ok(p) => p,
-        Err(e) => {
-            log::note(
-                Level::Warn,
-                &format!("fencing: volume {}: after the stage: {e}", record.volume_id),
-            );
-            return;
+    let not_yet = |p: &BlockNode| !registered.iter().any(|r| r.dev == p.dev);
+    join_running(root, record, deadline, not_yet);
+}
+
+/// [`join`]s every running path of `record`'s volume that `wanted` keeps.
+fn join_running(
+    root: &Root,
+    record: &Record,
+    deadline: Instant,
+    wanted: impl Fn(&BlockNode) -> bool,
+) {
+    match volume_paths(root, record, deadline) {
+        Ok(paths) => {
+            for (path, _) in paths.iter().filter(|(p, running)| *running && wanted(p)) {
+                join(record, path, deadline);
+            }
         }
-    };
-    for (path, _) in paths
-        .iter()
-        .filter(|(p, running)| *running && !registered.iter().any(|r| r.dev == p.dev))
-    {
-        join(record, path, deadline);
+        Err(e) => log::note(
+            Level::Warn,
+            &format!("fencing: volume {}: {e}", record.volume_id),
+        ),
     }
 }
 

@@ -1072,6 +1072,35 @@ fn node_phase(ctx: &mut Ctx) -> Result<()> {
     lab.teardown()
 }
 
+/// The lab's target on both sessions with LUN 0 scanned and mapped by multipathd (the lab's
+/// configuration), udevd running, settled; then `rows`, and the lab taken down whatever
+/// happened. `what` names the rows in the error when the lab has not 2 sessions.
+fn on_mapped_lab(
+    ctx: &mut Ctx,
+    what: &str,
+    rows: impl FnOnce(&mut Ctx, &IscsiLab) -> Result<()>,
+) -> Result<()> {
+    let lab = IscsiLab::build(LabConfig {
+        scan: vec![0],
+        multipath: None,
+        ..LabConfig::default()
+    })?;
+    let result = (|| -> Result<()> {
+        if lab.sessions.len() != 2 {
+            let n = lab.sessions.len();
+            return Err(format!("{what} need 2 sessions, the lab has {n}").into());
+        }
+        let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
+        let measured = multipath::wait_maps(1, 2)
+            .and_then(|_| settle(ctx))
+            .and_then(|()| rows(ctx, &lab));
+        let stopped = mpd.stop();
+        measured.and(stopped)
+    })();
+    let down = lab.teardown();
+    result.and(down)
+}
+
 /// The node row's scans of LUN `lun` as row `row`, multipathd running already.
 fn node_rows(ctx: &mut Ctx, row: &str, sessions: &[Session], lun: u32) -> Result<()> {
     {
@@ -2017,10 +2046,31 @@ while True:
     signal.pause()
 "#;
 
+/// Waits for a child's first line on `stdout` to be `ready`, at most `timeout`. The read
+/// gets its own thread, so that a child that never says it costs `timeout`, not the bench.
+fn said_ready(stdout: std::process::ChildStdout, timeout: Duration, who: &str) -> Result<()> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = tx.send(
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .map(|_| line),
+        );
+    });
+    let line = rx
+        .recv_timeout(timeout)
+        .map_err(|_| format!("{who} did not say ready within {timeout:?}"))??;
+    if line.trim() != "ready" {
+        return Err(format!("{who} did not start: {line:?}").into());
+    }
+    Ok(())
+}
+
 impl Crowd {
     /// `processes` more processes, each holding 100 descriptors (`hold`) or one.
     fn start(processes: usize, hold: bool) -> Result<Crowd> {
-        use std::io::BufRead;
         let dir = PathBuf::from("/tmp/lunkit-bench-crowd");
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
@@ -2035,24 +2085,7 @@ impl Crowd {
         let stdout = parent.stdout.take();
         // Owned from here: any return below kills it and its children.
         let crowd = Crowd { parent, dir };
-        let stdout = stdout.ok_or("the crowd's stdout")?;
-        // The read gets its own thread, so that a python that never says "ready" costs
-        // TIMEOUT, not the whole bench.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = tx.send(
-                std::io::BufReader::new(stdout)
-                    .read_line(&mut line)
-                    .map(|_| line),
-            );
-        });
-        let line = rx
-            .recv_timeout(TIMEOUT)
-            .map_err(|_| format!("the crowd did not say ready within {TIMEOUT:?}"))??;
-        if line.trim() != "ready" {
-            return Err(format!("the crowd did not start: {line:?}").into());
-        }
+        said_ready(stdout.ok_or("the crowd's stdout")?, TIMEOUT, "the crowd")?;
         let fds = count_fds();
         say(&format!(
             "crowd: {processes} processes ready; {} processes and {fds} open descriptors on \

@@ -999,14 +999,27 @@ fn doctor_found_nothing(all: &[Measurement]) -> Target {
 /// Issue 38: lunkit's detach (library time) faster than the shell sequence in every run,
 /// run by run in round order (both ran in every round).
 fn faster_every_run(all: &[Measurement]) -> Target {
-    let text =
-        "busy node: a detach's library time below the shell sequence's in every round".to_owned();
-    let (Some(l), Some(sh)) = (
-        find(all, "busy-teardown.lunkit"),
-        find(all, "busy-teardown.shell"),
-    ) else {
+    faster_each_round(
+        all,
+        "busy-teardown-vs-shell",
+        "busy node: a detach's library time below the shell sequence's in every round".to_owned(),
+        "busy-teardown.lunkit",
+        "busy-teardown.shell",
+    )
+}
+
+/// Target `id`: measurement `lunkit`'s library time below `shell`'s time in every round,
+/// run by run in round order (both ran in every round).
+fn faster_each_round(
+    all: &[Measurement],
+    id: &'static str,
+    text: String,
+    lunkit: &str,
+    shell: &str,
+) -> Target {
+    let (Some(l), Some(sh)) = (find(all, lunkit), find(all, shell)) else {
         return Target {
-            id: "busy-teardown-vs-shell",
+            id,
             text,
             verdict: Verdict::NotAvailable,
             detail: "not measured".to_owned(),
@@ -1020,7 +1033,7 @@ fn faster_every_run(all: &[Measurement]) -> Target {
         .collect();
     let faster = pairs.iter().filter(|(a, b)| a < b).count();
     Target {
-        id: "busy-teardown-vs-shell",
+        id,
         text,
         verdict: if !pairs.is_empty() && faster == pairs.len() {
             Verdict::Met

@@ -22,12 +22,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use lunkit_lab::iscsi::Session;
-use lunkit_lab::lab::{IscsiLab, LabConfig};
-use lunkit_lab::multipath::{self, Map, Multipathd};
+use lunkit_lab::multipath::{self, Map};
 
 use super::{
-    Ctx, NO_RESIDENT, RESIDENT_NOTE, node_cleanup, node_map, node_present, progress, run_lunkit,
-    say, settle, start_resident, warm_cpu,
+    Ctx, NO_RESIDENT, RESIDENT_NOTE, node_cleanup, node_map, node_present, on_mapped_lab, progress,
+    run_lunkit, say, settle, start_resident, warm_cpu,
 };
 use crate::Result;
 use crate::bench::model::{Measurement, Run, State};
@@ -154,34 +153,14 @@ pub(super) fn phase(ctx: &mut Ctx) -> Result<()> {
     for d in &made {
         fs::create_dir_all(d)?;
     }
-    let lab = IscsiLab::build(LabConfig {
-        scan: vec![0],
-        multipath: None,
-        ..LabConfig::default()
-    })?;
-    let result = (|| -> Result<()> {
-        if lab.sessions.len() != 2 {
-            return Err(format!(
-                "fencing needs 2 sessions, the lab has {}",
-                lab.sessions.len()
-            )
-            .into());
-        }
-        let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
-        let rows = (|| -> Result<()> {
-            multipath::wait_maps(1, lab.sessions.len())?;
-            settle(ctx)?;
-            let mut resident = start_resident(ctx)?.ok_or(NO_RESIDENT)?;
-            rows(ctx, &lab.sessions, &mut resident)
-        })();
-        let stopped = mpd.stop();
-        rows.and(stopped)
-    })();
-    let down = lab.teardown();
+    let result = on_mapped_lab(ctx, "the fencing rows", |ctx, lab| {
+        let mut resident = start_resident(ctx)?.ok_or(NO_RESIDENT)?;
+        rows(ctx, &lab.sessions, &mut resident)
+    });
     for d in made {
         let _ = fs::remove_dir_all(d);
     }
-    result.and(down)
+    result
 }
 
 /// Every round, recorded at the end (with the failure, when one stopped them).

@@ -18,17 +18,13 @@
 //! 15 rounds of the 1,000-process node take minutes a method.
 
 use std::fs;
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lunkit_lab::lab::{IscsiLab, LabConfig};
-use lunkit_lab::multipath::{self, Multipathd};
-
 use super::{
-    CROWD_PYTHON, Ctx, TEARDOWN_LUN, TIMEOUT, count_fds, count_processes, crowd_alive, poll_every,
-    say, settle, teardown_methods_of,
+    CROWD_PYTHON, Ctx, TEARDOWN_LUN, TIMEOUT, count_fds, count_processes, crowd_alive,
+    on_mapped_lab, poll_every, said_ready, say, settle, teardown_methods_of,
 };
 use crate::Result;
 use crate::bench::WALK_NODES;
@@ -154,23 +150,9 @@ impl Node {
             .map_err(|e| format!("{CROWD_PYTHON} for the node's processes: {e}"))?;
         let stdout = parent.stdout.take();
         let node = Node { parent, dir };
+        // Forking a thousand processes under TCG takes tens of seconds.
         let stdout = stdout.ok_or("the node's stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = tx.send(
-                std::io::BufReader::new(stdout)
-                    .read_line(&mut line)
-                    .map(|_| line),
-            );
-        });
-        // Forking a thousand processes under TCG takes a minute or two.
-        let line = rx
-            .recv_timeout(TIMEOUT * 5)
-            .map_err(|_| "the node's processes did not say ready in 5 minutes".to_owned())??;
-        if line.trim() != "ready" {
-            return Err(format!("the node's processes did not start: {line:?}").into());
-        }
+        said_ready(stdout, TIMEOUT * 5, "the node's processes")?;
         Ok(node)
     }
 
@@ -227,42 +209,22 @@ fn makeup() -> String {
 /// Every node size in turn on one lab: its processes started, the teardown methods as row
 /// `walkN`, its processes ended.
 pub(super) fn phase(ctx: &mut Ctx) -> Result<()> {
-    let lab = IscsiLab::build(LabConfig {
-        scan: vec![0],
-        multipath: None,
-        ..LabConfig::default()
-    })?;
-    let result = (|| -> Result<()> {
-        if lab.sessions.len() != 2 {
-            return Err(
-                format!("the walk rows need 2 sessions, not {}", lab.sessions.len()).into(),
-            );
-        }
-        let mpd = Multipathd::start(multipath::DEFAULT_CONF)?;
-        let rows = (|| -> Result<()> {
-            multipath::wait_maps(1, lab.sessions.len())?;
+    on_mapped_lab(ctx, "the walk rows", |ctx, lab| {
+        say(&format!("walk: the lab alone: {}", makeup()));
+        for &n in WALK_NODES {
+            let t0 = Instant::now();
+            let node = Node::start(n)?;
             settle(ctx)?;
-            say(&format!("walk: the lab alone: {}", makeup()));
-            for &n in WALK_NODES {
-                let t0 = Instant::now();
-                let node = Node::start(n)?;
-                settle(ctx)?;
-                say(&format!(
-                    "walk{n}: ready after {:.1} s: {}",
-                    t0.elapsed().as_secs_f64(),
-                    makeup()
-                ));
-                let row = format!("walk{n}");
-                let measured =
-                    teardown_methods_of(ctx, &row, &lab.sessions, TEARDOWN_LUN, true, false);
-                let stopped = node.stop();
-                measured.and(stopped)?;
-            }
-            Ok(())
-        })();
-        let stopped = mpd.stop();
-        rows.and(stopped)
-    })();
-    let down = lab.teardown();
-    result.and(down)
+            say(&format!(
+                "walk{n}: ready after {:.1} s: {}",
+                t0.elapsed().as_secs_f64(),
+                makeup()
+            ));
+            let row = format!("walk{n}");
+            let measured = teardown_methods_of(ctx, &row, &lab.sessions, TEARDOWN_LUN, true, false);
+            let stopped = node.stop();
+            measured.and(stopped)?;
+        }
+        Ok(())
+    })
 }

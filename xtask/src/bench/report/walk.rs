@@ -1,7 +1,7 @@
 //! The walk rows' targets (issue 57): a detach on a node of 1,000 processes within the floor
 //! after a plain in-use reading, and faster than the shell sequence at every node size.
 
-use super::{Target, Verdict, at_most, find, lib_median, median};
+use super::{Target, at_most, faster_each_round, lib_median, median};
 use crate::bench::model::Measurement;
 
 pub(super) fn targets(all: &[Measurement]) -> Vec<Target> {
@@ -25,44 +25,19 @@ pub(super) fn targets(all: &[Measurement]) -> Vec<Target> {
 }
 
 /// The resident detach's library time below the shell sequence's time in every round of
-/// the node of `n` processes (both ran in every round).
+/// the node of `n` processes.
 fn faster_every_round(all: &[Measurement], n: usize, id: &'static str) -> Target {
     let text = format!(
         "node of {n} processes: a detach's library time (resident) below the shell \
          sequence's in every round"
     );
-    let (Some(l), Some(sh)) = (
-        find(all, &format!("walk{n}.resident")),
-        find(all, &format!("walk{n}.shell")),
-    ) else {
-        return Target {
-            id,
-            text,
-            verdict: Verdict::NotAvailable,
-            detail: "not measured".to_owned(),
-        };
-    };
-    let pairs: Vec<(u64, u64)> = l
-        .runs
-        .iter()
-        .zip(&sh.runs)
-        .filter_map(|(a, b)| Some((a.lib_us?, b.wall_us)))
-        .collect();
-    let faster = pairs.iter().filter(|(a, b)| a < b).count();
-    Target {
-        id,
-        text,
-        verdict: if !pairs.is_empty() && faster == pairs.len() {
-            Verdict::Met
-        } else {
-            Verdict::Missed
-        },
-        detail: format!("faster in {faster} of {} rounds", pairs.len()),
-    }
+    let (lunkit, shell) = (format!("walk{n}.resident"), format!("walk{n}.shell"));
+    faster_each_round(all, id, text, &lunkit, &shell)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Verdict;
     use super::*;
     use crate::bench::model::Run;
 
