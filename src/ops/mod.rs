@@ -260,7 +260,7 @@ pub type BeforeRemoval<'a> = dyn FnMut(&VolumeState) -> Result<()> + 'a;
 ///
 /// # Errors
 ///
-/// As [`detach()`], and an NVMe namespace is refused ([`Error::Invalid`](crate::Error::Invalid)) with nothing done:
+/// As [`detach()`], and an NVMe namespace is refused ([`Error::Invalid`]) with nothing done:
 /// its detach has no such step.
 ///
 /// ```no_run
@@ -269,7 +269,7 @@ pub type BeforeRemoval<'a> = dyn FnMut(&VolumeState) -> Result<()> + 'a;
 /// use lunkit::scsi::sysfs::ScsiState;
 ///
 /// let root = Root::default();
-/// let spec: VolumeSpec = "3600140512345678901234567890abcde".parse().unwrap();
+/// let spec = VolumeSpec::Wwid("3600140512345678901234567890abcde".parse()?);
 /// let mut release = |volume: &lunkit::ops::VolumeState| {
 ///     for p in volume.paths.iter().filter(|p| p.state == Some(ScsiState::Running)) {
 ///         println!("last moment of {:?} in place", p.disk);
