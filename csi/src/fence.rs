@@ -265,6 +265,7 @@ impl Inner {
             pr::register_ignore(p, key, deadline)
                 .map_err(|e| Error::lunkit(format!("volume {id}: register key {key} on {p}"), e))?;
         }
+        // Owned: `paths` itself is returned from inside the loop below.
         let through = &paths[0].clone();
         let lunkit_err = |what: &str, e| Error::lunkit(format!("volume {id}: {what} {through}"), e);
         // Twice at most: another node may take or drop the reservation between the read

@@ -50,9 +50,10 @@ pub(crate) use walks::{CheckIntent, intend_check};
 
 /// [`usage()`] as a take-down judges it: devices held only by open descriptors are looked at
 /// again until those let go or [`OPENER_GRACE`] has passed (within `deadline`), so that
-/// udev's probe of a new or changed device is not taken for a user. For a caller that
-/// checks before it acts, outside a detach (which keeps its own grace across its rounds).
-pub fn usage_after_grace(
+/// udev's probe of a new or changed device is not taken for a user. For a check before an
+/// action outside a SCSI detach (which keeps its own grace across its rounds): the NVMe
+/// take-down's.
+pub(crate) fn usage_after_grace(
     root: &Root,
     devices: &[BlockNode],
     scope: &UsageScope<'_>,

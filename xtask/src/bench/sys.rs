@@ -368,6 +368,8 @@ const IOC_PR_REGISTER: u64 = pr_iow(200, size_of::<PrRegistration>());
 const IOC_PR_RESERVE: u64 = pr_iow(201, size_of::<PrReservation>());
 const IOC_PR_RELEASE: u64 = pr_iow(202, size_of::<PrReservation>());
 const IOC_PR_CLEAR: u64 = pr_iow(205, size_of::<PrClear>());
+/// `O_NONBLOCK` of `open(2)`: how lunkit opens a device for a reservation request.
+const O_NONBLOCK: c_int = 0o4000;
 /// `PR_FL_IGNORE_KEY`: REGISTER AND IGNORE EXISTING KEY.
 const PR_FL_IGNORE_KEY: u32 = 1;
 /// `PR_WRITE_EXCLUSIVE_REG_ONLY` of `enum pr_type`.
@@ -396,7 +398,7 @@ pub fn pr(path: &str, req: Pr) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(0o4000)
+        .custom_flags(O_NONBLOCK)
         .open(path)?;
     let fd = f.as_raw_fd();
     let reg = |old_key, new_key, flags| PrRegistration {

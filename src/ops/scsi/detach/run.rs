@@ -55,6 +55,7 @@ impl Run<'_> {
         crate::helper::prewarm(state.paths.len() + 1);
         let (unreachable, claims) = self.check_in_use(state, busy_since, intent)?;
         if let Some(step) = self.before_removal.take() {
+            // Its flush leaves each map's own below nothing to write, unless the step wrote.
             self.before_removal(state, &unreachable, step)?;
         }
         let maps = || state.maps.iter().zip(&unreachable);

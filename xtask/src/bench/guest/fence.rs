@@ -288,71 +288,70 @@ fn lunkit_run(
     })
 }
 
-/// The stage's reservation commands on `paths`, the way `way` sends them.
+/// The stage's reservation commands on `paths`, the way `way` sends them: REGISTER AND
+/// IGNORE EXISTING KEY through each, then RESERVE through the first.
 fn fence(ctx: &Ctx, resident: &mut Resident, paths: &[String], way: Way) -> Result<Run> {
-    let key = format!("{KEY:#018x}");
-    let mut lines: Vec<Vec<&str>> = paths
-        .iter()
-        .map(|p| vec!["pr", "register", "--ignore-existing", "--key", &key, p])
-        .collect();
-    lines.push(vec![
-        "pr", "reserve", "--type", "we-ro", "--key", &key, &paths[0],
-    ]);
-    let mut floor: Vec<(&str, Pr)> = paths
+    let mut reqs: Vec<(&str, Pr)> = paths
         .iter()
         .map(|p| (p.as_str(), Pr::RegisterIgnore(KEY)))
         .collect();
-    floor.push((&paths[0], Pr::Reserve(KEY, PR_WRITE_EXCLUSIVE_REG_ONLY)));
-    send(ctx, resident, &lines, &floor, way)
+    reqs.push((&paths[0], Pr::Reserve(KEY, PR_WRITE_EXCLUSIVE_REG_ONLY)));
+    send(ctx, resident, &reqs, way)
 }
 
 /// The unstage's reservation commands on `paths`: RELEASE through each, then each
 /// registration dropped.
 fn unfence(ctx: &Ctx, resident: &mut Resident, paths: &[String], way: Way) -> Result<Run> {
-    let key = format!("{KEY:#018x}");
-    let lines: Vec<Vec<&str>> = paths
-        .iter()
-        .map(|p| vec!["pr", "release", "--type", "we-ro", "--key", &key, p])
-        .chain(
-            paths
-                .iter()
-                .map(|p| vec!["pr", "unregister", "--key", &key, p]),
-        )
-        .collect();
-    let floor: Vec<(&str, Pr)> = paths
+    let reqs: Vec<(&str, Pr)> = paths
         .iter()
         .map(|p| (p.as_str(), Pr::Release(KEY, PR_WRITE_EXCLUSIVE_REG_ONLY)))
         .chain(paths.iter().map(|p| (p.as_str(), Pr::Unregister(KEY))))
         .collect();
-    send(ctx, resident, &lines, &floor, way)
+    send(ctx, resident, &reqs, way)
 }
 
-/// Sends the commands one after another, the way `way` says: lunkit's `lines` to the
-/// resident process (their times summed), or the `floor` ioctls (timed as a whole).
-fn send(
-    ctx: &Ctx,
-    resident: &mut Resident,
-    lines: &[Vec<&str>],
-    floor: &[(&str, Pr)],
-    way: Way,
-) -> Result<Run> {
+/// The `lunkit pr` line that sends `req` to `path`.
+fn line(path: &str, req: Pr) -> Vec<String> {
+    let (command, more): (&str, &[&str]) = match req {
+        Pr::RegisterIgnore(_) => ("register", &["--ignore-existing"]),
+        Pr::Unregister(_) => ("unregister", &[]),
+        Pr::Reserve(..) => ("reserve", &["--type", "we-ro"]),
+        Pr::Release(..) => ("release", &["--type", "we-ro"]),
+        Pr::Clear(_) => ("clear", &["--force"]),
+    };
+    let mut l: Vec<String> = ["pr", command]
+        .into_iter()
+        .chain(more.iter().copied())
+        .map(str::to_owned)
+        .collect();
+    l.extend([
+        "--key".to_owned(),
+        format!("{KEY:#018x}"),
+        path.to_owned(),
+        "--json".to_owned(),
+    ]);
+    l
+}
+
+/// Sends `reqs` one after another, the way `way` says: as `lunkit pr` lines to the resident
+/// process (their times and library times summed), or as the bench's own ioctls (timed as a
+/// whole).
+fn send(ctx: &Ctx, resident: &mut Resident, reqs: &[(&str, Pr)], way: Way) -> Result<Run> {
     let mut run = Run::default();
     match way {
         Way::Lunkit => {
             let mut lib_us = Some(0);
-            for l in lines {
-                let mut l = l.clone();
-                l.push("--json");
-                let out = run_lunkit(ctx, Some(&mut *resident), &l, &l[..2].join(" "))?;
-                run.wall_us += out.wall.as_micros() as u64;
-                let lib = proc::json_u64(&out.stdout, "elapsed_us");
-                lib_us = lib_us.zip(lib).map(|(a, b)| a + b);
+            for (path, req) in reqs {
+                let l = line(path, *req);
+                let one = lunkit_run(ctx, resident, &l, &l[..2].join(" "))?;
+                run.wall_us += one.wall_us;
+                lib_us = lib_us.zip(one.lib_us).map(|(a, b)| a + b);
             }
             run.lib_us = lib_us;
         }
         Way::Floor => {
             let t0 = Instant::now();
-            for (path, req) in floor {
+            for (path, req) in reqs {
                 sys::pr(path, *req)?;
             }
             run.wall_us = t0.elapsed().as_micros() as u64;
